@@ -1,0 +1,92 @@
+"""The FastAPI application: routers, middleware, health checks and error mapping."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from controlplane.auth.service import KeyCache
+from controlplane.catalog.endpoints import router as tasks_router
+from controlplane.catalog.service import RuntimeCache
+from controlplane.db import get_engine, make_sessionmaker
+from controlplane.http import BodyTooLarge, ORJSONResponse, RequestLog, configure_logging, log
+from controlplane.ingest.endpoints import router as results_router
+from controlplane.settings import Settings, get_settings
+
+STORAGE_RETRY_SECONDS = 5
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_level)
+    app = FastAPI(title="Shadowplane", version="0.1.0", default_response_class=ORJSONResponse)
+    engine = get_engine(settings.database_url)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
+    app.state.tasks = RuntimeCache()
+    app.add_middleware(RequestLog)
+    app.include_router(tasks_router)
+    app.include_router(results_router)
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(_: Request, exc: BodyTooLarge) -> ORJSONResponse:
+        return ORJSONResponse({"detail": f"body: larger than the {exc.limit}-byte limit "
+                               "(SHADOWPLANE_MAX_BODY_BYTES); split the batch"}, status_code=413)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def storage_down(_: Request, exc: Exception) -> ORJSONResponse:
+        log.warning('{"event": "storage_unavailable", "error": "%s"}', type(exc).__name__)
+        return ORJSONResponse({"detail": "storage unavailable; nothing from this request was stored, retry"},
+                              status_code=503, headers={"Retry-After": str(STORAGE_RETRY_SECONDS)})
+
+    @app.exception_handler(DBAPIError)
+    async def storage_error(request: Request, exc: DBAPIError) -> ORJSONResponse:
+        if exc.connection_invalidated:
+            return await storage_down(request, exc)
+        raise exc
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> ORJSONResponse:
+        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        return ORJSONResponse({"detail": errors}, status_code=422)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> ORJSONResponse:
+        """Readiness: storage (and Redis, when configured) answer."""
+        checks = await run_in_threadpool(_readiness, app)
+        ok = all(v == "ok" for v in checks.values())
+        return ORJSONResponse({"status": "ok" if ok else "unavailable", "checks": checks},
+                              status_code=200 if ok else 503)
+
+    return app
+
+
+def _readiness(app: FastAPI) -> dict[str, str]:
+    checks: dict[str, str] = {}
+    try:
+        with app.state.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:  # any failure means not ready; say which
+        checks["database"] = f"error: {type(exc).__name__}"
+    redis_url = app.state.settings.redis_url
+    if redis_url:
+        import redis
+
+        try:
+            redis.Redis.from_url(redis_url, socket_timeout=1, socket_connect_timeout=1).ping()
+            checks["redis"] = "ok"
+        except redis.RedisError as exc:
+            checks["redis"] = f"error: {type(exc).__name__}"
+    return checks

@@ -1,0 +1,1 @@
+"""API keys, scopes and the per-process key cache."""

@@ -1,0 +1,1 @@
+"""The task catalog: registering tasks and versioning their configs."""

@@ -1,0 +1,234 @@
+"""The task config (DESIGN §6): parsing, defaults and errors that name field, value and what is allowed.
+
+Only `task` and `comparator` are required; everything else has the default shown in
+DESIGN §6. The stored config is the normalised one (defaults filled in), so an identical
+config always hashes the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from controlplane.errors import describe_errors, short_repr
+from controlplane.ingest.comparators import FIELD_TYPES, REGISTRY
+
+TASK_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
+# Payload policies that later steps add, and the message the validator gives until then.
+NOT_YET = {
+    "redacted": "payload_policy 'redacted' is not available yet (it arrives with the "
+    "redaction step); allowed now: 'full', 'none'",
+}
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LabelSpec(Strict):
+    kind: Literal["label"]
+    labels: list[str] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_usable(cls, labels: list[str] | None) -> list[str] | None:
+        if labels is not None:
+            if not labels:
+                raise ValueError("must list at least one label, or be left out")
+            if any(not " ".join(x.split()) for x in labels):
+                raise ValueError("labels must be non-empty strings")
+        return labels
+
+
+class ExactSpec(Strict):
+    kind: Literal["exact"]
+
+
+class JsonFieldsSpec(Strict):
+    kind: Literal["json_fields"]
+    fields: dict[str, Literal["string", "number", "integer", "boolean", "array", "object"]]
+    required: list[str] = []
+
+    @model_validator(mode="after")
+    def _required_are_fields(self) -> JsonFieldsSpec:
+        if not self.fields:
+            raise ValueError(f"fields must name at least one field with a type ({', '.join(FIELD_TYPES)})")
+        unknown = [name for name in self.required if name not in self.fields]
+        if unknown:
+            raise ValueError(f"required names {unknown} that are not in fields {sorted(self.fields)}")
+        return self
+
+
+ComparatorSpec = Annotated[LabelSpec | ExactSpec | JsonFieldsSpec, Field(discriminator="kind")]
+
+
+class Prices(Strict):
+    # per 1k tokens
+    edge: dict[Literal["in", "out"], float] = {"in": 0.00001, "out": 0.00002}
+    cloud: dict[Literal["in", "out"], float] = {"in": 0.003, "out": 0.006}
+
+
+class AlertsConfig(Strict):
+    baseline_windows: int = Field(12, ge=1)
+    conflict_jump: float = Field(2.0, gt=0)
+    edge_share_jump: Fraction = 0.2
+    input_p95_drift: float = Field(0.3, gt=0)
+    silence_windows: int = Field(3, ge=1)
+
+
+class Rule(Strict):
+    metric: Literal[
+        "agreement",
+        "conflict_rate",
+        "edge_error_rate",
+        "edge_fail_rate",
+        "offload_fail_rate",
+        "degrade_rate",
+        "edge_share",
+        "route_acc",
+    ]
+    op: Literal["<=", ">="]
+    threshold: Fraction
+    scope: Literal["all", "per_bucket"] = "all"
+    mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
+    detector: Literal["consecutive", "cusum"] | None = None
+    min_samples: int | None = Field(None, ge=1)
+    confidence: Fraction | Literal["point"] | None = None
+    critical: Fraction | None = None
+    min_effect: float | None = Field(None, gt=0, lt=1)
+    h: float | None = Field(None, gt=0)
+
+
+DEFAULT_RULES = [
+    Rule(metric="route_acc", op=">=", threshold=0.95),
+    Rule(metric="offload_fail_rate", op="<=", threshold=0.02),
+    Rule(metric="degrade_rate", op="<=", threshold=0.05),
+    Rule(metric="agreement", op=">=", threshold=0.90, scope="per_bucket"),
+]
+
+
+class RollbackConfig(Strict):
+    detector: Literal["consecutive", "cusum"] = "consecutive"
+    consecutive_windows: int = Field(3, ge=1)
+    min_samples: int = Field(200, ge=1)
+    confidence: Fraction | Literal["point"] = 0.80
+    max_pool_windows: int = Field(12, ge=1)
+    max_span_windows: int | None = Field(None, ge=1)
+    rules: list[Rule] = DEFAULT_RULES
+
+
+class PromotionConfig(Strict):
+    agreement_lower_bound: Fraction = 0.95
+    min_samples_per_bucket: int = Field(400, ge=1)
+    min_windows: int = Field(12, ge=1)
+    canary_steps: list[Annotated[int, Field(gt=0, lt=100)]] = [5, 25]
+    auto_promote: bool = False
+
+    @field_validator("canary_steps")
+    @classmethod
+    def _increasing(cls, steps: list[int]) -> list[int]:
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise ValueError(f"must be strictly increasing percentages between 1 and 99, got {steps}")
+        return steps
+
+
+class ReviewConfig(Strict):
+    quota_per_window: int = Field(20, ge=0)
+    reviewers_per_item: int = Field(1, ge=1)
+    route_acc_window_seconds: int = Field(3600, ge=60)
+    route_acc_lateness_seconds: int = Field(86400, ge=0)
+
+
+class TaskConfig(Strict):
+    task: str
+    comparator: ComparatorSpec
+    stage: Literal["shadow", "cloud"] = "shadow"
+    length_buckets: list[int] = [128, 512, 2048]
+    error_cost: Fraction = 0.2
+    max_input_tokens: int | None = Field(None, ge=1)
+    sticky_by: Literal["session", "user"] = "session"
+    shadow_rate: Fraction = 1.0
+    low_confidence: Fraction = 0.6
+    payload_policy: Literal["full", "none"] = "full"
+    keep_agreeing_rate: Fraction = 0.05
+    window_seconds: int = Field(300, ge=10, le=86400)
+    allowed_lateness_seconds: int = Field(120, ge=0)
+    prices: Prices = Prices()
+    fixed_cost_per_day: float = Field(40.0, ge=0)
+    alerts: AlertsConfig = AlertsConfig()
+    rollback: RollbackConfig = RollbackConfig()
+    promotion: PromotionConfig = PromotionConfig()
+    review: ReviewConfig = ReviewConfig()
+
+    @field_validator("task")
+    @classmethod
+    def _task_name(cls, name: str) -> str:
+        if not TASK_NAME.match(name):
+            raise ValueError(
+                "must start with a lowercase letter and hold only a-z, 0-9, '_', '.', '-' "
+                "(at most 100 characters)"
+            )
+        return name
+
+    @field_validator("comparator", mode="before")
+    @classmethod
+    def _known_comparator(cls, spec: Any) -> Any:
+        if isinstance(spec, dict) and spec.get("kind") not in REGISTRY:
+            raise ValueError(
+                f"unknown comparator kind {spec.get('kind')!r}; allowed: {', '.join(sorted(REGISTRY))}"
+            )
+        return spec
+
+    @field_validator("payload_policy", mode="before")
+    @classmethod
+    def _policy_available(cls, policy: Any) -> Any:
+        if policy in NOT_YET:
+            raise ValueError(NOT_YET[policy])
+        return policy
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _buckets_increasing(cls, bounds: list[int]) -> list[int]:
+        if any(b < 1 for b in bounds) or any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError(f"must be strictly increasing positive token counts, got {bounds}")
+        return bounds
+
+
+class ConfigError(ValueError):
+    """A config that cannot be applied; `errors` name each field, its value and what is allowed."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def parse_config(raw: Any) -> TaskConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError([f"(config): must be a mapping with at least 'task' and 'comparator' (got {short_repr(raw)})"])
+    try:
+        return TaskConfig.model_validate(raw)
+    except ValidationError as exc:
+        # pydantic puts the comparator's kind in the location; the field path reads better without it.
+        raise ConfigError(describe_errors(exc, skip_loc=REGISTRY)) from None
+
+
+def config_document(config: TaskConfig) -> dict[str, Any]:
+    """The normalised config as stored: every default filled in, JSON-ready."""
+    return config.model_dump(mode="json")
+
+
+def config_hash(document: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
+

@@ -1,0 +1,138 @@
+"""Applying task configs (versioned, audited) and reading tasks back.
+
+An identical config keeps its version; a changed one makes a new version. `stage` in a
+config applies only when the task is created (later stage changes are rollout actions).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from controlplane.audit.service import record
+from controlplane.catalog import repository
+from controlplane.catalog.schemas import TaskConfig, config_document, config_hash, parse_config
+from controlplane.ingest.comparators import comparator_version
+from controlplane.models import Task, TaskConfigVersion
+from controlplane.models.base import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    task: str
+    version: int
+    changed: bool
+    created: bool
+    stage: str
+    config: dict[str, Any]
+
+
+class TaskConflict(RuntimeError):
+    """Two writers created the same task at once; the caller may retry."""
+
+
+def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
+    """Register a task or give it a new config version. Raises ConfigError on a bad config."""
+    config = parse_config(raw)
+    document = config_document(config)
+    digest = config_hash(document)
+    task = repository.task_by_name(session, config.task, for_update=True)
+    if task is None:
+        return _create(session, config, document, digest, actor)
+    current = repository.config_version(session, task.id, task.config_version)
+    if current is not None and current.config_hash == digest:
+        return Applied(task.name, task.config_version, False, False, task.stage, document)
+    version = task.config_version + 1
+    session.add(TaskConfigVersion(task_id=task.id, version=version, config=document,
+                                  config_hash=digest, created_by=actor))
+    task.config_version = version
+    task.updated_at = utcnow()
+    session.flush()
+    record(session, actor=actor, action="task.config", task=task.name,
+           details={"version": version, "previous_version": version - 1, "config_hash": digest})
+    return Applied(task.name, version, True, False, task.stage, document)
+
+
+def _create(session: Session, config: TaskConfig, document: dict[str, Any], digest: str,
+            actor: str) -> Applied:
+    task = Task(name=config.task, stage=config.stage, config_version=1)
+    try:
+        with session.begin_nested():
+            session.add(task)
+            session.flush()
+    except IntegrityError as exc:
+        raise TaskConflict(f"task {config.task!r} was created concurrently; retry") from exc
+    session.add(TaskConfigVersion(task_id=task.id, version=1, config=document,
+                                  config_hash=digest, created_by=actor))
+    session.flush()
+    record(session, actor=actor, action="task.create", task=task.name,
+           details={"version": 1, "stage": task.stage, "config_hash": digest})
+    return Applied(task.name, 1, True, True, task.stage, document)
+
+
+def task_view(session: Session, name: str) -> dict[str, Any] | None:
+    task = repository.task_by_name(session, name)
+    if task is None:
+        return None
+    current = repository.config_version(session, task.id, task.config_version)
+    return _view(task, current.config if current else None)
+
+
+def list_task_views(session: Session) -> list[dict[str, Any]]:
+    tasks = repository.all_tasks(session)
+    docs = repository.config_documents(session, [(t.id, t.config_version) for t in tasks])
+    return [_view(t, docs.get((t.id, t.config_version))) for t in tasks]
+
+
+def _view(task: Task, document: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "task": task.name,
+        "stage": task.stage,
+        "version": task.config_version,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+        "config": document,
+    }
+
+
+# --- what ingest needs: the current config of each task, parsed once per version -------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRuntime:
+    id: int
+    name: str
+    stage: str
+    config_version: int
+    config: TaskConfig
+    comparator_spec: dict[str, Any]
+    comparator_version: int
+
+
+class RuntimeCache:
+    """Parsed configs by (task id, version). Versions never change, so entries never expire;
+    which version is current is read from the database on every call."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[int, int], tuple[TaskConfig, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def runtimes(self, session: Session, names: set[str]) -> dict[str, TaskRuntime]:
+        current = repository.current_versions(session, names)
+        missing = [(tid, v) for tid, _, v, _ in current if (tid, v) not in self._parsed]
+        if missing:
+            documents = repository.config_documents(session, missing)
+            with self._lock:
+                for key, document in documents.items():
+                    config = TaskConfig.model_validate(document)
+                    self._parsed[key] = (config, config.comparator.model_dump(mode="json"))
+        out = {}
+        for task_id, name, version, stage in current:
+            config, spec = self._parsed[(task_id, version)]
+            out[name] = TaskRuntime(task_id, name, stage, version, config, spec,
+                                    comparator_version(spec["kind"]))
+        return out

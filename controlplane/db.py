@@ -1,0 +1,74 @@
+"""Engine and session handling: one transaction owner per unit of work.
+
+Services only `flush()`; whoever opens the session (the API dependency, a CLI command,
+a Celery job) commits on success and rolls back on error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.settings import get_settings
+
+
+def json_text(value: Any) -> str:
+    """JSON for storage. PostgreSQL's jsonb refuses the NUL escape: store U+FFFD instead."""
+    return orjson.dumps(value).decode().replace("\\u0000", "\\ufffd")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine tuned for the backend: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            json_serializer=json_text,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    # pre_ping: after PostgreSQL restarts, the next request gets a fresh connection
+    # instead of an error from a dead one.
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        pool_timeout=5,
+        json_serializer=json_text,
+    )
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str | None = None) -> Engine:
+    return make_engine(url or get_settings().database_url)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits when the block succeeds and rolls back when it raises."""
+    with make_sessionmaker(engine)() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

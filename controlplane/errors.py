@@ -1,0 +1,36 @@
+"""Turning validation failures into sentences that name the field, the value and the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """A value as compact JSON, cut to `limit` characters."""
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_errors(
+    exc: ValidationError, *, skip_loc: Iterable[Any] = (), root: str = "(config)"
+) -> list[str]:
+    """One sentence per pydantic error: `field.path: reason (got value)`."""
+    skip = set(skip_loc)
+    messages = []
+    for err in exc.errors(include_url=False):
+        parts = [str(p) for p in err["loc"] if p not in skip]
+        loc = ".".join(parts) or root
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            messages.append(f"{loc}: field required")
+        elif err["type"] == "extra_forbidden":
+            messages.append(f"{loc}: unknown field")
+        elif not parts:
+            messages.append(f"{loc}: {msg}")
+        else:
+            messages.append(f"{loc}: {msg} (got {short_repr(err.get('input'))})")
+    return messages

@@ -1,0 +1,211 @@
+"""Comparators: pure functions judging the edge output against the cloud output.
+
+Each comparator returns `agree`, `conflict` or `invalid` (the edge output breaks the
+task's schema, treated like `valid: false`), a diff naming what differed, and its version.
+The cloud output is the reference: when the reference itself breaks the schema the pair
+cannot be called agreeing, so it is a `conflict` (evidence never leans towards the edge).
+The registry maps a config's `kind` to its comparator; the text-comparison step adds
+`text_conservation` to it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from controlplane.errors import short_repr
+
+Outcome = Literal["agree", "conflict", "invalid"]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    outcome: Outcome
+    diff: dict[str, Any] | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Comparator:
+    kind: str
+    version: int
+    compare: Callable[[Mapping[str, Any], Any, Any], Comparison]
+
+
+REGISTRY: dict[str, Comparator] = {}
+
+
+def register(kind: str, version: int) -> Callable[[Callable[..., Comparison]], Comparator]:
+    def wrap(fn: Callable[..., Comparison]) -> Comparator:
+        comparator = Comparator(kind=kind, version=version, compare=fn)
+        REGISTRY[kind] = comparator
+        return comparator
+
+    return wrap
+
+
+def compare(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
+    """Compare with the comparator the task's config names (`spec["kind"]`)."""
+    return REGISTRY[spec["kind"]].compare(spec, edge, cloud)
+
+
+def comparator_version(kind: str) -> int:
+    return REGISTRY[kind].version
+
+
+# --- label -------------------------------------------------------------------------
+
+
+def normalise_label(value: Any) -> str | None:
+    """Case- and space-normalised label, or None when the value is not a usable label."""
+    if not isinstance(value, str):
+        return None
+    label = " ".join(value.split()).casefold()
+    return label or None
+
+
+def _label_problem(value: Any, label: str | None, allowed: list[str] | None) -> str | None:
+    if label is None:
+        return f"not a non-empty string label: {short_repr(value)}"
+    if allowed is not None and label not in allowed:
+        return f"label {label!r} is not one of {allowed}"
+    return None
+
+
+@register("label", version=1)
+def compare_label(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
+    labels = spec.get("labels")
+    allowed = [normalise_label(x) or "" for x in labels] if labels else None
+    e, c = normalise_label(edge), normalise_label(cloud)
+    if problem := _label_problem(edge, e, allowed):
+        return Comparison("invalid", {"edge": problem}, 1)
+    if problem := _label_problem(cloud, c, allowed):
+        return Comparison("conflict", {"cloud": problem}, 1)
+    if e == c:
+        return Comparison("agree", None, 1)
+    return Comparison("conflict", {"label": {"edge": e, "cloud": c}}, 1)
+
+
+# --- exact -------------------------------------------------------------------------
+
+
+def canonical(value: Any) -> Any:
+    """JSON value with integral floats as ints, so 1 and 1.0 compare equal."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    return orjson.dumps(canonical(value), option=orjson.OPT_SORT_KEYS)
+
+
+def _differing_paths(a: Any, b: Any, path: str, out: list[str], limit: int = 20) -> None:
+    if len(out) >= limit:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a or key not in b:
+                out.append(sub)
+            else:
+                _differing_paths(a[key], b[key], sub, out, limit)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _differing_paths(x, y, f"{path}[{i}]", out, limit)
+    elif a != b:
+        out.append(path or "$")
+
+
+@register("exact", version=1)
+def compare_exact(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
+    e, c = canonical(edge), canonical(cloud)
+    if canonical_json(e) == canonical_json(c):
+        return Comparison("agree", None, 1)
+    paths: list[str] = []
+    _differing_paths(e, c, "", paths)
+    return Comparison("conflict", {"paths": paths}, 1)
+
+
+# --- json_fields -------------------------------------------------------------------
+
+FIELD_TYPES = ("string", "number", "integer", "boolean", "array", "object")
+
+
+def _is_type(value: Any, type_name: str) -> bool:
+    if type_name == "string":
+        return isinstance(value, str)
+    if type_name == "boolean":
+        return isinstance(value, bool)
+    if type_name == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool) and (
+            not isinstance(value, float) or math.isfinite(value)
+        )
+    if type_name == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if type_name == "array":
+        return isinstance(value, list)
+    if type_name == "object":
+        return isinstance(value, dict)
+    raise ValueError(f"unknown field type {type_name!r}")
+
+
+def _as_object(value: Any) -> dict[str, Any] | None:
+    """LLM outputs often arrive as JSON text: accept an object or a string holding one."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _schema_problems(obj: dict[str, Any], fields: Mapping[str, str], required: list[str]) -> list[str]:
+    problems = [f"missing required field {name!r}" for name in required if obj.get(name) is None]
+    for name, type_name in fields.items():
+        value = obj.get(name)
+        if value is not None and not _is_type(value, type_name):
+            problems.append(f"field {name!r} should be {type_name}, got {short_repr(value)}")
+    return problems
+
+
+def _field_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return " ".join(a.split()) == " ".join(b.split())
+    return canonical_json(a) == canonical_json(b)
+
+
+@register("json_fields", version=1)
+def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
+    fields: Mapping[str, str] = spec["fields"]
+    required: list[str] = list(spec.get("required") or [])
+    e, c = _as_object(edge), _as_object(cloud)
+    if e is None:
+        return Comparison("invalid", {"edge": [f"not a JSON object: {short_repr(edge)}"]}, 1)
+    if problems := _schema_problems(e, fields, required):
+        return Comparison("invalid", {"edge": problems}, 1)
+    if c is None:
+        return Comparison("conflict", {"cloud": [f"not a JSON object: {short_repr(cloud)}"]}, 1)
+    if problems := _schema_problems(c, fields, required):
+        return Comparison("conflict", {"cloud": problems}, 1)
+    differing = {
+        name: {"edge": e.get(name), "cloud": c.get(name)}
+        for name in fields
+        if not _field_equal(e.get(name), c.get(name))
+    }
+    if not differing:
+        return Comparison("agree", None, 1)
+    return Comparison("conflict", {"fields": differing}, 1)
+

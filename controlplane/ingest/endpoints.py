@@ -1,0 +1,50 @@
+"""Result ingest endpoints (thin: read the body, call the service, answer)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.db import session_scope
+from controlplane.http import ORJSONResponse, read_body
+from controlplane.ingest import service
+from controlplane.ingest.schemas import IngestReport
+from controlplane.models.base import utcnow
+
+router = APIRouter(prefix="/v1/results", tags=["results"])
+
+
+@router.post("", response_model=IngestReport)
+async def post_results(request: Request, _: Annotated[Principal, Depends(require("ingest"))]) -> ORJSONResponse:
+    """Ingest one result or {"results": [...]} (at most 1000); every item is answered."""
+    settings = request.app.state.settings
+    body = await read_body(request, settings.max_body_bytes)
+    try:
+        items = service.items_of(orjson.loads(body), settings.max_batch_items)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPException(422, f"body: not valid JSON ({exc})") from None
+    except service.BodyError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+    def store() -> IngestReport:
+        with session_scope(request.app.state.engine) as session:
+            return service.ingest(session, items, request.app.state.tasks, utcnow())
+
+    report = await run_in_threadpool(store)
+    return ORJSONResponse(report.model_dump())
+
+
+@router.get("/{task}/{request_id}")
+def get_result(task: str, request_id: str, request: Request,
+               _: Annotated[Principal, Depends(require("read"))]) -> ORJSONResponse:
+    """A stored result with its bucket, comparison and the payload its policy kept."""
+    with session_scope(request.app.state.engine) as session:
+        view = service.result_view(session, task, request_id)
+    if view is None:
+        raise HTTPException(404, f"no result {request_id!r} for task {task!r}")
+    return ORJSONResponse(view)

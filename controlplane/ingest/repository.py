@@ -1,0 +1,106 @@
+"""All SQL of ingest: storing results and payloads idempotently, reading one back.
+
+Large batches on PostgreSQL go through `COPY` into a session-local temporary table and
+one `INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING`; small ones, and SQLite, use a
+Core `INSERT … ON CONFLICT DO NOTHING RETURNING`. The ORM stays off this path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from controlplane.db import json_text
+from controlplane.models import Payload, Result, Task
+
+RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
+PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
+JSON_RESULT_COLUMNS = {"input_segments"}
+JSON_PAYLOAD_COLUMNS = {"input", "edge_output", "cloud_output", "diff"}
+# Below this many rows the three round trips of the COPY path cost more than they save.
+COPY_MIN_ROWS = 20
+
+_COLS = ", ".join(RESULT_COLUMNS)
+_CREATE_STAGING = text(
+    "CREATE TEMPORARY TABLE IF NOT EXISTS ingest_staging ON COMMIT DELETE ROWS AS "
+    f"SELECT {_COLS} FROM results WITH NO DATA"
+)
+_MERGE_STAGING = text(
+    f"INSERT INTO results ({_COLS}) SELECT {_COLS} FROM ingest_staging "
+    "ON CONFLICT (task_id, request_id) DO NOTHING RETURNING id, task_id, request_id"
+)
+_EMPTY_STAGING = text("DELETE FROM ingest_staging")
+
+
+def insert_results(
+    session: Session, rows: list[dict[str, Any]], payloads: dict[tuple[int, str], dict[str, Any]]
+) -> int:
+    """Insert the rows that are new; write payloads for those only. Returns how many were new."""
+    if not rows:
+        return 0
+    postgres = session.get_bind().dialect.name == "postgresql"
+    if postgres and len(rows) >= COPY_MIN_ROWS:
+        inserted = _copy_results(session, rows)
+    else:
+        insert = postgresql.insert if postgres else sqlite.insert
+        stmt = insert(Result).on_conflict_do_nothing(index_elements=["task_id", "request_id"])
+        returned = session.execute(stmt.returning(Result.id, Result.task_id, Result.request_id), rows)
+        inserted = [tuple(r) for r in returned]
+    new_payloads = [
+        {"result_id": result_id, **payload}
+        for result_id, task_id, request_id in inserted
+        if (payload := payloads.get((task_id, request_id))) is not None
+    ]
+    if new_payloads:
+        if postgres and len(new_payloads) >= COPY_MIN_ROWS:
+            _copy(session, "payloads", PAYLOAD_COLUMNS, JSON_PAYLOAD_COLUMNS, new_payloads)
+        else:
+            session.execute(Payload.__table__.insert(), new_payloads)
+    return len(inserted)
+
+
+def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+    session.execute(_CREATE_STAGING)
+    _copy(session, "ingest_staging", RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
+    inserted = [(r[0], r[1], r[2]) for r in session.execute(_MERGE_STAGING)]
+    # ON COMMIT DELETE ROWS empties it at commit; empty it now too, so a second batch in
+    # the same transaction does not merge the first one's rows again.
+    session.execute(_EMPTY_STAGING)
+    return inserted
+
+
+def _copy(session: Session, table: str, columns: list[str], json_columns: set[str],
+          rows: Iterable[dict[str, Any]]) -> None:
+    """COPY rows into a table on the session's own connection (inside its transaction)."""
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    json_positions = [i for i, c in enumerate(columns) if c in json_columns]
+    statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"  # names are ours, never input
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            values = [row[c] for c in columns]
+            for i in json_positions:
+                if values[i] is not None:
+                    values[i] = json_text(values[i])
+            copy.write_row(values)
+
+
+def get_result(session: Session, task: str, request_id: str) -> tuple[Result, Payload | None] | None:
+    row = session.execute(
+        select(Result, Payload)
+        .join(Task, Task.id == Result.task_id)
+        .outerjoin(Payload, Payload.result_id == Result.id)
+        .where(Task.name == task, Result.request_id == request_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def outcome_counts(session: Session, task_id: int) -> list[tuple[str | None, int]]:
+    rows = session.execute(
+        select(Result.outcome, func.count()).where(Result.task_id == task_id).group_by(Result.outcome)
+    )
+    return [(r[0], r[1]) for r in rows]

@@ -1,0 +1,264 @@
+"""Ingest: validate posted results, score each pair, keep payloads per policy, store once.
+
+A bad item never sinks the good ones: each item is answered (accepted, duplicate, or
+rejected with its index and a reason naming the field). `(task, request_id)` is unique
+and the first write wins, both within a batch and against what is already stored. All
+rows of one request are written in one transaction: on a storage error nothing is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.service import RuntimeCache, TaskRuntime
+from controlplane.errors import describe_errors
+from controlplane.ingest import repository
+from controlplane.ingest.buckets import length_bucket
+from controlplane.ingest.comparators import Comparison, compare
+from controlplane.ingest.schemas import IngestReport, Rejected, ResultIn
+
+_ITEMS = TypeAdapter(list[ResultIn])
+_ITEM = TypeAdapter(ResultIn)
+
+
+class BodyError(ValueError):
+    """The body is not a result nor a batch of results (answered 422)."""
+
+
+def items_of(body: Any, max_items: int) -> list[Any]:
+    """The list of items in a parsed body: one result, or `{"results": [...]}`."""
+    if not isinstance(body, dict):
+        raise BodyError("body: must be a result object or {\"results\": [...]}")
+    if "results" not in body:
+        return [body]
+    items = body["results"]
+    if not isinstance(items, list):
+        raise BodyError("results: must be a list of result objects")
+    if len(items) > max_items:
+        raise BodyError(f"results: {len(items)} items, at most {max_items} per request")
+    return items
+
+
+def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
+    """Validated items with their indexes, and the rejected ones with the reasons."""
+    try:
+        return list(enumerate(_ITEMS.validate_python(items))), []
+    except ValidationError:
+        pass  # slow path: find out which items are bad, keep the good ones
+    good: list[tuple[int, ResultIn]] = []
+    bad: list[Rejected] = []
+    for index, raw in enumerate(items):
+        try:
+            good.append((index, _ITEM.validate_python(raw)))
+        except ValidationError as exc:
+            rid = raw.get("request_id") if isinstance(raw, dict) else None
+            bad.append(Rejected(index=index, request_id=rid if isinstance(rid, str) else None,
+                                error="; ".join(describe_errors(exc, root="(result)"))))
+    return good, bad
+
+
+# --- pure scoring ----------------------------------------------------------------------
+
+
+def is_pair(item: ResultIn) -> bool:
+    """Both sides returned an output, neither errored, and the edge output is not `valid: false`."""
+    edge, cloud = item.edge, item.cloud
+    return (
+        edge is not None and cloud is not None
+        and edge.error is None and cloud.error is None
+        and edge.output is not None and cloud.output is not None
+        and edge.valid is not False
+    )
+
+
+def keep_draw(task: str, request_id: str) -> float:
+    """A uniform number in [0, 1) fixed by the result's identity, so a resend decides alike."""
+    digest = hashlib.blake2b(f"{task}\x00{request_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def keep_probability(item: ResultIn, comparison: Comparison | None, task: TaskRuntime) -> float:
+    """1 for conflicts, errors, invalid, degraded and low-confidence results; else the agreeing rate."""
+    edge, cloud = item.edge, item.cloud
+    notable = (
+        (comparison is not None and comparison.outcome != "agree")
+        or (edge is not None and (edge.error is not None or edge.valid is False))
+        or (cloud is not None and cloud.error is not None)
+        or item.degraded
+        or (edge is not None and edge.confidence is not None
+            and edge.confidence < task.config.low_confidence)
+    )
+    return 1.0 if notable else task.config.keep_agreeing_rate
+
+
+@dataclass(slots=True)
+class Scored:
+    row: dict[str, Any]
+    payload: dict[str, Any] | None
+
+
+def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
+    """The stored row of one result, and its payload when the task's policy keeps it."""
+    comparison = compare(task.comparator_spec, item.edge.output, item.cloud.output) if (
+        is_pair(item) and item.edge is not None and item.cloud is not None) else None
+    ts = item.ts or received_at
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)  # a naive time is read as UTC
+    edge, cloud = item.edge, item.cloud
+    row = {
+        "task_id": task.id,
+        "request_id": item.request_id,
+        "ts": ts.astimezone(UTC),
+        "received_at": received_at,
+        "session_id": item.session_id,
+        "user_id": item.user_id,
+        "input_tokens": item.input_tokens,
+        "decision": item.decision,
+        "served": item.served,
+        "degraded": item.degraded,
+        "degrade_reason": item.degrade_reason,
+        "flag_version": item.flag_version,
+        "input_segments": item.input.segments if item.input is not None else None,
+        "config_version": task.config_version,
+        "bucket": length_bucket(item.input_tokens, task.config.length_buckets),
+        "comparator": task.comparator_spec["kind"],
+        "comparator_version": task.comparator_version,
+        "outcome": comparison.outcome if comparison else None,
+        "edge_ran": edge is not None,
+        "edge_error": edge.error if edge else None,
+        "edge_latency_ms": edge.latency_ms if edge else None,
+        "edge_ttfb_ms": edge.ttfb_ms if edge else None,
+        "edge_confidence": edge.confidence if edge else None,
+        "edge_valid": edge.valid if edge else None,
+        "edge_model": edge.model if edge else None,
+        "edge_input_tokens": edge.input_tokens if edge else None,
+        "edge_output_tokens": edge.output_tokens if edge else None,
+        "edge_cost": edge.cost if edge else None,
+        "cloud_ran": cloud is not None,
+        "cloud_error": cloud.error if cloud else None,
+        "cloud_latency_ms": cloud.latency_ms if cloud else None,
+        "cloud_ttfb_ms": cloud.ttfb_ms if cloud else None,
+        "cloud_model": cloud.model if cloud else None,
+        "cloud_input_tokens": cloud.input_tokens if cloud else None,
+        "cloud_output_tokens": cloud.output_tokens if cloud else None,
+        "cloud_cost": cloud.cost if cloud else None,
+    }
+    policy = task.config.payload_policy
+    if policy == "none":
+        return Scored(row, None)
+    probability = keep_probability(item, comparison, task)
+    if probability < 1.0 and keep_draw(task.name, item.request_id) >= probability:
+        return Scored(row, None)
+    payload = {
+        "policy": policy,
+        "keep_probability": probability,
+        "input": item.input.model_dump(mode="json") if item.input is not None else None,
+        "edge_output": edge.output if edge else None,
+        "cloud_output": cloud.output if cloud else None,
+        "diff": comparison.diff if comparison else None,
+        "edge_error_message": edge.error_message if edge else None,
+        "cloud_error_message": cloud.error_message if cloud else None,
+    }
+    return Scored(row, payload)
+
+
+# --- the whole request -------------------------------------------------------------------
+
+
+def ingest(session: Session, items: list[Any], tasks: RuntimeCache, received_at: datetime) -> IngestReport:
+    """Validate, score and store a batch; the caller owns (commits) the transaction."""
+    valid, rejected = validate_items(items)
+    runtimes = tasks.runtimes(session, {item.task for _, item in valid}) if valid else {}
+    seen: set[tuple[str, str]] = set()
+    scored: list[Scored] = []
+    in_batch_duplicates = 0
+    for index, item in valid:
+        task = runtimes.get(item.task)
+        if task is None:
+            rejected.append(Rejected(index=index, request_id=item.request_id,
+                                     error=f"task: unknown task {item.task!r}; register it with POST /v1/tasks"))
+            continue
+        key = (item.task, item.request_id)
+        if key in seen:
+            in_batch_duplicates += 1
+            continue
+        seen.add(key)
+        scored.append(score(item, task, received_at))
+    stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
+    rejected.sort(key=lambda r: r.index)
+    return IngestReport(accepted=stored, duplicates=in_batch_duplicates + len(scored) - stored,
+                        rejected=rejected)
+
+
+def _payloads_by_key(scored: list[Scored]) -> dict[tuple[int, str], dict[str, Any]]:
+    return {(s.row["task_id"], s.row["request_id"]): s.payload for s in scored if s.payload is not None}
+
+
+def outcome_counts(session: Session, task: TaskRuntime) -> dict[str, int]:
+    """How many stored results of a task ended in each comparison outcome (`none`: not a pair)."""
+    counts: dict[str, int] = defaultdict(int)
+    for outcome, n in repository.outcome_counts(session, task.id):
+        counts[outcome or "none"] += n
+    return dict(counts)
+
+
+def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] | None:
+    """A stored result in the shape it was posted, with bucket, received_at, comparison, payload."""
+    found = repository.get_result(session, task, request_id)
+    if found is None:
+        return None
+    r, p = found
+
+    def side(name: str) -> dict[str, Any] | None:
+        if not getattr(r, f"{name}_ran"):
+            return None
+        fields = ["error", "latency_ms", "ttfb_ms", "model", "input_tokens", "output_tokens", "cost"]
+        if name == "edge":
+            fields += ["confidence", "valid"]
+        out = {f: getattr(r, f"{name}_{f}") for f in fields}
+        out["output"] = getattr(p, f"{name}_output") if p is not None else None
+        out["error_message"] = getattr(p, f"{name}_error_message") if p is not None else None
+        return out
+
+    return {
+        "request_id": r.request_id,
+        "task": task,
+        "ts": r.ts,
+        "received_at": r.received_at,
+        "session_id": r.session_id,
+        "user_id": r.user_id,
+        "input_tokens": r.input_tokens,
+        "decision": r.decision,
+        "served": r.served,
+        "degraded": r.degraded,
+        "degrade_reason": r.degrade_reason,
+        "flag_version": r.flag_version,
+        "input_segments": r.input_segments,
+        "bucket": r.bucket,
+        "config_version": r.config_version,
+        "edge": side("edge"),
+        "cloud": side("cloud"),
+        "comparison": {
+            "outcome": r.outcome,
+            "diff": p.diff if p is not None else None,
+            "comparator": r.comparator,
+            "comparator_version": r.comparator_version,
+        },
+        "payload": None if p is None else {
+            "policy": p.policy,
+            "keep_probability": p.keep_probability,
+            "input": p.input,
+            "edge_output": p.edge_output,
+            "cloud_output": p.cloud_output,
+            "diff": p.diff,
+            "edge_error_message": p.edge_error_message,
+            "cloud_error_message": p.cloud_error_message,
+        },
+    }

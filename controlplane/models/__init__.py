@@ -1,0 +1,9 @@
+"""ORM tables, grouped by domain. Importing this package registers them all on `Base.metadata`."""
+
+from controlplane.models.audit import AuditEntry
+from controlplane.models.auth import ApiKey
+from controlplane.models.base import Base
+from controlplane.models.results import Payload, Result
+from controlplane.models.tasks import Task, TaskConfigVersion
+
+__all__ = ["ApiKey", "AuditEntry", "Base", "Payload", "Result", "Task", "TaskConfigVersion"]

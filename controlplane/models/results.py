@@ -1,0 +1,90 @@
+"""Results: one slim row per result, and the payload text kept per the task's policy."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime
+
+
+class Result(Base):
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("task_id", "request_id"),
+        # Serves every per-task time-range scan (windows, review sampling, prune).
+        Index("ix_results_task_id_ts", "task_id", "ts"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    request_id: Mapped[str] = mapped_column(String(200))
+    ts: Mapped[datetime] = mapped_column(UTCDateTime)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    user_id: Mapped[str | None] = mapped_column(String(200))
+    input_tokens: Mapped[int] = mapped_column(Integer)
+    decision: Mapped[str] = mapped_column(String(8))
+    served: Mapped[str] = mapped_column(String(8))
+    degraded: Mapped[bool] = mapped_column(Boolean)
+    degrade_reason: Mapped[str | None] = mapped_column(String(200))
+    flag_version: Mapped[int | None] = mapped_column(Integer)
+    input_segments: Mapped[list[int] | None] = mapped_column(JSONType)
+    config_version: Mapped[int] = mapped_column(Integer)
+    bucket: Mapped[str] = mapped_column(String(32))
+    comparator: Mapped[str] = mapped_column(String(32))
+    comparator_version: Mapped[int] = mapped_column(Integer)
+    # agree | conflict | invalid; NULL when the result is not a pair.
+    outcome: Mapped[str | None] = mapped_column(String(8))
+
+    edge_ran: Mapped[bool] = mapped_column(Boolean)
+    edge_error: Mapped[str | None] = mapped_column(String(64))
+    edge_latency_ms: Mapped[float | None] = mapped_column(Float)
+    edge_ttfb_ms: Mapped[float | None] = mapped_column(Float)
+    edge_confidence: Mapped[float | None] = mapped_column(Float)
+    edge_valid: Mapped[bool | None] = mapped_column(Boolean)
+    edge_model: Mapped[str | None] = mapped_column(String(200))
+    edge_input_tokens: Mapped[int | None] = mapped_column(Integer)
+    edge_output_tokens: Mapped[int | None] = mapped_column(Integer)
+    edge_cost: Mapped[float | None] = mapped_column(Float)
+
+    cloud_ran: Mapped[bool] = mapped_column(Boolean)
+    cloud_error: Mapped[str | None] = mapped_column(String(64))
+    cloud_latency_ms: Mapped[float | None] = mapped_column(Float)
+    cloud_ttfb_ms: Mapped[float | None] = mapped_column(Float)
+    cloud_model: Mapped[str | None] = mapped_column(String(200))
+    cloud_input_tokens: Mapped[int | None] = mapped_column(Integer)
+    cloud_output_tokens: Mapped[int | None] = mapped_column(Integer)
+    cloud_cost: Mapped[float | None] = mapped_column(Float)
+
+
+class Payload(Base):
+    """The text of a result, present only when the task's payload policy kept it."""
+
+    __tablename__ = "payloads"
+
+    result_id: Mapped[int] = mapped_column(
+        BigIntPK, ForeignKey("results.id", ondelete="CASCADE"), primary_key=True
+    )
+    policy: Mapped[str] = mapped_column(String(16))
+    # Probability this payload was kept (1 for conflicts, errors, invalid and
+    # low-confidence results), so samples can be weighted back.
+    keep_probability: Mapped[float] = mapped_column(Float)
+    input: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    edge_output: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    cloud_output: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    diff: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    edge_error_message: Mapped[str | None] = mapped_column(Text)
+    cloud_error_message: Mapped[str | None] = mapped_column(Text)

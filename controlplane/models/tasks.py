@@ -1,0 +1,37 @@
+"""Tasks (what routing services offload) and their versioned configs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    # cloud | shadow | canary | full | rolled_back (DESIGN §2); set from the first config only.
+    stage: Mapped[str] = mapped_column(String(16), default="shadow")
+    config_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TaskConfigVersion(Base):
+    __tablename__ = "task_config_versions"
+    __table_args__ = (UniqueConstraint("task_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    # The normalised config (defaults filled in) and the sha256 of its canonical JSON.
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(200))

@@ -1,0 +1,54 @@
+"""Alembic environment: one code path for SQLite (batch mode) and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from alembic import context
+from sqlalchemy import Connection
+
+from controlplane.db import make_engine
+from controlplane.models import Base
+from controlplane.models.base import UTCDateTime
+from controlplane.settings import get_settings
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
+    """Render our UTCDateTime as a plain timezone-aware DateTime: migrations stay standalone."""
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+        render_item=_render_item,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    url = config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            _run(conn)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run `shadowplane migrate`")
+run_migrations_online()

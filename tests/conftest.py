@@ -1,0 +1,163 @@
+"""Shared fixtures: real databases (a migrated SQLite file, a PostgreSQL database cloned
+from a migrated template), an app on them, and keys of every scope.
+
+PostgreSQL comes from SHADOWPLANE_TEST_DATABASE_URL, which `scripts/test` sets after
+starting a private server. A test that needs it fails (it is not skipped) when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from controlplane.api import create_app
+from controlplane.auth.scopes import SCOPES
+from controlplane.auth.service import create_key
+from controlplane.catalog.service import apply_config
+from controlplane.db import get_engine, session_scope
+from controlplane.migrate import upgrade
+from controlplane.settings import Settings
+
+TEMPLATE_DB = "sp_test_template"
+
+
+def pg_admin_url() -> str:
+    url = os.environ.get("SHADOWPLANE_TEST_DATABASE_URL")
+    if not url:
+        pytest.fail("SHADOWPLANE_TEST_DATABASE_URL is not set: run the suite with scripts/test")
+    return url
+
+
+def _admin_engine() -> Engine:
+    return create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated PostgreSQL database that per-test databases are cloned from."""
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
+    url = make_url(pg_admin_url()).set(database=TEMPLATE_DB).render_as_string(hide_password=False)
+    upgrade(url)
+    get_engine(url).dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """A fresh migrated PostgreSQL database of its own, committed to for real."""
+    name = f"sp_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
+    url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    yield url
+    get_engine(url).dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    get_engine(f"sqlite:///{path}").dispose()
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> Iterator[str]:
+    path = tmp_path / "shadowplane.db"
+    shutil.copy(sqlite_template, path)
+    url = f"sqlite:///{path}"
+    yield url
+    get_engine(url).dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each test using it runs on the embedded SQLite file and on real PostgreSQL."""
+    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+TICKET_TASK: dict[str, Any] = {
+    "task": "ticket_classify",
+    "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]},
+}
+INVOICE_TASK: dict[str, Any] = {
+    "task": "invoice_extract",
+    "comparator": {"kind": "json_fields", "fields": {"amount": "number", "currency": "string"},
+                   "required": ["amount"]},
+    "payload_policy": "none",
+}
+
+
+@dataclass
+class Api:
+    """A running app on a real database, with one key per scope."""
+
+    client: TestClient
+    url: str
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def headers(self, scope: str = "admin") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[scope]}"}
+
+    def post_results(self, body: Any, scope: str = "ingest") -> Any:
+        return self.client.post("/v1/results", json=body, headers=self.headers(scope))
+
+    @property
+    def engine(self) -> Engine:
+        return get_engine(self.url)
+
+
+def make_api(url: str, **settings: Any) -> Iterator[Api]:
+    engine = get_engine(url)
+    keys = {}
+    with session_scope(engine) as session:
+        for scope in SCOPES:
+            _, keys[scope] = create_key(session, name=f"{scope}-key", scopes=[scope], actor="test")
+        apply_config(session, TICKET_TASK, actor="test")
+        apply_config(session, INVOICE_TASK, actor="test")
+    app = create_app(Settings(database_url=url, **settings))
+    with TestClient(app) as client:
+        yield Api(client=client, url=url, keys=keys)
+
+
+@pytest.fixture
+def api(db_url: str) -> Iterator[Api]:
+    yield from make_api(db_url)
+
+
+def make_result(**overrides: Any) -> dict[str, Any]:
+    """A valid shadow-traffic result of ticket_classify; override any field."""
+    result: dict[str, Any] = {
+        "request_id": f"r-{uuid.uuid4().hex[:10]}",
+        "task": "ticket_classify",
+        "ts": "2026-11-30T02:00:00Z",
+        "session_id": "s-1",
+        "input_tokens": 300,
+        "decision": "edge",
+        "served": "cloud",
+        "input": {"text": "I want my money back for order 1234"},
+        "edge": {"output": "refund", "latency_ms": 41.0, "confidence": 0.9, "model": "small@3"},
+        "cloud": {"output": "refund", "latency_ms": 380.0, "model": "large@7"},
+    }
+    result.update(overrides)
+    return result
