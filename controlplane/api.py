@@ -35,15 +35,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(BodyTooLarge)
     async def too_large(_: Request, exc: BodyTooLarge) -> ORJSONResponse:
-        return ORJSONResponse({"detail": f"body: larger than the {exc.limit}-byte limit "
-                               "(SHADOWPLANE_MAX_BODY_BYTES); split the batch"}, status_code=413)
+        return ORJSONResponse(
+            {
+                "detail": f"body: larger than the {exc.limit}-byte limit "
+                "(SHADOWPLANE_MAX_BODY_BYTES); split the batch"
+            },
+            status_code=413,
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
     async def storage_down(_: Request, exc: Exception) -> ORJSONResponse:
         log.warning('{"event": "storage_unavailable", "error": "%s"}', type(exc).__name__)
-        return ORJSONResponse({"detail": "storage unavailable; nothing from this request was stored, retry"},
-                              status_code=503, headers={"Retry-After": str(STORAGE_RETRY_SECONDS)})
+        return ORJSONResponse(
+            {"detail": "storage unavailable; nothing from this request was stored, retry"},
+            status_code=503,
+            headers={"Retry-After": str(STORAGE_RETRY_SECONDS)},
+        )
 
     @app.exception_handler(DBAPIError)
     async def storage_error(request: Request, exc: DBAPIError) -> ORJSONResponse:
@@ -66,8 +74,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Readiness: storage (and Redis, when configured) answer."""
         checks = await run_in_threadpool(_readiness, app)
         ok = all(v == "ok" for v in checks.values())
-        return ORJSONResponse({"status": "ok" if ok else "unavailable", "checks": checks},
-                              status_code=200 if ok else 503)
+        return ORJSONResponse(
+            {"status": "ok" if ok else "unavailable", "checks": checks},
+            status_code=200 if ok else 503,
+        )
 
     return app
 

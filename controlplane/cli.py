@@ -12,8 +12,11 @@ import yaml
 
 from controlplane.settings import get_settings
 
-app = typer.Typer(help="Shadowplane: evidence-driven edge/cloud routing for LLM tasks.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Shadowplane: evidence-driven edge/cloud routing for LLM tasks.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Task configs.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -48,14 +51,23 @@ def api(
     """Serve the HTTP API with uvicorn."""
     import uvicorn
 
-    uvicorn.run("controlplane.api:create_app", factory=True, host=host, port=port,
-                workers=workers, access_log=False, log_level="warning")
+    uvicorn.run(
+        "controlplane.api:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=False,
+        log_level="warning",
+    )
 
 
 @keys_app.command("create")
 def keys_create(
     name: Annotated[str, typer.Option(help="A name for the key (shown in logs and audit).")],
-    scope: Annotated[list[str], typer.Option(help="ingest, flags:read, read, review or admin; repeatable.")],
+    scope: Annotated[
+        list[str], typer.Option(help="ingest, flags:read, read, review or admin; repeatable.")
+    ],
 ) -> None:
     """Create an API key; the key is printed once, alone on the last line."""
     from controlplane.auth.service import KeyCommandError, create_key
@@ -66,7 +78,9 @@ def keys_create(
             key, plaintext = create_key(session, name=name, scopes=scope, actor=_actor())
     except KeyCommandError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"created key {key.name!r} with scopes {', '.join(key.scopes)}; it is shown only now:")
+    typer.echo(
+        f"created key {key.name!r} with scopes {', '.join(key.scopes)}; it is shown only now:"
+    )
     typer.echo(plaintext)
 
 
@@ -98,7 +112,9 @@ def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) ->
 
 @tasks_app.command("apply")
 def tasks_apply(
-    file: Annotated[Path, typer.Option("-f", "--file", help="Task config, YAML or JSON; '-' reads stdin.")],
+    file: Annotated[
+        Path, typer.Option("-f", "--file", help="Task config, YAML or JSON; '-' reads stdin.")
+    ],
 ) -> None:
     """Register a task or give it a new config version."""
     from controlplane.catalog.schemas import ConfigError

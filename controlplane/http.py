@@ -68,13 +68,17 @@ class RequestLog:
         finally:
             if log.isEnabledFor(logging.INFO):
                 state = scope.get("state") or {}
-                log.info(orjson.dumps({
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                    "key": state.get("key_name"),
-                }).decode())
+                log.info(
+                    orjson.dumps(
+                        {
+                            "method": scope["method"],
+                            "path": scope["path"],
+                            "status": status,
+                            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                            "key": state.get("key_name"),
+                        }
+                    ).decode()
+                )
 
 
 def configure_logging(level: str) -> None:

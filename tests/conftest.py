@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from controlplane.api import create_app
 from controlplane.auth.scopes import SCOPES
@@ -39,7 +40,8 @@ def pg_admin_url() -> str:
 
 
 def _admin_engine() -> Engine:
-    return create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
+    # NullPool: the outage test restarts the server, so never reuse a pooled connection.
+    return create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT", poolclass=NullPool)
 
 
 @pytest.fixture(scope="session")
@@ -102,8 +104,11 @@ TICKET_TASK: dict[str, Any] = {
 }
 INVOICE_TASK: dict[str, Any] = {
     "task": "invoice_extract",
-    "comparator": {"kind": "json_fields", "fields": {"amount": "number", "currency": "string"},
-                   "required": ["amount"]},
+    "comparator": {
+        "kind": "json_fields",
+        "fields": {"amount": "number", "currency": "string"},
+        "required": ["amount"],
+    },
     "payload_policy": "none",
 }
 

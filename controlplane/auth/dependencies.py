@@ -23,18 +23,24 @@ def require(scope: str) -> Callable[[Request], Principal]:
     def dependency(request: Request) -> Principal:
         key = _bearer(request)
         if key is None:
-            raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         cache: KeyCache = request.app.state.keys
         principal = cache.authenticate(key)
         if principal is None:
-            raise HTTPException(401, "invalid or revoked API key",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"}
+            )
         request.state.key_name = principal.name
         if not grants(principal.scopes, scope):
             raise HTTPException(
-                403, f"key {principal.name!r} lacks the {scope!r} scope "
-                f"(it has: {', '.join(sorted(principal.scopes))})")
+                403,
+                f"key {principal.name!r} lacks the {scope!r} scope "
+                f"(it has: {', '.join(sorted(principal.scopes))})",
+            )
         return principal
 
     return dependency

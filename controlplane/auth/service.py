@@ -52,7 +52,9 @@ def create_key(session: Session, *, name: str, scopes: list[str], actor: str) ->
     """A new key; the plaintext is returned once and never stored."""
     unknown = [s for s in scopes if s not in SCOPES]
     if unknown or not scopes:
-        raise KeyCommandError(f"scope: {unknown or scopes} not allowed; choose from {', '.join(SCOPES)}")
+        raise KeyCommandError(
+            f"scope: {unknown or scopes} not allowed; choose from {', '.join(SCOPES)}"
+        )
     if not name.strip() or len(name) > 100:
         raise KeyCommandError("name: must be 1 to 100 characters")
     if session.scalar(select(ApiKey.id).where(ApiKey.name == name)) is not None:
@@ -66,8 +68,13 @@ def create_key(session: Session, *, name: str, scopes: list[str], actor: str) ->
     )
     session.add(key)
     session.flush()
-    record(session, actor=actor, action="key.create", task=None,
-           details={"name": name, "scopes": key.scopes})
+    record(
+        session,
+        actor=actor,
+        action="key.create",
+        task=None,
+        details={"name": name, "scopes": key.scopes},
+    )
     return key, plaintext
 
 

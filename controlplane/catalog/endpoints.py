@@ -21,7 +21,9 @@ router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
 @router.post("", responses={200: {"description": "unchanged"}, 201: {"description": "new version"}})
-async def apply_task(request: Request, principal: Annotated[Principal, Depends(require("admin"))]) -> Response:
+async def apply_task(
+    request: Request, principal: Annotated[Principal, Depends(require("admin"))]
+) -> Response:
     """Register a task or give it a new config version (JSON, or YAML with a YAML content type)."""
     body = await read_body(request, request.app.state.settings.max_body_bytes)
     raw = _parse(body, request.headers.get("content-type", ""))
@@ -36,10 +38,17 @@ async def apply_task(request: Request, principal: Annotated[Principal, Depends(r
         raise HTTPException(422, exc.errors) from None
     except service.TaskConflict as exc:
         raise HTTPException(409, str(exc)) from None
-    return ORJSONResponse({
-        "task": applied.task, "version": applied.version, "changed": applied.changed,
-        "created": applied.created, "stage": applied.stage, "config": applied.config,
-    }, status_code=201 if applied.changed else 200)
+    return ORJSONResponse(
+        {
+            "task": applied.task,
+            "version": applied.version,
+            "changed": applied.changed,
+            "created": applied.created,
+            "stage": applied.stage,
+            "config": applied.config,
+        },
+        status_code=201 if applied.changed else 200,
+    )
 
 
 def _parse(body: bytes, content_type: str) -> Any:
@@ -48,18 +57,24 @@ def _parse(body: bytes, content_type: str) -> Any:
             return yaml.safe_load(body)
         return orjson.loads(body)
     except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise HTTPException(422, [f"(body): not valid {'YAML' if 'yaml' in content_type else 'JSON'}: {exc}"]) from None
+        raise HTTPException(
+            422, [f"(body): not valid {'YAML' if 'yaml' in content_type else 'JSON'}: {exc}"]
+        ) from None
 
 
 @router.get("")
-def list_tasks(request: Request, _: Annotated[Principal, Depends(require("read"))]) -> ORJSONResponse:
+def list_tasks(
+    request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
     """Every task with its stage and current config."""
     with session_scope(request.app.state.engine) as session:
         return ORJSONResponse({"tasks": service.list_task_views(session)})
 
 
 @router.get("/{task}")
-def get_task(task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]) -> ORJSONResponse:
+def get_task(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
     """One task: config, stage and version."""
     with session_scope(request.app.state.engine) as session:
         view = service.task_view(session, task)

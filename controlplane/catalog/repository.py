@@ -33,21 +33,25 @@ def config_version(session: Session, task_id: int, version: int) -> TaskConfigVe
 def current_versions(session: Session, names: Iterable[str]) -> list[tuple[int, str, int, str]]:
     """(task id, name, current config version, stage) for the named tasks that exist."""
     rows = session.execute(
-        select(Task.id, Task.name, Task.config_version, Task.stage).where(Task.name.in_(list(names)))
+        select(Task.id, Task.name, Task.config_version, Task.stage).where(
+            Task.name.in_(list(names))
+        )
     )
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
-def config_documents(session: Session, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
+def config_documents(
+    session: Session, keys: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], dict[str, Any]]:
     """Stored config documents by (task id, version)."""
     wanted = list(keys)
     if not wanted:
         return {}
     task_ids = {task_id for task_id, _ in wanted}
     rows = session.execute(
-        select(TaskConfigVersion.task_id, TaskConfigVersion.version, TaskConfigVersion.config).where(
-            TaskConfigVersion.task_id.in_(task_ids)
-        )
+        select(
+            TaskConfigVersion.task_id, TaskConfigVersion.version, TaskConfigVersion.config
+        ).where(TaskConfigVersion.task_id.in_(task_ids))
     )
     wanted_set = set(wanted)
     return {(t, v): c for t, v, c in rows if (t, v) in wanted_set}

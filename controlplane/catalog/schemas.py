@@ -64,10 +64,14 @@ class JsonFieldsSpec(Strict):
     @model_validator(mode="after")
     def _required_are_fields(self) -> JsonFieldsSpec:
         if not self.fields:
-            raise ValueError(f"fields must name at least one field with a type ({', '.join(FIELD_TYPES)})")
+            raise ValueError(
+                f"fields must name at least one field with a type ({', '.join(FIELD_TYPES)})"
+            )
         unknown = [name for name in self.required if name not in self.fields]
         if unknown:
-            raise ValueError(f"required names {unknown} that are not in fields {sorted(self.fields)}")
+            raise ValueError(
+                f"required names {unknown} that are not in fields {sorted(self.fields)}"
+            )
         return self
 
 
@@ -140,7 +144,7 @@ class PromotionConfig(Strict):
     @classmethod
     def _increasing(cls, steps: list[int]) -> list[int]:
         if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-            raise ValueError(f"must be strictly increasing percentages between 1 and 99, got {steps}")
+            raise ValueError("must be strictly increasing percentages between 1 and 99")
         return steps
 
 
@@ -201,8 +205,10 @@ class TaskConfig(Strict):
     @field_validator("length_buckets")
     @classmethod
     def _buckets_increasing(cls, bounds: list[int]) -> list[int]:
-        if any(b < 1 for b in bounds) or any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
-            raise ValueError(f"must be strictly increasing positive token counts, got {bounds}")
+        if any(b < 1 for b in bounds) or any(
+            b <= a for a, b in zip(bounds, bounds[1:], strict=False)
+        ):
+            raise ValueError("must be strictly increasing positive token counts")
         return bounds
 
 
@@ -216,7 +222,11 @@ class ConfigError(ValueError):
 
 def parse_config(raw: Any) -> TaskConfig:
     if not isinstance(raw, dict):
-        raise ConfigError([f"(config): must be a mapping with at least 'task' and 'comparator' (got {short_repr(raw)})"])
+        raise ConfigError(
+            [
+                f"(config): must be a mapping with at least 'task' and 'comparator' (got {short_repr(raw)})"
+            ]
+        )
     try:
         return TaskConfig.model_validate(raw)
     except ValidationError as exc:
@@ -231,4 +241,3 @@ def config_document(config: TaskConfig) -> dict[str, Any]:
 
 def config_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
-

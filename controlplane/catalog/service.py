@@ -47,18 +47,27 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
     if current is not None and current.config_hash == digest:
         return Applied(task.name, task.config_version, False, False, task.stage, document)
     version = task.config_version + 1
-    session.add(TaskConfigVersion(task_id=task.id, version=version, config=document,
-                                  config_hash=digest, created_by=actor))
+    session.add(
+        TaskConfigVersion(
+            task_id=task.id, version=version, config=document, config_hash=digest, created_by=actor
+        )
+    )
     task.config_version = version
     task.updated_at = utcnow()
     session.flush()
-    record(session, actor=actor, action="task.config", task=task.name,
-           details={"version": version, "previous_version": version - 1, "config_hash": digest})
+    record(
+        session,
+        actor=actor,
+        action="task.config",
+        task=task.name,
+        details={"version": version, "previous_version": version - 1, "config_hash": digest},
+    )
     return Applied(task.name, version, True, False, task.stage, document)
 
 
-def _create(session: Session, config: TaskConfig, document: dict[str, Any], digest: str,
-            actor: str) -> Applied:
+def _create(
+    session: Session, config: TaskConfig, document: dict[str, Any], digest: str, actor: str
+) -> Applied:
     task = Task(name=config.task, stage=config.stage, config_version=1)
     try:
         with session.begin_nested():
@@ -66,11 +75,19 @@ def _create(session: Session, config: TaskConfig, document: dict[str, Any], dige
             session.flush()
     except IntegrityError as exc:
         raise TaskConflict(f"task {config.task!r} was created concurrently; retry") from exc
-    session.add(TaskConfigVersion(task_id=task.id, version=1, config=document,
-                                  config_hash=digest, created_by=actor))
+    session.add(
+        TaskConfigVersion(
+            task_id=task.id, version=1, config=document, config_hash=digest, created_by=actor
+        )
+    )
     session.flush()
-    record(session, actor=actor, action="task.create", task=task.name,
-           details={"version": 1, "stage": task.stage, "config_hash": digest})
+    record(
+        session,
+        actor=actor,
+        action="task.create",
+        task=task.name,
+        details={"version": 1, "stage": task.stage, "config_hash": digest},
+    )
     return Applied(task.name, 1, True, True, task.stage, document)
 
 
@@ -133,6 +150,7 @@ class RuntimeCache:
         out = {}
         for task_id, name, version, stage in current:
             config, spec = self._parsed[(task_id, version)]
-            out[name] = TaskRuntime(task_id, name, stage, version, config, spec,
-                                    comparator_version(spec["kind"]))
+            out[name] = TaskRuntime(
+                task_id, name, stage, version, config, spec, comparator_version(spec["kind"])
+            )
         return out

@@ -148,8 +148,10 @@ def _is_type(value: Any, type_name: str) -> bool:
     if type_name == "boolean":
         return isinstance(value, bool)
     if type_name == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and (
-            not isinstance(value, float) or math.isfinite(value)
+        return (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and (not isinstance(value, float) or math.isfinite(value))
         )
     if type_name == "integer":
         return (isinstance(value, int) and not isinstance(value, bool)) or (
@@ -172,7 +174,9 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _schema_problems(obj: dict[str, Any], fields: Mapping[str, str], required: list[str]) -> list[str]:
+def _schema_problems(
+    obj: dict[str, Any], fields: Mapping[str, str], required: list[str]
+) -> list[str]:
     problems = [f"missing required field {name!r}" for name in required if obj.get(name) is None]
     for name, type_name in fields.items():
         value = obj.get(name)
@@ -208,4 +212,3 @@ def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Compa
     if not differing:
         return Comparison("agree", None, 1)
     return Comparison("conflict", {"fields": differing}, 1)
-

@@ -20,7 +20,9 @@ router = APIRouter(prefix="/v1/results", tags=["results"])
 
 
 @router.post("", response_model=IngestReport)
-async def post_results(request: Request, _: Annotated[Principal, Depends(require("ingest"))]) -> ORJSONResponse:
+async def post_results(
+    request: Request, _: Annotated[Principal, Depends(require("ingest"))]
+) -> ORJSONResponse:
     """Ingest one result or {"results": [...]} (at most 1000); every item is answered."""
     settings = request.app.state.settings
     body = await read_body(request, settings.max_body_bytes)
@@ -40,8 +42,9 @@ async def post_results(request: Request, _: Annotated[Principal, Depends(require
 
 
 @router.get("/{task}/{request_id}")
-def get_result(task: str, request_id: str, request: Request,
-               _: Annotated[Principal, Depends(require("read"))]) -> ORJSONResponse:
+def get_result(
+    task: str, request_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
     """A stored result with its bucket, comparison and the payload its policy kept."""
     with session_scope(request.app.state.engine) as session:
         view = service.result_view(session, task, request_id)

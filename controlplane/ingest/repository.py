@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Insert, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -46,10 +46,14 @@ def insert_results(
     if postgres and len(rows) >= COPY_MIN_ROWS:
         inserted = _copy_results(session, rows)
     else:
-        insert = postgresql.insert if postgres else sqlite.insert
-        stmt = insert(Result).on_conflict_do_nothing(index_elements=["task_id", "request_id"])
-        returned = session.execute(stmt.returning(Result.id, Result.task_id, Result.request_id), rows)
-        inserted = [tuple(r) for r in returned]
+        dialect_insert = postgresql.insert if postgres else sqlite.insert
+        stmt = dialect_insert(Result).on_conflict_do_nothing(
+            index_elements=["task_id", "request_id"]
+        )
+        returned = session.execute(
+            stmt.returning(Result.id, Result.task_id, Result.request_id), rows
+        )
+        inserted = [(r[0], r[1], r[2]) for r in returned]
     new_payloads = [
         {"result_id": result_id, **payload}
         for result_id, task_id, request_id in inserted
@@ -59,8 +63,12 @@ def insert_results(
         if postgres and len(new_payloads) >= COPY_MIN_ROWS:
             _copy(session, "payloads", PAYLOAD_COLUMNS, JSON_PAYLOAD_COLUMNS, new_payloads)
         else:
-            session.execute(Payload.__table__.insert(), new_payloads)
+            session.execute(insert_payload(), new_payloads)
     return len(inserted)
+
+
+def insert_payload() -> Insert:
+    return insert(Payload)
 
 
 def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
@@ -73,8 +81,13 @@ def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[in
     return inserted
 
 
-def _copy(session: Session, table: str, columns: list[str], json_columns: set[str],
-          rows: Iterable[dict[str, Any]]) -> None:
+def _copy(
+    session: Session,
+    table: str,
+    columns: list[str],
+    json_columns: set[str],
+    rows: Iterable[dict[str, Any]],
+) -> None:
     """COPY rows into a table on the session's own connection (inside its transaction)."""
     raw = session.connection().connection.driver_connection
     assert raw is not None
@@ -89,7 +102,9 @@ def _copy(session: Session, table: str, columns: list[str], json_columns: set[st
             copy.write_row(values)
 
 
-def get_result(session: Session, task: str, request_id: str) -> tuple[Result, Payload | None] | None:
+def get_result(
+    session: Session, task: str, request_id: str
+) -> tuple[Result, Payload | None] | None:
     row = session.execute(
         select(Result, Payload)
         .join(Task, Task.id == Result.task_id)
@@ -101,6 +116,8 @@ def get_result(session: Session, task: str, request_id: str) -> tuple[Result, Pa
 
 def outcome_counts(session: Session, task_id: int) -> list[tuple[str | None, int]]:
     rows = session.execute(
-        select(Result.outcome, func.count()).where(Result.task_id == task_id).group_by(Result.outcome)
+        select(Result.outcome, func.count())
+        .where(Result.task_id == task_id)
+        .group_by(Result.outcome)
     )
     return [(r[0], r[1]) for r in rows]

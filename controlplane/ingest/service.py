@@ -35,7 +35,7 @@ class BodyError(ValueError):
 def items_of(body: Any, max_items: int) -> list[Any]:
     """The list of items in a parsed body: one result, or `{"results": [...]}`."""
     if not isinstance(body, dict):
-        raise BodyError("body: must be a result object or {\"results\": [...]}")
+        raise BodyError('body: must be a result object or {"results": [...]}')
     if "results" not in body:
         return [body]
     items = body["results"]
@@ -59,8 +59,13 @@ def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[R
             good.append((index, _ITEM.validate_python(raw)))
         except ValidationError as exc:
             rid = raw.get("request_id") if isinstance(raw, dict) else None
-            bad.append(Rejected(index=index, request_id=rid if isinstance(rid, str) else None,
-                                error="; ".join(describe_errors(exc, root="(result)"))))
+            bad.append(
+                Rejected(
+                    index=index,
+                    request_id=rid if isinstance(rid, str) else None,
+                    error="; ".join(describe_errors(exc, root="(result)")),
+                )
+            )
     return good, bad
 
 
@@ -71,9 +76,12 @@ def is_pair(item: ResultIn) -> bool:
     """Both sides returned an output, neither errored, and the edge output is not `valid: false`."""
     edge, cloud = item.edge, item.cloud
     return (
-        edge is not None and cloud is not None
-        and edge.error is None and cloud.error is None
-        and edge.output is not None and cloud.output is not None
+        edge is not None
+        and cloud is not None
+        and edge.error is None
+        and cloud.error is None
+        and edge.output is not None
+        and cloud.output is not None
         and edge.valid is not False
     )
 
@@ -92,8 +100,11 @@ def keep_probability(item: ResultIn, comparison: Comparison | None, task: TaskRu
         or (edge is not None and (edge.error is not None or edge.valid is False))
         or (cloud is not None and cloud.error is not None)
         or item.degraded
-        or (edge is not None and edge.confidence is not None
-            and edge.confidence < task.config.low_confidence)
+        or (
+            edge is not None
+            and edge.confidence is not None
+            and edge.confidence < task.config.low_confidence
+        )
     )
     return 1.0 if notable else task.config.keep_agreeing_rate
 
@@ -106,8 +117,11 @@ class Scored:
 
 def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
     """The stored row of one result, and its payload when the task's policy keeps it."""
-    comparison = compare(task.comparator_spec, item.edge.output, item.cloud.output) if (
-        is_pair(item) and item.edge is not None and item.cloud is not None) else None
+    comparison = (
+        compare(task.comparator_spec, item.edge.output, item.cloud.output)
+        if (is_pair(item) and item.edge is not None and item.cloud is not None)
+        else None
+    )
     ts = item.ts or received_at
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)  # a naive time is read as UTC
@@ -172,7 +186,9 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
 # --- the whole request -------------------------------------------------------------------
 
 
-def ingest(session: Session, items: list[Any], tasks: RuntimeCache, received_at: datetime) -> IngestReport:
+def ingest(
+    session: Session, items: list[Any], tasks: RuntimeCache, received_at: datetime
+) -> IngestReport:
     """Validate, score and store a batch; the caller owns (commits) the transaction."""
     valid, rejected = validate_items(items)
     runtimes = tasks.runtimes(session, {item.task for _, item in valid}) if valid else {}
@@ -182,8 +198,13 @@ def ingest(session: Session, items: list[Any], tasks: RuntimeCache, received_at:
     for index, item in valid:
         task = runtimes.get(item.task)
         if task is None:
-            rejected.append(Rejected(index=index, request_id=item.request_id,
-                                     error=f"task: unknown task {item.task!r}; register it with POST /v1/tasks"))
+            rejected.append(
+                Rejected(
+                    index=index,
+                    request_id=item.request_id,
+                    error=f"task: unknown task {item.task!r}; register it with POST /v1/tasks",
+                )
+            )
             continue
         key = (item.task, item.request_id)
         if key in seen:
@@ -193,12 +214,15 @@ def ingest(session: Session, items: list[Any], tasks: RuntimeCache, received_at:
         scored.append(score(item, task, received_at))
     stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
     rejected.sort(key=lambda r: r.index)
-    return IngestReport(accepted=stored, duplicates=in_batch_duplicates + len(scored) - stored,
-                        rejected=rejected)
+    return IngestReport(
+        accepted=stored, duplicates=in_batch_duplicates + len(scored) - stored, rejected=rejected
+    )
 
 
 def _payloads_by_key(scored: list[Scored]) -> dict[tuple[int, str], dict[str, Any]]:
-    return {(s.row["task_id"], s.row["request_id"]): s.payload for s in scored if s.payload is not None}
+    return {
+        (s.row["task_id"], s.row["request_id"]): s.payload for s in scored if s.payload is not None
+    }
 
 
 def outcome_counts(session: Session, task: TaskRuntime) -> dict[str, int]:
@@ -219,7 +243,15 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
     def side(name: str) -> dict[str, Any] | None:
         if not getattr(r, f"{name}_ran"):
             return None
-        fields = ["error", "latency_ms", "ttfb_ms", "model", "input_tokens", "output_tokens", "cost"]
+        fields = [
+            "error",
+            "latency_ms",
+            "ttfb_ms",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "cost",
+        ]
         if name == "edge":
             fields += ["confidence", "valid"]
         out = {f: getattr(r, f"{name}_{f}") for f in fields}
@@ -251,7 +283,9 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
             "comparator": r.comparator,
             "comparator_version": r.comparator_version,
         },
-        "payload": None if p is None else {
+        "payload": None
+        if p is None
+        else {
             "policy": p.policy,
             "keep_probability": p.keep_probability,
             "input": p.input,

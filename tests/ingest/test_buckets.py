@@ -10,8 +10,9 @@ from controlplane.ingest.buckets import DEFAULT_BOUNDARIES, bucket_labels, lengt
 
 def test_default_buckets() -> None:
     assert bucket_labels(DEFAULT_BOUNDARIES) == ["0-127", "128-511", "512-2047", "2048+"]
-    assert [length_bucket(n, DEFAULT_BOUNDARIES) for n in (0, 127, 128, 511, 512, 2047, 2048, 10**6)] == [
-        "0-127", "0-127", "128-511", "128-511", "512-2047", "512-2047", "2048+", "2048+"]
+    assert [
+        length_bucket(n, DEFAULT_BOUNDARIES) for n in (0, 127, 128, 511, 512, 2047, 2048, 10**6)
+    ] == ["0-127", "0-127", "128-511", "128-511", "512-2047", "512-2047", "2048+", "2048+"]
 
 
 def test_no_boundaries_is_one_bucket() -> None:

@@ -26,39 +26,99 @@ CASES: list[tuple[str, dict[str, Any], Any, Any, str]] = [
     ("edge label not a string", LABELS, 3, "refund", "invalid"),
     ("edge label empty", FREE_LABELS, "   ", "refund", "invalid"),
     ("cloud label outside the list is not agreement", LABELS, "refund", "cancel", "conflict"),
-    ("without a list any non-empty string is a label", FREE_LABELS, "whatever", "Whatever", "agree"),
+    (
+        "without a list any non-empty string is a label",
+        FREE_LABELS,
+        "whatever",
+        "Whatever",
+        "agree",
+    ),
     # exact
     ("reordered JSON keys", EXACT, {"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}, "agree"),
     ("1 and 1.0 are the same number", EXACT, {"n": 1}, {"n": 1.0}, "agree"),
     ("list order matters", EXACT, [1, 2], [2, 1], "conflict"),
     ("strings differ", EXACT, "a", "b", "conflict"),
     # json_fields
-    ("reordered keys", INVOICE, {"currency": "EUR", "amount": 10},
-     {"amount": 10, "currency": "EUR"}, "agree"),
-    ("1 vs 1.0 in a number field", INVOICE, {"amount": 1, "currency": "EUR"},
-     {"amount": 1.0, "currency": "EUR"}, "agree"),
-    ("JSON text is parsed", INVOICE, '{"amount": 5, "currency": "USD"}',
-     {"amount": 5.0, "currency": "USD"}, "agree"),
-    ("fields not in the schema are ignored", INVOICE, {"amount": 5, "currency": "USD", "x": 1},
-     {"amount": 5, "currency": "USD", "x": 2}, "agree"),
-    ("a different amount", INVOICE, {"amount": 5, "currency": "USD"},
-     {"amount": 6, "currency": "USD"}, "conflict"),
-    ("an optional field only one side has", INVOICE, {"amount": 5, "currency": "USD", "paid": True},
-     {"amount": 5, "currency": "USD"}, "conflict"),
-    ("a missing required field", INVOICE, {"currency": "USD"}, {"amount": 5, "currency": "USD"},
-     "invalid"),
-    ("a wrong type", INVOICE, {"amount": "5", "currency": "USD"}, {"amount": 5, "currency": "USD"},
-     "invalid"),
-    ("a boolean is not a number", INVOICE, {"amount": True, "currency": "USD"},
-     {"amount": 1, "currency": "USD"}, "invalid"),
+    (
+        "reordered keys",
+        INVOICE,
+        {"currency": "EUR", "amount": 10},
+        {"amount": 10, "currency": "EUR"},
+        "agree",
+    ),
+    (
+        "1 vs 1.0 in a number field",
+        INVOICE,
+        {"amount": 1, "currency": "EUR"},
+        {"amount": 1.0, "currency": "EUR"},
+        "agree",
+    ),
+    (
+        "JSON text is parsed",
+        INVOICE,
+        '{"amount": 5, "currency": "USD"}',
+        {"amount": 5.0, "currency": "USD"},
+        "agree",
+    ),
+    (
+        "fields not in the schema are ignored",
+        INVOICE,
+        {"amount": 5, "currency": "USD", "x": 1},
+        {"amount": 5, "currency": "USD", "x": 2},
+        "agree",
+    ),
+    (
+        "a different amount",
+        INVOICE,
+        {"amount": 5, "currency": "USD"},
+        {"amount": 6, "currency": "USD"},
+        "conflict",
+    ),
+    (
+        "an optional field only one side has",
+        INVOICE,
+        {"amount": 5, "currency": "USD", "paid": True},
+        {"amount": 5, "currency": "USD"},
+        "conflict",
+    ),
+    (
+        "a missing required field",
+        INVOICE,
+        {"currency": "USD"},
+        {"amount": 5, "currency": "USD"},
+        "invalid",
+    ),
+    (
+        "a wrong type",
+        INVOICE,
+        {"amount": "5", "currency": "USD"},
+        {"amount": 5, "currency": "USD"},
+        "invalid",
+    ),
+    (
+        "a boolean is not a number",
+        INVOICE,
+        {"amount": True, "currency": "USD"},
+        {"amount": 1, "currency": "USD"},
+        "invalid",
+    ),
     ("not JSON at all", INVOICE, "the amount is 5", {"amount": 5, "currency": "USD"}, "invalid"),
-    ("a broken reference is a conflict, never agreement", INVOICE,
-     {"amount": 5, "currency": "USD"}, {"currency": "USD"}, "conflict"),
+    (
+        "a broken reference is a conflict, never agreement",
+        INVOICE,
+        {"amount": 5, "currency": "USD"},
+        {"currency": "USD"},
+        "conflict",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("why", "spec", "edge", "cloud", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_comparator_outcome(why: str, spec: dict[str, Any], edge: Any, cloud: Any, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("why", "spec", "edge", "cloud", "expected"), CASES, ids=[c[0] for c in CASES]
+)
+def test_comparator_outcome(
+    why: str, spec: dict[str, Any], edge: Any, cloud: Any, expected: str
+) -> None:
     comparison = compare(spec, edge, cloud)
     assert comparison.outcome == expected, comparison.diff
     assert comparison.version == REGISTRY[spec["kind"]].version
@@ -69,7 +129,9 @@ def test_comparator_outcome(why: str, spec: dict[str, Any], edge: Any, cloud: An
 
 
 def test_label_diff_names_both_labels() -> None:
-    assert compare(LABELS, "Refund", "exchange").diff == {"label": {"edge": "refund", "cloud": "exchange"}}
+    assert compare(LABELS, "Refund", "exchange").diff == {
+        "label": {"edge": "refund", "cloud": "exchange"}
+    }
 
 
 def test_json_fields_diff_names_the_field() -> None:

@@ -22,16 +22,16 @@ def test_batch_with_in_batch_duplicates_and_bad_items(api: Api) -> None:
     batch = [
         good[0],
         good[1],
-        make_result(request_id="r-0", edge={"output": "exchange"}),   # 2: in-batch duplicate of 0
-        {"request_id": "r-x", "task": "ticket_classify"},              # 3: missing fields
+        make_result(request_id="r-0", edge={"output": "exchange"}),  # 2: in-batch duplicate of 0
+        {"request_id": "r-x", "task": "ticket_classify"},  # 3: missing fields
         good[2],
-        make_result(request_id="r-y", task="no_such_task"),            # 5: unknown task
-        make_result(request_id="r-z", input_tokens=-3),                # 6: negative tokens
+        make_result(request_id="r-y", task="no_such_task"),  # 5: unknown task
+        make_result(request_id="r-z", input_tokens=-3),  # 6: negative tokens
         good[3],
-        "not an object",                                               # 8
-        make_result(request_id="r-w", edge=None, cloud=None),          # 9: no side at all
+        "not an object",  # 8
+        make_result(request_id="r-w", edge=None, cloud=None),  # 9: no side at all
         good[4],
-        make_result(request_id="r-1"),                                 # 11: in-batch duplicate of 1
+        make_result(request_id="r-1"),  # 11: in-batch duplicate of 1
     ]
     response = api.post_results({"results": batch})
     assert response.status_code == 200, response.text
@@ -44,7 +44,9 @@ def test_batch_with_in_batch_duplicates_and_bad_items(api: Api) -> None:
     assert "input_tokens: field required" in by_index[3]["error"]
     assert "decision: field required" in by_index[3]["error"]
     assert "task: unknown task 'no_such_task'" in by_index[5]["error"]
-    assert "input_tokens: Input should be greater than or equal to 0 (got -3)" in by_index[6]["error"]
+    assert (
+        "input_tokens: Input should be greater than or equal to 0 (got -3)" in by_index[6]["error"]
+    )
     assert by_index[8]["request_id"] is None
     assert "at least one of 'edge' or 'cloud'" in by_index[9]["error"]
     assert count(api, Result) == 5
@@ -65,24 +67,39 @@ def test_resend_is_all_duplicates(api: Api) -> None:
 
 def test_single_result_and_single_bad_result(api: Api) -> None:
     assert api.post_results(make_result(request_id="one")).json() == {
-        "accepted": 1, "duplicates": 0, "rejected": []}
+        "accepted": 1,
+        "duplicates": 0,
+        "rejected": [],
+    }
     response = api.post_results(make_result(request_id="two", served="edge", edge=None))
     assert response.status_code == 200
-    assert response.json()["rejected"] == [{
-        "index": 0, "request_id": "two",
-        "error": "(result): served is 'edge' but there is no 'edge' side"}]
+    assert response.json()["rejected"] == [
+        {
+            "index": 0,
+            "request_id": "two",
+            "error": "(result): served is 'edge' but there is no 'edge' side",
+        }
+    ]
 
 
 def test_stored_result_is_scored_and_bucketed(api: Api) -> None:
-    result = make_result(request_id="conf", input_tokens=812, edge={"output": "Refund", "confidence": 0.83},
-                         cloud={"output": "exchange", "cost": 0.0021}, flag_version=17,
-                         input={"text": "long ticket", "segments": [2, 5]})
+    result = make_result(
+        request_id="conf",
+        input_tokens=812,
+        edge={"output": "Refund", "confidence": 0.83},
+        cloud={"output": "exchange", "cost": 0.0021},
+        flag_version=17,
+        input={"text": "long ticket", "segments": [2, 5]},
+    )
     assert api.post_results(result).json()["accepted"] == 1
     stored = api.client.get("/v1/results/ticket_classify/conf", headers=api.headers("read")).json()
     assert stored["bucket"] == "512-2047"
     assert stored["comparison"] == {
-        "outcome": "conflict", "diff": {"label": {"edge": "refund", "cloud": "exchange"}},
-        "comparator": "label", "comparator_version": 1}
+        "outcome": "conflict",
+        "diff": {"label": {"edge": "refund", "cloud": "exchange"}},
+        "comparator": "label",
+        "comparator_version": 1,
+    }
     assert stored["payload"]["keep_probability"] == 1.0
     assert stored["payload"]["input"] == {"text": "long ticket", "segments": [2, 5]}
     assert stored["input_segments"] == [2, 5]
@@ -95,13 +112,17 @@ def test_stored_result_is_scored_and_bucketed(api: Api) -> None:
 
 def test_not_a_pair_has_no_outcome(api: Api) -> None:
     results = [
-        make_result(request_id="err", edge={"output": None, "error": "timeout", "error_message": "after 2s"}),
+        make_result(
+            request_id="err", edge={"output": None, "error": "timeout", "error_message": "after 2s"}
+        ),
         make_result(request_id="inv", edge={"output": "refund", "valid": False}),
         make_result(request_id="cloud-only", edge=None, decision="cloud"),
     ]
     assert api.post_results({"results": results}).json()["accepted"] == 3
     for rid in ("err", "inv", "cloud-only"):
-        stored = api.client.get(f"/v1/results/ticket_classify/{rid}", headers=api.headers("read")).json()
+        stored = api.client.get(
+            f"/v1/results/ticket_classify/{rid}", headers=api.headers("read")
+        ).json()
         assert stored["comparison"]["outcome"] is None, rid
     err = api.client.get("/v1/results/ticket_classify/err", headers=api.headers("read")).json()
     assert err["edge"]["error"] == "timeout"
@@ -122,10 +143,16 @@ def test_agreeing_payloads_are_sampled_at_the_keep_rate(api: Api) -> None:
 def test_none_policy_keeps_no_text(api: Api) -> None:
     marker = "SECRET-INVOICE-TEXT"
     results = [
-        make_result(request_id=f"inv-{i}", task="invoice_extract", input={"text": f"{marker} {i}"},
-                    edge={"output": {"amount": i, "currency": "EUR", "note": marker},
-                          "error_message": marker},
-                    cloud={"output": {"amount": i + (i % 2), "currency": "EUR"}})
+        make_result(
+            request_id=f"inv-{i}",
+            task="invoice_extract",
+            input={"text": f"{marker} {i}"},
+            edge={
+                "output": {"amount": i, "currency": "EUR", "note": marker},
+                "error_message": marker,
+            },
+            cloud={"output": {"amount": i + (i % 2), "currency": "EUR"}},
+        )
         for i in range(40)
     ]
     assert api.post_results({"results": results}).json()["accepted"] == 40
@@ -153,15 +180,20 @@ def test_body_over_the_limit_is_413(db_url: str) -> None:
             for _ in range(30):
                 yield b" " * 1000
 
-        response = small.client.post("/v1/results", content=chunks(), headers=small.headers("ingest"))
+        response = small.client.post(
+            "/v1/results", content=chunks(), headers=small.headers("ingest")
+        )
         assert response.status_code == 413
         assert count(small, Result) == 0
 
 
 def test_default_limit_is_16_mib(api: Api) -> None:
     body = b'{"results": [' + b" " * (16 * 1024 * 1024) + b"]}"
-    response = api.client.post("/v1/results", content=body,
-                               headers={**api.headers("ingest"), "Content-Type": "application/json"})
+    response = api.client.post(
+        "/v1/results",
+        content=body,
+        headers={**api.headers("ingest"), "Content-Type": "application/json"},
+    )
     assert response.status_code == 413
 
 
@@ -187,7 +219,9 @@ def test_unknown_result_is_404(api: Api) -> None:
     assert response.status_code == 404
 
 
-def test_storage_failure_mid_write_leaves_nothing_half_written(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_storage_failure_mid_write_leaves_nothing_half_written(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sqlalchemy.exc import OperationalError
 
     from controlplane.ingest import repository
@@ -206,8 +240,12 @@ def test_storage_failure_mid_write_leaves_nothing_half_written(api: Api, monkeyp
 
     # Results go in first, then payloads: fail the payload write and nothing may remain.
     monkeypatch.setattr(repository, "_copy", copy_but_not_payloads)
-    monkeypatch.setattr(repository.Payload.__table__, "insert", broken)
-    batch = {"results": [make_result(request_id=f"h-{i}", edge={"output": "exchange"}) for i in range(50)]}
+    monkeypatch.setattr(repository, "insert_payload", broken)
+    batch = {
+        "results": [
+            make_result(request_id=f"h-{i}", edge={"output": "exchange"}) for i in range(50)
+        ]
+    }
     response = api.post_results(batch)
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "5"
@@ -219,10 +257,16 @@ def test_storage_failure_mid_write_leaves_nothing_half_written(api: Api, monkeyp
 
 
 def test_no_text_written_for_nul_characters(api: Api) -> None:
-    response = api.post_results({"results": [
-        make_result(request_id="bad\x00id"),
-        make_result(request_id="ok", edge={"output": "refu\x00nd"}, input={"text": "a\x00b"}),
-    ]})
+    response = api.post_results(
+        {
+            "results": [
+                make_result(request_id="bad\x00id"),
+                make_result(
+                    request_id="ok", edge={"output": "refu\x00nd"}, input={"text": "a\x00b"}
+                ),
+            ]
+        }
+    )
     report = response.json()
     assert [r["index"] for r in report["rejected"]] == [0]
     assert "NUL" in report["rejected"][0]["error"]
@@ -232,8 +276,9 @@ def test_no_text_written_for_nul_characters(api: Api) -> None:
 def test_results_table_has_the_time_range_index(api: Api) -> None:
     with api.engine.connect() as conn:
         if conn.dialect.name == "postgresql":
-            names = set(conn.scalars(text(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'results'")))
+            names = set(
+                conn.scalars(text("SELECT indexname FROM pg_indexes WHERE tablename = 'results'"))
+            )
         else:
             names = {r[1] for r in conn.execute(text("PRAGMA index_list('results')"))}
     assert "ix_results_task_id_ts" in names

@@ -1,0 +1,56 @@
+"""PostgreSQL stopped mid-test: ingest answers 503 with nothing half-written, known keys still
+authenticate, and everything recovers once the server is back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from sqlalchemy import func, select
+
+from controlplane.models import Result
+from tests.conftest import Api, make_api, make_result
+
+pytestmark = pytest.mark.integration
+
+
+def pgctl(*args: str) -> None:
+    command = os.environ.get("SHADOWPLANE_TEST_PGCTL")
+    if not command:
+        pytest.fail("SHADOWPLANE_TEST_PGCTL is not set: run the suite with scripts/test")
+    subprocess.run([command, *args], check=True, capture_output=True, timeout=60)
+
+
+def test_postgresql_stopped_then_recovered(pg_url: str) -> None:
+    for api in make_api(pg_url, key_cache_seconds=0.2):
+        _outage_and_recovery(api)
+
+
+def _outage_and_recovery(api: Api) -> None:
+    before = {"results": [make_result(request_id=f"before-{i}") for i in range(50)]}
+    assert api.post_results(before).json()["accepted"] == 50
+    assert api.client.get("/readyz").status_code == 200
+    pgctl("stop", "-m", "fast")
+    try:
+        during = {"results": [make_result(request_id=f"during-{i}") for i in range(50)]}
+        response = api.post_results(during)  # a known key still authenticates (stale cache)
+        assert response.status_code == 503, response.text
+        assert response.headers["Retry-After"] == "5"
+        assert "nothing from this request was stored" in response.json()["detail"]
+        single = api.post_results(make_result(request_id="during-single"))
+        assert single.status_code == 503
+        ready = api.client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["database"].startswith("error")
+        assert api.client.get("/healthz").status_code == 200
+        # A key this process never saw cannot be checked: 503, not 401.
+        unknown = api.client.get("/v1/tasks", headers={"Authorization": "Bearer sp_never_seen"})
+        assert unknown.status_code == 503
+    finally:
+        pgctl("start")
+    assert api.client.get("/readyz").status_code == 200
+    assert api.post_results(during).json() == {"accepted": 50, "duplicates": 0, "rejected": []}
+    assert api.post_results(before).json()["duplicates"] == 50
+    with api.engine.connect() as conn:
+        assert conn.scalar(select(func.count()).select_from(Result)) == 100
