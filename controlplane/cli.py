@@ -136,6 +136,59 @@ def tasks_apply(
         typer.echo(f"{a.task}: {verdict} (version {a.version}, stage {a.stage})")
 
 
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Port for the API (a free one if taken).")] = 8000,
+    results: Annotated[int, typer.Option(help="Simulated results per example task.")] = 2000,
+    once: Annotated[
+        bool, typer.Option(help="Exit after posting and printing, instead of serving.")
+    ] = False,
+) -> None:
+    """Everything on the embedded default: migrate, register examples, serve, simulate traffic."""
+    from controlplane.demo import run_demo
+
+    run_demo(port, results, once)
+
+
+@app.command()
+def simulate(
+    url: Annotated[str, typer.Option(help="Base URL of the API.")] = "http://127.0.0.1:8000",
+    key: Annotated[str, typer.Option(envvar="SHADOWPLANE_KEY", help="An ingest key.")] = "",
+    task: Annotated[list[str], typer.Option(help="Task to simulate; repeatable.")] = [
+        "ticket_classify",
+        "invoice_extract",
+    ],  # noqa: B006
+    results: Annotated[int, typer.Option(help="Results per task.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Results per request.")] = 200,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="none, long_ticket_regression, edge_outage, silent_router, traffic_jump."
+        ),
+    ] = "none",
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Play routing services against a running API: post generated results over HTTP."""
+    from controlplane.sim.profiles import GENERATORS, SCENARIOS
+    from controlplane.sim.runner import simulate as run
+
+    if scenario not in SCENARIOS:
+        raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
+    unknown = [t for t in task if t not in GENERATORS]
+    if unknown:
+        raise _fail(f"task: no simulator profile for {unknown}; profiles: {', '.join(GENERATORS)}")
+    if not key:
+        raise _fail("key: pass --key or set SHADOWPLANE_KEY (an ingest key)")
+    for name, t in run(
+        url, key, task, per_task=results, batch_size=batch_size, seed=seed, scenario=scenario
+    ).items():
+        typer.echo(
+            f"{name}: accepted {t.accepted}, duplicates {t.duplicates}, rejected {t.rejected}"
+        )
+        for error in t.errors[:5]:
+            typer.echo(f"  ! {error}")
+
+
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 

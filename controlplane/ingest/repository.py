@@ -121,3 +121,15 @@ def outcome_counts(session: Session, task_id: int) -> list[tuple[str | None, int
         .group_by(Result.outcome)
     )
     return [(r[0], r[1]) for r in rows]
+
+
+def request_ids_by_outcome(
+    session: Session, task_id: int, outcome: str, *, limit: int
+) -> list[str]:
+    query = (
+        select(Result.request_id)
+        .where(Result.task_id == task_id, Result.outcome == outcome)
+        .order_by(Result.ts.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(query))

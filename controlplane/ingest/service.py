@@ -233,6 +233,11 @@ def outcome_counts(session: Session, task: TaskRuntime) -> dict[str, int]:
     return dict(counts)
 
 
+def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:
+    """Request ids of a task's most recent conflicting results."""
+    return repository.request_ids_by_outcome(session, task_id, "conflict", limit=limit)
+
+
 def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] | None:
     """A stored result in the shape it was posted, with bucket, received_at, comparison, payload."""
     found = repository.get_result(session, task, request_id)

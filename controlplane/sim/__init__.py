@@ -1,0 +1,1 @@
+"""The traffic simulator: plays routing services against a running API over HTTP."""
