@@ -154,10 +154,10 @@ def demo(
 def simulate(
     url: Annotated[str, typer.Option(help="Base URL of the API.")] = "http://127.0.0.1:8000",
     key: Annotated[str, typer.Option(envvar="SHADOWPLANE_KEY", help="An ingest key.")] = "",
-    task: Annotated[list[str], typer.Option(help="Task to simulate; repeatable.")] = [
-        "ticket_classify",
-        "invoice_extract",
-    ],  # noqa: B006
+    task: Annotated[
+        list[str] | None,
+        typer.Option(help="Task to simulate; repeatable (default: both examples)."),
+    ] = None,
     results: Annotated[int, typer.Option(help="Results per task.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Results per request.")] = 200,
     scenario: Annotated[
@@ -172,6 +172,7 @@ def simulate(
     from controlplane.sim.profiles import GENERATORS, SCENARIOS
     from controlplane.sim.runner import simulate as run
 
+    task = task or list(GENERATORS)
     if scenario not in SCENARIOS:
         raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
     unknown = [t for t in task if t not in GENERATORS]
