@@ -7,6 +7,7 @@ config applies only when the task is created (later stage changes are rollout ac
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,16 +132,32 @@ class TaskRuntime:
 
 
 class RuntimeCache:
-    """Parsed configs by (task id, version). Versions never change, so entries never expire;
-    which version is current is read from the database on every call."""
+    """Parsed configs by (task id, version), and which version is current.
 
-    def __init__(self) -> None:
+    Versions never change, so parsed configs never expire. Which version is current is
+    re-read after `current_seconds` (1 s): a new config version applies to ingest within a
+    second (each result records the version it was scored with), and a task the cache does
+    not know yet is always looked up at once.
+    """
+
+    def __init__(self, current_seconds: float = 1.0) -> None:
         self._parsed: dict[tuple[int, int], tuple[TaskConfig, dict[str, Any]]] = {}
+        self._current: dict[str, tuple[int, int, str]] = {}
+        self._current_at = 0.0
+        self._current_seconds = current_seconds
         self._lock = threading.Lock()
 
     def runtimes(self, session: Session, names: set[str]) -> dict[str, TaskRuntime]:
-        current = repository.current_versions(session, names)
-        missing = [(tid, v) for tid, _, v, _ in current if (tid, v) not in self._parsed]
+        fresh = time.monotonic() - self._current_at < self._current_seconds
+        if not fresh or not names <= self._current.keys():
+            rows = repository.current_versions(session, names)
+            with self._lock:
+                if not fresh:
+                    self._current = {}
+                    self._current_at = time.monotonic()
+                self._current.update({name: (tid, v, stage) for tid, name, v, stage in rows})
+        current = {n: self._current[n] for n in names if n in self._current}
+        missing = [(tid, v) for tid, v, _ in current.values() if (tid, v) not in self._parsed]
         if missing:
             documents = repository.config_documents(session, missing)
             with self._lock:
@@ -148,7 +165,7 @@ class RuntimeCache:
                     config = TaskConfig.model_validate(document)
                     self._parsed[key] = (config, config.comparator.model_dump(mode="json"))
         out = {}
-        for task_id, name, version, stage in current:
+        for name, (task_id, version, stage) in current.items():
             config, spec = self._parsed[(task_id, version)]
             out[name] = TaskRuntime(
                 task_id, name, stage, version, config, spec, comparator_version(spec["kind"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import orjson
@@ -68,18 +69,23 @@ def normalise_label(value: Any) -> str | None:
     return label or None
 
 
-def _label_problem(value: Any, label: str | None, allowed: list[str] | None) -> str | None:
+@lru_cache(maxsize=256)
+def _allowed_labels(labels: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(normalise_label(x) or "" for x in labels)
+
+
+def _label_problem(value: Any, label: str | None, allowed: frozenset[str] | None) -> str | None:
     if label is None:
         return f"not a non-empty string label: {short_repr(value)}"
     if allowed is not None and label not in allowed:
-        return f"label {label!r} is not one of {allowed}"
+        return f"label {label!r} is not one of {sorted(allowed)}"
     return None
 
 
 @register("label", version=1)
 def compare_label(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     labels = spec.get("labels")
-    allowed = [normalise_label(x) or "" for x in labels] if labels else None
+    allowed = _allowed_labels(tuple(labels)) if labels else None
     e, c = normalise_label(edge), normalise_label(cloud)
     if problem := _label_problem(edge, e, allowed):
         return Comparison("invalid", {"edge": problem}, 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -26,18 +25,17 @@ async def post_results(
     """Ingest one result or {"results": [...]} (at most 1000); every item is answered."""
     settings = request.app.state.settings
     body = await read_body(request, settings.max_body_bytes)
+
+    def store() -> IngestReport:
+        valid, rejected = service.validate_body(body, settings.max_batch_items)
+        with session_scope(request.app.state.engine) as session:
+            return service.ingest(session, valid, rejected, request.app.state.tasks, utcnow())
+
     try:
-        items = service.items_of(orjson.loads(body), settings.max_batch_items)
-    except orjson.JSONDecodeError as exc:
-        raise HTTPException(422, f"body: not valid JSON ({exc})") from None
+        report = await run_in_threadpool(store)
     except service.BodyError as exc:
         raise HTTPException(422, str(exc)) from None
 
-    def store() -> IngestReport:
-        with session_scope(request.app.state.engine) as session:
-            return service.ingest(session, items, request.app.state.tasks, utcnow())
-
-    report = await run_in_threadpool(store)
     return ORJSONResponse(report.model_dump())
 
 

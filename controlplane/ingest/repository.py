@@ -8,9 +8,11 @@ Core `INSERT … ON CONFLICT DO NOTHING RETURNING`. The ORM stays off this path.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Insert, func, insert, select, text
+from psycopg.types.json import Jsonb
+from sqlalchemy import Column, Connection, Engine, Insert, event, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -29,11 +31,19 @@ _CREATE_STAGING = text(
     "CREATE TEMPORARY TABLE IF NOT EXISTS ingest_staging ON COMMIT DELETE ROWS AS "
     f"SELECT {_COLS} FROM results WITH NO DATA"
 )
+# Moving the rows out of the staging table (DELETE … RETURNING) empties it in the same
+# statement, so a second batch in one transaction never merges the first one's rows again.
 _MERGE_STAGING = text(
-    f"INSERT INTO results ({_COLS}) SELECT {_COLS} FROM ingest_staging "
+    f"WITH staged AS (DELETE FROM ingest_staging RETURNING {_COLS}) "
+    f"INSERT INTO results ({_COLS}) SELECT {_COLS} FROM staged "
     "ON CONFLICT (task_id, request_id) DO NOTHING RETURNING id, task_id, request_id"
 )
-_EMPTY_STAGING = text("DELETE FROM ingest_staging")
+
+
+@event.listens_for(Engine, "rollback")
+def _forget_staging(connection: Connection) -> None:
+    # A rolled-back transaction may have rolled back the staging table's creation too.
+    connection.info.pop("ingest_staging", None)
 
 
 def insert_results(
@@ -72,13 +82,32 @@ def insert_payload() -> Insert:
 
 
 def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
-    session.execute(_CREATE_STAGING)
+    connection = session.connection()
+    # The temporary table lives as long as the database connection: create it once per
+    # connection (the flag lives and dies with the pooled connection).
+    if not connection.info.get("ingest_staging"):
+        session.execute(_CREATE_STAGING)
+        connection.info["ingest_staging"] = True
     _copy(session, "ingest_staging", RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
-    inserted = [(r[0], r[1], r[2]) for r in session.execute(_MERGE_STAGING)]
-    # ON COMMIT DELETE ROWS empties it at commit; empty it now too, so a second batch in
-    # the same transaction does not merge the first one's rows again.
-    session.execute(_EMPTY_STAGING)
-    return inserted
+    return [(r[0], r[1], r[2]) for r in session.execute(_MERGE_STAGING)]
+
+
+def _pg_type(column: Column[Any]) -> str:
+    """The PostgreSQL type name psycopg needs for a column in a binary COPY."""
+    name = column.type.compile(dialect=postgresql.dialect()).split("(")[0]
+    return _PG_COPY_TYPES[name]
+
+
+_PG_COPY_TYPES = {
+    "INTEGER": "int4",
+    "BIGINT": "int8",
+    "VARCHAR": "text",
+    "TEXT": "text",
+    "FLOAT": "float8",
+    "BOOLEAN": "bool",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "JSONB": "jsonb",
+}
 
 
 def _copy(
@@ -88,17 +117,24 @@ def _copy(
     json_columns: set[str],
     rows: Iterable[dict[str, Any]],
 ) -> None:
-    """COPY rows into a table on the session's own connection (inside its transaction)."""
+    """Binary COPY of rows into a table on the session's own connection (in its transaction)."""
     raw = session.connection().connection.driver_connection
     assert raw is not None
+    source = Payload.__table__ if table == "payloads" else Result.__table__
+    types = [_pg_type(source.c[name]) for name in columns]
     json_positions = [i for i, c in enumerate(columns) if c in json_columns]
-    statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"  # names are ours, never input
+    values_of = itemgetter(*columns)
+    # Table and column names are ours, never input.
+    statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
     with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        copy.set_types(types)
         for row in rows:
-            values = [row[c] for c in columns]
-            for i in json_positions:
-                if values[i] is not None:
-                    values[i] = json_text(values[i])
+            values = values_of(row)
+            if any(values[i] is not None for i in json_positions):
+                values = list(values)
+                for i in json_positions:
+                    if values[i] is not None:
+                        values[i] = Jsonb(values[i], dumps=json_text)
             copy.write_row(values)
 
 

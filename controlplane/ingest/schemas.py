@@ -5,19 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Side = Literal["edge", "cloud"]
 
 
-def _no_nul(value: str | None) -> str | None:
-    # PostgreSQL text cannot hold NUL; refuse it here rather than fail the whole batch later.
-    if value is not None and "\x00" in value:
-        raise ValueError("must not contain the NUL character")
-    return value
-
-
-Code = Annotated[str | None, AfterValidator(_no_nul)]
+Code = str | None
+# Counts are stored as 32-bit integers.
+Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class Lenient(BaseModel):
@@ -33,8 +28,8 @@ class SideIn(Lenient):
     latency_ms: float | None = Field(None, ge=0)
     ttfb_ms: float | None = Field(None, ge=0)
     model: Code = Field(None, max_length=200)
-    input_tokens: int | None = Field(None, ge=0)
-    output_tokens: int | None = Field(None, ge=0)
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
     cost: float | None = Field(None, ge=0)
 
 
@@ -49,17 +44,17 @@ class InputIn(Lenient):
 
 
 class ResultIn(Lenient):
-    request_id: Annotated[str, AfterValidator(_no_nul)] = Field(min_length=1, max_length=200)
-    task: Annotated[str, AfterValidator(_no_nul)] = Field(min_length=1, max_length=100)
+    request_id: str = Field(min_length=1, max_length=200)
+    task: str = Field(min_length=1, max_length=100)
     ts: datetime | None = None
     session_id: Code = Field(None, max_length=200)
     user_id: Code = Field(None, max_length=200)
-    input_tokens: int = Field(ge=0)
+    input_tokens: Count
     decision: Side
     served: Side
     degraded: bool = False
     degrade_reason: Code = Field(None, max_length=200)
-    flag_version: int | None = None
+    flag_version: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     input: InputIn | None = None
     edge: EdgeSideIn | None = None
     cloud: SideIn | None = None
@@ -77,6 +72,26 @@ class ResultIn(Lenient):
         if self.degraded and self.edge is None:
             raise ValueError("degraded is true but there is no 'edge' side (the edge was tried)")
         return self
+
+
+# Columns of text that PostgreSQL cannot store with a NUL character in them. (Outputs and
+# inputs are JSON: their NUL escapes are stored as U+FFFD instead.)
+TEXT_FIELDS = ("request_id", "task", "session_id", "user_id", "degrade_reason")
+SIDE_TEXT_FIELDS = ("error", "error_message", "model")
+
+
+def nul_fields(item: ResultIn) -> list[str]:
+    """The text fields of a result holding a NUL character."""
+    found = [name for name in TEXT_FIELDS if "\x00" in (getattr(item, name) or "")]
+    for side_name in ("edge", "cloud"):
+        side = getattr(item, side_name)
+        if side is not None:
+            found += [
+                f"{side_name}.{name}"
+                for name in SIDE_TEXT_FIELDS
+                if "\x00" in (getattr(side, name) or "")
+            ]
+    return found
 
 
 class Rejected(BaseModel):

@@ -8,13 +8,14 @@ rows of one request are written in one transaction: on a storage error nothing i
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import RuntimeCache, TaskRuntime
@@ -22,10 +23,14 @@ from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.comparators import Comparison, compare
-from controlplane.ingest.schemas import IngestReport, Rejected, ResultIn
+from controlplane.ingest.schemas import IngestReport, Rejected, ResultIn, nul_fields
 
 _ITEMS = TypeAdapter(list[ResultIn])
 _ITEM = TypeAdapter(ResultIn)
+
+
+class _Batch(BaseModel):
+    results: list[ResultIn]
 
 
 class BodyError(ValueError):
@@ -44,6 +49,26 @@ def items_of(body: Any, max_items: int) -> list[Any]:
     if len(items) > max_items:
         raise BodyError(f"results: {len(items)} items, at most {max_items} per request")
     return items
+
+
+def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
+    """Validated items with their indexes, and the rejected ones; BodyError for a non-result."""
+    try:
+        # Fast path: a batch where every item is valid, validated straight from the bytes.
+        results = _Batch.model_validate_json(body).results
+    except ValidationError:
+        pass  # a single result, a bad item, or not a result at all: the careful path decides
+    else:
+        if len(results) > max_items:
+            raise BodyError(f"results: {len(results)} items, at most {max_items} per request")
+        if b"\\u0000" not in body:  # JSON spells a NUL character only this way
+            return list(enumerate(results)), []
+        return _refuse_nul(list(enumerate(results)), [])
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BodyError(f"body: not valid JSON ({exc})") from None
+    return validate_items(items_of(parsed, max_items))
 
 
 def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
@@ -66,7 +91,27 @@ def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[R
                     error="; ".join(describe_errors(exc, root="(result)")),
                 )
             )
-    return good, bad
+    return _refuse_nul(good, bad)
+
+
+def _refuse_nul(
+    good: list[tuple[int, ResultIn]], bad: list[Rejected]
+) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
+    """Move results whose text fields hold a NUL character (PostgreSQL cannot store it) to `bad`."""
+    kept = []
+    for index, item in good:
+        if fields := nul_fields(item):
+            bad.append(
+                Rejected(
+                    index=index,
+                    request_id=None if "request_id" in fields else item.request_id,
+                    error="; ".join(f"{f}: must not contain the NUL character" for f in fields),
+                )
+            )
+        else:
+            kept.append((index, item))
+    bad.sort(key=lambda r: r.index)
+    return kept, bad
 
 
 # --- pure scoring ----------------------------------------------------------------------
@@ -88,8 +133,7 @@ def is_pair(item: ResultIn) -> bool:
 
 def keep_draw(task: str, request_id: str) -> float:
     """A uniform number in [0, 1) fixed by the result's identity, so a resend decides alike."""
-    digest = hashlib.blake2b(f"{task}\x00{request_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    return zlib.crc32(f"{task}\x00{request_id}".encode()) / 2**32
 
 
 def keep_probability(item: ResultIn, comparison: Comparison | None, task: TaskRuntime) -> float:
@@ -187,10 +231,13 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
 
 
 def ingest(
-    session: Session, items: list[Any], tasks: RuntimeCache, received_at: datetime
+    session: Session,
+    valid: list[tuple[int, ResultIn]],
+    rejected: list[Rejected],
+    tasks: RuntimeCache,
+    received_at: datetime,
 ) -> IngestReport:
-    """Validate, score and store a batch; the caller owns (commits) the transaction."""
-    valid, rejected = validate_items(items)
+    """Score and store validated items; the caller owns (commits) the transaction."""
     runtimes = tasks.runtimes(session, {item.task for _, item in valid}) if valid else {}
     seen: set[tuple[str, str]] = set()
     scored: list[Scored] = []

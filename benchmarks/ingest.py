@@ -1,0 +1,344 @@
+"""Ingest throughput and latency against PostgreSQL, with the ceilings measured in the same run.
+
+    .venv/bin/python benchmarks/ingest.py [--rows 100000] [--senders 4] [--reps 5]
+
+Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
+unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; runs `shadowplane api --workers 2`;
+then measures, each `--reps` times, and prints medians:
+
+- end to end: results/s posted in batches of 500 by `--senders` concurrent senders
+  (HTTP, validation, scoring, payload sampling, idempotent write, commit);
+- ceiling 1: a plain `COPY` of the same rows into `results` (not idempotent);
+- ceiling 2: the fastest idempotent path found: `COPY` into a temporary table, then
+  `INSERT … SELECT … ON CONFLICT DO NOTHING`, all rows in one transaction;
+- ceiling 2b: the same idempotent path in batches of 500, one commit each, one connection;
+- single results: p50/p99 latency of one-result posts sent open-loop at 200 requests/s,
+  measured from each request's scheduled send time.
+
+Prints figures; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import psycopg
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controlplane.auth.service import create_key  # noqa: E402
+from controlplane.catalog.service import RuntimeCache, apply_config  # noqa: E402
+from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.ingest.repository import JSON_RESULT_COLUMNS, RESULT_COLUMNS  # noqa: E402
+from controlplane.ingest.schemas import ResultIn  # noqa: E402
+from controlplane.ingest.service import score  # noqa: E402
+from controlplane.migrate import upgrade  # noqa: E402
+from controlplane.sim.profiles import generate  # noqa: E402
+
+BATCH = 500
+TASK = {
+    "task": "ticket_classify",
+    "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]},
+}
+
+
+def start_services(tmp: Path) -> str:
+    env = {**os.environ, "SP_PG_DURABLE": "1", "SP_PG_PORT": "55532", "SP_REDIS_PORT": "56479"}
+    subprocess.run([str(ROOT / "scripts" / "services"), "start", str(tmp)], check=True, env=env)
+    return "postgresql+psycopg://postgres@127.0.0.1:55532/postgres"
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    return url
+
+
+def results(n: int, tag: str) -> list[dict[str, Any]]:
+    rows = generate("ticket_classify", n, seed=hash(tag) & 0xFFFF, now=datetime.now(UTC))
+    for i, r in enumerate(rows):
+        r["request_id"] = f"{tag}-{i}"
+    return rows
+
+
+def db_rows(url: str, items: list[dict[str, Any]]) -> list[list[Any]]:
+    """The rows the server would store for these results, as COPY-ready value lists."""
+    with session_scope(get_engine(url)) as session:
+        runtime = RuntimeCache().runtimes(session, {"ticket_classify"})["ticket_classify"]
+    now = datetime.now(UTC)
+    out = []
+    for item in items:
+        row = score(ResultIn.model_validate(item), runtime, now).row
+        values = [row[c] for c in RESULT_COLUMNS]
+        for i, c in enumerate(RESULT_COLUMNS):
+            if c in JSON_RESULT_COLUMNS and values[i] is not None:
+                values[i] = orjson.dumps(values[i]).decode()
+        out.append(values)
+    return out
+
+
+def pg_conninfo(url: str) -> str:
+    u = make_url(url)
+    return f"host={u.host} port={u.port} user={u.username} dbname={u.database}"
+
+
+COLS = ", ".join(RESULT_COLUMNS)
+
+
+def ceiling_copy(url: str, rows: list[list[Any]]) -> float:
+    with psycopg.connect(pg_conninfo(url)) as conn:
+        started = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(f"COPY results ({COLS}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        return len(rows) / (time.perf_counter() - started)
+
+
+def _idempotent(conn: psycopg.Connection[Any], rows: list[list[Any]]) -> None:
+    with conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS staging ON COMMIT DELETE ROWS AS "
+            f"SELECT {COLS} FROM results WITH NO DATA"
+        )
+        with cur.copy(f"COPY staging ({COLS}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(
+            f"INSERT INTO results ({COLS}) SELECT {COLS} FROM staging "
+            "ON CONFLICT (task_id, request_id) DO NOTHING"
+        )
+    conn.commit()
+
+
+def ceiling_idempotent(url: str, rows: list[list[Any]], batch: int | None = None) -> float:
+    with psycopg.connect(pg_conninfo(url)) as conn:
+        started = time.perf_counter()
+        step = batch or len(rows)
+        for i in range(0, len(rows), step):
+            _idempotent(conn, rows[i : i + step])
+        return len(rows) / (time.perf_counter() - started)
+
+
+def end_to_end(base: str, key: str, items: list[dict[str, Any]], senders: int) -> float:
+    bodies = [orjson.dumps({"results": items[i : i + BATCH]}) for i in range(0, len(items), BATCH)]
+    queue = list(reversed(bodies))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    host, port = base.removeprefix("http://").split(":")
+
+    def sender() -> None:
+        # The standard library's client: a router's own overhead must not eat the two cores
+        # the server is measured on (httpx costs several times more CPU per request).
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    body = queue.pop()
+                conn.request("POST", "/v1/results", body=body, headers=headers)
+                response = conn.getresponse()
+                answer = response.read()
+                if response.status != 200 or orjson.loads(answer)["accepted"] != BATCH:
+                    failures.append(f"{response.status} {answer[:200]!r}")
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=sender) for _ in range(senders)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"end-to-end run failed: {failures[:3]}")
+    return len(items) / elapsed
+
+
+async def singles(base: str, key: str, items: list[dict[str, Any]], rate: float) -> list[float]:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    bodies = [orjson.dumps(item) for item in items]
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(
+        base_url=base, headers=headers, timeout=30, limits=limits
+    ) as client:
+        # warm the connection pool
+        await asyncio.gather(*(client.get("/healthz") for _ in range(16)))
+        start = time.perf_counter() + 0.1
+
+        async def one(i: int, body: bytes) -> None:
+            scheduled = start + i / rate
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            response = await client.post("/v1/results", content=body)
+            latencies.append((time.perf_counter() - scheduled) * 1000)
+            if response.status_code != 200 or response.json()["accepted"] != 1:
+                raise SystemExit(
+                    f"single post failed: {response.status_code} {response.text[:200]}"
+                )
+
+        await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the API exited")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("the API did not become ready")
+
+
+def median_of(label: str, reps: int, run: Callable[[int], float], unit: str) -> float:
+    figures = [run(rep) for rep in range(reps)]
+    med = statistics.median(figures)
+    print(
+        f"  {label:<52} median {med:>9,.0f} {unit}   runs: {', '.join(f'{f:,.0f}' for f in figures)}"
+    )
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--singles", type=int, default=2000, help="one-result posts per latency run"
+    )
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--port", type=int, default=18777)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
+    os.chmod(tmp, 0o755)
+    admin_url = os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL") or start_services(tmp)
+    api = None
+    try:
+        url = fresh_database(admin_url, "sp_bench")
+        with session_scope(get_engine(url)) as session:
+            apply_config(session, TASK, actor="bench")
+            _, key = create_key(session, name="bench", scopes=["ingest"], actor="bench")
+        env = {**os.environ, "SHADOWPLANE_DATABASE_URL": url, "SHADOWPLANE_LOG_LEVEL": "INFO"}
+        api = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "shadowplane"),
+                "api",
+                "--workers",
+                "2",
+                "--port",
+                str(args.port),
+            ],
+            env=env,
+            stderr=open(tmp / "api.log", "wb"),
+        )
+        base = f"http://127.0.0.1:{args.port}"
+        wait_ready(base, api)
+
+        print(
+            f"PostgreSQL {psycopg.connect(pg_conninfo(url)).info.server_version}, "
+            f"{os.cpu_count()} cores, {args.rows:,} results per run, batches of {BATCH}, "
+            f"{args.senders} senders, API with 2 uvicorn workers\n"
+        )
+        print("Throughput (results/s):")
+        e2e = median_of(
+            "end to end over HTTP (batches of 500)",
+            args.reps,
+            lambda rep: end_to_end(base, key, results(args.rows, f"e2e{rep}"), args.senders),
+            "results/s",
+        )
+        copy = median_of(
+            "ceiling: plain COPY (not idempotent)",
+            args.reps,
+            lambda rep: ceiling_copy(url, db_rows(url, results(args.rows, f"copy{rep}"))),
+            "rows/s",
+        )
+        idem = median_of(
+            "ceiling: COPY → temp, INSERT … ON CONFLICT (one txn)",
+            args.reps,
+            lambda rep: ceiling_idempotent(url, db_rows(url, results(args.rows, f"idem{rep}"))),
+            "rows/s",
+        )
+        idem_b = median_of(
+            "same, in batches of 500 with a commit each",
+            args.reps,
+            lambda rep: ceiling_idempotent(
+                url, db_rows(url, results(args.rows, f"idb{rep}")), BATCH
+            ),
+            "rows/s",
+        )
+        print(
+            f"\n  end to end / idempotent ceiling: {e2e / idem:.0%} (goal ≥ 50%);"
+            f" / batched idempotent: {e2e / idem_b:.0%}; / plain COPY: {e2e / copy:.0%}"
+        )
+
+        print(
+            f"\nSingle-result posts, open loop at {args.rate:.0f}/s, {args.singles} per run (ms):"
+        )
+        p50s, p99s = [], []
+        for rep in range(args.reps):
+            lat = asyncio.run(singles(base, key, results(args.singles, f"single{rep}"), args.rate))
+            p50s.append(percentile(lat, 0.5))
+            p99s.append(percentile(lat, 0.99))
+        print(
+            f"  p50 median {statistics.median(p50s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p50s)}"
+        )
+        print(
+            f"  p99 median {statistics.median(p99s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p99s)}"
+            "   (goal < 15 ms)"
+        )
+    finally:
+        if api is not None:
+            api.terminate()
+            api.wait(timeout=30)
+        get_engine.cache_clear()
+        if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
+            subprocess.run([str(ROOT / "scripts" / "services"), "stop", str(tmp)], check=False)
+
+
+if __name__ == "__main__":
+    main()
