@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +27,12 @@ STORAGE_RETRY_SECONDS = 5
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level)
-    app = FastAPI(title="Shadowplane", version="0.1.0", default_response_class=ORJSONResponse)
+    app = FastAPI(
+        title="Shadowplane",
+        version="0.1.0",
+        default_response_class=ORJSONResponse,
+        lifespan=_lifespan,
+    )
     engine = get_engine(settings.database_url)
     app.state.settings = settings
     app.state.engine = engine
@@ -80,6 +89,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     return app
+
+
+@asynccontextmanager
+async def _lifespan(_: FastAPI) -> AsyncIterator[None]:
+    # A full collection walks every object the imports created (~100k, ~50 ms here); left
+    # alone, those pauses land on requests as p99 spikes. Freeze what exists at start-up
+    # so the collector only walks what requests allocate.
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 def _readiness(app: FastAPI) -> dict[str, str]:

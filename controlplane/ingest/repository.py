@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
-from sqlalchemy import Column, Connection, Engine, Insert, event, func, insert, select, text
+from sqlalchemy import Connection, Engine, FromClause, Insert, event, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -27,6 +28,8 @@ JSON_PAYLOAD_COLUMNS = {"input", "edge_output", "cloud_output", "diff"}
 COPY_MIN_ROWS = 20
 
 _COLS = ", ".join(RESULT_COLUMNS)
+_ID_AND_RESULT_COLUMNS = ["id", *RESULT_COLUMNS]
+_NEXT_IDS = text("SELECT nextval('results_id_seq') FROM generate_series(1, :n)")
 _CREATE_STAGING = text(
     "CREATE TEMPORARY TABLE IF NOT EXISTS ingest_staging ON COMMIT DELETE ROWS AS "
     f"SELECT {_COLS} FROM results WITH NO DATA"
@@ -82,6 +85,21 @@ def insert_payload() -> Insert:
 
 
 def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+    """Optimistic first: ids drawn from the sequence, then one COPY straight into `results`
+    inside a savepoint. A resend (a unique violation) rolls the savepoint back and the batch
+    goes through the staging table, which skips what is already stored."""
+    ids = session.scalars(_NEXT_IDS, {"n": len(rows)}).all()
+    for row, result_id in zip(rows, ids, strict=True):
+        row["id"] = result_id
+    try:
+        with session.begin_nested():
+            _copy(session, "results", _ID_AND_RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
+    except UniqueViolation:
+        return _merge_results(session, rows)
+    return [(row["id"], row["task_id"], row["request_id"]) for row in rows]
+
+
+def _merge_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
     connection = session.connection()
     # The temporary table lives as long as the database connection: create it once per
     # connection (the flag lives and dies with the pooled connection).
@@ -92,10 +110,10 @@ def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[in
     return [(r[0], r[1], r[2]) for r in session.execute(_MERGE_STAGING)]
 
 
-def _pg_type(column: Column[Any]) -> str:
-    """The PostgreSQL type name psycopg needs for a column in a binary COPY."""
-    name = column.type.compile(dialect=postgresql.dialect()).split("(")[0]
-    return _PG_COPY_TYPES[name]
+def copy_types(table: FromClause, columns: list[str]) -> list[str]:
+    """The PostgreSQL type names psycopg needs for these columns in a binary COPY."""
+    dialect = postgresql.dialect()
+    return [_PG_COPY_TYPES[table.c[c].type.compile(dialect=dialect).split("(")[0]] for c in columns]
 
 
 _PG_COPY_TYPES = {
@@ -120,8 +138,7 @@ def _copy(
     """Binary COPY of rows into a table on the session's own connection (in its transaction)."""
     raw = session.connection().connection.driver_connection
     assert raw is not None
-    source = Payload.__table__ if table == "payloads" else Result.__table__
-    types = [_pg_type(source.c[name]) for name in columns]
+    types = copy_types(Payload.__table__ if table == "payloads" else Result.__table__, columns)
     json_positions = [i for i, c in enumerate(columns) if c in json_columns]
     values_of = itemgetter(*columns)
     # Table and column names are ours, never input.
