@@ -310,6 +310,73 @@ def median_of(label: str, reps: int, url: str, run: Callable[[int], float], unit
     return med
 
 
+def measure_latency(args: argparse.Namespace, base: str, key: str, url: str) -> None:
+    print(f"Single-result posts, open loop at {args.rate:.0f}/s, {args.singles} per run (ms):")
+    singles(base, key, results(args.singles // 2, "warm-up"), args.rate)  # not counted
+    p50s, p99s = [], []
+    for rep in range(args.reps):
+        settle(url)
+        lat = singles(base, key, results(args.singles, f"single{rep}"), args.rate)
+        p50s.append(percentile(lat, 0.5))
+        p99s.append(percentile(lat, 0.99))
+    print(
+        f"  p50 median {statistics.median(p50s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p50s)}"
+    )
+    print(
+        f"  p99 median {statistics.median(p99s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p99s)}"
+        "   (goal < 15 ms)"
+    )
+
+
+def measure_throughput(args: argparse.Namespace, base: str, key: str, url: str) -> None:
+    print("\nThroughput:")
+    e2e = median_of(
+        "end to end over HTTP (batches of 500)",
+        args.reps,
+        url,
+        lambda rep: end_to_end(base, key, results(args.rows, f"e2e{rep}"), args.senders),
+        "results/s",
+    )
+    copy = median_of(
+        "ceiling: plain binary COPY (not idempotent)",
+        args.reps,
+        url,
+        lambda rep: ceiling_copy(url, db_rows(url, results(args.rows, f"copy{rep}"))),
+        "rows/s",
+    )
+    staged = median_of(
+        "idempotent: COPY → temp, INSERT … ON CONFLICT",
+        args.reps,
+        url,
+        lambda rep: ceiling_idempotent(url, db_rows(url, results(args.rows, f"idem{rep}"))),
+        "rows/s",
+    )
+    optimistic = median_of(
+        "idempotent: ids, COPY in a savepoint, else staged",
+        args.reps,
+        url,
+        lambda rep: ceiling_idempotent(
+            url, db_rows(url, results(args.rows, f"opt{rep}")), method=_optimistic
+        ),
+        "rows/s",
+    )
+    optimistic_b = median_of(
+        "  the same in batches of 500, a commit each",
+        args.reps,
+        url,
+        lambda rep: ceiling_idempotent(
+            url, db_rows(url, results(args.rows, f"ob{rep}")), BATCH, _optimistic
+        ),
+        "rows/s",
+    )
+    ceiling = max(staged, optimistic)
+    print(
+        f"\n  end to end / fastest idempotent ceiling ({ceiling:,.0f} rows/s): {e2e / ceiling:.0%}"
+        f" (goal ≥ 50%)\n  end to end / idempotent in batches of 500: {e2e / optimistic_b:.0%};"
+        f" / plain COPY: {e2e / copy:.0%}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,6 +389,7 @@ def main() -> None:
     )
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--port", type=int, default=18777)
+    parser.add_argument("--only", choices=["latency", "throughput"], help="run one part only")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
@@ -356,68 +424,10 @@ def main() -> None:
         )
         # Latency first, on a young table; then throughput. Every measured run starts
         # after a CHECKPOINT, so one run's dirty pages are not flushed during the next.
-        print(f"Single-result posts, open loop at {args.rate:.0f}/s, {args.singles} per run (ms):")
-        singles(base, key, results(args.singles // 2, "warm-up"), args.rate)  # not counted
-        p50s, p99s = [], []
-        for rep in range(args.reps):
-            settle(url)
-            lat = singles(base, key, results(args.singles, f"single{rep}"), args.rate)
-            p50s.append(percentile(lat, 0.5))
-            p99s.append(percentile(lat, 0.99))
-        print(
-            f"  p50 median {statistics.median(p50s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p50s)}"
-        )
-        print(
-            f"  p99 median {statistics.median(p99s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p99s)}"
-            "   (goal < 15 ms)"
-        )
-
-        print("\nThroughput:")
-        e2e = median_of(
-            "end to end over HTTP (batches of 500)",
-            args.reps,
-            url,
-            lambda rep: end_to_end(base, key, results(args.rows, f"e2e{rep}"), args.senders),
-            "results/s",
-        )
-        copy = median_of(
-            "ceiling: plain binary COPY (not idempotent)",
-            args.reps,
-            url,
-            lambda rep: ceiling_copy(url, db_rows(url, results(args.rows, f"copy{rep}"))),
-            "rows/s",
-        )
-        staged = median_of(
-            "idempotent: COPY → temp, INSERT … ON CONFLICT",
-            args.reps,
-            url,
-            lambda rep: ceiling_idempotent(url, db_rows(url, results(args.rows, f"idem{rep}"))),
-            "rows/s",
-        )
-        optimistic = median_of(
-            "idempotent: ids, COPY in a savepoint, else staged",
-            args.reps,
-            url,
-            lambda rep: ceiling_idempotent(
-                url, db_rows(url, results(args.rows, f"opt{rep}")), method=_optimistic
-            ),
-            "rows/s",
-        )
-        optimistic_b = median_of(
-            "  the same in batches of 500, a commit each",
-            args.reps,
-            url,
-            lambda rep: ceiling_idempotent(
-                url, db_rows(url, results(args.rows, f"ob{rep}")), BATCH, _optimistic
-            ),
-            "rows/s",
-        )
-        ceiling = max(staged, optimistic)
-        print(
-            f"\n  end to end / fastest idempotent ceiling ({ceiling:,.0f} rows/s): {e2e / ceiling:.0%}"
-            f" (goal ≥ 50%)\n  end to end / idempotent in batches of 500: {e2e / optimistic_b:.0%};"
-            f" / plain COPY: {e2e / copy:.0%}"
-        )
+        if args.only != "throughput":
+            measure_latency(args, base, key, url)
+        if args.only != "latency":
+            measure_throughput(args, base, key, url)
     finally:
         if api is not None:
             api.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -71,6 +72,7 @@ class RequestLog:
                 log.info(
                     orjson.dumps(
                         {
+                            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
                             "method": scope["method"],
                             "path": scope["path"],
                             "status": status,

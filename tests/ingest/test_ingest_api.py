@@ -282,3 +282,38 @@ def test_results_table_has_the_time_range_index(api: Api) -> None:
         else:
             names = {r[1] for r in conn.execute(text("PRAGMA index_list('results')"))}
     assert "ix_results_task_id_ts" in names
+
+
+def test_partial_resend_of_a_large_batch(api: Api) -> None:
+    # On PostgreSQL a batch this size takes the COPY path; its overlap with stored rows
+    # makes the optimistic COPY fail and the staged merge sort it out.
+    first = {
+        "results": [
+            make_result(request_id=f"p-{i}", edge={"output": "exchange"}) for i in range(40)
+        ]
+    }
+    assert api.post_results(first).json()["accepted"] == 40
+    overlap = {
+        "results": [
+            make_result(request_id=f"p-{i}", edge={"output": "exchange"}) for i in range(20, 80)
+        ]
+    }
+    assert api.post_results(overlap).json() == {"accepted": 40, "duplicates": 20, "rejected": []}
+    assert count(api, Result) == 80
+    assert count(api, Payload) == 80  # conflicts: every payload kept, once
+
+
+def test_concurrent_resends_store_each_result_once(api: Api) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    batch = {
+        "results": [
+            make_result(request_id=f"c-{i}", edge={"output": "exchange"}) for i in range(200)
+        ]
+    }
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        reports = [r.json() for r in pool.map(lambda _: api.post_results(batch), range(4))]
+    assert sum(r["accepted"] for r in reports) == 200
+    assert sum(r["duplicates"] for r in reports) == 600
+    assert count(api, Result) == 200
+    assert count(api, Payload) == 200
