@@ -12,6 +12,7 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -153,6 +154,18 @@ def keep_probability(item: ResultIn, comparison: Comparison | None, task: TaskRu
     return 1.0 if notable else task.config.keep_agreeing_rate
 
 
+# The per-side fields stored as `edge_*` / `cloud_*` columns (outputs and error messages
+# are payload text and live in the payloads table).
+SIDE_FIELDS = ("error", "latency_ms", "ttfb_ms", "model", "input_tokens", "output_tokens", "cost")
+EDGE_FIELDS = (*SIDE_FIELDS, "confidence", "valid")
+EDGE_KEYS = tuple(f"edge_{f}" for f in EDGE_FIELDS)
+CLOUD_KEYS = tuple(f"cloud_{f}" for f in SIDE_FIELDS)
+NO_EDGE = (None,) * len(EDGE_FIELDS)
+NO_CLOUD = (None,) * len(SIDE_FIELDS)
+_edge_values = attrgetter(*EDGE_FIELDS)
+_cloud_values = attrgetter(*SIDE_FIELDS)
+
+
 @dataclass(slots=True)
 class Scored:
     row: dict[str, Any]
@@ -190,24 +203,10 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
         "comparator_version": task.comparator_version,
         "outcome": comparison.outcome if comparison else None,
         "edge_ran": edge is not None,
-        "edge_error": edge.error if edge else None,
-        "edge_latency_ms": edge.latency_ms if edge else None,
-        "edge_ttfb_ms": edge.ttfb_ms if edge else None,
-        "edge_confidence": edge.confidence if edge else None,
-        "edge_valid": edge.valid if edge else None,
-        "edge_model": edge.model if edge else None,
-        "edge_input_tokens": edge.input_tokens if edge else None,
-        "edge_output_tokens": edge.output_tokens if edge else None,
-        "edge_cost": edge.cost if edge else None,
         "cloud_ran": cloud is not None,
-        "cloud_error": cloud.error if cloud else None,
-        "cloud_latency_ms": cloud.latency_ms if cloud else None,
-        "cloud_ttfb_ms": cloud.ttfb_ms if cloud else None,
-        "cloud_model": cloud.model if cloud else None,
-        "cloud_input_tokens": cloud.input_tokens if cloud else None,
-        "cloud_output_tokens": cloud.output_tokens if cloud else None,
-        "cloud_cost": cloud.cost if cloud else None,
     }
+    row.update(zip(EDGE_KEYS, _edge_values(edge) if edge else NO_EDGE, strict=True))
+    row.update(zip(CLOUD_KEYS, _cloud_values(cloud) if cloud else NO_CLOUD, strict=True))
     policy = task.config.payload_policy
     if policy == "none":
         return Scored(row, None)
@@ -295,17 +294,7 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
     def side(name: str) -> dict[str, Any] | None:
         if not getattr(r, f"{name}_ran"):
             return None
-        fields = [
-            "error",
-            "latency_ms",
-            "ttfb_ms",
-            "model",
-            "input_tokens",
-            "output_tokens",
-            "cost",
-        ]
-        if name == "edge":
-            fields += ["confidence", "valid"]
+        fields = EDGE_FIELDS if name == "edge" else SIDE_FIELDS
         out = {f: getattr(r, f"{name}_{f}") for f in fields}
         out["output"] = getattr(p, f"{name}_output") if p is not None else None
         out["error_message"] = getattr(p, f"{name}_error_message") if p is not None else None
