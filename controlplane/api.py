@@ -5,11 +5,12 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from sqlalchemy import text
+from fastapi.openapi.utils import get_openapi
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -19,6 +20,8 @@ from controlplane.catalog.service import RuntimeCache
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.http import BodyTooLarge, ORJSONResponse, RequestLog, configure_logging, log
 from controlplane.ingest.endpoints import router as results_router
+from controlplane.ingest.schemas import ResultBatch, ResultIn
+from controlplane.migrate import current_revisions, head_revisions
 from controlplane.settings import Settings, get_settings
 
 STORAGE_RETRY_SECONDS = 5
@@ -38,9 +41,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
     app.state.tasks = RuntimeCache()
+    app.state.schema_heads = head_revisions()
     app.add_middleware(RequestLog)
     app.include_router(tasks_router)
     app.include_router(results_router)
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.exception_handler(BodyTooLarge)
     async def too_large(_: Request, exc: BodyTooLarge) -> ORJSONResponse:
@@ -91,6 +97,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated schema, plus the result models the ingest endpoint validates itself."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, model in (("ResultIn", ResultIn), ("ResultBatch", ResultBatch)):
+            document = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(document.pop("$defs", {}))
+            components[name] = document
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
 @asynccontextmanager
 async def _lifespan(_: FastAPI) -> AsyncIterator[None]:
     # A full collection walks every object the imports created (~100k, ~50 ms here); left
@@ -105,8 +124,15 @@ def _readiness(app: FastAPI) -> dict[str, str]:
     checks: dict[str, str] = {}
     try:
         with app.state.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            current = current_revisions(conn)
         checks["database"] = "ok"
+        # A replica started against an unmigrated (or older) schema must not take traffic.
+        checks["schema"] = (
+            "ok"
+            if current == app.state.schema_heads
+            else f"at {sorted(current) or 'nothing'}, code needs {sorted(app.state.schema_heads)}: "
+            "run shadowplane migrate"
+        )
     except Exception as exc:  # any failure means not ready; say which
         checks["database"] = f"error: {type(exc).__name__}"
     redis_url = app.state.settings.redis_url

@@ -6,6 +6,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,3 +28,13 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 def check(database_url: str) -> None:
     """Raise when the models and the migrated schema differ (alembic check)."""
     command.check(alembic_config(database_url))
+
+
+def head_revisions() -> set[str]:
+    """The revisions `shadowplane migrate` would bring a database to."""
+    return set(ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads())
+
+
+def current_revisions(connection: Connection) -> set[str]:
+    """The revisions a database is at (empty when it was never migrated)."""
+    return set(MigrationContext.configure(connection).get_current_heads())

@@ -18,7 +18,27 @@ from controlplane.models.base import utcnow
 router = APIRouter(prefix="/v1/results", tags=["results"])
 
 
-@router.post("", response_model=IngestReport)
+@router.post(
+    "",
+    response_model=IngestReport,
+    # The body is read and validated by the service (per item, so a bad item never sinks
+    # the good ones); this only documents its shape in the OpenAPI schema.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "anyOf": [
+                            {"$ref": "#/components/schemas/ResultIn"},
+                            {"$ref": "#/components/schemas/ResultBatch"},
+                        ]
+                    }
+                }
+            },
+        }
+    },
+)
 async def post_results(
     request: Request, _: Annotated[Principal, Depends(require("ingest"))]
 ) -> ORJSONResponse:

@@ -94,6 +94,12 @@ def nul_fields(item: ResultIn) -> list[str]:
     return found
 
 
+class ResultBatch(BaseModel):
+    """Up to 1000 results in one request."""
+
+    results: list[ResultIn]
+
+
 class Rejected(BaseModel):
     index: int
     request_id: str | None

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import RuntimeCache, TaskRuntime
@@ -24,14 +24,16 @@ from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.comparators import Comparison, compare
-from controlplane.ingest.schemas import IngestReport, Rejected, ResultIn, nul_fields
+from controlplane.ingest.schemas import (
+    IngestReport,
+    Rejected,
+    ResultBatch,
+    ResultIn,
+    nul_fields,
+)
 
 _ITEMS = TypeAdapter(list[ResultIn])
 _ITEM = TypeAdapter(ResultIn)
-
-
-class _Batch(BaseModel):
-    results: list[ResultIn]
 
 
 class BodyError(ValueError):
@@ -56,7 +58,7 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
     """Validated items with their indexes, and the rejected ones; BodyError for a non-result."""
     try:
         # Fast path: a batch where every item is valid, validated straight from the bytes.
-        results = _Batch.model_validate_json(body).results
+        results = ResultBatch.model_validate_json(body).results
     except ValidationError:
         pass  # a single result, a bad item, or not a result at all: the careful path decides
     else:

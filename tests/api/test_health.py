@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,10 @@ def test_readyz_checks_redis_when_configured(pg_url: str) -> None:
     for api in make_api(pg_url, redis_url=redis_url()):
         ready = api.client.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+        assert ready.json() == {
+            "status": "ok",
+            "checks": {"database": "ok", "schema": "ok", "redis": "ok"},
+        }
 
 
 def test_readyz_fails_when_redis_is_unreachable(pg_url: str) -> None:
@@ -33,3 +37,34 @@ def test_readyz_fails_when_redis_is_unreachable(pg_url: str) -> None:
         assert body["checks"]["database"] == "ok"
         assert body["checks"]["redis"].startswith("error")
         assert api.client.get("/healthz").status_code == 200
+
+
+def test_readyz_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from controlplane.api import create_app
+    from controlplane.settings import Settings
+
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'empty.db'}"))
+    with TestClient(app) as client:
+        ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["schema"].startswith("at nothing, code needs [")
+    assert ready.json()["checks"]["schema"].endswith("run shadowplane migrate")
+
+
+def test_openapi_documents_the_result_body(pg_url: str) -> None:
+    for api in make_api(pg_url):
+        schema = api.client.get("/openapi.json").json()
+        body = schema["paths"]["/v1/results"]["post"]["requestBody"]["content"]["application/json"]
+        refs = [option["$ref"].rsplit("/", 1)[1] for option in body["schema"]["anyOf"]]
+        assert refs == ["ResultIn", "ResultBatch"]
+        components = schema["components"]["schemas"]
+        assert set(components["ResultIn"]["required"]) == {
+            "request_id",
+            "task",
+            "input_tokens",
+            "decision",
+            "served",
+        }
+        assert "EdgeSideIn" in components and "SideIn" in components
