@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import orjson
 from pydantic import (
@@ -220,6 +220,41 @@ class ConfigError(ValueError):
         self.errors = errors
 
 
+def allowed_fields(loc: tuple[Any, ...], raw: Any) -> list[str]:
+    """The field names a config may hold at `loc` (the location of an unknown field)."""
+    model: Any = TaskConfig
+    value = raw
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, list) and part < len(value) else None
+            continue
+        if part in REGISTRY:  # the discriminator's value: already resolved below
+            continue
+        value = value.get(part) if isinstance(value, dict) else None
+        model = _field_model(model, part, value)
+        if model is None:
+            return []
+    return sorted(model.model_fields)
+
+
+def _field_model(model: Any, field: str, value: Any) -> Any:
+    """The pydantic model a field of `model` holds (inside lists and unions), if any."""
+    if field not in getattr(model, "model_fields", {}):
+        return None
+    if field == "comparator" and model is TaskConfig:
+        kind = value.get("kind") if isinstance(value, dict) else None
+        return {"label": LabelSpec, "exact": ExactSpec, "json_fields": JsonFieldsSpec}.get(
+            str(kind)
+        )
+    pending = [model.model_fields[field].annotation]
+    while pending:
+        annotation = pending.pop()
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return annotation
+        pending.extend(get_args(annotation))
+    return None
+
+
 def parse_config(raw: Any) -> TaskConfig:
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -231,7 +266,20 @@ def parse_config(raw: Any) -> TaskConfig:
         return TaskConfig.model_validate(raw)
     except ValidationError as exc:
         # pydantic puts the comparator's kind in the location; the field path reads better without it.
-        raise ConfigError(describe_errors(exc, skip_loc=REGISTRY)) from None
+        errors = describe_errors(exc, skip_loc=REGISTRY)
+        # Name what is allowed where a field is unknown (often a typo of one of them).
+        unknown = [e for e in exc.errors(include_url=False) if e["type"] == "extra_forbidden"]
+        for err in unknown:
+            allowed = allowed_fields(tuple(err["loc"]), raw)
+            name = ".".join(str(p) for p in err["loc"] if p not in REGISTRY)
+            if allowed:
+                errors = [
+                    f"{m}; allowed here: {', '.join(allowed)}"
+                    if m == f"{name}: unknown field"
+                    else m
+                    for m in errors
+                ]
+        raise ConfigError(errors) from None
 
 
 def config_document(config: TaskConfig) -> dict[str, Any]:

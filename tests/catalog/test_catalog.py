@@ -126,7 +126,22 @@ CONFIG_ERRORS: list[tuple[dict[str, Any], str]] = [
         'characters) (got "Bad Name")',
     ),
     ({"stage": "full"}, "stage: Input should be 'shadow' or 'cloud' (got \"full\")"),
-    ({"windw_seconds": 60}, "windw_seconds: unknown field"),
+    (
+        {"windw_seconds": 60},
+        "windw_seconds: unknown field; allowed here: alerts, allowed_lateness_seconds,",
+    ),
+    (
+        {"comparator": {"kind": "label", "lables": ["a"]}},
+        "comparator.lables: unknown field; allowed here: kind, labels",
+    ),
+    (
+        {
+            "rollback": {
+                "rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "scop": "all"}]
+            }
+        },
+        "rollback.rules.0.scop: unknown field; allowed here: confidence, critical, detector, h,",
+    ),
     ({"comparator": None}, "comparator:"),
 ]
 
