@@ -56,8 +56,7 @@ from controlplane.ingest.repository import (  # noqa: E402
     RESULT_COLUMNS,
     copy_types,
 )
-from controlplane.ingest.schemas import ResultIn  # noqa: E402
-from controlplane.ingest.service import score  # noqa: E402
+from controlplane.ingest.service import parse_result, score  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Result  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402
@@ -100,7 +99,7 @@ def db_rows(url: str, items: list[dict[str, Any]]) -> list[list[Any]]:
     now = datetime.now(UTC)
     out = []
     for item in items:
-        row = score(ResultIn.model_validate(item), runtime, now).row
+        row = score(parse_result(item), runtime, now).row
         values = [row[c] for c in RESULT_COLUMNS]
         for i, c in enumerate(RESULT_COLUMNS):
             if c in JSON_RESULT_COLUMNS and values[i] is not None:

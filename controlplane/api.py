@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from pydantic import TypeAdapter
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -103,7 +104,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, model in (("ResultIn", ResultIn), ("ResultBatch", ResultBatch)):
-            document = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            document = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
             components.update(document.pop("$defs", {}))
             components[name] = document
         app.openapi_schema = schema

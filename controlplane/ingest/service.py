@@ -12,7 +12,7 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import attrgetter
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -29,11 +29,18 @@ from controlplane.ingest.schemas import (
     Rejected,
     ResultBatch,
     ResultIn,
+    consistency_problem,
     nul_fields,
 )
 
+_BATCH = TypeAdapter(ResultBatch)
 _ITEMS = TypeAdapter(list[ResultIn])
 _ITEM = TypeAdapter(ResultIn)
+
+
+def parse_result(raw: Any) -> ResultIn:
+    """One result, validated (raises pydantic's ValidationError)."""
+    return _ITEM.validate_python(raw)
 
 
 class BodyError(ValueError):
@@ -58,15 +65,13 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
     """Validated items with their indexes, and the rejected ones; BodyError for a non-result."""
     try:
         # Fast path: a batch where every item is valid, validated straight from the bytes.
-        results = ResultBatch.model_validate_json(body).results
+        results = _BATCH.validate_json(body)["results"]
     except ValidationError:
         pass  # a single result, a bad item, or not a result at all: the careful path decides
     else:
         if len(results) > max_items:
             raise BodyError(f"results: {len(results)} items, at most {max_items} per request")
-        if b"\\u0000" not in body:  # JSON spells a NUL character only this way
-            return list(enumerate(results)), []
-        return _refuse_nul(list(enumerate(results)), [])
+        return _refuse_impossible(list(enumerate(results)), [], check_nul=b"\\u0000" in body)
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -77,7 +82,9 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
 def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
     """Validated items with their indexes, and the rejected ones with the reasons."""
     try:
-        return list(enumerate(_ITEMS.validate_python(items))), []
+        return _refuse_impossible(
+            list(enumerate(_ITEMS.validate_python(items))), [], check_nul=True
+        )
     except ValidationError:
         pass  # slow path: find out which items are bad, keep the good ones
     good: list[tuple[int, ResultIn]] = []
@@ -94,25 +101,29 @@ def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[R
                     error="; ".join(describe_errors(exc, root="(result)")),
                 )
             )
-    return _refuse_nul(good, bad)
+    return _refuse_impossible(good, bad, check_nul=True)
 
 
-def _refuse_nul(
-    good: list[tuple[int, ResultIn]], bad: list[Rejected]
+def _refuse_impossible(
+    good: list[tuple[int, ResultIn]], bad: list[Rejected], *, check_nul: bool
 ) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
-    """Move results whose text fields hold a NUL character (PostgreSQL cannot store it) to `bad`."""
+    """Move well-typed results that cannot be stored to `bad`: contradictory ones, and (when
+    the body spelt one) those holding a NUL character in a text field, which PostgreSQL
+    cannot store."""
     kept = []
     for index, item in good:
-        if fields := nul_fields(item):
-            bad.append(
-                Rejected(
-                    index=index,
-                    request_id=None if "request_id" in fields else item.request_id,
-                    error="; ".join(f"{f}: must not contain the NUL character" for f in fields),
-                )
-            )
+        problem = consistency_problem(item)
+        if problem is not None:
+            error = f"(result): {problem}"
+        elif check_nul and (fields := nul_fields(item)):
+            error = "; ".join(f"{f}: must not contain the NUL character" for f in fields)
         else:
             kept.append((index, item))
+            continue
+        nul_id = check_nul and "\x00" in item["request_id"]
+        bad.append(
+            Rejected(index=index, request_id=None if nul_id else item["request_id"], error=error)
+        )
     bad.sort(key=lambda r: r.index)
     return kept, bad
 
@@ -122,15 +133,15 @@ def _refuse_nul(
 
 def is_pair(item: ResultIn) -> bool:
     """Both sides returned an output, neither errored, and the edge output is not `valid: false`."""
-    edge, cloud = item.edge, item.cloud
+    edge, cloud = item["edge"], item["cloud"]
     return (
         edge is not None
         and cloud is not None
-        and edge.error is None
-        and cloud.error is None
-        and edge.output is not None
-        and cloud.output is not None
-        and edge.valid is not False
+        and edge["error"] is None
+        and cloud["error"] is None
+        and edge["output"] is not None
+        and cloud["output"] is not None
+        and edge["valid"] is not False
     )
 
 
@@ -141,17 +152,14 @@ def keep_draw(task: str, request_id: str) -> float:
 
 def keep_probability(item: ResultIn, comparison: Comparison | None, task: TaskRuntime) -> float:
     """1 for conflicts, errors, invalid, degraded and low-confidence results; else the agreeing rate."""
-    edge, cloud = item.edge, item.cloud
+    edge, cloud = item["edge"], item["cloud"]
+    confidence = edge["confidence"] if edge is not None else None
     notable = (
         (comparison is not None and comparison.outcome != "agree")
-        or (edge is not None and (edge.error is not None or edge.valid is False))
-        or (cloud is not None and cloud.error is not None)
-        or item.degraded
-        or (
-            edge is not None
-            and edge.confidence is not None
-            and edge.confidence < task.config.low_confidence
-        )
+        or (edge is not None and (edge["error"] is not None or edge["valid"] is False))
+        or (cloud is not None and cloud["error"] is not None)
+        or item["degraded"]
+        or (confidence is not None and confidence < task.config.low_confidence)
     )
     return 1.0 if notable else task.config.keep_agreeing_rate
 
@@ -164,8 +172,8 @@ EDGE_KEYS = tuple(f"edge_{f}" for f in EDGE_FIELDS)
 CLOUD_KEYS = tuple(f"cloud_{f}" for f in SIDE_FIELDS)
 NO_EDGE = (None,) * len(EDGE_FIELDS)
 NO_CLOUD = (None,) * len(SIDE_FIELDS)
-_edge_values = attrgetter(*EDGE_FIELDS)
-_cloud_values = attrgetter(*SIDE_FIELDS)
+_edge_values = itemgetter(*EDGE_FIELDS)
+_cloud_values = itemgetter(*SIDE_FIELDS)
 
 
 @dataclass(slots=True)
@@ -176,31 +184,32 @@ class Scored:
 
 def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
     """The stored row of one result, and its payload when the task's policy keeps it."""
+    edge, cloud = item["edge"], item["cloud"]
     comparison = (
-        compare(task.comparator_spec, item.edge.output, item.cloud.output)
-        if (is_pair(item) and item.edge is not None and item.cloud is not None)
+        compare(task.comparator_spec, edge["output"], cloud["output"])
+        if edge is not None and cloud is not None and is_pair(item)
         else None
     )
-    ts = item.ts or received_at
+    ts = item["ts"] or received_at
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)  # a naive time is read as UTC
-    edge, cloud = item.edge, item.cloud
+    input_ = item["input"]
     row = {
         "task_id": task.id,
-        "request_id": item.request_id,
+        "request_id": item["request_id"],
         "ts": ts.astimezone(UTC),
         "received_at": received_at,
-        "session_id": item.session_id,
-        "user_id": item.user_id,
-        "input_tokens": item.input_tokens,
-        "decision": item.decision,
-        "served": item.served,
-        "degraded": item.degraded,
-        "degrade_reason": item.degrade_reason,
-        "flag_version": item.flag_version,
-        "input_segments": item.input.segments if item.input is not None else None,
+        "session_id": item["session_id"],
+        "user_id": item["user_id"],
+        "input_tokens": item["input_tokens"],
+        "decision": item["decision"],
+        "served": item["served"],
+        "degraded": item["degraded"],
+        "degrade_reason": item["degrade_reason"],
+        "flag_version": item["flag_version"],
+        "input_segments": input_["segments"] if input_ is not None else None,
         "config_version": task.config_version,
-        "bucket": length_bucket(item.input_tokens, task.config.length_buckets),
+        "bucket": length_bucket(item["input_tokens"], task.config.length_buckets),
         "comparator": task.comparator_spec["kind"],
         "comparator_version": task.comparator_version,
         "outcome": comparison.outcome if comparison else None,
@@ -213,17 +222,17 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
     if policy == "none":
         return Scored(row, None)
     probability = keep_probability(item, comparison, task)
-    if probability < 1.0 and keep_draw(task.name, item.request_id) >= probability:
+    if probability < 1.0 and keep_draw(task.name, item["request_id"]) >= probability:
         return Scored(row, None)
     payload = {
         "policy": policy,
         "keep_probability": probability,
-        "input": item.input.model_dump(mode="json") if item.input is not None else None,
-        "edge_output": edge.output if edge else None,
-        "cloud_output": cloud.output if cloud else None,
+        "input": input_,
+        "edge_output": edge["output"] if edge else None,
+        "cloud_output": cloud["output"] if cloud else None,
         "diff": comparison.diff if comparison else None,
-        "edge_error_message": edge.error_message if edge else None,
-        "cloud_error_message": cloud.error_message if cloud else None,
+        "edge_error_message": edge["error_message"] if edge else None,
+        "cloud_error_message": cloud["error_message"] if cloud else None,
     }
     return Scored(row, payload)
 
@@ -239,22 +248,22 @@ def ingest(
     received_at: datetime,
 ) -> IngestReport:
     """Score and store validated items; the caller owns (commits) the transaction."""
-    runtimes = tasks.runtimes(session, {item.task for _, item in valid}) if valid else {}
+    runtimes = tasks.runtimes(session, {item["task"] for _, item in valid}) if valid else {}
     seen: set[tuple[str, str]] = set()
     scored: list[Scored] = []
     in_batch_duplicates = 0
     for index, item in valid:
-        task = runtimes.get(item.task)
+        task = runtimes.get(item["task"])
         if task is None:
             rejected.append(
                 Rejected(
                     index=index,
-                    request_id=item.request_id,
-                    error=f"task: unknown task {item.task!r}; register it with POST /v1/tasks",
+                    request_id=item["request_id"],
+                    error=f"task: unknown task {item['task']!r}; register it with POST /v1/tasks",
                 )
             )
             continue
-        key = (item.task, item.request_id)
+        key = (item["task"], item["request_id"])
         if key in seen:
             in_batch_duplicates += 1
             continue

@@ -9,8 +9,7 @@ import pytest
 
 from controlplane.catalog.schemas import parse_config
 from controlplane.catalog.service import TaskRuntime
-from controlplane.ingest.schemas import ResultIn
-from controlplane.ingest.service import is_pair, keep_draw, score
+from controlplane.ingest.service import is_pair, keep_draw, parse_result, score
 from tests.conftest import make_result
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -29,7 +28,7 @@ def runtime(**overrides: Any) -> TaskRuntime:
 
 
 def scored(**overrides: Any) -> Any:
-    return score(ResultIn.model_validate(make_result(**overrides)), runtime(), NOW)
+    return score(parse_result(make_result(**overrides)), runtime(), NOW)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +42,7 @@ def scored(**overrides: Any) -> Any:
     ],
 )
 def test_what_is_a_pair(edge: Any, cloud: Any, pair: bool) -> None:
-    item = ResultIn.model_validate(
+    item = parse_result(
         make_result(
             edge=edge, cloud=cloud, decision="edge", served="edge" if cloud is None else "cloud"
         )
@@ -100,7 +99,7 @@ def test_agreeing_payloads_follow_the_keep_draw() -> None:
 
 
 def test_none_policy_keeps_nothing_even_for_conflicts() -> None:
-    item = ResultIn.model_validate(make_result(edge={"output": "exchange"}))
+    item = parse_result(make_result(edge={"output": "exchange"}))
     s = score(item, runtime(payload_policy="none"), NOW)
     assert s.payload is None
     assert s.row["outcome"] == "conflict"
