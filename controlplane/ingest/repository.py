@@ -1,8 +1,11 @@
 """All SQL of ingest: storing results and payloads idempotently, reading one back.
 
-Large batches on PostgreSQL go through `COPY` into a session-local temporary table and
-one `INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING`; small ones, and SQLite, use a
-Core `INSERT … ON CONFLICT DO NOTHING RETURNING`. The ORM stays off this path.
+Large batches on PostgreSQL take ids from the sequence and go in with one binary `COPY`
+straight into `results`, inside a savepoint; when that meets a stored `(task, request_id)`
+(a resend), the savepoint is rolled back and the batch goes through a session-local
+temporary table and one `INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING`. Small
+batches, and SQLite, use a Core `INSERT … ON CONFLICT DO NOTHING RETURNING`. The ORM
+stays off this path.
 """
 
 from __future__ import annotations
