@@ -58,7 +58,7 @@ def api(
         port=port,
         workers=workers,
         access_log=False,
-        log_level="warning",
+        log_level="info",
     )
 
 
