@@ -25,11 +25,6 @@ from controlplane.errors import describe_errors, short_repr
 from controlplane.ingest.comparators import FIELD_TYPES, REGISTRY
 
 TASK_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
-# Payload policies that later steps add, and the message the validator gives until then.
-NOT_YET = {
-    "redacted": "payload_policy 'redacted' is not available yet (it arrives with the "
-    "redaction step); allowed now: 'full', 'none'",
-}
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -75,7 +70,22 @@ class JsonFieldsSpec(Strict):
         return self
 
 
-ComparatorSpec = Annotated[LabelSpec | ExactSpec | JsonFieldsSpec, Field(discriminator="kind")]
+class TextConservationSpec(Strict):
+    kind: Literal["text_conservation"]
+    # Edge length over cloud length (CJK characters plus Latin words) must fall within.
+    length_ratio: tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]] = (0.7, 1.4)
+
+    @field_validator("length_ratio")
+    @classmethod
+    def _ordered(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        if bounds[0] > bounds[1]:
+            raise ValueError("must be [low, high] with low <= high, e.g. [0.7, 1.4]")
+        return bounds
+
+
+ComparatorSpec = Annotated[
+    LabelSpec | ExactSpec | JsonFieldsSpec | TextConservationSpec, Field(discriminator="kind")
+]
 
 
 class Prices(Strict):
@@ -165,7 +175,7 @@ class TaskConfig(Strict):
     sticky_by: Literal["session", "user"] = "session"
     shadow_rate: Fraction = 1.0
     low_confidence: Fraction = 0.6
-    payload_policy: Literal["full", "none"] = "full"
+    payload_policy: Literal["full", "redacted", "none"] = "full"
     keep_agreeing_rate: Fraction = 0.05
     window_seconds: int = Field(300, ge=10, le=86400)
     allowed_lateness_seconds: int = Field(120, ge=0)
@@ -194,13 +204,6 @@ class TaskConfig(Strict):
                 f"unknown comparator kind {spec.get('kind')!r}; allowed: {', '.join(sorted(REGISTRY))}"
             )
         return spec
-
-    @field_validator("payload_policy", mode="before")
-    @classmethod
-    def _policy_available(cls, policy: Any) -> Any:
-        if policy in NOT_YET:
-            raise ValueError(NOT_YET[policy])
-        return policy
 
     @field_validator("length_buckets")
     @classmethod

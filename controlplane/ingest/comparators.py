@@ -19,6 +19,7 @@ from typing import Any, Literal
 import orjson
 
 from controlplane.errors import short_repr
+from controlplane.ingest import conservation
 
 Outcome = Literal["agree", "conflict", "invalid"]
 
@@ -218,3 +219,51 @@ def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Compa
     if not differing:
         return Comparison("agree", None, 1)
     return Comparison("conflict", {"fields": differing}, 1)
+
+
+# --- text_conservation -----------------------------------------------------------------
+
+DEFAULT_LENGTH_RATIO = (0.7, 1.4)
+
+
+@register("text_conservation", version=1)
+def compare_text_conservation(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
+    """A rewrite agrees when it conserves sentences, length, negations, numbers and names."""
+    if not isinstance(edge, str) or not edge.strip():
+        return Comparison("invalid", {"edge": f"not a non-empty text: {short_repr(edge)}"}, 1)
+    if not isinstance(cloud, str) or not cloud.strip():
+        return Comparison("conflict", {"cloud": f"not a non-empty text: {short_repr(cloud)}"}, 1)
+    lo, hi = spec.get("length_ratio") or DEFAULT_LENGTH_RATIO
+    e, c = conservation.read(edge), conservation.read(cloud)
+    diff: dict[str, Any] = {}
+    if e.sentences != c.sentences:
+        diff["sentences"] = {"edge": e.sentences, "cloud": c.sentences}
+    ratio = e.length / c.length if c.length else (1.0 if not e.length else math.inf)
+    if not lo <= ratio <= hi:
+        diff["length_ratio"] = {
+            "edge": e.length,
+            "cloud": c.length,
+            "ratio": round(ratio, 3) if math.isfinite(ratio) else None,
+            "bounds": [lo, hi],
+        }
+    for name, edge_set, cloud_set in (
+        ("negations", e.negations, c.negations),
+        ("numbers", e.numbers, c.numbers),
+    ):
+        if edge_set != cloud_set:
+            diff[name] = {
+                "edge": sorted(edge_set.elements()),
+                "cloud": sorted(cloud_set.elements()),
+                "missing": sorted((cloud_set - edge_set).elements()),
+                "extra": sorted((edge_set - cloud_set).elements()),
+            }
+    if e.spans != c.spans:
+        diff["spans"] = {
+            "edge": sorted(e.spans),
+            "cloud": sorted(c.spans),
+            "missing": sorted(c.spans - e.spans),
+            "extra": sorted(e.spans - c.spans),
+        }
+    if not diff:
+        return Comparison("agree", None, 1)
+    return Comparison("conflict", {"failed": list(diff), **diff}, 1)

@@ -90,15 +90,18 @@ def test_bad_config_is_422_with_every_error(api: Api) -> None:
 # (config overrides, expected error) — each names the field, the value and what is allowed.
 CONFIG_ERRORS: list[tuple[dict[str, Any], str]] = [
     (
-        {"comparator": {"kind": "text_conservation"}},
-        "comparator: unknown comparator kind 'text_conservation'; allowed: exact, json_fields, label",
+        {"comparator": {"kind": "embedding"}},
+        "comparator: unknown comparator kind 'embedding'; allowed: exact, json_fields, label, "
+        "text_conservation",
     ),
     (
-        {"payload_policy": "redacted"},
-        "payload_policy: payload_policy 'redacted' is not available yet (it arrives with the redaction "
-        "step); allowed now: 'full', 'none' (got \"redacted\")",
+        {"comparator": {"kind": "text_conservation", "length_ratio": [1.4, 0.7]}},
+        "comparator.length_ratio: must be [low, high] with low <= high, e.g. [0.7, 1.4]",
     ),
-    ({"payload_policy": "some"}, "payload_policy: Input should be 'full' or 'none' (got \"some\")"),
+    (
+        {"payload_policy": "some"},
+        "payload_policy: Input should be 'full', 'redacted' or 'none' (got \"some\")",
+    ),
     (
         {"comparator": {"kind": "json_fields", "fields": {"a": "numbr"}}},
         "comparator.fields.a: Input should be 'string', 'number', 'integer', 'boolean', 'array' or "

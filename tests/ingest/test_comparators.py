@@ -149,5 +149,5 @@ def test_exact_diff_names_the_paths() -> None:
     assert diff == {"paths": ["a.c", "d"]}
 
 
-def test_registry_holds_the_three_comparators() -> None:
-    assert set(REGISTRY) == {"label", "exact", "json_fields"}
+def test_registry_holds_the_four_comparators() -> None:
+    assert set(REGISTRY) == {"label", "exact", "json_fields", "text_conservation"}

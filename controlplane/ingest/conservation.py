@@ -1,0 +1,334 @@
+"""What a rewrite must conserve, read off a text with rules, no model (Chinese and English).
+
+A good rewrite (cleaning, reformatting, colloquial to formal) changes wording but keeps
+meaning. `text_conservation` therefore checks what carries meaning and is cheap to read
+exactly: the number of sentences, the length (within bounds), the negations and the
+numbers (as multisets) and the named spans (as a set). Each reader here is a pure function
+of one text; the comparator puts two readings side by side.
+
+Choices, where the language leaves room:
+- Sentences end at 。！？!? and at "." followed by a space or the end (not in 3.5, e.g.,
+  Mr.). Closing quotes and brackets after the end belong to the sentence. An ellipsis
+  (… …… ...) is a pause, not an end, unless it closes the text.
+- Length counts CJK characters one each and Latin words one each, so mixed text works.
+- Negations: 不 没(有) 无 未 非 别 莫 勿 否, with the common words that only contain
+  them (非常 无论 别人 未来 否则 …) left out; no not never none nothing nobody nowhere
+  neither nor without cannot and n't. "can't", "cannot" and "not" are one word.
+- Numbers are normalised to one spelling: digits (full-width too), thousands separators,
+  decimals, percentages (5% = 百分之五 = 5 percent), Chinese numerals (三百 = 300,
+  两千五 = 2500, 一点五 = 1.5) and 万/亿 after digits (2.5万 = 25000). A lone 一 … 九 is
+  a number only before a measure word (三个, 五元), so 一起 or 一样 are not numbers.
+  Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers.
+- Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
+  words (a single capitalised word opening a sentence is not a name), ID-like tokens
+  (letters with digits), emails and URLs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+# --- sentences ------------------------------------------------------------------------
+
+_CLOSERS = "\"'”’」』》）)]】"
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc inc ltd co corp fig eg ie approx dept est".split()
+)
+_ELLIPSIS = re.compile(r"\.{3,}|…+")
+_SENTENCE_END = re.compile(
+    rf"(?:[。！？!?]+|\.(?=\s|$|[{re.escape(_CLOSERS)}]))[{re.escape(_CLOSERS)}]*"
+)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text, in order (empty ones dropped)."""
+    body = _ELLIPSIS.sub(lambda m: "\u2063" * len(m.group()), text.strip())
+    out: list[str] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(body):
+        if match.group().startswith(".") and _is_abbreviation(body, match.start()):
+            continue
+        piece = body[start : match.end()].strip()
+        if piece:
+            out.append(piece)
+        start = match.end()
+    tail = body[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def _is_abbreviation(text: str, dot: int) -> bool:
+    word_start = dot
+    while word_start > 0 and (text[word_start - 1].isalpha() or text[word_start - 1] == "."):
+        word_start -= 1
+    word = text[word_start:dot].replace(".", "").lower()
+    # "e.g." and single letters ("J. Smith") are abbreviations too.
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+
+
+# --- negations ------------------------------------------------------------------------
+
+# Words that contain a negation character without negating anything.
+_NOT_NEGATING_ZH = (
+    "非常 无论 别人 别的 别处 特别 区别 分别 告别 类别 级别 性别 识别 未来 否则 是否 能否 "
+    "可否 与否 不过 不少 不错 不久 不断 不管 不仅 莫名 无数 无限 无比 无线 除非 "
+    "差不多 了不起 对不起 不得不"
+).split()
+_NOT_NEGATING_ZH_RE = re.compile(
+    "|".join(sorted(map(re.escape, _NOT_NEGATING_ZH), key=len, reverse=True))
+)
+_NEGATION_ZH = re.compile("没有|[不没无未非别莫勿否]")
+_NEGATION_EN = re.compile(
+    r"\b(?:no|not|never|none|nothing|nobody|nowhere|neither|nor|without|cannot)\b|n[’']t\b",
+    re.IGNORECASE,
+)
+_NEGATION_CANON = {"没有": "没", "cannot": "not", "n't": "not", "n’t": "not"}
+
+
+def negations(text: str) -> Counter[str]:
+    """Negation words as a multiset, spelled one way (没有 → 没; can't, cannot → not)."""
+    counts: Counter[str] = Counter()
+    zh = _NOT_NEGATING_ZH_RE.sub(" ", text)
+    for match in _NEGATION_ZH.finditer(zh):
+        counts[_NEGATION_CANON.get(match.group(), match.group())] += 1
+    for match in _NEGATION_EN.finditer(text):
+        word = match.group().lower()
+        counts[_NEGATION_CANON.get(word, word)] += 1
+    return counts
+
+
+# --- named spans ----------------------------------------------------------------------
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_URL = re.compile(
+    r"(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)]"
+)
+_ID_LIKE = re.compile(
+    r"(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9](?![A-Za-z0-9_-])"
+)
+_QUOTED = re.compile(
+    r"“[^”]{1,200}”|「[^」]{1,200}」|『[^』]{1,200}』|《[^》]{1,200}》|\"[^\"]{1,200}\""
+    r"|(?<![A-Za-z])'[^']{1,200}'(?![A-Za-z])"
+)
+# A capitalised word ("Acme", "U.S", "O'Neil"), and runs of them ("Bank of America"); a
+# run never crosses a full stop, so "Monday. It" is two pieces.
+_CAPITALISED_WORD = r"[A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*"
+_CAPITALISED_RUN = re.compile(
+    rf"\b{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*"
+)
+_OPENING_MARKS = frozenset(".!?。！？:：;；\n")
+_OPENING_SKIP = frozenset(" \t\"'“‘(（「『《\u2063")
+
+
+@dataclass(frozen=True, slots=True)
+class Spans:
+    named: frozenset[str]
+    # The text with emails, URLs and ID-like tokens blanked out, for the number reader.
+    rest: str
+
+
+def spans(text: str) -> Spans:
+    """Named spans as a set (quoted spans keep their quotes' kind: 《三体》 ≠ "三体")."""
+    named: set[str] = set()
+    rest = text
+    for pattern, spell in ((_EMAIL, str.lower), (_URL, str), (_ID_LIKE, str)):
+        named.update(spell(m.group()) for m in pattern.finditer(rest))
+        rest = pattern.sub(" ", rest)
+    named.update(" ".join(m.group().split()) for m in _QUOTED.finditer(text))
+    for match in _CAPITALISED_RUN.finditer(rest):
+        run = " ".join(match.group().rstrip(".-&").split())
+        if not run or run == "I":
+            continue
+        if " " not in run and not run.isupper() and _opens_sentence(rest, match.start()):
+            continue  # "The", "Please" opening a sentence: capitalised by grammar, not a name
+        named.add(run)
+    return Spans(frozenset(named), rest)
+
+
+def _opens_sentence(text: str, start: int) -> bool:
+    i = start - 1
+    while i >= 0 and text[i] in _OPENING_SKIP:
+        i -= 1
+    return i < 0 or text[i] in _OPENING_MARKS
+
+
+# --- numbers --------------------------------------------------------------------------
+
+_FULLWIDTH = str.maketrans("０１２３４５６７８９．，％", "0123456789.,%")
+_ZH_DIGITS = {
+    "〇": 0,
+    "零": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
+_ZH_UNITS = {"十": 10, "百": 100, "千": 1000}
+_ZH_BIG = {"万": 10_000, "亿": 100_000_000}
+_ZH_DIGIT_CHARS = "〇零一二两三四五六七八九"
+_ZH_NUMERAL = _ZH_DIGIT_CHARS + "十百千万亿"
+_MEASURE_WORDS = (
+    "个只件条张本台辆位名人次回遍天日月年岁号周元块角分秒点斤克米里吨份倍层楼页章节家所间项种批组对双套"
+    "瓶杯碗盒箱袋包颗粒片支枝根把架座部期届"
+)
+# Words that hold numeral characters without being numbers.
+_NOT_NUMBERS_ZH = re.compile(
+    "一起|一样|一些|一直|一定|一般|一切|一旦|一律|一致|一向|一下|一点儿|一点点|一会儿|一边|一面|"
+    "一同|一共|统一|唯一|之一|一一|不一|第一时间|三心二意|一路|一生|一心|一再|一贯|"
+    rf"(?<![{_ZH_NUMERAL}点])(?:万一|十分|千万|万分)"
+)
+_NUMBER = re.compile(
+    rf"(?P<pct_zh>百分之)?"
+    rf"(?:(?P<arabic>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<big>[万亿])?"
+    rf"|(?P<zh>[{_ZH_NUMERAL}]+(?:点[{_ZH_DIGIT_CHARS}]+)?))"
+    rf"(?P<pct>\s?%|\s?(?:percent|per cent)\b)?",
+    re.IGNORECASE,
+)
+
+
+def numbers(text: str) -> Counter[str]:
+    """Numbers as a multiset, each in one spelling: 300, 2500, 1.5, 5%."""
+    counts: Counter[str] = Counter()
+    body = _NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH))
+    for match in _NUMBER.finditer(body):
+        value: Decimal | None
+        if match.group("arabic") is not None:
+            value = _decimal(match.group("arabic").replace(",", ""))
+            if value is not None and match.group("big"):
+                value *= _ZH_BIG[match.group("big")]
+        else:
+            zh = match.group("zh")
+            if len(zh) == 1 and zh in _ZH_DIGITS and not match.group("pct_zh"):
+                # A lone 一 … 九 is a number before a measure word (三个) or after 第 (第三);
+                # 一点 is "a little", not one o'clock.
+                follows = body[match.end() : match.end() + 1]
+                before = body[match.start() - 1 : match.start()]
+                measured = bool(follows) and follows in _MEASURE_WORDS and zh + follows != "一点"
+                if not (measured or before == "第"):
+                    continue
+            value = chinese_number(zh)
+        if value is None:
+            continue
+        percent = bool(match.group("pct_zh") or match.group("pct"))
+        counts[_spell(value) + ("%" if percent else "")] += 1
+    return counts
+
+
+# --- length ---------------------------------------------------------------------------
+
+_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_LENGTH_UNIT = re.compile(
+    # A number is one unit however it is spelt (百分之五 = 5% = one), then CJK characters
+    # one each, then Latin words (with their contractions) one each.
+    rf"(?:百分之)?[{_ZH_NUMERAL}]+(?:点[{_ZH_DIGIT_CHARS}]+)?|[0-9０-９][0-9０-９,.，．]*[%％]?"
+    rf"|[{_CJK}]|[A-Za-z\u00c0-\u024f]+(?:['’][A-Za-z]+)*"
+)
+
+
+def length(text: str) -> int:
+    """CJK characters plus Latin words plus numbers: a length comparable across languages."""
+    return sum(1 for _ in _LENGTH_UNIT.finditer(text))
+
+
+def chinese_number(text: str) -> Decimal | None:
+    """三百 → 300, 两千五 → 2500, 一万二 → 12000, 一千零五 → 1005, 一点五 → 1.5, 二〇二六 → 2026."""
+    whole, _, fraction = text.partition("点")
+    value = _chinese_integer(whole)
+    if value is None:
+        return None
+    if not fraction:
+        return Decimal(value)
+    digits = [_ZH_DIGITS.get(c) for c in fraction]
+    if any(d is None for d in digits):
+        return None
+    return Decimal(value) + Decimal("0." + "".join(str(d) for d in digits))
+
+
+def _chinese_integer(text: str) -> int | None:
+    if not text:
+        return 0
+    if all(c in _ZH_DIGITS for c in text):  # 二〇二六: digit by digit
+        return int("".join(str(_ZH_DIGITS[c]) for c in text))
+    total = 0
+    for big_char in ("亿", "万"):
+        if big_char not in text:
+            continue
+        head, _, text = text.partition(big_char)
+        head_value = _section(head) if head else 1
+        if head_value is None:
+            return None
+        big = _ZH_BIG[big_char]
+        total += head_value * big
+        if len(text) == 1 and _ZH_DIGITS.get(text):  # 一万二 = 12000
+            return total + _ZH_DIGITS[text] * big // 10
+    rest = _section(text) if text else 0
+    return None if rest is None else total + rest
+
+
+def _section(text: str) -> int | None:
+    """A number below 10,000 in Chinese numerals."""
+    total, digit, last_unit, zero = 0, None, 10_000, False
+    for char in text:
+        if char in "零〇":
+            zero, digit = True, None
+        elif char in _ZH_DIGITS:
+            if digit is not None:
+                return None  # two digits in a row: not a numeral we can read
+            digit = _ZH_DIGITS[char]
+        elif char in _ZH_UNITS:
+            unit = _ZH_UNITS[char]
+            if unit >= last_unit:
+                return None
+            total += (1 if digit is None else digit) * unit
+            digit, last_unit = None, unit
+        else:
+            return None
+    if digit is not None:
+        # 两千五 = 2500, 三百五 = 350: a digit right after 百 or 千 counts one place lower.
+        total += digit * (last_unit // 10 if 100 <= last_unit < 10_000 and not zero else 1)
+    return total
+
+
+def _decimal(text: str) -> Decimal | None:
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return None
+
+
+def _spell(value: Decimal) -> str:
+    text = format(value.normalize(), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# --- one reading of a text ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    sentences: int
+    length: int
+    negations: Counter[str]
+    numbers: Counter[str]
+    spans: frozenset[str]
+
+
+def read(text: str) -> Reading:
+    found = spans(text)
+    return Reading(
+        sentences=len(sentences(text)),
+        length=length(text),
+        negations=negations(text),
+        numbers=numbers(found.rest),
+        spans=found.named,
+    )

@@ -1,0 +1,389 @@
+"""text_conservation, table-driven in Chinese and English, with the traps; and its readers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.ingest.comparators import compare
+from controlplane.ingest.conservation import (
+    chinese_number,
+    negations,
+    numbers,
+    read,
+    sentences,
+    spans,
+)
+
+SPEC: dict[str, Any] = {"kind": "text_conservation", "length_ratio": [0.7, 1.4]}
+
+# (why, edge, cloud, expected outcome, the checks expected to fail)
+CASES: list[tuple[str, Any, Any, str, set[str]]] = [
+    # --- faithful rewrites: agree -----------------------------------------------------
+    (
+        "en: same text",
+        "Your refund of $35 was sent today.",
+        "Your refund of $35 was sent today.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: different wording, same content",
+        "We have sent your refund of $35 today.",
+        "Your refund of $35 was sent today.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: colloquial to formal",
+        "We cannot ship the order before Monday.",
+        "We can't ship your order before Monday.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: do not vs don't",
+        "Please do not reply to this email.",
+        "Please don't reply to this email.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: thousands separator",
+        "The invoice total is 2,500 dollars.",
+        "The invoice total is 2500 dollars.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: percent spelled out",
+        "The fee is 5 percent of the price.",
+        "The fee is 5% of the price.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: 3.50 is 3.5",
+        "It costs 3.50 euros per month.",
+        "It costs 3.5 euros per month.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: reordered sentences",
+        "The parcel left Berlin on Monday. It arrives in 3 days.",
+        "It arrives in 3 days. The parcel left Berlin on Monday.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: quoted answer keeps its sentence",
+        'He said "No." Then he left the store.',
+        'He said "No." Then he walked out of the store.',
+        "agree",
+        set(),
+    ),
+    (
+        "en: ellipsis is a pause",
+        "Well... we shipped it on time.",
+        "Well… we shipped it on time.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: abbreviations do not end sentences",
+        "Mr. Lee paid 3.5 dollars, e.g. by card.",
+        "Mr. Lee paid 3.5 dollars, for example by card.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: the same ID and email",
+        "Order AB-1234 was confirmed to ann@example.com.",
+        "Confirmed order AB-1234 to ann@example.com.",
+        "agree",
+        set(),
+    ),
+    ("zh: same text", "您的退款已于今天退回。", "您的退款已于今天退回。", "agree", set()),
+    (
+        "zh: different wording, same content",
+        "退款已经在今天退还给您了。",
+        "您的退款已于今天退回。",
+        "agree",
+        set(),
+    ),
+    ("zh: 三百 vs 300", "本次共退款三百元。", "本次共退款300元。", "agree", set()),
+    ("zh: 两千五百 vs 2,500", "合同金额为两千五百元。", "合同金额为2,500元。", "agree", set()),
+    ("zh: 两千五 vs 2500", "合同金额为两千五。", "合同金额为2500。", "agree", set()),
+    ("zh: 百分之五 vs 5%", "手续费是百分之五。", "手续费是5%。", "agree", set()),
+    ("zh: 一点五 vs 1.5", "预计需要一点五小时。", "预计需要1.5小时。", "agree", set()),
+    ("zh: full-width digits", "订单数量为１２件。", "订单数量为12件。", "agree", set()),
+    (
+        "zh: 一起 and 一样 are not numbers",
+        "我们一起处理，结果一样。",
+        "我们共同处理，结果相同。",
+        "agree",
+        set(),
+    ),
+    ("zh: 非常 is not a negation", "这个方案非常好。", "这个方案很好。", "agree", set()),
+    (
+        "zh: reordered sentences",
+        "包裹已经发出。预计三天到达。",
+        "预计3天到达。包裹已经发出。",
+        "agree",
+        set(),
+    ),
+    ("zh: 没有 and 没 are one negation", "他今天没来上班。", "他今天没有来上班。", "agree", set()),
+    (
+        "mixed: same names and numbers",
+        "请联系 Acme Corp 的客服，电话 400-800-1234。",
+        "请致电 Acme Corp 客服 400-800-1234。",
+        "agree",
+        set(),
+    ),
+    # --- meaning changed: conflict -------------------------------------------------------
+    (
+        "en: dropped not",
+        "We can ship the order before Monday.",
+        "We cannot ship the order before Monday.",
+        "conflict",
+        {"negations"},
+    ),
+    (
+        "en: can't vs can",
+        "I can help you with this request.",
+        "I can't help you with this request.",
+        "conflict",
+        {"negations"},
+    ),
+    (
+        "en: added never",
+        "The package will never arrive late.",
+        "The package will arrive late.",
+        "conflict",
+        {"negations"},
+    ),
+    (
+        "en: 3.5 vs 35",
+        "The fee is 3.5 dollars per month.",
+        "The fee is 35 dollars per month.",
+        "conflict",
+        {"numbers"},
+    ),
+    (
+        "en: 3.5% vs 35%",
+        "Interest rises by 3.5% next year.",
+        "Interest rises by 35% next year.",
+        "conflict",
+        {"numbers"},
+    ),
+    (
+        "en: 5 vs 5%",
+        "The fee is 5 of the price.",
+        "The fee is 5% of the price.",
+        "conflict",
+        {"numbers"},
+    ),
+    (
+        "en: sentence merged into another",
+        "The parcel left Berlin on Monday and arrives in 3 days.",
+        "The parcel left Berlin on Monday. It arrives in 3 days.",
+        "conflict",
+        {"sentences"},
+    ),
+    (
+        "en: swapped entity that looks alike",
+        "Acme Group will refund the order.",
+        "Acme Corp will refund the order.",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "en: a different order ID",
+        "Order AB-1235 was confirmed.",
+        "Order AB-1234 was confirmed.",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "en: a different email",
+        "Write to anne@example.com for help.",
+        "Write to ann@example.com for help.",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "en: far too short",
+        "Refund sent.",
+        "Your refund of the full amount was sent to your original payment method today.",
+        "conflict",
+        {"length_ratio"},
+    ),
+    (
+        "en: padded",
+        "Your refund was sent. It was sent today, as we promised, and we really hope "
+        "that you are happy with it now.",
+        "Your refund was sent. It was sent today.",
+        "conflict",
+        {"length_ratio"},
+    ),
+    ("zh: dropped 不", "这个产品支持退货。", "这个产品不支持退货。", "conflict", {"negations"}),
+    ("zh: 未 vs nothing", "订单已发货。", "订单未发货。", "conflict", {"negations"}),
+    ("zh: 三百 vs 三千", "本次共退款三百元。", "本次共退款三千元。", "conflict", {"numbers"}),
+    (
+        "zh: 《三体》 vs 《三国》",
+        "推荐您阅读《三体》。",
+        "推荐您阅读《三国》。",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "zh: a sentence merged",
+        "包裹已经发出，预计三天到达。",
+        "包裹已经发出。预计三天到达。",
+        "conflict",
+        {"sentences"},
+    ),
+    (
+        "zh: a quoted name changed",
+        "请联系“张三”处理。",
+        "请联系“李四”处理。",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "mixed: a dropped 没有 and a changed number",
+        "他有收到2件包裹。",
+        "他没有收到3件包裹。",
+        "conflict",
+        {"negations", "numbers"},
+    ),
+    # --- not a text: invalid (edge) or conflict (broken reference) ----------------------
+    ("edge not a string", {"text": "hi"}, "hi", "invalid", set()),
+    ("edge empty", "   ", "Your refund was sent.", "invalid", set()),
+    ("cloud not a string", "Your refund was sent.", None, "conflict", set()),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "edge", "cloud", "expected", "failed"), CASES, ids=[c[0] for c in CASES]
+)
+def test_text_conservation(
+    why: str, edge: Any, cloud: Any, expected: str, failed: set[str]
+) -> None:
+    comparison = compare(SPEC, edge, cloud)
+    assert comparison.outcome == expected, comparison.diff
+    assert comparison.version == 1
+    if expected == "agree":
+        assert comparison.diff is None
+    elif failed:
+        assert comparison.diff is not None
+        assert set(comparison.diff["failed"]) == failed, comparison.diff
+
+
+def test_there_are_at_least_forty_cases_in_both_languages() -> None:
+    assert len(CASES) >= 40
+    assert sum(c[0].startswith("zh") for c in CASES) >= 15
+    assert sum(c[0].startswith("en") for c in CASES) >= 15
+
+
+def test_the_diff_names_every_failed_check_with_both_sides() -> None:
+    diff = compare(SPEC, "他有收到2件包裹。", "他没有收到3件包裹。").diff
+    assert diff == {
+        "failed": ["negations", "numbers"],
+        "negations": {"edge": [], "cloud": ["没"], "missing": ["没"], "extra": []},
+        "numbers": {"edge": ["2"], "cloud": ["3"], "missing": ["3"], "extra": ["2"]},
+    }
+    length = compare(SPEC, "Refund sent.", "Your refund was sent to your card today.").diff
+    assert length is not None
+    assert length["length_ratio"] == {"edge": 2, "cloud": 8, "ratio": 0.25, "bounds": [0.7, 1.4]}
+
+
+def test_length_ratio_bounds_come_from_the_config() -> None:
+    short, full = "Refund sent today.", "Your refund was sent today."
+    assert compare(SPEC, short, full).outcome == "conflict"
+    loose = {"kind": "text_conservation", "length_ratio": [0.5, 2.0]}
+    assert compare(loose, short, full).outcome == "agree"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("三百", "300"),
+        ("两千五百", "2500"),
+        ("两千五", "2500"),
+        ("三百五", "350"),
+        ("十五", "15"),
+        ("二十", "20"),
+        ("一万二", "12000"),
+        ("一千零五", "1005"),
+        ("一点五", "1.5"),
+        ("二〇二六", "2026"),
+        ("一亿二千万", "120000000"),
+        ("十", "10"),
+    ],
+)
+def test_chinese_numerals(text: str, value: str) -> None:
+    number = chinese_number(text)
+    assert number is not None and format(number.normalize(), "f") == value
+
+
+def test_number_reader() -> None:
+    assert numbers("退款2.5万元，百分之三十五点五，第三名，两个人，快一点，三点开会") == Counter(
+        {"25000": 1, "35.5%": 1, "3": 2, "2": 1}
+    )
+    assert numbers("1,000,000 and 3.5 percent and ３５％") == Counter(
+        {"1000000": 1, "3.5%": 1, "35%": 1}
+    )
+
+
+def test_sentence_reader() -> None:
+    assert len(sentences('He said "No." Then he left. 你好。我很好！真的吗？“是的。”')) == 6
+    assert len(sentences("Wait... what? It costs 3.5 dollars. Dr. Who agrees")) == 3
+
+
+def test_negation_reader() -> None:
+    assert negations(
+        "I can't go. I cannot. I will not. 我不去，他没有来，非常好，别人说。"
+    ) == Counter({"not": 3, "不": 1, "没": 1})
+
+
+def test_span_reader() -> None:
+    found = spans(
+        "Acme Corp sent 《三体》 to “张三” at Bob@X.com; see https://x.io/a. "
+        "The order INV-22 is late. Please call Bank of America."
+    ).named
+    assert found == {
+        "Acme Corp",
+        "《三体》",
+        "“张三”",
+        "bob@x.com",
+        "https://x.io/a",
+        "INV-22",
+        "Bank of America",
+    }
+
+
+texts = st.text(
+    alphabet=st.sampled_from(
+        list("abcXYZ 0123456789.,!?%'\"-@不没有三百两千五点万。！？《》“”非常一起")
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=300)
+@given(texts)
+def test_any_text_agrees_with_itself(text: str) -> None:
+    expected = "agree" if text.strip() else "invalid"
+    assert compare(SPEC, text, text).outcome == expected
+
+
+@settings(max_examples=200)
+@given(texts)
+def test_reading_is_deterministic(text: str) -> None:
+    assert read(text) == read(text)
