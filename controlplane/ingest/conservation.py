@@ -21,7 +21,8 @@ Choices, where the language leaves room:
   Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers.
 - Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
   words (a single capitalised word opening a sentence is not a name), ID-like tokens
-  (letters with digits), emails and URLs.
+  (letters with digits), emails, URLs and phone numbers (in one spelling, so 138 0013 8000
+  and +86 13800138000 are the same name, and their digits are not read as numbers).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+
+from controlplane.ingest.redaction import PHONE, phone_key
 
 # --- sentences ------------------------------------------------------------------------
 
@@ -120,6 +123,14 @@ _CAPITALISED_WORD = r"[A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*"
 _CAPITALISED_RUN = re.compile(
     rf"\b{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*"
 )
+# Phone numbers are names, however they are grouped: 138 0013 8000 = 13800138000.
+_PHONE = re.compile(PHONE)
+
+
+def _phone(text: str) -> str:
+    return "tel:" + phone_key(re.sub(r"\D", "", text))
+
+
 _OPENING_MARKS = frozenset(".!?。！？:：;；\n")
 _OPENING_SKIP = frozenset(" \t\"'“‘(（「『《\u2063")
 
@@ -135,7 +146,7 @@ def spans(text: str) -> Spans:
     """Named spans as a set (quoted spans keep their quotes' kind: 《三体》 ≠ "三体")."""
     named: set[str] = set()
     rest = text
-    for pattern, spell in ((_EMAIL, str.lower), (_URL, str), (_ID_LIKE, str)):
+    for pattern, spell in ((_EMAIL, str.lower), (_URL, str), (_PHONE, _phone), (_ID_LIKE, str)):
         named.update(spell(m.group()) for m in pattern.finditer(rest))
         rest = pattern.sub(" ", rest)
     named.update(" ".join(m.group().split()) for m in _QUOTED.finditer(text))

@@ -24,6 +24,7 @@ from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.comparators import Comparison, compare
+from controlplane.ingest.redaction import redact_payload
 from controlplane.ingest.schemas import (
     IngestReport,
     Rejected,
@@ -234,6 +235,9 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
         "edge_error_message": edge["error_message"] if edge else None,
         "cloud_error_message": cloud["error_message"] if cloud else None,
     }
+    if policy == "redacted":
+        # Compared above on the original text; only the masked text is stored.
+        payload = redact_payload(payload)
     return Scored(row, payload)
 
 
