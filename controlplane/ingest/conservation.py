@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 from controlplane.ingest.redaction import PHONE, phone_key
 
@@ -40,28 +41,49 @@ _CLOSERS = "\"'”’」』》）)]】"
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc inc ltd co corp fig eg ie approx dept est".split()
 )
-_ELLIPSIS = re.compile(r"\.{3,}|…+")
+# Python's regex engine skips fast to a pattern's first character when that is a plain
+# character set, so every pattern here starts with one (no leading lookbehind or \b), and
+# boundaries are checked on the few matches instead. An ellipsis (... …) is a pause: the
+# dots of "..." are never a sentence end.
 _SENTENCE_END = re.compile(
-    rf"(?:[。！？!?]+|\.(?=\s|$|[{re.escape(_CLOSERS)}]))[{re.escape(_CLOSERS)}]*"
+    rf"[。！？!?]+[{re.escape(_CLOSERS)}]*|\.(?![.])(?=\s|$|[{re.escape(_CLOSERS)}])[{re.escape(_CLOSERS)}]*"
 )
 
 
 def sentences(text: str) -> list[str]:
     """The sentences of a text, in order (empty ones dropped)."""
-    body = _ELLIPSIS.sub(lambda m: "\u2063" * len(m.group()), text.strip())
+    body = text.strip()
     out: list[str] = []
     start = 0
-    for match in _SENTENCE_END.finditer(body):
-        if match.group().startswith(".") and _is_abbreviation(body, match.start()):
-            continue
-        piece = body[start : match.end()].strip()
+    for end in _sentence_ends(body):
+        piece = body[start:end].strip()
         if piece:
             out.append(piece)
-        start = match.end()
+        start = end
     tail = body[start:].strip()
     if tail:
         out.append(tail)
     return out
+
+
+def sentence_count(text: str) -> int:
+    """len(sentences(text)), without building the sentences."""
+    body = text.strip()
+    ends = _sentence_ends(body)  # every piece up to an end holds at least its end mark
+    tail = body[ends[-1] :] if ends else body
+    return len(ends) + (1 if tail.strip() else 0)
+
+
+def _sentence_ends(body: str) -> list[int]:
+    ends = []
+    for match in _SENTENCE_END.finditer(body):
+        if match.group()[0] == ".":
+            if match.start() > 0 and body[match.start() - 1] == ".":
+                continue  # the last dot of an ellipsis
+            if _is_abbreviation(body, match.start()):
+                continue
+        ends.append(match.end())
+    return ends
 
 
 def _is_abbreviation(text: str, dot: int) -> bool:
@@ -86,8 +108,8 @@ _NOT_NEGATING_ZH_RE = re.compile(
 )
 _NEGATION_ZH = re.compile("没有|[不没无未非别莫勿否]")
 _NEGATION_EN = re.compile(
-    r"\b(?:no|not|never|none|nothing|nobody|nowhere|neither|nor|without|cannot)\b|n[’']t\b",
-    re.IGNORECASE,
+    r"[Nn](?:o(?:t|ne|thing|body|where|r)?|ever|either)\b|[Ww]ithout\b|[Cc]annot\b|n[’']t\b"
+    r"|N(?:O(?:T|NE|THING|BODY|WHERE|R)?|EVER|EITHER)\b|WITHOUT\b|CANNOT\b"
 )
 _NEGATION_CANON = {"没有": "没", "cannot": "not", "n't": "not", "n’t": "not"}
 
@@ -95,36 +117,80 @@ _NEGATION_CANON = {"没有": "没", "cannot": "not", "n't": "not", "n’t": "not
 def negations(text: str) -> Counter[str]:
     """Negation words as a multiset, spelled one way (没有 → 没; can't, cannot → not)."""
     counts: Counter[str] = Counter()
-    zh = _NOT_NEGATING_ZH_RE.sub(" ", text)
-    for match in _NEGATION_ZH.finditer(zh):
-        counts[_NEGATION_CANON.get(match.group(), match.group())] += 1
+    if not text.isascii():
+        zh = _NOT_NEGATING_ZH_RE.sub(" ", text)
+        for match in _NEGATION_ZH.finditer(zh):
+            word = match.group()
+            counts[_NEGATION_CANON.get(word, word)] += 1
     for match in _NEGATION_EN.finditer(text):
         word = match.group().lower()
+        if not word.startswith("n'") and not word.startswith("n’"):
+            if match.start() and text[match.start() - 1].isalpha():
+                continue  # inside a word: "piano", "announce"
         counts[_NEGATION_CANON.get(word, word)] += 1
     return counts
 
 
 # --- named spans ----------------------------------------------------------------------
 
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-_URL = re.compile(
-    r"(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)]"
-)
-_ID_LIKE = re.compile(
-    r"(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9](?![A-Za-z0-9_-])"
-)
+_EMAIL = r"(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
+_URL = r"(?P<url>(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)])"
+_PHONE = rf"(?P<phone>{PHONE})"
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@lru_cache(maxsize=16)
+def _special(email: bool, url: bool, digits: bool) -> re.Pattern[str]:
+    """Emails, URLs and phones in one pattern holding only the parts a text can contain (no
+    "@": no email branch), so most texts skip most of the work."""
+    parts = ([_EMAIL] if email else []) + ([_URL] if url else []) + ([_PHONE] if digits else [])
+    return re.compile("|".join(parts))
+
+
+def _id_like(text: str, named: set[str]) -> str:
+    """Add the ID-like tokens (letters with digits: INV-2024-001, AB12) and blank them out.
+
+    Found from their digits outwards: a regex trying every letter of every word as a
+    possible start costs ten times more."""
+    pieces: list[str] = []
+    done = 0
+    for match in _DIGITS.finditer(text):
+        start, end = match.span()
+        if start < done:
+            continue
+        while start > 0 and text[start - 1] in _TOKEN_CHARS:
+            start -= 1
+        while end < len(text) and text[end] in _TOKEN_CHARS:
+            end += 1
+        while text[start] in "_-":
+            start += 1
+        while text[end - 1] in "_-":
+            end -= 1
+        token = text[start:end]
+        if not token.isdigit() and not all(c.isdigit() or c in "_-" for c in token):
+            named.add(token)
+            pieces.append(text[done:start])
+            pieces.append(" ")
+            done = end
+        else:
+            done = max(done, match.end())
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
 _QUOTED = re.compile(
-    r"“[^”]{1,200}”|「[^」]{1,200}」|『[^』]{1,200}』|《[^》]{1,200}》|\"[^\"]{1,200}\""
-    r"|(?<![A-Za-z])'[^']{1,200}'(?![A-Za-z])"
+    r"“[^”]{1,200}”|「[^」]{1,200}」|『[^』]{1,200}』|《[^》]{1,200}》|\"[^\"]{1,200}\"|'[^']{1,200}'"
 )
+_QUOTE_OPENERS = ("“", "「", "『", "《", '"', "'")
 # A capitalised word ("Acme", "U.S", "O'Neil"), and runs of them ("Bank of America"); a
 # run never crosses a full stop, so "Monday. It" is two pieces.
 _CAPITALISED_WORD = r"[A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*"
 _CAPITALISED_RUN = re.compile(
-    rf"\b{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*"
+    rf"{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*"
 )
-# Phone numbers are names, however they are grouped: 138 0013 8000 = 13800138000.
-_PHONE = re.compile(PHONE)
 
 
 def _phone(text: str) -> str:
@@ -132,32 +198,58 @@ def _phone(text: str) -> str:
 
 
 _OPENING_MARKS = frozenset(".!?。！？:：;；\n")
-_OPENING_SKIP = frozenset(" \t\"'“‘(（「『《\u2063")
+_OPENING_SKIP = frozenset(" \t\"'“‘(（「『《")
 
 
 @dataclass(frozen=True, slots=True)
 class Spans:
     named: frozenset[str]
-    # The text with emails, URLs and ID-like tokens blanked out, for the number reader.
+    # The text with emails, URLs, phones and ID-like tokens blanked out, for the number reader.
     rest: str
 
 
 def spans(text: str) -> Spans:
-    """Named spans as a set (quoted spans keep their quotes' kind: 《三体》 ≠ "三体")."""
+    """Named spans as a set (quoted spans keep their quotes: 《三体》 ≠ "三体")."""
     named: set[str] = set()
+    email, url = "@" in text, "://" in text or "www." in text
+    digits = _DIGITS.search(text) is not None
     rest = text
-    for pattern, spell in ((_EMAIL, str.lower), (_URL, str), (_PHONE, _phone), (_ID_LIKE, str)):
-        named.update(spell(m.group()) for m in pattern.finditer(rest))
-        rest = pattern.sub(" ", rest)
-    named.update(" ".join(m.group().split()) for m in _QUOTED.finditer(text))
+    if email or url or digits:
+
+        def take(match: re.Match[str]) -> str:
+            kind, value = match.lastgroup, match.group()
+            named.add(
+                value.lower() if kind == "email" else _phone(value) if kind == "phone" else value
+            )
+            return " "
+
+        rest = _special(email, url, digits).sub(take, text)
+        if digits:
+            rest = _id_like(rest, named)
+    if any(q in text for q in _QUOTE_OPENERS):
+        for match in _QUOTED.finditer(text):
+            quoted = match.group()
+            if quoted[0] == "'" and not _apostrophes_are_quotes(text, *match.span()):
+                continue
+            named.add(" ".join(quoted.split()))
     for match in _CAPITALISED_RUN.finditer(rest):
+        start = match.start()
+        if start and rest[start - 1].isalnum():
+            continue  # inside a word ("iPhone")
         run = " ".join(match.group().rstrip(".-&").split())
         if not run or run == "I":
             continue
-        if " " not in run and not run.isupper() and _opens_sentence(rest, match.start()):
+        if " " not in run and not run.isupper() and _opens_sentence(rest, start):
             continue  # "The", "Please" opening a sentence: capitalised by grammar, not a name
         named.add(run)
     return Spans(frozenset(named), rest)
+
+
+def _apostrophes_are_quotes(text: str, start: int, end: int) -> bool:
+    """'…' is a quote only when its marks are not apostrophes inside words (don't, users')."""
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    return not before.isalpha() and not after.isalpha()
 
 
 def _opens_sentence(text: str, start: int) -> bool:
@@ -192,34 +284,49 @@ _MEASURE_WORDS = (
     "个只件条张本台辆位名人次回遍天日月年岁号周元块角分秒点斤克米里吨份倍层楼页章节家所间项种批组对双套"
     "瓶杯碗盒箱袋包颗粒片支枝根把架座部期届"
 )
-# Words that hold numeral characters without being numbers.
+# Words that hold numeral characters without being numbers (万一 "just in case", 十分
+# "very", 千万 "by all means" — unless a numeral comes before: 三十分, 一千万).
 _NOT_NUMBERS_ZH = re.compile(
     "一起|一样|一些|一直|一定|一般|一切|一旦|一律|一致|一向|一下|一点儿|一点点|一会儿|一边|一面|"
     "一同|一共|统一|唯一|之一|一一|不一|第一时间|三心二意|一路|一生|一心|一再|一贯|"
-    rf"(?<![{_ZH_NUMERAL}点])(?:万一|十分|千万|万分)"
+    rf"万(?<![{_ZH_NUMERAL}点]万)[一分]|十(?<![{_ZH_NUMERAL}点]十)分|千(?<![{_ZH_NUMERAL}点]千)万"
 )
+_ARABIC = r"(?P<arabic>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<big>[万亿])?"
+_ZH = rf"[{_ZH_NUMERAL}]+(?:点[{_ZH_DIGIT_CHARS}]+)?"
+_PERCENT = r"(?P<{}>\s?%|\s?(?i:percent|per cent)\b)?"
+# Every branch starts with a plain character set (see _SENTENCE_END); Latin-only text
+# gets the pattern without the Chinese branches.
 _NUMBER = re.compile(
-    rf"(?P<pct_zh>百分之)?"
-    rf"(?:(?P<arabic>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<big>[万亿])?"
-    rf"|(?P<zh>[{_ZH_NUMERAL}]+(?:点[{_ZH_DIGIT_CHARS}]+)?))"
-    rf"(?P<pct>\s?%|\s?(?:percent|per cent)\b)?",
-    re.IGNORECASE,
+    rf"{_ARABIC}{_PERCENT.format('pct')}|百分之(?:(?P<zh_pct>{_ZH})|(?P<ar_pct>\d+(?:\.\d+)?))"
+    rf"|(?P<zh>{_ZH}){_PERCENT.format('pct2')}"
 )
+_NUMBER_ASCII = re.compile(rf"{_ARABIC}{_PERCENT.format('pct')}")
+_FULLWIDTH_CHARS = re.compile("[０-９．，％]")
 
 
 def numbers(text: str) -> Counter[str]:
     """Numbers as a multiset, each in one spelling: 300, 2500, 1.5, 5%."""
     counts: Counter[str] = Counter()
-    body = _NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH))
-    for match in _NUMBER.finditer(body):
+    if text.isascii():
+        body, pattern = text, _NUMBER_ASCII
+    else:
+        if _FULLWIDTH_CHARS.search(text):
+            text = text.translate(_FULLWIDTH)
+        body, pattern = _NOT_NUMBERS_ZH.sub(" ", text), _NUMBER
+    for match in pattern.finditer(body):
         value: Decimal | None
-        if match.group("arabic") is not None:
-            value = _decimal(match.group("arabic").replace(",", ""))
-            if value is not None and match.group("big"):
-                value *= _ZH_BIG[match.group("big")]
+        groups = match.groupdict()
+        percent = bool(groups.get("pct") or groups.get("pct2"))
+        if groups["arabic"] is not None:
+            value = _decimal(groups["arabic"].replace(",", ""))
+            if value is not None and groups["big"]:
+                value *= _ZH_BIG[groups["big"]]
+        elif groups.get("ar_pct") is not None:
+            value, percent = _decimal(groups["ar_pct"]), True
         else:
-            zh = match.group("zh")
-            if len(zh) == 1 and zh in _ZH_DIGITS and not match.group("pct_zh"):
+            zh = groups["zh_pct"] or groups["zh"]
+            percent = percent or groups["zh_pct"] is not None
+            if len(zh) == 1 and zh in _ZH_DIGITS and not percent:
                 # A lone 一 … 九 is a number before a measure word (三个) or after 第 (第三);
                 # 一点 is "a little", not one o'clock.
                 follows = body[match.end() : match.end() + 1]
@@ -230,7 +337,6 @@ def numbers(text: str) -> Counter[str]:
             value = chinese_number(zh)
         if value is None:
             continue
-        percent = bool(match.group("pct_zh") or match.group("pct"))
         counts[_spell(value) + ("%" if percent else "")] += 1
     return counts
 
@@ -238,17 +344,22 @@ def numbers(text: str) -> Counter[str]:
 # --- length ---------------------------------------------------------------------------
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_LENGTH_UNIT = re.compile(
-    # A number is one unit however it is spelt (百分之五 = 5% = one), then CJK characters
-    # one each, then Latin words (with their contractions) one each.
-    rf"(?:百分之)?[{_ZH_NUMERAL}]+(?:点[{_ZH_DIGIT_CHARS}]+)?|[0-9０-９][0-9０-９,.，．]*[%％]?"
-    rf"|[{_CJK}]|[A-Za-z\u00c0-\u024f]+(?:['’][A-Za-z]+)*"
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
+_ZH_NUMBER_RUN = re.compile(rf"百分之{_ZH}|{_ZH}")
+_LATIN_UNIT = re.compile(
+    r"[A-Za-z\u00c0-\u024f]+(?:['’][A-Za-z]+)*|[0-9０-９][0-9０-９,.，．]*[%％]?"
 )
 
 
 def length(text: str) -> int:
-    """CJK characters plus Latin words plus numbers: a length comparable across languages."""
-    return sum(1 for _ in _LENGTH_UNIT.finditer(text))
+    """CJK characters plus Latin words plus numbers: a length comparable across languages.
+
+    A number is one unit however it is spelt (百分之五 = 5% = 两千五百 = 2500 = one)."""
+    units = sum(1 for _ in _LATIN_UNIT.finditer(text))
+    if not text.isascii():
+        units += sum(map(len, _CJK_RUN.findall(text)))
+        units -= sum(len(run) - 1 for run in _ZH_NUMBER_RUN.findall(text))
+    return units
 
 
 def chinese_number(text: str) -> Decimal | None:
@@ -337,7 +448,7 @@ class Reading:
 def read(text: str) -> Reading:
     found = spans(text)
     return Reading(
-        sentences=len(sentences(text)),
+        sentences=sentence_count(text),
         length=length(text),
         negations=negations(text),
         numbers=numbers(found.rest),

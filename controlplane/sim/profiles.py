@@ -1,7 +1,8 @@
 """Realistic result generators per example task, and the scenarios that break them.
 
 Pure: given a seeded `random.Random` and a clock value, the same results come out.
-Scenarios (DESIGN §9): `long_ticket_regression` (the edge degrades only on long tickets),
+`reply_rewrite` sends Chinese and English reply rewrites, about one in twenty of which
+drops a negation and one in twenty changes a number. Scenarios (DESIGN §9): `long_ticket_regression` (the edge degrades only on long tickets),
 `edge_outage` (edge errors and degrades), `silent_router` (a task stops sending),
 `traffic_jump` (several times the usual volume).
 """
@@ -102,6 +103,72 @@ def invoice_extract(rng: random.Random, i: int, ts: datetime, scenario: str) -> 
     )
 
 
+# (cloud reply, a faithful rewrite, the rewrite with a negation dropped, with a number changed)
+REWRITES = [
+    (
+        "您好，您的退款{amount}元已于今天退回原账户。如有疑问，请拨打 {phone} 联系我们。",
+        "您好，退款{amount}元今天已经退回到您的原账户。如有问题，请致电 {phone} 联系我们。",
+        None,
+        "您好，您的退款{amount2}元已于今天退回原账户。如有疑问，请拨打 {phone} 联系我们。",
+    ),
+    (
+        "抱歉，该商品不支持七天无理由退货。我们已将说明发送至 {email}。",
+        "很抱歉，这件商品不支持七天无理由退货。相关说明已发送到 {email}。",
+        "很抱歉，这件商品支持七天无理由退货。相关说明已发送到 {email}。",
+        "很抱歉，这件商品不支持三十天无理由退货。相关说明已发送到 {email}。",
+    ),
+    (
+        "Hi, your refund of ${amount} was sent today. We will email {email} when it arrives.",
+        "Hello, we sent your refund of ${amount} today. We will write to {email} once it arrives.",
+        None,
+        "Hello, we sent your refund of ${amount2} today. We will write to {email} once it arrives.",
+    ),
+    (
+        "Sorry, we can't change the delivery address after shipping. Please call {phone} for help.",
+        "We apologise, but we cannot change the delivery address after shipping. Please call {phone} for help.",
+        "We apologise, but we can change the delivery address after shipping. Please call {phone} for help.",
+        None,
+    ),
+    (
+        "订单 {order} 预计3天内送达。请保持电话 {phone} 畅通。",
+        "订单 {order} 预计三天内送达。请保持您的电话 {phone} 畅通。",
+        None,
+        "订单 {order} 预计5天内送达。请保持您的电话 {phone} 畅通。",
+    ),
+]
+
+
+def reply_rewrite(rng: random.Random, i: int, ts: datetime, scenario: str) -> dict[str, Any]:
+    cloud_text, faithful, no_negation, other_number = rng.choice(REWRITES)
+    amount = rng.randrange(20, 900)
+    fill = {
+        "amount": amount,
+        "amount2": amount + rng.randrange(1, 50),
+        "phone": f"1{rng.choice('3589')}{rng.randrange(10**8, 10**9)}",
+        "email": f"user{rng.randrange(10**4)}@example.com",
+        "order": f"SO-{rng.randrange(10**6, 10**7)}",
+    }
+    roll = rng.random()
+    edge_text = faithful
+    if roll < 0.05 and no_negation:
+        edge_text = no_negation  # the rewrite that flips the meaning
+    elif roll < 0.10 and other_number:
+        edge_text = other_number
+    tokens = len(cloud_text) * 2
+    edge_error = _edge_error(rng, scenario)
+    edge, cloud = _sides(
+        rng,
+        tokens,
+        edge_text.format(**fill),
+        cloud_text.format(**fill),
+        edge_error=edge_error,
+        scenario=scenario,
+    )
+    return _result(
+        "reply_rewrite", i, ts, tokens, rng, {"text": cloud_text.format(**fill)}, edge, cloud
+    )
+
+
 def _edge_error(rng: random.Random, scenario: str) -> str | None:
     rate = 0.4 if scenario == "edge_outage" else 0.005
     if rng.random() >= rate:
@@ -138,6 +205,7 @@ def _result(
 GENERATORS: dict[str, Generator] = {
     "ticket_classify": ticket_classify,
     "invoice_extract": invoice_extract,
+    "reply_rewrite": reply_rewrite,
 }
 
 

@@ -15,6 +15,7 @@ from controlplane.ingest.conservation import (
     negations,
     numbers,
     read,
+    sentence_count,
     sentences,
     spans,
 )
@@ -387,3 +388,9 @@ def test_any_text_agrees_with_itself(text: str) -> None:
 @given(texts)
 def test_reading_is_deterministic(text: str) -> None:
     assert read(text) == read(text)
+
+
+@settings(max_examples=300)
+@given(texts)
+def test_sentence_count_is_the_number_of_sentences(text: str) -> None:
+    assert sentence_count(text) == len(sentences(text))
