@@ -87,10 +87,11 @@ def _sentence_ends(body: str) -> list[int]:
 
 
 def _is_abbreviation(text: str, dot: int) -> bool:
-    word_start = dot
-    while word_start > 0 and (text[word_start - 1].isalpha() or text[word_start - 1] == "."):
-        word_start -= 1
-    word = text[word_start:dot].replace(".", "").lower()
+    # The word before the dot, back to the previous space: "Mr", "e.g", "J".
+    word = text[text.rfind(" ", max(0, dot - 12), dot) + 1 : dot]
+    if not word or not word[-1].isalpha():
+        return False
+    word = word.lstrip("\"'“‘(（").replace(".", "").lower()
     # "e.g." and single letters ("J. Smith") are abbreviations too.
     return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
 
@@ -355,7 +356,7 @@ def length(text: str) -> int:
     """CJK characters plus Latin words plus numbers: a length comparable across languages.
 
     A number is one unit however it is spelt (百分之五 = 5% = 两千五百 = 2500 = one)."""
-    units = sum(1 for _ in _LATIN_UNIT.finditer(text))
+    units = len(_LATIN_UNIT.findall(text))
     if not text.isascii():
         units += sum(map(len, _CJK_RUN.findall(text)))
         units -= sum(len(run) - 1 for run in _ZH_NUMBER_RUN.findall(text))

@@ -15,6 +15,7 @@ text; only masked text reaches the database.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 TYPES = ("EMAIL", "IP", "IDCARD", "CARD", "PHONE", "ID", "NUM")
@@ -28,26 +29,32 @@ PHONE = (
     r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ -]?\d{7,8}(?!\d)"  # Chinese landline
     r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
 )
-_PATTERN = re.compile(
-    "|".join(
-        [
-            # An existing placeholder stays as it is (masking twice changes nothing).
-            rf"(?P<KEEP><(?:{'|'.join(TYPES)})_\d+>)",
-            r"(?P<EMAIL>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})",
-            r"(?P<IP>(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\d.])"
-            r"|(?<![:\w])(?:[0-9A-Fa-f]{1,4}:){3,7}[0-9A-Fa-f]{1,4}(?![:\w]))",
-            # Chinese resident ID: 17 digits and a check digit or X.
-            r"(?P<IDCARD>(?<![0-9A-Za-z])\d{17}[\dXx](?![0-9A-Za-z]))",
-            # Cards: 13 to 19 digits, plain or in groups of four.
-            r"(?P<CARD>(?<!\d)(?:\d{4}[ -]){3}\d{1,7}(?!\d)|(?<!\d)\d{13,19}(?!\d))",
-            rf"(?P<PHONE>{PHONE})",
-            # ID-like tokens: letters and at least two digits, five characters or more.
-            r"(?P<ID>(?<![A-Za-z0-9_-])(?=(?:[A-Za-z_-]*\d){2})(?=[A-Za-z0-9_-]*[A-Za-z])"
-            r"[A-Za-z0-9][A-Za-z0-9_-]{3,}(?<=[A-Za-z0-9])(?![A-Za-z0-9_-]))",
-            rf"(?P<NUM>{_DIGIT}{{6,}})",
-        ]
-    )
+_KEEP = rf"(?P<KEEP><(?:{'|'.join(TYPES)})_\d+>)"
+_EMAIL = r"(?P<EMAIL>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
+_IPV4 = r"(?P<IP>\d(?<![\d.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\d.]))"
+_IPV6 = (
+    r"(?P<IP6>[0-9A-Fa-f](?<![:\w][0-9A-Fa-f])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{1,4}){3,7}(?![:\w]))"
 )
+# Chinese resident ID: 17 digits and a check digit or X. Cards: 13 to 19 digits, plain or
+# in groups of four. Like PHONE, each starts with a plain character (fast skipping) and
+# checks what comes before once its first digit is consumed.
+_IDCARD = r"(?P<IDCARD>\d(?<![0-9A-Za-z]\d)\d{16}[\dXx](?![0-9A-Za-z]))"
+_CARD = r"(?P<CARD>\d(?<!\d\d)\d{3}[ -](?:\d{4}[ -]){2}\d{1,7}(?!\d)|\d(?<!\d\d)\d{12,18}(?!\d))"
+_PHONE = rf"(?P<PHONE>{PHONE})"
+_DIGIT_RUN = re.compile(f"{_DIGIT}+")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_TOKEN_LETTERS = _LETTERS | {"_", "-"}
+
+
+@lru_cache(maxsize=8)
+def _pattern(email: bool, ipv4: bool, ipv6: bool) -> re.Pattern[str]:
+    """The first pass, holding only the branches a text can need (no "@": no email branch)."""
+    parts = [_KEEP] + ([_EMAIL] if email else []) + ([_IPV4] if ipv4 else [])
+    parts += ([_IPV6] if ipv6 else []) + [_IDCARD, _CARD, _PHONE]
+    return re.compile("|".join(parts))
+
+
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
 
 
@@ -77,7 +84,51 @@ class Masker:
         self._counts: dict[str, int] = {}
 
     def text(self, text: str) -> str:
-        return _PATTERN.sub(self._replace, text)
+        """Two passes: emails, IPs, ID cards, cards and phones by pattern; then, from each
+        digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
+        if not _DIGIT_RUN.search(text) and "@" not in text:
+            return text
+        first = _pattern("@" in text, "." in text, text.count(":") >= 3)
+        return self._tokens(first.sub(self._replace, text))
+
+    def _tokens(self, text: str) -> str:
+        pieces: list[str] = []
+        copied = 0  # text before this is in `pieces`
+        scanned = 0  # digit runs before this belong to a token already handled
+        for match in _DIGIT_RUN.finditer(text):
+            start, end = match.span()
+            if start < scanned:
+                continue
+            left, right = start, end
+            while left > 0 and text[left - 1] in _TOKEN_CHARS:
+                left -= 1
+            while right < len(text) and text[right] in _TOKEN_CHARS:
+                right += 1
+            if left > 0 and text[left - 1] == "<" and right < len(text) and text[right] == ">":
+                scanned = right
+                continue  # a placeholder: <NUM_2>
+            while text[left] in "_-":
+                left += 1
+            while text[right - 1] in "_-":
+                right -= 1
+            token = text[left:right]
+            if (
+                len(token) >= 4
+                and any(c in _LETTERS for c in token)
+                and sum(c.isdigit() for c in token) >= 2
+            ):
+                kind, key, span = "ID", token, (left, right)
+                scanned = right
+            elif end - start >= 6:
+                kind, key, span = "NUM", match.group().translate(_FULLWIDTH_DIGITS), (start, end)
+            else:
+                continue
+            pieces += [text[copied : span[0]], self._placeholder(kind, key)]
+            copied = span[1]
+        if not pieces:
+            return text
+        pieces.append(text[copied:])
+        return "".join(pieces)
 
     def json(self, value: Any) -> Any:
         """Every string inside a JSON value, masked (object keys are names, not data)."""
@@ -94,7 +145,18 @@ class Masker:
         value = match.group()
         if kind == "KEEP" or kind is None:
             return value
-        if kind in ("PHONE", "CARD", "IDCARD", "NUM"):
+        start, end = match.span()
+        source = match.string
+        if kind != "EMAIL" and (
+            (start and source[start - 1] in _TOKEN_LETTERS)
+            or (end < len(source) and source[end] in _TOKEN_LETTERS)
+        ):
+            return value  # digits inside a token such as SO-13800138000: the ID pass takes it
+        if kind == "IP" and any(int(octet) > 255 for octet in value.split(".")):
+            return value
+        if kind == "IP6":
+            kind = "IP"
+        if kind in ("PHONE", "CARD", "IDCARD"):
             key = re.sub(r"\D", "", value.translate(_FULLWIDTH_DIGITS))
             if kind == "CARD" and value.isdigit() and not _luhn(value):
                 kind = "NUM"  # a plain digit run that fails the card checksum
@@ -104,6 +166,9 @@ class Masker:
             key = value.lower()
         else:
             key = value
+        return self._placeholder(kind, key)
+
+    def _placeholder(self, kind: str, key: str) -> str:
         placeholder = self._placeholders.get((kind, key))
         if placeholder is None:
             self._counts[kind] = self._counts.get(kind, 0) + 1

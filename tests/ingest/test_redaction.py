@@ -24,6 +24,7 @@ CASES = [
     ("IP 192.168.1.10 and fe80:0:0:0:202:b3ff:fe1e:8329", "IP <IP_1> and <IP_2>"),
     ("order INV-2024-001 and AB12CD34", "order <ID_1> and <ID_2>"),
     ("单号 1234567 与 １２３４５６７", "单号 <NUM_1> 与 <NUM_1>"),
+    ("ref 12-3456789 and SO-13800138000", "ref 12-<NUM_1> and <ID_1>"),
     # Left alone: short numbers, dates, times, prices, model names.
     (
         "on 2026-11-30 at 10:30 it cost 35.50 on gpt-4o",
@@ -82,7 +83,11 @@ intl_phones = st.builds(
     st.from_regex(r"[0-9]{9,10}", fullmatch=True),
 )
 digit_runs = st.from_regex(r"[0-9]{6,24}", fullmatch=True)
-secrets = st.one_of(emails, cn_mobiles, intl_phones, digit_runs)
+# Digit runs glued to short codes: "12-3456789", "A-1234567".
+glued_runs = st.builds(
+    lambda head, run: f"{head}-{run}", st.from_regex(r"[0-9A-Z]{1,3}", fullmatch=True), digit_runs
+)
+secrets = st.one_of(emails, cn_mobiles, intl_phones, digit_runs, glued_runs)
 
 
 @st.composite
