@@ -10,7 +10,8 @@ Choices, where the language leaves room:
 - Sentences end at 。！？!? and at "." followed by a space or the end (not in 3.5, e.g.,
   Mr.). Closing quotes and brackets after the end belong to the sentence. An ellipsis
   (… …… ...) is a pause, not an end, unless it closes the text.
-- Length counts CJK characters one each and Latin words one each, so mixed text works.
+- Length counts CJK characters one each, Latin words one each and numbers one each
+  however spelt (百分之五 = 5%), so mixed text and numeral rewrites compare fairly.
 - Negations: 不 没(有) 无 未 非 别 莫 勿 否, with the common words that only contain
   them (非常 无论 别人 未来 否则 …) left out; no not never none nothing nobody nowhere
   neither nor without cannot and n't. "can't", "cannot" and "not" are one word.
