@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -61,6 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
+    # The COPY path talks to psycopg directly: its errors arrive unwrapped.
+    @app.exception_handler(psycopg.OperationalError)
     async def storage_down(_: Request, exc: Exception) -> ORJSONResponse:
         log.warning('{"event": "storage_unavailable", "error": "%s"}', type(exc).__name__)
         return ORJSONResponse(

@@ -6,10 +6,10 @@ a Celery job) commits on success and rolls back on error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Engine, create_engine, event
@@ -72,3 +72,29 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+T = TypeVar("T")
+# Deadlock and serialization failure: PostgreSQL rolled the transaction back and asks for a
+# retry. Two routers resending overlapping batches in different orders can deadlock on the
+# unique key; each result is written once all the same.
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    original = getattr(exc, "orig", None) or exc
+    return getattr(original, "sqlstate", None) in TRANSIENT_SQLSTATES
+
+
+def in_transaction(engine: Engine, work: Callable[[Session], T], attempts: int = 3) -> T:
+    """Run `work` in one transaction (committed on success); retry it from the start when
+    the database rolled it back for a transient conflict."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with session_scope(engine) as session:
+                return work(session)
+        except Exception as exc:
+            if attempt < attempts and is_transient(exc):
+                continue
+            raise
+    raise AssertionError("unreachable")

@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
-from controlplane.db import session_scope
+from controlplane.db import in_transaction, session_scope
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.ingest import service
 from controlplane.ingest.schemas import IngestReport
@@ -48,8 +48,13 @@ async def post_results(
 
     def store() -> IngestReport:
         valid, rejected = service.validate_body(body, settings.max_batch_items)
-        with session_scope(request.app.state.engine) as session:
-            return service.ingest(session, valid, rejected, request.app.state.tasks, utcnow())
+        received_at = utcnow()
+        return in_transaction(
+            request.app.state.engine,
+            lambda session: service.ingest(
+                session, valid, list(rejected), request.app.state.tasks, received_at
+            ),
+        )
 
     try:
         report = await run_in_threadpool(store)

@@ -317,3 +317,20 @@ def test_concurrent_resends_store_each_result_once(api: Api) -> None:
     assert sum(r["duplicates"] for r in reports) == 600
     assert count(api, Result) == 200
     assert count(api, Payload) == 200
+
+
+def test_overlapping_resends_in_opposite_orders_store_each_result_once(api: Api) -> None:
+    # Two routers resending the same results in opposite orders can deadlock on the unique
+    # key in PostgreSQL; the transaction is retried and every result is stored once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    forward = [make_result(request_id=f"o-{i}", edge={"output": "exchange"}) for i in range(1000)]
+    batches = [{"results": forward}, {"results": list(reversed(forward))}] * 4
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        responses = list(pool.map(api.post_results, batches))
+    assert [r.status_code for r in responses] == [200] * 8
+    reports = [r.json() for r in responses]
+    assert sum(r["accepted"] for r in reports) == 1000
+    assert sum(r["duplicates"] for r in reports) == 7000
+    assert count(api, Result) == 1000
+    assert count(api, Payload) == 1000
