@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
@@ -30,6 +31,12 @@ from controlplane.migrate import upgrade
 from controlplane.settings import Settings
 
 TEMPLATE_DB = "sp_test_template"
+
+# Shared, noisy machines: properties are judged by their examples, never by their speed.
+settings.register_profile(
+    "shadowplane", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shadowplane")
 
 
 def pg_admin_url() -> str:
