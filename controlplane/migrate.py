@@ -14,6 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def alembic_config(database_url: str) -> Config:
+    if not (ROOT / "migrations" / "env.py").exists():
+        raise RuntimeError(
+            f"no Alembic migrations under {ROOT}: install Shadowplane from a checkout "
+            "(pip install -e .), where migrations/ lives"
+        )
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "migrations"))
     # ConfigParser interpolation: a literal % in a password must be doubled.
