@@ -11,16 +11,16 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar
 
-import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.jsonutil import dumps
 from controlplane.settings import get_settings
 
 
 def json_text(value: Any) -> str:
     """JSON for storage. PostgreSQL's jsonb refuses the NUL escape: store U+FFFD instead."""
-    return orjson.dumps(value).decode().replace("\\u0000", "\\ufffd")
+    return dumps(value).decode().replace("\\u0000", "\\ufffd")
 
 
 def make_engine(url: str) -> Engine:

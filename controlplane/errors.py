@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
+
+from controlplane.jsonutil import dumps
 
 
 def short_repr(value: Any, limit: int = 120) -> str:
     """A value as compact JSON, cut to `limit` characters."""
-    text = orjson.dumps(value, default=str).decode()
+    text = dumps(value).decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -13,6 +13,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from controlplane.jsonutil import dumps
+
 log = logging.getLogger("shadowplane.http")
 
 
@@ -20,7 +22,7 @@ class ORJSONResponse(JSONResponse):
     """JSON via orjson (datetimes as ISO 8601)."""
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+        return dumps(content)
 
 
 class BodyTooLarge(Exception):

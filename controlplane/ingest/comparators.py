@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-import orjson
-
 from controlplane.errors import short_repr
 from controlplane.ingest import conservation
+from controlplane.jsonutil import dumps, loads
 
 Outcome = Literal["agree", "conflict", "invalid"]
 
@@ -105,7 +104,8 @@ def canonical(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str | int):
         return value
     if isinstance(value, float):
-        return int(value) if value.is_integer() else value
+        # Integral floats below 2**53 are exact integers: 1.0 is 1. Larger ones stay floats.
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
     if isinstance(value, dict):
         return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -114,7 +114,7 @@ def canonical(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    return orjson.dumps(canonical(value), option=orjson.OPT_SORT_KEYS)
+    return dumps(canonical(value), sort_keys=True)
 
 
 def _differing_paths(a: Any, b: Any, path: str, out: list[str], limit: int = 20) -> None:
@@ -175,8 +175,8 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     """LLM outputs often arrive as JSON text: accept an object or a string holding one."""
     if isinstance(value, str):
         try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
+            value = loads(value)
+        except ValueError:
             return None
     return value if isinstance(value, dict) else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 Side = Literal["edge", "cloud"]
@@ -36,6 +36,7 @@ class EdgeSideIn(SideIn):
     valid: NotRequired[Annotated[bool | None, Field(default=None)]]
 
 
+@with_config(ConfigDict(extra="allow"))  # the input is payload: keep all of it
 class InputIn(TypedDict):
     text: NotRequired[Annotated[Any, Field(default=None)]]
     segments: NotRequired[Annotated[list[int] | None, Field(default=None)]]

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-import orjson
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
@@ -33,6 +32,7 @@ from controlplane.ingest.schemas import (
     consistency_problem,
     nul_fields,
 )
+from controlplane.jsonutil import loads
 
 _BATCH = TypeAdapter(ResultBatch)
 _ITEMS = TypeAdapter(list[ResultIn])
@@ -74,8 +74,8 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
             raise BodyError(f"results: {len(results)} items, at most {max_items} per request")
         return _refuse_impossible(list(enumerate(results)), [], check_nul=b"\\u0000" in body)
     try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        parsed = loads(body)
+    except ValueError as exc:
         raise BodyError(f"body: not valid JSON ({exc})") from None
     return validate_items(items_of(parsed, max_items))
 

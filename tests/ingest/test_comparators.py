@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlplane.ingest.comparators import REGISTRY, compare
 
@@ -151,3 +153,44 @@ def test_exact_diff_names_the_paths() -> None:
 
 def test_registry_holds_the_four_comparators() -> None:
     assert set(REGISTRY) == {"label", "exact", "json_fields", "text_conservation"}
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_exact_agrees_with_itself(value: Any) -> None:
+    assert compare(EXACT, value, value).outcome == "agree"
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "amount": st.floats(0, 10**6, allow_nan=False),
+            "currency": st.text(min_size=1, max_size=5),
+        }
+    )
+)
+def test_json_fields_agrees_with_itself_and_with_key_order(value: dict[str, Any]) -> None:
+    assert compare(INVOICE, value, value).outcome == "agree"
+    assert compare(INVOICE, dict(reversed(list(value.items()))), value).outcome == "agree"
+
+
+@given(
+    st.sampled_from(["refund", "exchange", "complaint"]),
+    st.sampled_from(["", " ", "  "]),
+    st.booleans(),
+)
+def test_label_ignores_case_and_outer_space(label: str, pad: str, upper: bool) -> None:
+    shown = pad + (label.upper() if upper else label) + pad
+    assert compare(LABELS, shown, label).outcome == "agree"

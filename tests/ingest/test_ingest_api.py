@@ -334,3 +334,65 @@ def test_overlapping_resends_in_opposite_orders_store_each_result_once(api: Api)
     assert sum(r["duplicates"] for r in reports) == 7000
     assert count(api, Result) == 1000
     assert count(api, Payload) == 1000
+
+
+def test_every_item_is_answered_exactly_once(api: Api) -> None:
+    # A law: accepted + duplicates + rejected = items, whatever the mix.
+    import random
+
+    rng = random.Random(5)
+    stored: set[str] = set()
+    for round_ in range(5):
+        items: list[Any] = []
+        for _ in range(rng.randrange(1, 120)):
+            kind = rng.random()
+            rid = f"law-{rng.randrange(150)}"
+            if kind < 0.7:
+                items.append(make_result(request_id=rid))
+            elif kind < 0.8:
+                items.append(make_result(request_id=rid, task="nope"))
+            elif kind < 0.9:
+                items.append(make_result(request_id=rid, input_tokens=-1))
+            else:
+                items.append({"request_id": rid})
+        report = api.post_results({"results": items}).json()
+        answered = report["accepted"] + report["duplicates"] + len(report["rejected"])
+        assert answered == len(items), (round_, report)
+        good = {
+            i["request_id"]
+            for i in items
+            if isinstance(i, dict)
+            and i.get("task") == "ticket_classify"
+            and i.get("input_tokens", -1) >= 0
+        }
+        assert report["accepted"] == len(good - stored)
+        stored |= good
+    assert count(api, Result) == len(stored)
+
+
+def test_integers_beyond_64_bits_are_stored_and_read_back(api: Api) -> None:
+    big = 123456789012345678901234567890
+    results = [
+        make_result(
+            request_id="big-1",
+            task="ticket_classify",
+            input={"text": "x", "ref": big},
+            edge={"output": "exchange"},
+        ),
+        make_result(
+            request_id="big-2",
+            task="invoice_extract",
+            edge={"output": {"amount": big, "currency": "EUR"}},
+            cloud={"output": {"amount": big, "currency": "EUR"}},
+        ),
+        {"request_id": "bad", "n": big},  # a bad item beside them: the careful path parses it all
+    ]
+    report = api.post_results({"results": results}).json()
+    assert report["accepted"] == 2 and [r["index"] for r in report["rejected"]] == [2]
+    stored = api.client.get("/v1/results/ticket_classify/big-1", headers=api.headers("read"))
+    assert stored.status_code == 200
+    assert stored.json()["payload"]["input"]["ref"] == big
+    invoice = api.client.get(
+        "/v1/results/invoice_extract/big-2", headers=api.headers("read")
+    ).json()
+    assert invoice["comparison"]["outcome"] == "agree"

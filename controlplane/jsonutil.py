@@ -1,0 +1,33 @@
+"""JSON encoding for values that came from outside: orjson when it can, the standard
+library when it cannot (orjson refuses integers beyond 64 bits, which JSON allows)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+    try:
+        return orjson.dumps(
+            value,
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+            if sort_keys
+            else orjson.OPT_NON_STR_KEYS,
+            default=str,
+        )
+    except TypeError:
+        text = json.dumps(
+            value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, default=str
+        )
+        return text.encode()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON exactly; raises ValueError when it is not JSON.
+
+    The standard library, not orjson: orjson turns integers beyond 64 bits into floats
+    without a word, and a stored number must be the number that was sent."""
+    return json.loads(data)
