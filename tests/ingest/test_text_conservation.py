@@ -394,3 +394,21 @@ def test_reading_is_deterministic(text: str) -> None:
 @given(texts)
 def test_sentence_count_is_the_number_of_sentences(text: str) -> None:
     assert sentence_count(text) == len(sentences(text))
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_any_two_texts_get_an_outcome_and_a_diff_that_names_the_failures(
+    edge: str, cloud: str
+) -> None:
+    comparison = compare(SPEC, edge, cloud)
+    assert comparison.outcome in ("agree", "conflict", "invalid")
+    if comparison.outcome == "conflict" and comparison.diff and "failed" in comparison.diff:
+        assert set(comparison.diff["failed"]) <= {
+            "sentences",
+            "length_ratio",
+            "negations",
+            "numbers",
+            "spans",
+        }
+        assert all(name in comparison.diff for name in comparison.diff["failed"])
