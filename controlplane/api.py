@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from controlplane.audit.endpoints import router as audit_router
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
 from controlplane.catalog.service import RuntimeCache
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestLog)
     app.include_router(tasks_router)
     app.include_router(results_router)
+    app.include_router(audit_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 

@@ -20,6 +20,7 @@ ENDPOINTS = [
     ("POST", "/v1/tasks", "admin"),
     ("GET", "/v1/tasks", "read"),
     ("GET", "/v1/tasks/ticket_classify", "read"),
+    ("GET", "/v1/audit", "read"),
 ]
 ALLOWED = {
     "ingest": {"POST /v1/results"},

@@ -166,3 +166,26 @@ def test_missing_required_fields() -> None:
     assert caught.value.errors == ["task: field required", "comparator: field required"]
     with pytest.raises(ConfigError, match="must be a mapping"):
         parse_config(["task"])
+
+
+def test_audit_log_is_readable_and_filterable(api: Api) -> None:
+    post(api, BASE)
+    post(api, {**BASE, "shadow_rate": 0.5})
+    entries = api.client.get(
+        "/v1/audit", params={"task": "reply_classify"}, headers=api.headers("read")
+    ).json()["entries"]
+    assert [(e["action"], e["actor"], e["details"]["version"]) for e in entries] == [
+        ("task.config", "admin-key", 2),
+        ("task.create", "admin-key", 1),
+    ]
+    by_test = api.client.get(
+        "/v1/audit", params={"actor": "test"}, headers=api.headers("read")
+    ).json()
+    assert {e["action"] for e in by_test["entries"]} == {"key.create", "task.create"}
+    future = api.client.get(
+        "/v1/audit", params={"since": "2999-01-01T00:00:00Z"}, headers=api.headers("read")
+    ).json()
+    assert future["entries"] == []
+    assert api.client.get("/v1/audit", headers=api.headers("ingest")).status_code == 403
+    bad = api.client.get("/v1/audit", params={"limit": 0}, headers=api.headers("read"))
+    assert bad.status_code == 422 and "limit" in bad.json()["detail"][0]

@@ -1,0 +1,42 @@
+"""Reading the audit log (thin: parse the filters, call the service, answer)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from controlplane.audit import service
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.db import session_scope
+from controlplane.http import ORJSONResponse
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"])
+
+
+@router.get("")
+def list_audit(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    task: str | None = None,
+    actor: str | None = None,
+    since: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> ORJSONResponse:
+    """Who changed what and when, newest first (filters: task, actor, since)."""
+    with session_scope(request.app.state.engine) as session:
+        rows = service.entries(session, task=task, actor=actor, since=since, limit=limit)
+        entries = [
+            {
+                "id": e.id,
+                "created_at": e.created_at,
+                "actor": e.actor,
+                "action": e.action,
+                "task": e.task,
+                "details": e.details,
+            }
+            for e in rows
+        ]
+    return ORJSONResponse({"entries": entries})
