@@ -156,30 +156,29 @@ def _id_like(text: str, named: set[str]) -> str:
     Found from their digits outwards: a regex trying every letter of every word as a
     possible start costs ten times more."""
     pieces: list[str] = []
-    done = 0
+    copied = 0  # text before this is in `pieces`
+    scanned = 0  # digit runs before this belong to a token already read
     for match in _DIGITS.finditer(text):
         start, end = match.span()
-        if start < done:
+        if start < scanned:
             continue
         while start > 0 and text[start - 1] in _TOKEN_CHARS:
             start -= 1
         while end < len(text) and text[end] in _TOKEN_CHARS:
             end += 1
+        scanned = end
         while text[start] in "_-":
             start += 1
         while text[end - 1] in "_-":
             end -= 1
         token = text[start:end]
-        if not token.isdigit() and not all(c.isdigit() or c in "_-" for c in token):
+        if not all(c.isdigit() or c in "_-" for c in token):
             named.add(token)
-            pieces.append(text[done:start])
-            pieces.append(" ")
-            done = end
-        else:
-            done = max(done, match.end())
+            pieces += [text[copied:start], " "]
+            copied = end
     if not pieces:
         return text
-    pieces.append(text[done:])
+    pieces.append(text[copied:])
     return "".join(pieces)
 
 

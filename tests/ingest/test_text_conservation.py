@@ -146,7 +146,21 @@ CASES: list[tuple[str, Any, Any, str, set[str]]] = [
         "agree",
         set(),
     ),
+    (
+        "zh: a number after an order ID",
+        "订单 SO-2037872 预计三天内送达。",
+        "订单 SO-2037872 预计3天内送达。",
+        "agree",
+        set(),
+    ),
     # --- meaning changed: conflict -------------------------------------------------------
+    (
+        "en: a number after an ID",
+        "Order AB-1234 costs 35 dollars.",
+        "Order AB-1234 costs 36 dollars.",
+        "conflict",
+        {"numbers"},
+    ),
     (
         "en: dropped not",
         "We can ship the order before Monday.",
@@ -412,3 +426,23 @@ def test_any_two_texts_get_an_outcome_and_a_diff_that_names_the_failures(
             "spans",
         }
         assert all(name in comparison.diff for name in comparison.diff["failed"])
+
+
+tokens = st.sampled_from(
+    ["the", "order", "AB-1234", "SO-2037872", "2026-11-30", "预计", "天", "x1y2", "，", "."]
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(tokens, max_size=8),
+    st.integers(0, 10**6),
+    st.lists(tokens, max_size=8),
+    st.sampled_from([" ", ""]),
+)
+def test_a_standalone_number_is_always_read(
+    before: list[str], number: int, after: list[str], glue: str
+) -> None:
+    # Whatever IDs or dates stand around it, a number set apart by spaces is read.
+    text = glue.join(before) + f" {number} " + glue.join(after)
+    assert numbers(spans(text).rest)[str(number)] >= 1, text
