@@ -24,7 +24,7 @@ _DIGIT = "[0-9０-９]"
 PHONE = (
     # Each branch starts with a plain character, and "not after a digit" is checked once the
     # first digit is consumed: the regex engine then skips fast over text without digits.
-    r"(?:\+|00)\d{1,3}[ -]?(?:\(\d{1,4}\)[ -]?)?\d{1,4}(?:[ -]?\d{2,4}){1,4}(?!\d)"  # international
+    r"(?:\+|0(?<!\d0)0)\d{1,3}[ -]?(?:\(\d{1,4}\)[ -]?)?\d{1,4}(?:[ -]?\d{2,4}){1,4}(?!\d)"  # international
     r"|1(?<!\d1)[3-9]\d[ -]?\d{4}[ -]?\d{4}(?!\d)"  # Chinese mobile
     r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ -]?\d{7,8}(?!\d)"  # Chinese landline
     r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
