@@ -147,6 +147,13 @@ CASES: list[tuple[str, Any, Any, str, set[str]]] = [
         set(),
     ),
     (
+        "en: a million is a number, not a phone",
+        "It costs 1000000 dollars.",
+        "It costs 1,000,000 dollars.",
+        "agree",
+        set(),
+    ),
+    (
         "zh: a number after an order ID",
         "订单 SO-2037872 预计三天内送达。",
         "订单 SO-2037872 预计3天内送达。",
