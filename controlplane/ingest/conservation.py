@@ -111,9 +111,9 @@ _NOT_NEGATING_ZH_RE = re.compile(
 _NEGATION_ZH = re.compile("没有|[不没无未非别莫勿否]")
 _NEGATION_EN = re.compile(
     r"[Nn](?:o(?:t|ne|thing|body|where|r)?|ever|either)\b|[Ww]ithout\b|[Cc]annot\b|n[’']t\b"
-    r"|N(?:O(?:T|NE|THING|BODY|WHERE|R)?|EVER|EITHER)\b|WITHOUT\b|CANNOT\b"
+    r"|[Uu]nable\b|N(?:O(?:T|NE|THING|BODY|WHERE|R)?|EVER|EITHER)\b|WITHOUT\b|CANNOT\b|UNABLE\b"
 )
-_NEGATION_CANON = {"没有": "没", "cannot": "not", "n't": "not", "n’t": "not"}
+_NEGATION_CANON = {"没有": "没", "cannot": "not", "n't": "not", "n’t": "not", "unable": "not"}
 
 
 def negations(text: str) -> Counter[str]:
@@ -150,6 +150,12 @@ def _special(email: bool, url: bool, digits: bool) -> re.Pattern[str]:
     return re.compile("|".join(parts))
 
 
+# A number with a unit or an ordinal ending is a number, not an ID: 3pm, 5th, 10kg, 2x.
+_NUMBER_WITH_UNIT = re.compile(
+    r"\d+(?:\.\d+)?(?:st|nd|rd|th|am|pm|AM|PM|[smhdwkKMxX%]|min|ms|kg|km|cm|mm|ml|GB|MB|KB|TB|gb|mb)\Z"
+)
+
+
 def _id_like(text: str, named: set[str]) -> str:
     """Add the ID-like tokens (letters with digits: INV-2024-001, AB12) and blank them out.
 
@@ -172,7 +178,7 @@ def _id_like(text: str, named: set[str]) -> str:
         while text[end - 1] in "_-":
             end -= 1
         token = text[start:end]
-        if not all(c.isdigit() or c in "_-" for c in token):
+        if not all(c.isdigit() or c in "_-" for c in token) and not _NUMBER_WITH_UNIT.match(token):
             named.add(token)
             pieces += [text[copied:start], " "]
             copied = end
@@ -198,6 +204,12 @@ def _phone(text: str) -> str:
     return "tel:" + phone_key(re.sub(r"\D", "", text))
 
 
+# Words that open sentences and run into a following name: "Dear John", "Thanks Anna".
+_OPENING_WORDS = frozenset(
+    "A An The This That These Those Hi Hello Hey Dear Thanks Thank Please Sorry Yes No Ok Okay "
+    "We You Your Our My It If When As For In On At To From By With And But So Also Unfortunately "
+    "Good Welcome Congratulations Regards Best".split()
+)
 _OPENING_MARKS = frozenset(".!?。！？:：;；\n")
 _OPENING_SKIP = frozenset(" \t\"'“‘(（「『《")
 
@@ -240,8 +252,14 @@ def spans(text: str) -> Spans:
         run = " ".join(match.group().rstrip(".-&").split())
         if not run or run == "I":
             continue
-        if " " not in run and not run.isupper() and _opens_sentence(rest, start):
-            continue  # "The", "Please" opening a sentence: capitalised by grammar, not a name
+        if _opens_sentence(rest, start):
+            first, _, remainder = run.partition(" ")
+            if first in _OPENING_WORDS:
+                run = remainder  # "Hi John" → "John": the greeting is capitalised by grammar
+            elif not remainder and not run.isupper():
+                continue  # a single capitalised word opening a sentence: grammar, not a name
+            if not run:
+                continue
         named.add(run)
     return Spans(frozenset(named), rest)
 
@@ -303,6 +321,8 @@ _NUMBER = re.compile(
 )
 _NUMBER_ASCII = re.compile(rf"{_ARABIC}{_PERCENT.format('pct')}")
 _FULLWIDTH_CHARS = re.compile("[０-９．，％]")
+_RANGE_MARKS = frozenset("到至或~～-－、")
+_NUMERAL_OR_DIGIT = frozenset(_ZH_NUMERAL + "0123456789")
 
 
 def numbers(text: str) -> Counter[str]:
@@ -333,7 +353,15 @@ def numbers(text: str) -> Counter[str]:
                 follows = body[match.end() : match.end() + 1]
                 before = body[match.start() - 1 : match.start()]
                 measured = bool(follows) and follows in _MEASURE_WORDS and zh + follows != "一点"
-                if not (measured or before == "第"):
+                # 三到五天, 3至5天: a numeral in a range is a number too.
+                ranged = (
+                    follows in _RANGE_MARKS
+                    and body[match.end() + 1 : match.end() + 2] in _NUMERAL_OR_DIGIT
+                ) or (
+                    before in _RANGE_MARKS
+                    and body[match.start() - 2 : match.start() - 1] in _NUMERAL_OR_DIGIT
+                )
+                if not (measured or ranged or before == "第"):
                     continue
             value = chinese_number(zh)
         if value is None:

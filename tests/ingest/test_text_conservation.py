@@ -147,6 +147,50 @@ CASES: list[tuple[str, Any, Any, str, set[str]]] = [
         set(),
     ),
     (
+        "en: a greeting changes, the name stays",
+        "Hi John, thanks for reaching out! Your order #4821 shipped on Monday and should arrive "
+        "by Friday. Let us know if anything else comes up.",
+        "Dear John, thank you for contacting us. Your order #4821 was shipped on Monday and is "
+        "expected to arrive by Friday. Please let us know if you need anything else.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: unable is a negation",
+        "We are unable to process refunds after 30 days. Please contact support@acme.com for exceptions.",
+        "Refunds cannot be processed after 30 days. For exceptions, please email support@acme.com.",
+        "agree",
+        set(),
+    ),
+    (
+        "en: 3pm and 5th are numbers, not IDs",
+        "The meeting is at 3pm on March 5th in Room 204.",
+        "The meeting will take place at 3 pm on March 5 in Room 204.",
+        "agree",
+        set(),
+    ),
+    (
+        "zh: a range in numerals and digits",
+        "您好，您的订单已经发货了，预计三到五天送达，请注意查收。",
+        "您好，您的订单已发货，预计3至5天内送达，请留意查收。",
+        "agree",
+        set(),
+    ),
+    (
+        "en: the greeting stays, the name changes",
+        "Dear Jon, your order #4821 shipped on Monday.",
+        "Dear John, your order #4821 shipped on Monday.",
+        "conflict",
+        {"spans"},
+    ),
+    (
+        "zh: a range that changed",
+        "预计三到七天送达。",
+        "预计3至5天内送达。",
+        "conflict",
+        {"numbers"},
+    ),
+    (
         "en: a million is a number, not a phone",
         "It costs 1000000 dollars.",
         "It costs 1,000,000 dollars.",
