@@ -14,14 +14,18 @@ Choices, where the language leaves room:
   however spelt (百分之五 = 5%), so mixed text and numeral rewrites compare fairly.
 - Negations: 不 没(有) 无 未 非 别 莫 勿 否, with the common words that only contain
   them (非常 无论 别人 未来 否则 …) left out; no not never none nothing nobody nowhere
-  neither nor without cannot and n't. "can't", "cannot" and "not" are one word.
+  neither nor without cannot unable and n't. "can't", "cannot", "unable" and "not" are one
+  word.
 - Numbers are normalised to one spelling: digits (full-width too), thousands separators,
   decimals, percentages (5% = 百分之五 = 5 percent), Chinese numerals (三百 = 300,
   两千五 = 2500, 一点五 = 1.5) and 万/亿 after digits (2.5万 = 25000). A lone 一 … 九 is
-  a number only before a measure word (三个, 五元), so 一起 or 一样 are not numbers.
+  a number only before a measure word (三个, 五元), after 第, or in a range (三到五天), so
+  一起 or 一样 are not numbers. A number with a unit or ordinal ending (3pm, 5th, 10kg) is
+  a number, not an ID.
   Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers.
 - Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
-  words (a single capitalised word opening a sentence is not a name), ID-like tokens
+  words (a single capitalised word opening a sentence is not a name, and an opening word
+  such as Hi, Dear or The is dropped from the run: "Hi John" names John), ID-like tokens
   (letters with digits), emails, URLs and phone numbers (in one spelling, so 138 0013 8000
   and +86 13800138000 are the same name, and their digits are not read as numbers).
 """
