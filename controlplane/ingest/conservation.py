@@ -8,14 +8,15 @@ of one text; the comparator puts two readings side by side.
 
 Choices, where the language leaves room:
 - Sentences end at 。！？!? and at "." followed by a space or the end (not in 3.5, e.g.,
-  Mr.). Closing quotes and brackets after the end belong to the sentence. An ellipsis
+  Mr., Dec.). Closing quotes and brackets after the end belong to the sentence. An ellipsis
   (… …… ...) is a pause, not an end, unless it closes the text.
 - Length counts CJK characters one each, Latin words one each and numbers one each
   however spelt (百分之五 = 5%), so mixed text and numeral rewrites compare fairly.
 - Negations: 不 没(有) 无 未 非 别 莫 勿 否, with the common words that only contain
   them (非常 无论 别人 未来 否则 …) left out; no not never none nothing nobody nowhere
   neither nor without cannot unable and n't. "can't", "cannot", "unable" and "not" are one
-  word.
+  word. The comparator compares how many each language holds (a rewrite may trade 没有 for
+  暂无, or "no" for "not"); its diff shows the words.
 - Numbers are normalised to one spelling: digits (full-width too), thousands separators,
   decimals, percentages (5% = 百分之五 = 5 percent), Chinese numerals (三百 = 300,
   两千五 = 2500, 一点五 = 1.5) and 万/亿 after digits (2.5万 = 25000). A lone 一 … 九 is
@@ -25,7 +26,8 @@ Choices, where the language leaves room:
   Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers.
 - Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
   words (a single capitalised word opening a sentence is not a name, and an opening word
-  such as Hi, Dear or The is dropped from the run: "Hi John" names John), ID-like tokens
+  such as Hi, Dear or The is dropped from the run: "Hi John" names John; Dec and Tue are
+  December and Tuesday), ID-like tokens
   (letters with digits), emails, URLs and phone numbers (in one spelling, so 138 0013 8000
   and +86 13800138000 are the same name, and their digits are not read as numbers).
 """
@@ -44,7 +46,8 @@ from controlplane.ingest.redaction import PHONE, phone_key
 
 _CLOSERS = "\"'”’」』》）)]】"
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc inc ltd co corp fig eg ie approx dept est".split()
+    "mr mrs ms dr prof sr jr st vs etc inc ltd co corp fig eg ie approx dept est "
+    "jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun".split()
 )
 # Python's regex engine skips fast to a pattern's first character when that is a plain
 # character set, so every pattern here starts with one (no leading lookbehind or \b), and
@@ -137,6 +140,14 @@ def negations(text: str) -> Counter[str]:
     return counts
 
 
+def negation_counts(words: Counter[str]) -> Counter[str]:
+    """How many negations each language holds ("zh", "en")."""
+    counts: Counter[str] = Counter()
+    for word, n in words.items():
+        counts["en" if word.isascii() else "zh"] += n
+    return counts
+
+
 # --- named spans ----------------------------------------------------------------------
 
 _EMAIL = r"(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
@@ -208,6 +219,16 @@ def _phone(text: str) -> str:
     return "tel:" + phone_key(re.sub(r"\D", "", text))
 
 
+# Months and weekdays are names however they are shortened: Dec = December.
+_ABBREVIATED_NAMES = {
+    short: full
+    for full in (
+        "January February March April May June July August September October November December "
+        "Monday Tuesday Wednesday Thursday Friday Saturday Sunday"
+    ).split()
+    for short in {full[:3], full[:4] if full.startswith(("Sept", "Tues", "Thur")) else full[:3]}
+}
+_ABBREVIATED_NAMES["Thurs"] = "Thursday"
 # Words that open sentences and run into a following name: "Dear John", "Thanks Anna".
 _OPENING_WORDS = frozenset(
     "A An The This That These Those Hi Hello Hey Dear Thanks Thank Please Sorry Yes No Ok Okay "
@@ -264,7 +285,7 @@ def spans(text: str) -> Spans:
                 continue  # a single capitalised word opening a sentence: grammar, not a name
             if not run:
                 continue
-        named.add(run)
+        named.add(" ".join(_ABBREVIATED_NAMES.get(w.rstrip("."), w) for w in run.split()))
     return Spans(frozenset(named), rest)
 
 

@@ -177,6 +177,27 @@ CASES: list[tuple[str, Any, Any, str, set[str]]] = [
         set(),
     ),
     (
+        "en: Dec. is December",
+        "Your subscription will renew on 1 Dec. 2026 unless you cancel before then.",
+        "Unless you cancel beforehand, your subscription renews on December 1, 2026.",
+        "agree",
+        set(),
+    ),
+    (
+        "zh: 没有 and 暂无 are one negation each",
+        "亲，目前这款手机壳没有库存了，预计下周一补货哦~",
+        "您好，该款手机壳目前暂无库存，预计下周一补货。",
+        "agree",
+        set(),
+    ),
+    (
+        "en: no and not are one negation each",
+        "There is no stock left in Berlin.",
+        "The item is not in stock in Berlin.",
+        "agree",
+        set(),
+    ),
+    (
         "en: the greeting stays, the name changes",
         "Dear Jon, your order #4821 shipped on Monday.",
         "Dear John, your order #4821 shipped on Monday.",
