@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
-from controlplane.ingest.redaction import PHONE, phone_key
+from controlplane.ingest.redaction import PHONE, phone_key, token_around, trim_token
 
 # --- sentences ------------------------------------------------------------------------
 
@@ -153,7 +153,6 @@ def negation_counts(words: Counter[str]) -> Counter[str]:
 _EMAIL = r"(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
 _URL = r"(?P<url>(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)])"
 _PHONE = rf"(?P<phone>{PHONE})"
-_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _DIGITS = re.compile(r"[0-9]+")
 
 
@@ -183,15 +182,9 @@ def _id_like(text: str, named: set[str]) -> str:
         start, end = match.span()
         if start < scanned:
             continue
-        while start > 0 and text[start - 1] in _TOKEN_CHARS:
-            start -= 1
-        while end < len(text) and text[end] in _TOKEN_CHARS:
-            end += 1
+        start, end = token_around(text, start, end)
         scanned = end
-        while text[start] in "_-":
-            start += 1
-        while text[end - 1] in "_-":
-            end -= 1
+        start, end = trim_token(text, start, end)
         token = text[start:end]
         if not all(c.isdigit() or c in "_-" for c in token) and not _NUMBER_WITH_UNIT.match(token):
             named.add(token)

@@ -58,6 +58,24 @@ def _pattern(email: bool, ipv4: bool, ipv6: bool) -> re.Pattern[str]:
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
 
 
+def token_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """The bounds of the ASCII token (letters, digits, _ and -) holding text[start:end]."""
+    while start > 0 and text[start - 1] in _TOKEN_CHARS:
+        start -= 1
+    while end < len(text) and text[end] in _TOKEN_CHARS:
+        end += 1
+    return start, end
+
+
+def trim_token(text: str, start: int, end: int) -> tuple[int, int]:
+    """The bounds without leading or trailing _ and - ("-AB12-" → "AB12")."""
+    while text[start] in "_-":
+        start += 1
+    while text[end - 1] in "_-":
+        end -= 1
+    return start, end
+
+
 def _luhn(digits: str) -> bool:
     total = 0
     for i, char in enumerate(reversed(digits)):
@@ -99,18 +117,11 @@ class Masker:
             start, end = match.span()
             if start < scanned:
                 continue
-            left, right = start, end
-            while left > 0 and text[left - 1] in _TOKEN_CHARS:
-                left -= 1
-            while right < len(text) and text[right] in _TOKEN_CHARS:
-                right += 1
+            left, right = token_around(text, start, end)
             if left > 0 and text[left - 1] == "<" and right < len(text) and text[right] == ">":
                 scanned = right
                 continue  # a placeholder: <NUM_2>
-            while text[left] in "_-":
-                left += 1
-            while text[right - 1] in "_-":
-                right -= 1
+            left, right = trim_token(text, left, right)
             token = text[left:right]
             if (
                 len(token) >= 4
