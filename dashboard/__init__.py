@@ -1,0 +1,1 @@
+"""The Streamlit dashboard (DESIGN §8): it arrives with the dashboard step."""
