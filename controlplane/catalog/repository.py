@@ -37,7 +37,7 @@ def current_versions(session: Session, names: Iterable[str]) -> list[tuple[int, 
             Task.name.in_(list(names))
         )
     )
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [(r.id, r.name, r.config_version, r.stage) for r in rows]
 
 
 def config_documents(
