@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from controlplane.alerts.endpoints import router as alerts_router
 from controlplane.audit.endpoints import router as audit_router
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
@@ -24,7 +25,11 @@ from controlplane.db import get_engine, make_sessionmaker
 from controlplane.http import BodyTooLarge, ORJSONResponse, RequestLog, configure_logging, log
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
+from controlplane.metrics.counters import IngestCounters
+from controlplane.metrics.endpoints import prometheus_router
+from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
+from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
 STORAGE_RETRY_SECONDS = 5
@@ -44,11 +49,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
     app.state.tasks = RuntimeCache()
+    app.state.counters = IngestCounters(settings.redis_url)
     app.state.schema_heads = head_revisions()
     app.add_middleware(RequestLog)
     app.include_router(tasks_router)
     app.include_router(results_router)
     app.include_router(audit_router)
+    app.include_router(windows_router)
+    app.include_router(alerts_router)
+    app.include_router(prometheus_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
@@ -117,13 +126,22 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _lifespan(_: FastAPI) -> AsyncIterator[None]:
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # A full collection walks every object the imports created (~100k, ~50 ms here); left
     # alone, those pauses land on requests as p99 spikes. Freeze what exists at start-up
     # so the collector only walks what requests allocate.
     gc.collect()
     gc.freeze()
+    settings: Settings = app.state.settings
+    scheduler = None
+    if settings.redis_url is None and settings.tick_seconds > 0:
+        # The embedded default has no Celery: this process runs the periodic pass itself.
+        scheduler = InProcessScheduler(app.state.engine, settings.tick_seconds)
+        scheduler.start()
+    app.state.scheduler = scheduler
     yield
+    if scheduler is not None:
+        await run_in_threadpool(scheduler.stop)
 
 
 def _readiness(app: FastAPI) -> dict[str, str]:

@@ -58,6 +58,15 @@ def get_engine(url: str | None = None) -> Engine:
     return make_engine(url or get_settings().database_url)
 
 
+def dialect_insert(session: Session, table: Any) -> Any:
+    """INSERT with the backend's ON CONFLICT clauses (PostgreSQL and SQLite share the syntax)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # How long a process trusts a cached API-key record (DESIGN §5: revoked within 5 s).
     key_cache_seconds: float = 5.0
     log_level: str = "INFO"
+    # Seconds between passes of the in-process scheduler, which `api` runs when no Redis
+    # is configured (the embedded default) and `demo` always runs; 0 turns it off.
+    tick_seconds: float = 10.0
 
     @property
     def is_sqlite(self) -> bool:

@@ -17,8 +17,8 @@ def _bearer(request: Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-def require(scope: str) -> Callable[[Request], Principal]:
-    """A dependency: 401 without a valid key, 403 when the key lacks `scope`."""
+def require(scope: str | None) -> Callable[[Request], Principal]:
+    """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key)."""
 
     def dependency(request: Request) -> Principal:
         key = _bearer(request)
@@ -35,7 +35,7 @@ def require(scope: str) -> Callable[[Request], Principal]:
                 401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"}
             )
         request.state.key_name = principal.name
-        if not grants(principal.scopes, scope):
+        if scope is not None and not grants(principal.scopes, scope):
             raise HTTPException(
                 403,
                 f"key {principal.name!r} lacks the {scope!r} scope "

@@ -49,12 +49,16 @@ async def post_results(
     def store() -> IngestReport:
         valid, rejected = service.validate_body(body, settings.max_batch_items)
         received_at = utcnow()
-        return in_transaction(
+        report = in_transaction(
             request.app.state.engine,
             lambda session: service.ingest(
                 session, valid, list(rejected), request.app.state.tasks, received_at
             ),
         )
+        request.app.state.counters.add(
+            accepted=report.accepted, duplicate=report.duplicates, rejected=len(report.rejected)
+        )
+        return report
 
     try:
         report = await run_in_threadpool(store)

@@ -17,10 +17,10 @@ from typing import Any
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Engine, FromClause, Insert, event, func, insert, select, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from controlplane.db import json_text
+from controlplane.db import dialect_insert, json_text
 from controlplane.models import Payload, Result, Task
 
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
@@ -62,8 +62,7 @@ def insert_results(
     if postgres and len(rows) >= COPY_MIN_ROWS:
         inserted = _copy_results(session, rows)
     else:
-        dialect_insert = postgresql.insert if postgres else sqlite.insert
-        stmt = dialect_insert(Result).on_conflict_do_nothing(
+        stmt = dialect_insert(session, Result).on_conflict_do_nothing(
             index_elements=["task_id", "request_id"]
         )
         returned = session.execute(

@@ -3,7 +3,20 @@
 from controlplane.models.audit import AuditEntry
 from controlplane.models.auth import ApiKey
 from controlplane.models.base import Base
+from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.results import Payload, Result
 from controlplane.models.tasks import Task, TaskConfigVersion
 
-__all__ = ["ApiKey", "AuditEntry", "Base", "Payload", "Result", "Task", "TaskConfigVersion"]
+__all__ = [
+    "Alert",
+    "ApiKey",
+    "AuditEntry",
+    "Base",
+    "Payload",
+    "Result",
+    "ScanMark",
+    "Task",
+    "TaskConfigVersion",
+    "Window",
+    "WindowMetrics",
+]

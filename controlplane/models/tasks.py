@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
@@ -21,6 +21,9 @@ class Task(Base):
     config_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The input-length p95 the drift alert compares against (DESIGN §3). Until rollout
+    # stages move (step 4 resets it on each stage change) it is the trailing median.
+    input_p95_baseline: Mapped[float | None] = mapped_column(Float)
 
 
 class TaskConfigVersion(Base):

@@ -12,12 +12,16 @@ from controlplane.migrate import check, upgrade
 
 TABLES = {
     "alembic_version",
+    "alerts",
     "api_keys",
     "audit_log",
     "payloads",
     "results",
+    "scan_marks",
     "task_config_versions",
     "tasks",
+    "window_metrics",
+    "windows",
 }
 
 

@@ -1,0 +1,1 @@
+"""Alerts on closed windows (DESIGN §3): distribution shift, edge-share jump, input drift, silence."""

@@ -1,0 +1,53 @@
+"""Alert endpoints (thin): list, acknowledge."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
+from pydantic import BaseModel, Field
+
+from controlplane.alerts import service
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.db import session_scope
+from controlplane.http import ORJSONResponse
+
+router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
+
+
+class AckIn(BaseModel):
+    note: str | None = Field(None, max_length=2000)
+
+
+@router.get("")
+def list_alerts(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    task: str | None = None,
+    state: Annotated[str | None, Query(pattern="^(open|acknowledged|resolved)$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> ORJSONResponse:
+    """Alerts, newest first; filter by task and state (open, acknowledged, resolved)."""
+    with session_scope(request.app.state.engine) as session:
+        return ORJSONResponse(
+            {"alerts": service.list_alerts(session, task=task, state=state, limit=limit)}
+        )
+
+
+@router.post("/{alert_id}/ack")
+def acknowledge(
+    alert_id: int,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("admin"))],
+    body: Annotated[AckIn | None, Body()] = None,
+) -> ORJSONResponse:
+    """Acknowledge an open alert (audited); it still resolves by itself when the condition clears."""
+    try:
+        with session_scope(request.app.state.engine) as session:
+            view = service.acknowledge(
+                session, alert_id, actor=principal.name, note=body.note if body else None
+            )
+    except service.AlertNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return ORJSONResponse(view)

@@ -1,0 +1,196 @@
+"""When each alert fires and clears, judged on a window's `all` row against its history. Pure.
+
+- `conflict_jump`: the conflict rate against the median of the last `baseline_windows`
+  windows with pairs (a ratio). It opens when even the rate's lower 95% bound is at or
+  above `conflict_jump` × baseline (and at least 3 conflicts), so a noisy window of few
+  pairs does not page anyone, and clears when the rate itself falls below that line.
+- `edge_share_jump`: the share of results the edge served moved by `edge_share_jump` or
+  more (absolute) from the median of the last `baseline_windows` windows with results.
+- `input_p95_drift`: the input-token p95 moved by `input_p95_drift` or more (relative)
+  from the task's recorded baseline; judged on windows of 20 results or more.
+- `no_traffic`: a task in shadow, canary or full with no results for `silence_windows`
+  consecutive windows; a silent router must not look healthy.
+
+A baseline needs at least min(3, `baseline_windows`) earlier windows; without it, or
+without data in the window, the finding is `None` (no evidence either way) and an open
+alert stays as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from controlplane.catalog.schemas import AlertsConfig
+from controlplane.metrics.stats import median, wilson
+
+KINDS = ("conflict_jump", "edge_share_jump", "input_p95_drift", "no_traffic")
+LIVE_STAGES = ("shadow", "canary", "full")
+MIN_CONFLICTS = 3
+MIN_RESULTS_FOR_P95 = 20
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    """What alerts read of a closed window: its `all` row."""
+
+    window_start: datetime
+    n_results: int
+    n_pairs: int
+    n_conflict: int
+    n_served_edge: int
+    input_tokens_p95: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    # True: the condition holds; False: it does not; None: not enough evidence to say.
+    firing: bool | None
+    value: float | None = None
+    baseline: float | None = None
+    message: str = ""
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def conflict_jump(
+    current: WindowSummary, history: Sequence[WindowSummary], config: AlertsConfig
+) -> Finding:
+    kind = "conflict_jump"
+    rates = [w.n_conflict / w.n_pairs for w in history[-config.baseline_windows :] if w.n_pairs]
+    if not current.n_pairs or len(rates) < min(3, config.baseline_windows):
+        return Finding(kind, None)
+    rate = current.n_conflict / current.n_pairs
+    base = median(rates) or 0.0
+    line = config.conflict_jump * base
+    interval = wilson(current.n_conflict, current.n_pairs)
+    low = interval[0] if interval else 0.0
+    if current.n_conflict >= MIN_CONFLICTS and low >= line:
+        firing: bool | None = True
+    elif rate < line or current.n_conflict < MIN_CONFLICTS:
+        firing = False
+    else:
+        firing = None  # above the line but not conclusively: hold the current state
+    return Finding(
+        kind,
+        firing,
+        rate,
+        base,
+        f"Conflict rate {_pct(rate)} ({current.n_conflict}/{current.n_pairs} pairs) against a "
+        f"baseline of {_pct(base)} (median of the last {len(rates)} windows); the alert line "
+        f"is {config.conflict_jump:g}× the baseline.",
+    )
+
+
+def edge_share_jump(
+    current: WindowSummary, history: Sequence[WindowSummary], config: AlertsConfig
+) -> Finding:
+    kind = "edge_share_jump"
+    shares = [
+        w.n_served_edge / w.n_results for w in history[-config.baseline_windows :] if w.n_results
+    ]
+    if not current.n_results or len(shares) < min(3, config.baseline_windows):
+        return Finding(kind, None)
+    share = current.n_served_edge / current.n_results
+    base = median(shares) or 0.0
+    return Finding(
+        kind,
+        abs(share - base) >= config.edge_share_jump,
+        share,
+        base,
+        f"The edge served {_pct(share)} of {current.n_results} results against a baseline of "
+        f"{_pct(base)} (median of the last {len(shares)} windows); the alert moves at "
+        f"{config.edge_share_jump:.0%} either way.",
+    )
+
+
+def input_p95_drift(
+    current: WindowSummary, baseline: float | None, config: AlertsConfig
+) -> Finding:
+    kind = "input_p95_drift"
+    p95 = current.input_tokens_p95
+    if baseline is None or not baseline or p95 is None or current.n_results < MIN_RESULTS_FOR_P95:
+        return Finding(kind, None)
+    drift = (p95 - baseline) / baseline
+    return Finding(
+        kind,
+        abs(drift) >= config.input_p95_drift,
+        p95,
+        baseline,
+        f"Input length p95 is {p95:.0f} tokens against a baseline of {baseline:.0f} "
+        f"({drift:+.0%}); the alert moves at ±{config.input_p95_drift:.0%}.",
+    )
+
+
+def no_traffic(
+    current: WindowSummary,
+    history: Sequence[WindowSummary],
+    config: AlertsConfig,
+    stage: str,
+    window_seconds: int,
+) -> Finding:
+    kind = "no_traffic"
+    if stage not in LIVE_STAGES or current.n_results:
+        return Finding(kind, False, float(current.n_results))
+    needed = config.silence_windows
+    run = [current]
+    for window in reversed(history):
+        if len(run) == needed or window.n_results:
+            break
+        # Only consecutive windows count: a missing window is not evidence of silence.
+        if window.window_start != run[-1].window_start - timedelta(seconds=window_seconds):
+            break
+        run.append(window)
+    if len(run) < needed:
+        return Finding(kind, None)
+    earlier = [w.n_results for w in history if w.n_results]
+    minutes = needed * window_seconds / 60
+    return Finding(
+        kind,
+        True,
+        0.0,
+        median(earlier) if earlier else None,
+        f"No results for {needed} windows ({minutes:g} min) while the task is in {stage}: "
+        "its router may be down or no longer sending shadow traffic.",
+    )
+
+
+def findings(
+    current: WindowSummary,
+    history: Sequence[WindowSummary],
+    config: AlertsConfig,
+    *,
+    stage: str,
+    window_seconds: int,
+    input_baseline: float | None,
+) -> list[Finding]:
+    """Every alert's finding for one closed window; `history` holds earlier windows, oldest first."""
+    return [
+        conflict_jump(current, history, config),
+        edge_share_jump(current, history, config),
+        input_p95_drift(current, input_baseline, config),
+        no_traffic(current, history, config, stage, window_seconds),
+    ]
+
+
+def trailing_p95(
+    current: WindowSummary, history: Sequence[WindowSummary], config: AlertsConfig
+) -> float | None:
+    """The input-length baseline for now: the median p95 of the last windows with enough results."""
+    recent = (
+        [*history[-(config.baseline_windows - 1) :], current]
+        if config.baseline_windows > 1
+        else [current]
+    )
+    values = [
+        w.input_tokens_p95
+        for w in recent
+        if w.input_tokens_p95 is not None and w.n_results >= MIN_RESULTS_FOR_P95
+    ]
+    if len(values) < min(3, config.baseline_windows):
+        return None
+    return median(values)

@@ -1,0 +1,220 @@
+"""Alert state per task and kind: open → resolved by itself, acknowledged by a person.
+
+`evaluate_task` walks the task's closed windows that alerts have not seen, oldest first,
+under a lock on the task row, so two workers never judge the same window twice. At most
+one alert per (task, kind) is open or acknowledged at a time (a partial unique index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.alerts import rules
+from controlplane.alerts.rules import Finding, WindowSummary
+from controlplane.audit.service import record
+from controlplane.catalog.service import TaskRuntime
+from controlplane.metrics.fields import ALL
+from controlplane.models import Alert, Task, Window, WindowMetrics
+from controlplane.models.base import utcnow
+
+ACTIVE = ("open", "acknowledged")
+STATES = ("open", "acknowledged", "resolved")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEvent:
+    alert_id: int
+    task: str
+    kind: str
+    # opened | resolved
+    change: str
+    message: str
+
+
+class AlertNotFound(LookupError):
+    pass
+
+
+def _summaries(session: Session, task_id: int, before: datetime, limit: int) -> list[WindowSummary]:
+    rows = session.execute(
+        select(Window.window_start, WindowMetrics)
+        .join(WindowMetrics, WindowMetrics.window_id == Window.id)
+        .where(
+            Window.task_id == task_id,
+            Window.window_start < before,
+            Window.closed_at.is_not(None),
+            WindowMetrics.bucket == ALL,
+        )
+        .order_by(Window.window_start.desc())
+        .limit(limit)
+    )
+    return [summary(start, m) for start, m in reversed(list(rows))]
+
+
+def summary(start: datetime, m: WindowMetrics) -> WindowSummary:
+    return WindowSummary(
+        start, m.n_results, m.n_pairs, m.n_conflict, m.n_served_edge, m.input_tokens_p95
+    )
+
+
+def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[AlertEvent]:
+    """Judge every closed window of the task that alerts have not seen yet, oldest first."""
+    session.execute(select(Task.id).where(Task.id == task.id).with_for_update())
+    session.refresh(task)
+    pending = session.execute(
+        select(Window, WindowMetrics)
+        .join(WindowMetrics, WindowMetrics.window_id == Window.id)
+        .where(
+            Window.task_id == task.id,
+            Window.closed_at.is_not(None),
+            Window.alerts_evaluated.is_(False),
+            WindowMetrics.bucket == ALL,
+        )
+        .order_by(Window.window_start)
+    )
+    config = runtime.config.alerts
+    depth = max(config.baseline_windows, config.silence_windows)
+    events: list[AlertEvent] = []
+    for window, metrics in list(pending):
+        current = summary(window.window_start, metrics)
+        history = _summaries(session, task.id, window.window_start, depth)
+        found = rules.findings(
+            current,
+            history,
+            config,
+            stage=task.stage,
+            window_seconds=runtime.config.window_seconds,
+            input_baseline=task.input_p95_baseline,
+        )
+        for finding in found:
+            event = _apply(session, task, window.window_start, finding)
+            if event is not None:
+                events.append(event)
+        baseline = rules.trailing_p95(current, history, config)
+        if baseline is not None:
+            task.input_p95_baseline = baseline
+        window.alerts_evaluated = True
+    session.flush()
+    return events
+
+
+def _apply(
+    session: Session, task: Task, window_start: datetime, finding: Finding
+) -> AlertEvent | None:
+    active = session.scalars(
+        select(Alert).where(
+            Alert.task_id == task.id, Alert.kind == finding.kind, Alert.state.in_(ACTIVE)
+        )
+    ).one_or_none()
+    now = utcnow()
+    if finding.firing is True:
+        if active is not None:
+            active.value, active.baseline, active.message = (
+                finding.value,
+                finding.baseline,
+                finding.message,
+            )
+            active.window_start, active.updated_at = window_start, now
+            return None
+        alert = Alert(
+            task_id=task.id,
+            kind=finding.kind,
+            state="open",
+            window_start=window_start,
+            value=finding.value,
+            baseline=finding.baseline,
+            message=finding.message,
+            opened_at=now,
+            updated_at=now,
+        )
+        session.add(alert)
+        session.flush()
+        return AlertEvent(alert.id, task.name, finding.kind, "opened", finding.message)
+    if finding.firing is False and active is not None:
+        active.state, active.resolved_at, active.updated_at = "resolved", now, now
+        return AlertEvent(active.id, task.name, finding.kind, "resolved", active.message)
+    return None
+
+
+def alert_view(alert: Alert, task: str) -> dict[str, Any]:
+    return {
+        "id": alert.id,
+        "task": task,
+        "kind": alert.kind,
+        "state": alert.state,
+        "window_start": alert.window_start,
+        "value": alert.value,
+        "baseline": alert.baseline,
+        "message": alert.message,
+        "opened_at": alert.opened_at,
+        "updated_at": alert.updated_at,
+        "acknowledged_at": alert.acknowledged_at,
+        "acknowledged_by": alert.acknowledged_by,
+        "resolved_at": alert.resolved_at,
+    }
+
+
+def list_alerts(
+    session: Session, *, task: str | None = None, state: str | None = None, limit: int = 200
+) -> list[dict[str, Any]]:
+    """Alerts, newest first, filtered by task name and state."""
+    query = (
+        select(Alert, Task.name)
+        .join(Task, Task.id == Alert.task_id)
+        .order_by(Alert.opened_at.desc(), Alert.id.desc())
+        .limit(limit)
+    )
+    if task is not None:
+        query = query.where(Task.name == task)
+    if state is not None:
+        query = query.where(Alert.state == state)
+    return [alert_view(alert, name) for alert, name in session.execute(query)]
+
+
+def acknowledge(session: Session, alert_id: int, *, actor: str, note: str | None) -> dict[str, Any]:
+    """Mark an alert as seen by a person; it still resolves by itself when the condition clears."""
+    row = session.execute(
+        select(Alert, Task.name).join(Task, Task.id == Alert.task_id).where(Alert.id == alert_id)
+    ).one_or_none()
+    if row is None:
+        raise AlertNotFound(f"no alert {alert_id}")
+    alert, task = row
+    if alert.state == "open":
+        now = utcnow()
+        alert.state, alert.acknowledged_at, alert.acknowledged_by = "acknowledged", now, actor
+        alert.updated_at = now
+        record(
+            session,
+            actor=actor,
+            action="alert.ack",
+            task=task,
+            details={"alert": alert.id, "kind": alert.kind, "note": note},
+        )
+        session.flush()
+    return alert_view(alert, task)
+
+
+def evaluate(session: Session, task_id: int) -> list[AlertEvent]:
+    """`evaluate_task` for a task id (what a job or a pass holds)."""
+    from controlplane.metrics.service import runtimes
+
+    found = runtimes(session).get(task_id)
+    if found is None:
+        return []
+    return evaluate_task(session, *found)
+
+
+def active_counts(session: Session) -> dict[tuple[str, str], int]:
+    """Open or acknowledged alerts per (task, kind)."""
+    rows = session.execute(
+        select(Task.name, Alert.kind, func.count())
+        .join(Task, Task.id == Alert.task_id)
+        .where(Alert.state.in_(ACTIVE))
+        .group_by(Task.name, Alert.kind)
+    )
+    return {(task, kind): n for task, kind, n in rows}

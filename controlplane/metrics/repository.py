@@ -1,0 +1,342 @@
+"""SQL for windows: one aggregate pass over a window's results, and the upserts of its rows.
+
+A window reads only its own rows through the (task_id, ts) index, so its cost follows
+the window, not the history. Buckets are taken from `input_tokens` with the boundaries
+the window is computed with, so a config change between windows never mixes bucket sets
+inside one. PostgreSQL computes percentiles with `percentile_cont` in the same pass
+(GROUPING SETS give the buckets and `all` at once); SQLite, the embedded default, sums in
+SQL and interpolates percentiles in Python over the window's values.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Float,
+    Integer,
+    Subquery,
+    and_,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from controlplane.db import dialect_insert
+from controlplane.ingest.buckets import bucket_labels
+from controlplane.metrics.fields import ALL, COST_SUMS, PERCENTILES, RATE_COUNTS, STORED
+from controlplane.metrics.stats import percentile
+from controlplane.models import Result, ScanMark, Window, WindowMetrics
+
+Prices = Mapping[str, Mapping[str, float]]
+
+
+class epoch_seconds(FunctionElement[int]):
+    """Whole seconds since the epoch of a timestamp column, on both backends."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(epoch_seconds, "postgresql")
+def _epoch_pg(element: epoch_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(floor(extract(epoch FROM {compiler.process(element.clauses, **kw)})) AS BIGINT)"
+
+
+@compiles(epoch_seconds, "sqlite")
+def _epoch_sqlite(element: epoch_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(strftime('%s', {compiler.process(element.clauses, **kw)}) AS INTEGER)"
+
+
+def bucket_of(tokens: Any, boundaries: Sequence[int]) -> ColumnElement[str]:
+    """SQL for `length_bucket(tokens, boundaries)`."""
+    labels = bucket_labels(boundaries)
+    whens = [
+        (tokens < literal(b), literal(label)) for b, label in zip(boundaries, labels, strict=False)
+    ]
+    if not whens:
+        return literal(labels[-1])
+    return case(*whens, else_=literal(labels[-1]))
+
+
+def _flag(condition: Any) -> ColumnElement[int]:
+    return case((condition, 1), else_=0)
+
+
+def _side_cost(side: str, prices: Prices) -> ColumnElement[Any]:
+    """A side's reported cost, else its tokens at the task's prices (per 1k); 0 if it did not run."""
+    ran = getattr(Result, f"{side}_ran")
+    tokens_in = func.coalesce(getattr(Result, f"{side}_input_tokens"), Result.input_tokens)
+    tokens_out = func.coalesce(getattr(Result, f"{side}_output_tokens"), 0)
+    priced = (
+        tokens_in * literal(prices[side]["in"], Float)
+        + tokens_out * literal(prices[side]["out"], Float)
+    ) / 1000.0
+    return case(
+        (ran, func.coalesce(getattr(Result, f"{side}_cost"), priced)), else_=literal(0.0, Float)
+    )
+
+
+def _baseline_cost(prices: Prices) -> ColumnElement[Any]:
+    """What the cloud would have cost for this result: cloud prices × (input + output tokens)."""
+    output_tokens = func.coalesce(
+        Result.cloud_output_tokens,
+        case((Result.served == "edge", Result.edge_output_tokens)),
+        0,
+    )
+    return (
+        Result.input_tokens * literal(prices["cloud"]["in"], Float)
+        + output_tokens * literal(prices["cloud"]["out"], Float)
+    ) / 1000.0
+
+
+def _window_rows(
+    task_id: int, start: datetime, end: datetime, boundaries: Sequence[int], prices: Prices
+) -> Subquery:
+    """The window's results, one row each, reduced to the flags and values the metrics need."""
+    pair = Result.outcome.in_(("agree", "conflict"))
+    edge_failed = and_(
+        Result.edge_ran,
+        or_(
+            Result.edge_error.is_not(None),
+            Result.edge_valid.is_(False),
+            Result.outcome == "invalid",
+        ),
+    )
+    attempt = or_(Result.served == "edge", Result.degraded)
+    return (
+        select(
+            bucket_of(Result.input_tokens, boundaries).label("bucket"),
+            _flag(pair).label("n_pairs"),
+            _flag(Result.outcome == "agree").label("n_agree"),
+            _flag(Result.outcome == "conflict").label("n_conflict"),
+            _flag(Result.outcome == "invalid").label("n_invalid"),
+            _flag(Result.edge_ran).label("n_edge_runs"),
+            _flag(and_(Result.edge_ran, Result.edge_error.is_not(None))).label("n_edge_errors"),
+            _flag(edge_failed).label("n_edge_fails"),
+            _flag(attempt).label("n_edge_attempts"),
+            _flag(and_(attempt, edge_failed)).label("n_offload_fails"),
+            _flag(and_(attempt, Result.degraded)).label("n_degraded"),
+            _flag(Result.served == "edge").label("n_served_edge"),
+            _side_cost("edge", prices).label("edge_cost"),
+            _side_cost("cloud", prices).label("cloud_cost"),
+            _baseline_cost(prices).label("baseline_cost"),
+            *(getattr(Result, column).label(column) for column in PERCENTILES),
+        )
+        .where(Result.task_id == task_id, Result.ts >= start, Result.ts < end)
+        .subquery("w")
+    )
+
+
+SUMMED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts")
+
+
+def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
+    return [
+        func.count().label("n_results"),
+        *(func.coalesce(func.sum(rows.c[name]), 0).label(name) for name in SUMMED),
+        *(func.coalesce(func.sum(rows.c[name]), 0.0).label(name) for name in COST_SUMS),
+    ]
+
+
+def empty_metrics(bucket: str) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(STORED, None)
+    row.update({name: 0 for name in ("n_results", "n_late", *SUMMED)})
+    row.update({name: 0.0 for name in COST_SUMS})
+    row["bucket"] = bucket
+    return row
+
+
+def aggregate_window(
+    session: Session,
+    task_id: int,
+    start: datetime,
+    end: datetime,
+    boundaries: Sequence[int],
+    prices: Prices,
+) -> dict[str, dict[str, Any]]:
+    """The stored metric row of every bucket and `all` for one window, empty buckets included."""
+    rows = _window_rows(task_id, start, end, boundaries, prices)
+    out = {b: empty_metrics(b) for b in (*bucket_labels(boundaries), ALL)}
+    if session.get_bind().dialect.name == "postgresql":
+        _aggregate_postgres(session, rows, out)
+    else:
+        _aggregate_portable(session, rows, out)
+    return out
+
+
+def _aggregate_postgres(session: Session, rows: Subquery, out: dict[str, dict[str, Any]]) -> None:
+    percentiles = [
+        func.percentile_cont(postgresql.array(qs), type_=ARRAY(Float))
+        .within_group(rows.c[column])
+        .label(column)
+        for column, qs in PERCENTILES.items()
+    ]
+    # Sorting a million values per percentile column fits in memory with room to spare;
+    # at the default work_mem each sort would spill to disk.
+    session.execute(text("SET LOCAL work_mem = '256MB'"))
+    stmt = select(rows.c.bucket, *_sums(rows), *percentiles).group_by(
+        func.grouping_sets(tuple_(rows.c.bucket), tuple_())
+    )
+    for row in session.execute(stmt).mappings():
+        if row["n_results"] == 0:
+            continue
+        target = out[row["bucket"] or ALL]
+        for name in ("n_results", *SUMMED, *COST_SUMS):
+            target[name] = row[name]
+        for column, qs in PERCENTILES.items():
+            values = row[column] or [None] * len(qs)
+            for q, value in zip(qs, values, strict=True):
+                target[f"{column}_p{round(q * 100)}"] = value
+
+
+def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[str, Any]]) -> None:
+    total = out[ALL]
+    for row in session.execute(
+        select(rows.c.bucket, *_sums(rows)).group_by(rows.c.bucket)
+    ).mappings():
+        target = out[row["bucket"]]
+        for name in ("n_results", *SUMMED, *COST_SUMS):
+            target[name] = row[name]
+            total[name] += row[name]
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    columns = list(PERCENTILES)
+    for record in session.execute(select(rows.c.bucket, *(rows.c[c] for c in columns))):
+        for column, value in zip(columns, record[1:], strict=True):
+            if value is not None:
+                values[record[0]][column].append(value)
+                values[ALL][column].append(value)
+    for bucket, by_column in values.items():
+        for column, found in by_column.items():
+            found.sort()
+            for q in PERCENTILES[column]:
+                out[bucket][f"{column}_p{round(q * 100)}"] = percentile(found, q)
+
+
+def bucket_counts(
+    session: Session, task_id: int, start: datetime, end: datetime, boundaries: Sequence[int]
+) -> dict[str, int]:
+    """How many results the window holds now, per bucket and `all`."""
+    bucket = bucket_of(Result.input_tokens, boundaries).label("bucket")
+    inner = (
+        select(bucket)
+        .where(Result.task_id == task_id, Result.ts >= start, Result.ts < end)
+        .subquery()
+    )
+    counts = dict.fromkeys((*bucket_labels(boundaries), ALL), 0)
+    for name, n in session.execute(select(inner.c.bucket, func.count()).group_by(inner.c.bucket)):
+        counts[name] = n
+        counts[ALL] += n
+    return counts
+
+
+def windows_with_new_results(
+    session: Session, window_seconds: Mapping[int, int], after_id: int
+) -> tuple[set[tuple[int, int]], int]:
+    """(task id, window index) of results with id > after_id, and the highest id seen."""
+    if not window_seconds:
+        return set(), after_id
+    seconds = case(window_seconds, value=Result.task_id)
+    index = (epoch_seconds(Result.ts) / seconds).label("idx")
+    stmt = (
+        select(Result.task_id, index, func.max(Result.id))
+        .where(Result.id > after_id, Result.task_id.in_(list(window_seconds)))
+        .group_by(Result.task_id, text("idx"))
+    )
+    found: set[tuple[int, int]] = set()
+    highest = after_id
+    for task_id, idx, top in session.execute(stmt):
+        found.add((task_id, int(idx)))
+        highest = max(highest, top)
+    return found, highest
+
+
+def scan_mark(session: Session, name: str) -> ScanMark:
+    mark = session.get(ScanMark, name, with_for_update=True)
+    if mark is None:
+        session.execute(
+            dialect_insert(session, ScanMark)
+            .values(name=name, last_id=0, previous_id=0)
+            .on_conflict_do_nothing()
+        )
+        mark = session.get(ScanMark, name, with_for_update=True)
+        assert mark is not None
+    return mark
+
+
+def lock_window(
+    session: Session,
+    task_id: int,
+    start: datetime,
+    end: datetime,
+    boundaries: list[int],
+    version: int,
+) -> Window:
+    """The window's row, created if new, locked until the transaction ends (one computer at a time)."""
+    session.execute(
+        dialect_insert(session, Window)
+        .values(
+            task_id=task_id,
+            window_start=start,
+            window_end=end,
+            length_buckets=boundaries,
+            config_version=version,
+            alerts_evaluated=False,
+        )
+        .on_conflict_do_nothing(index_elements=["task_id", "window_start"])
+    )
+    window = session.scalars(
+        select(Window)
+        .where(Window.task_id == task_id, Window.window_start == start)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one()
+    return window
+
+
+def upsert_metrics(session: Session, window: Window, rows: Iterable[Mapping[str, Any]]) -> None:
+    values = [
+        {
+            "window_id": window.id,
+            "task_id": window.task_id,
+            "window_start": window.window_start,
+            **row,
+        }
+        for row in rows
+    ]
+    stmt = dialect_insert(session, WindowMetrics).values(values)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["task_id", "window_start", "bucket"],
+            set_={name: stmt.excluded[name] for name in (*STORED, "window_id")},
+        )
+    )
+
+
+def stored_metrics(session: Session, window_id: int) -> dict[str, WindowMetrics]:
+    rows = session.scalars(select(WindowMetrics).where(WindowMetrics.window_id == window_id))
+    return {row.bucket: row for row in rows}
+
+
+def set_late(session: Session, window_id: int, late: Mapping[str, int]) -> None:
+    for bucket, n in late.items():
+        session.execute(
+            update(WindowMetrics)
+            .where(WindowMetrics.window_id == window_id, WindowMetrics.bucket == bucket)
+            .values(n_late=n)
+        )

@@ -1,0 +1,241 @@
+"""Computing windows: which are due, one window's metrics, closing, late results.
+
+`plan` lists the (task, window) pairs a pass must compute: every window that is still
+open or due to close, the recent windows of every task (so a silent task has its empty
+windows and the silence alert sees them), and every window that received results since
+the last scan. `compute_window` is idempotent: it locks the window's row, upserts one row
+per bucket and `all`, and closes the window once the clock is past its end plus the
+allowed lateness. A closed window's metrics never change; results that arrive later
+only raise its `n_late` (results counted now minus results counted at closing).
+
+The same functions run in Celery jobs (`workers/`), in `shadowplane tick`, and in the
+in-process scheduler of the embedded default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.orm import Session
+
+from controlplane.catalog import repository as catalog
+from controlplane.catalog.service import RuntimeCache, TaskRuntime
+from controlplane.metrics import repository
+from controlplane.metrics.fields import ALL, FIELDS, metric_fields
+from controlplane.metrics.windows import closes_at, from_index, recent_starts
+from controlplane.metrics.windows import window_start as start_of
+from controlplane.models import Task, Window, WindowMetrics
+from controlplane.models.base import utcnow
+
+RESULTS_SCAN = "results"
+
+_runtimes = RuntimeCache()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class WindowJob:
+    task_id: int
+    window_start: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    task_id: int
+    window_start: datetime
+    # computed | closed (computed and closed now) | late (a closed window's n_late updated)
+    action: str
+    n_results: int
+
+
+def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:
+    """Every task with its current parsed config, by task id."""
+    tasks = catalog.all_tasks(session)
+    parsed = _runtimes.runtimes(session, {t.name for t in tasks})
+    return {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed}
+
+
+def plan(session: Session, now: datetime) -> list[WindowJob]:
+    """The windows one pass must compute at `now`, oldest first per task."""
+    tasks = runtimes(session)
+    seconds = {tid: rt.config.window_seconds for tid, (_, rt) in tasks.items()}
+    mark = repository.scan_mark(session, RESULTS_SCAN)
+    touched, highest = repository.windows_with_new_results(session, seconds, mark.previous_id)
+    # The next scan starts from this scan's start: a batch whose ids were drawn before
+    # this scan but committed after it is still found.
+    mark.previous_id, mark.last_id = mark.last_id, max(highest, mark.last_id)
+    mark.updated_at = utcnow()
+    with_new = {WindowJob(tid, from_index(idx, seconds[tid])) for tid, idx in touched}
+
+    candidates = set(with_new)
+    for tid, (task, rt) in tasks.items():
+        ws = rt.config.window_seconds
+        keep = (
+            max(
+                rt.config.alerts.silence_windows, math.ceil(rt.config.allowed_lateness_seconds / ws)
+            )
+            + 1
+        )
+        candidates.update(
+            WindowJob(tid, start)
+            for start in recent_starts(now, ws, keep, not_before=task.created_at)
+        )
+    open_rows = session.execute(
+        select(Window.task_id, Window.window_start).where(Window.closed_at.is_(None))
+    )
+    candidates.update(WindowJob(tid, start) for tid, start in open_rows if tid in tasks)
+    closed = _closed(session, candidates)
+    return sorted(job for job in candidates if job not in closed or job in with_new)
+
+
+def _closed(session: Session, jobs: set[WindowJob]) -> set[WindowJob]:
+    if not jobs:
+        return set()
+    keys = [(j.task_id, j.window_start) for j in jobs]
+    found: set[WindowJob] = set()
+    for start in range(0, len(keys), 500):
+        rows = session.execute(
+            select(Window.task_id, Window.window_start).where(
+                Window.closed_at.is_not(None),
+                tuple_(Window.task_id, Window.window_start).in_(keys[start : start + 500]),
+            )
+        )
+        found.update(WindowJob(tid, ws) for tid, ws in rows)
+    return found
+
+
+def compute_window(
+    session: Session, task_id: int, window_start: datetime, now: datetime
+) -> Computed:
+    """Compute (or, once closed, count late results of) one window. Idempotent."""
+    task, rt = runtimes(session)[task_id]
+    config = rt.config
+    end = window_start + timedelta(seconds=config.window_seconds)
+    window = repository.lock_window(
+        session, task_id, window_start, end, list(config.length_buckets), rt.config_version
+    )
+    if window.closed_at is not None:
+        counts = repository.bucket_counts(
+            session, task_id, window.window_start, window.window_end, window.length_buckets
+        )
+        stored = repository.stored_metrics(session, window.id)
+        late = {b: max(0, counts[b] - row.n_results) for b, row in stored.items() if b in counts}
+        repository.set_late(session, window.id, late)
+        return Computed(task_id, window_start, "late", late.get(ALL, 0))
+
+    rows = repository.aggregate_window(
+        session, task_id, window_start, end, config.length_buckets, config.prices.model_dump()
+    )
+    repository.upsert_metrics(session, window, rows.values())
+    window.window_end = end
+    window.length_buckets = list(config.length_buckets)
+    window.config_version = rt.config_version
+    window.computed_at = utcnow()
+    action = "computed"
+    if now >= closes_at(window_start, config.window_seconds, config.allowed_lateness_seconds):
+        window.closed_at = now
+        action = "closed"
+    session.flush()
+    return Computed(task_id, window_start, action, rows[ALL]["n_results"])
+
+
+def window_rows(
+    session: Session,
+    task: TaskRuntime,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    bucket: str | None = None,
+    limit: int = 10_000,
+) -> list[dict[str, Any]]:
+    """Flat rows (DESIGN §5): one per window and bucket, every field of DESIGN §3 by name."""
+    query = (
+        select(Window, WindowMetrics)
+        .join(WindowMetrics, WindowMetrics.window_id == Window.id)
+        .where(Window.task_id == task.id)
+        .order_by(Window.window_start, WindowMetrics.id)
+        .limit(limit)
+    )
+    if since is not None:
+        query = query.where(Window.window_start >= since)
+    if until is not None:
+        query = query.where(Window.window_start < until)
+    if bucket is not None:
+        query = query.where(WindowMetrics.bucket == bucket)
+    out = []
+    for window, metrics in session.execute(query):
+        seconds = int((window.window_end - window.window_start).total_seconds())
+        stored = {c.key: getattr(metrics, c.key) for c in WindowMetrics.__table__.columns}
+        row = {
+            "window_start": window.window_start,
+            "window_end": window.window_end,
+            "bucket": metrics.bucket,
+            "closed": window.closed_at is not None,
+            "closed_at": window.closed_at,
+            "config_version": window.config_version,
+            **metric_fields(
+                stored, window_seconds=seconds, fixed_cost_per_day=task.config.fixed_cost_per_day
+            ),
+        }
+        out.append({name: row[name] for name in FIELDS})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLag:
+    task: str
+    # Seconds past the moment the newest window due by now should have closed (0 when it has).
+    close_lag_seconds: float
+    # Seconds since any window of the task was last computed (None: never).
+    computed_age_seconds: float | None
+
+
+def lag(session: Session, now: datetime) -> list[TaskLag]:
+    """How far window computation is behind the clock, per task (for `/metrics`)."""
+    tasks = runtimes(session)
+    computed = dict(
+        session.execute(
+            select(Window.task_id, func.max(Window.computed_at)).group_by(Window.task_id)
+        )
+    )
+    out = []
+    for tid, (task, rt) in sorted(tasks.items(), key=lambda item: item[1][0].name):
+        ws, lateness = rt.config.window_seconds, rt.config.allowed_lateness_seconds
+        due = start_of(now - timedelta(seconds=ws + lateness), ws)
+        close_lag = 0.0
+        if due >= start_of(task.created_at, ws):
+            closed = session.scalar(
+                select(Window.closed_at).where(Window.task_id == tid, Window.window_start == due)
+            )
+            if closed is None:
+                close_lag = (now - closes_at(due, ws, lateness)).total_seconds()
+        last = computed.get(tid)
+        out.append(TaskLag(task.name, close_lag, (now - last).total_seconds() if last else None))
+    return out
+
+
+def latest_closed_rows(session: Session) -> list[dict[str, Any]]:
+    """The rows of each task's latest closed window, every bucket (for `/metrics`)."""
+    latest = (
+        select(Window.task_id, func.max(Window.window_start).label("start"))
+        .where(Window.closed_at.is_not(None))
+        .group_by(Window.task_id)
+        .subquery()
+    )
+    windows = session.scalars(
+        select(Window).join(
+            latest, (Window.task_id == latest.c.task_id) & (Window.window_start == latest.c.start)
+        )
+    ).all()
+    tasks = runtimes(session)
+    out = []
+    for window in windows:
+        if window.task_id not in tasks:
+            continue
+        task, rt = tasks[window.task_id]
+        for row in window_rows(session, rt, since=window.window_start, until=window.window_end):
+            out.append({"task": task.name, **row})
+    return out

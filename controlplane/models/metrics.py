@@ -1,0 +1,141 @@
+"""Windowed metrics (DESIGN §2–§3): one row per task window, one per window and bucket, and alerts.
+
+A window row records the bucket boundaries and config version it was computed with and
+when the clock closed it. Metric rows store counts, sums and percentiles; every rate,
+interval and per-1k figure is derived from them on read (`controlplane.metrics.fields`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+
+
+class Window(Base):
+    __tablename__ = "windows"
+    __table_args__ = (
+        UniqueConstraint("task_id", "window_start"),
+        Index("ix_windows_open", "closed_at", "task_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime)
+    # What the metrics were computed with: buckets come from input_tokens and these bounds.
+    length_buckets: Mapped[list[int]] = mapped_column(JSONType)
+    config_version: Mapped[int] = mapped_column(Integer)
+    computed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Set by the first tick whose clock is at or past end + allowed lateness; metrics of a
+    # closed window never change again, later results only raise n_late.
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    alerts_evaluated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class WindowMetrics(Base):
+    __tablename__ = "window_metrics"
+    __table_args__ = (UniqueConstraint("task_id", "window_start", "bucket"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    window_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"),
+        ForeignKey("windows.id", ondelete="CASCADE"),
+        index=True,
+    )
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    bucket: Mapped[str] = mapped_column(String(32))
+
+    n_results: Mapped[int] = mapped_column(Integer)
+    n_pairs: Mapped[int] = mapped_column(Integer)
+    n_agree: Mapped[int] = mapped_column(Integer)
+    n_conflict: Mapped[int] = mapped_column(Integer)
+    n_invalid: Mapped[int] = mapped_column(Integer)
+    n_edge_runs: Mapped[int] = mapped_column(Integer)
+    n_edge_errors: Mapped[int] = mapped_column(Integer)
+    n_edge_fails: Mapped[int] = mapped_column(Integer)
+    n_edge_attempts: Mapped[int] = mapped_column(Integer)
+    n_offload_fails: Mapped[int] = mapped_column(Integer)
+    n_degraded: Mapped[int] = mapped_column(Integer)
+    n_served_edge: Mapped[int] = mapped_column(Integer)
+    n_late: Mapped[int] = mapped_column(Integer, default=0)
+
+    edge_latency_ms_p50: Mapped[float | None] = mapped_column(Float)
+    edge_latency_ms_p95: Mapped[float | None] = mapped_column(Float)
+    edge_latency_ms_p99: Mapped[float | None] = mapped_column(Float)
+    edge_ttfb_ms_p50: Mapped[float | None] = mapped_column(Float)
+    edge_ttfb_ms_p95: Mapped[float | None] = mapped_column(Float)
+    edge_ttfb_ms_p99: Mapped[float | None] = mapped_column(Float)
+    cloud_latency_ms_p50: Mapped[float | None] = mapped_column(Float)
+    cloud_latency_ms_p95: Mapped[float | None] = mapped_column(Float)
+    cloud_latency_ms_p99: Mapped[float | None] = mapped_column(Float)
+    cloud_ttfb_ms_p50: Mapped[float | None] = mapped_column(Float)
+    cloud_ttfb_ms_p95: Mapped[float | None] = mapped_column(Float)
+    cloud_ttfb_ms_p99: Mapped[float | None] = mapped_column(Float)
+    input_tokens_p50: Mapped[float | None] = mapped_column(Float)
+    input_tokens_p95: Mapped[float | None] = mapped_column(Float)
+
+    edge_cost: Mapped[float] = mapped_column(Float)
+    cloud_cost: Mapped[float] = mapped_column(Float)
+    baseline_cost: Mapped[float] = mapped_column(Float)
+
+
+class Alert(Base):
+    __tablename__ = "alerts"
+    __table_args__ = (
+        # At most one open (or acknowledged, not yet resolved) alert per task and kind.
+        Index(
+            "uq_alerts_task_id_kind_active",
+            "task_id",
+            "kind",
+            unique=True,
+            postgresql_where=text("state <> 'resolved'"),
+            sqlite_where=text("state <> 'resolved'"),
+        ),
+        Index("ix_alerts_state_opened_at", "state", "opened_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic
+    kind: Mapped[str] = mapped_column(String(32))
+    # open | acknowledged | resolved
+    state: Mapped[str] = mapped_column(String(16))
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    value: Mapped[float | None] = mapped_column(Float)
+    baseline: Mapped[float | None] = mapped_column(Float)
+    message: Mapped[str] = mapped_column(Text)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(200))
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ScanMark(Base):
+    """How far the planner has read the results table, by id, to find windows with new results."""
+
+    __tablename__ = "scan_marks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # Highest result id seen by the last scan, and by the scan before it: the next scan
+    # starts from `previous`, so a batch committed a tick after its ids were drawn is
+    # still found.
+    last_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    previous_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

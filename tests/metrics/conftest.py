@@ -1,0 +1,102 @@
+"""Generated results with every shape a router sends, and the metrics task they belong to."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from controlplane.catalog.service import apply_config
+from controlplane.db import session_scope
+from tests.conftest import Api, make_api
+
+T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+WINDOW = 60
+LATENESS = 30
+METRICS_TASK: dict[str, Any] = {
+    "task": "metrics_task",
+    "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint"]},
+    "window_seconds": WINDOW,
+    "allowed_lateness_seconds": LATENESS,
+    "prices": {"edge": {"in": 0.0001, "out": 0.0002}, "cloud": {"in": 0.003, "out": 0.006}},
+    "fixed_cost_per_day": 86.4,
+    "alerts": {"baseline_windows": 4, "silence_windows": 3},
+}
+LABELS = ["refund", "exchange", "complaint"]
+
+
+def generated_result(rng: random.Random, i: int, start: datetime, span: float) -> dict[str, Any]:
+    """One result of metrics_task with a random mix of every field the metrics read."""
+    tokens = rng.choice([rng.randrange(1, 128), rng.randrange(128, 512), rng.randrange(512, 2048)])
+    served = rng.choice(["edge", "cloud", "cloud"])
+    degraded = served == "cloud" and rng.random() < 0.2
+    shape = rng.random()
+    truth = rng.choice(LABELS)
+    edge: dict[str, Any] | None = {
+        "output": truth if rng.random() < 0.8 else rng.choice(LABELS + ["nonsense"]),
+        "model": "small@3",
+    }
+    cloud: dict[str, Any] | None = {"output": truth, "model": "large@7"}
+    assert edge is not None and cloud is not None
+    if shape < 0.1:
+        edge = {"error": rng.choice(["timeout", "exception"]), "output": None}
+    elif shape < 0.15:
+        edge["valid"] = False
+    elif shape < 0.2:
+        cloud = None
+        served = "edge"
+        degraded = False
+    elif shape < 0.25:
+        edge = None
+        served = "cloud"
+        degraded = False
+    elif shape < 0.28:
+        cloud = {"error": "timeout", "output": None}
+    for side, base in ((edge, 40.0), (cloud, 400.0)):
+        if side is None:
+            continue
+        if rng.random() < 0.85:
+            side["latency_ms"] = round(rng.uniform(base * 0.5, base * 3), 2)
+        if rng.random() < 0.6:
+            side["ttfb_ms"] = round(rng.uniform(base * 0.1, base), 2)
+        if rng.random() < 0.5:
+            side["input_tokens"] = tokens
+        if rng.random() < 0.5:
+            side["output_tokens"] = rng.randrange(1, 20)
+        if rng.random() < 0.3:
+            side["cost"] = round(rng.uniform(0, 0.01), 6)
+    if served == "edge" and edge is None:
+        served = "cloud"
+    if served == "cloud" and cloud is None:
+        served = "edge"
+    if degraded and edge is None:
+        degraded = False
+    return {
+        "request_id": f"g-{i}",
+        "task": "metrics_task",
+        "ts": (start + timedelta(seconds=rng.uniform(0, span))).isoformat(),
+        "input_tokens": tokens,
+        "decision": rng.choice(["edge", "cloud"]),
+        "served": served,
+        "degraded": degraded,
+        "degrade_reason": "low_confidence" if degraded else None,
+        "edge": edge,
+        "cloud": cloud,
+    }
+
+
+def post_all(api: Api, results: list[dict[str, Any]]) -> None:
+    for start in range(0, len(results), 500):
+        report = api.post_results({"results": results[start : start + 500]}).json()
+        assert report["rejected"] == [], report["rejected"][:3]
+
+
+@pytest.fixture
+def metrics_api(db_url: str) -> Iterator[Api]:
+    for api in make_api(db_url):
+        with session_scope(api.engine) as session:
+            apply_config(session, METRICS_TASK, actor="test")
+        yield api
