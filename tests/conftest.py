@@ -174,3 +174,14 @@ def make_result(**overrides: Any) -> dict[str, Any]:
     }
     result.update(overrides)
     return result
+
+
+@pytest.fixture
+def metrics_api(db_url: str) -> Iterator[Api]:
+    """An app with `metrics_task` (one-minute windows, 30 s lateness) registered too."""
+    from tests.windowdata import METRICS_TASK
+
+    for api in make_api(db_url):
+        with session_scope(api.engine) as session:
+            apply_config(session, METRICS_TASK, actor="test")
+        yield api

@@ -199,7 +199,7 @@ def lag(session: Session, now: datetime) -> list[TaskLag]:
     computed = dict(
         session.execute(
             select(Window.task_id, func.max(Window.computed_at)).group_by(Window.task_id)
-        )
+        ).all()
     )
     out = []
     for tid, (task, rt) in sorted(tasks.items(), key=lambda item: item[1][0].name):

@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.scheduler import run_pass
 from tests.conftest import Api
-from tests.metrics.conftest import LATENESS, METRICS_TASK, T0, WINDOW, generated_result, post_all
+from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, generated_result, post_all
 
 BUCKETS = ["0-127", "128-511", "512-2047", "2048+"]  # 2048+ stays empty
 RATES = {

@@ -1,17 +1,12 @@
-"""Generated results with every shape a router sends, and the metrics task they belong to."""
+"""The metrics task with short windows, and generated results with every shape a router sends."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
-from controlplane.catalog.service import apply_config
-from controlplane.db import session_scope
-from tests.conftest import Api, make_api
+from tests.conftest import Api
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 WINDOW = 60
@@ -23,7 +18,7 @@ METRICS_TASK: dict[str, Any] = {
     "allowed_lateness_seconds": LATENESS,
     "prices": {"edge": {"in": 0.0001, "out": 0.0002}, "cloud": {"in": 0.003, "out": 0.006}},
     "fixed_cost_per_day": 86.4,
-    "alerts": {"baseline_windows": 4, "silence_windows": 3},
+    "alerts": {"baseline_windows": 6, "silence_windows": 3},
 }
 LABELS = ["refund", "exchange", "complaint"]
 
@@ -92,11 +87,3 @@ def post_all(api: Api, results: list[dict[str, Any]]) -> None:
     for start in range(0, len(results), 500):
         report = api.post_results({"results": results[start : start + 500]}).json()
         assert report["rejected"] == [], report["rejected"][:3]
-
-
-@pytest.fixture
-def metrics_api(db_url: str) -> Iterator[Api]:
-    for api in make_api(db_url):
-        with session_scope(api.engine) as session:
-            apply_config(session, METRICS_TASK, actor="test")
-        yield api

@@ -1,0 +1,80 @@
+"""Alert rules on crafted window summaries (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from controlplane.alerts import rules
+from controlplane.alerts.rules import WindowSummary
+from controlplane.catalog.schemas import AlertsConfig
+
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+CONFIG = AlertsConfig(baseline_windows=4, silence_windows=3)
+
+
+def w(
+    k: int,
+    n: int = 200,
+    pairs: int = 200,
+    conflicts: int = 8,
+    edge: int = 0,
+    p95: float | None = 400.0,
+) -> WindowSummary:
+    return WindowSummary(T0 + timedelta(minutes=5 * k), n, pairs, conflicts, edge, p95)
+
+
+HISTORY = [w(k) for k in range(4)]
+
+
+def test_conflict_jump_needs_the_lower_bound_over_the_line_and_clears_below_it() -> None:
+    # baseline 4%; line 8%. 40/200 = 20%: lower bound ≈ 15% → fires.
+    fired = rules.conflict_jump(w(4, conflicts=40), HISTORY, CONFIG)
+    assert fired.firing is True and fired.value == 0.2 and fired.baseline == 0.04
+    assert "20.0%" in fired.message and "4.0%" in fired.message
+    # 18/200 = 9% is over the line but its lower bound is not: hold the current state.
+    assert rules.conflict_jump(w(4, conflicts=18), HISTORY, CONFIG).firing is None
+    # Below the line: clears.
+    assert rules.conflict_jump(w(4, conflicts=10), HISTORY, CONFIG).firing is False
+    # A handful of pairs cannot fire it, however bad.
+    assert rules.conflict_jump(w(4, n=2, pairs=2, conflicts=2), HISTORY, CONFIG).firing is False
+
+
+def test_conflict_jump_without_a_baseline_or_pairs_says_nothing() -> None:
+    assert rules.conflict_jump(w(4, conflicts=100), HISTORY[:2], CONFIG).firing is None
+    assert rules.conflict_jump(w(4, pairs=0, conflicts=0), HISTORY, CONFIG).firing is None
+
+
+def test_edge_share_jump_is_an_absolute_change_either_way() -> None:
+    base = [w(k, edge=100) for k in range(4)]  # 50%
+    assert rules.edge_share_jump(w(4, edge=150), base, CONFIG).firing is True  # 75%
+    assert rules.edge_share_jump(w(4, edge=50), base, CONFIG).firing is True  # 25%
+    assert rules.edge_share_jump(w(4, edge=120), base, CONFIG).firing is False  # 60%
+
+
+def test_input_drift_is_relative_to_the_recorded_baseline() -> None:
+    assert rules.input_p95_drift(w(4, p95=560), 400.0, CONFIG).firing is True  # +40%
+    assert rules.input_p95_drift(w(4, p95=260), 400.0, CONFIG).firing is True  # -35%
+    assert rules.input_p95_drift(w(4, p95=480), 400.0, CONFIG).firing is False  # +20%
+    assert rules.input_p95_drift(w(4, p95=900), None, CONFIG).firing is None
+    assert rules.input_p95_drift(w(4, n=5, p95=900), 400.0, CONFIG).firing is None
+
+
+def test_no_traffic_needs_silence_windows_consecutive_empty_windows_in_a_live_stage() -> None:
+    quiet = [w(0), w(1, n=0, pairs=0, conflicts=0), w(2, n=0, pairs=0, conflicts=0)]
+    now = w(3, n=0, pairs=0, conflicts=0)
+    found = rules.no_traffic(now, quiet, CONFIG, "shadow", 300)
+    assert found.firing is True and "No results for 3 windows (15 min)" in found.message
+    assert rules.no_traffic(now, quiet, CONFIG, "cloud", 300).firing is False
+    assert rules.no_traffic(now, quiet[-1:], CONFIG, "canary", 300).firing is None
+    # A gap in the windows is not evidence of silence.
+    gap = [w(0), w(1, n=0, pairs=0, conflicts=0), w(5, n=0, pairs=0, conflicts=0)]
+    assert (
+        rules.no_traffic(w(6, n=0, pairs=0, conflicts=0), gap, CONFIG, "full", 300).firing is None
+    )
+    assert rules.no_traffic(w(3), quiet, CONFIG, "shadow", 300).firing is False
+
+
+def test_the_trailing_input_baseline_is_the_median_p95_of_full_windows() -> None:
+    history = [w(0, p95=100), w(1, p95=300), w(2, n=3, p95=9000)]
+    assert rules.trailing_p95(w(3, p95=200), history, CONFIG) == 200
+    assert rules.trailing_p95(w(3, p95=200), history[:1], CONFIG) is None
