@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -137,17 +138,117 @@ def tasks_apply(
 
 
 @app.command()
+def tick(
+    now: Annotated[
+        str | None,
+        typer.Option(help="The pass's clock, ISO 8601 (default: now); the future is allowed."),
+    ] = None,
+) -> None:
+    """One synchronous pass: compute due windows, close them, evaluate alerts."""
+    from controlplane.db import get_engine
+    from controlplane.scheduler import run_pass
+
+    clock = None
+    if now is not None:
+        try:
+            clock = _aware(datetime.fromisoformat(now))
+        except ValueError:
+            raise _fail(
+                f"now: {now!r} is not an ISO 8601 time, e.g. 2026-11-30T02:00:00Z"
+            ) from None
+    report = run_pass(get_engine(get_settings().database_url), clock)
+    typer.echo(
+        f"pass at {report.now.isoformat()}: {len(report.windows)} windows "
+        f"({report.count('computed')} open, {report.count('closed')} closed now, "
+        f"{report.count('late')} late counts updated)"
+    )
+    for event in report.alerts:
+        typer.echo(f"  alert {event.change}: {event.task} {event.kind}: {event.message}")
+    for failure in report.failed:
+        typer.echo(f"  ! {failure}", err=True)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+) -> None:
+    """Run a Celery worker for the periodic jobs (needs SHADOWPLANE_REDIS_URL)."""
+    _need_redis()
+    from workers.app import QUEUE
+    from workers.app import app as celery
+
+    celery.worker_main(
+        ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "-Q", QUEUE]
+    )
+
+
+@app.command()
+def beat(
+    schedule_file: Annotated[
+        Path, typer.Option(help="Where beat keeps its last-run times.")
+    ] = Path("celerybeat-schedule"),
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+) -> None:
+    """Run Celery beat: queues the window plan every SHADOWPLANE_TICK_SECONDS (run exactly one)."""
+    _need_redis()
+    from workers.app import app as celery
+
+    celery.start(["beat", f"--loglevel={loglevel}", f"--schedule={schedule_file}"])
+
+
+def _need_redis() -> None:
+    if not get_settings().redis_url:
+        raise _fail(
+            "SHADOWPLANE_REDIS_URL is not set: Celery needs Redis as its broker. Without it, "
+            "`shadowplane api` runs the periodic pass in-process (or run `shadowplane tick`)."
+        )
+
+
+@app.command()
+def prune(
+    older_than: Annotated[str, typer.Option(help="Age of the results to delete, e.g. 30d, 12h.")],
+    batch_size: Annotated[int, typer.Option(help="Results deleted per transaction.")] = 5000,
+) -> None:
+    """Delete results and payloads older than a cut-off (by result time), in batches; metrics stay."""
+    from controlplane.db import get_engine
+    from controlplane.ingest.retention import parse_duration
+    from controlplane.ingest.retention import prune as run_prune
+    from controlplane.models.base import utcnow
+
+    try:
+        age = parse_duration(older_than)
+    except ValueError as exc:
+        raise _fail(f"older-than: {exc}") from None
+    before = utcnow() - age
+    pruned = run_prune(
+        get_engine(get_settings().database_url), before=before, batch_size=batch_size
+    )
+    typer.echo(
+        f"deleted {pruned.results} results and {pruned.payloads} payloads with ts before "
+        f"{before.isoformat()} in {pruned.batches} batches; window metrics are kept"
+    )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@app.command()
 def demo(
     port: Annotated[int, typer.Option(help="Port for the API (a free one if taken).")] = 8000,
-    results: Annotated[int, typer.Option(help="Simulated results per example task.")] = 2000,
+    rate: Annotated[float, typer.Option(help="Simulated results per second per task.")] = 20.0,
+    duration: Annotated[float, typer.Option(help="Seconds of simulated traffic.")] = 40.0,
     once: Annotated[
-        bool, typer.Option(help="Exit after posting and printing, instead of serving.")
+        bool, typer.Option(help="Exit after the traffic and the summary, instead of serving.")
     ] = False,
 ) -> None:
     """Everything on the embedded default: migrate, register examples, serve, simulate traffic."""
     from controlplane.demo import run_demo
 
-    run_demo(port, results, once)
+    run_demo(port, rate, duration, once)
 
 
 @app.command()
@@ -156,38 +257,52 @@ def simulate(
     key: Annotated[str, typer.Option(envvar="SHADOWPLANE_KEY", help="An ingest key.")] = "",
     task: Annotated[
         list[str] | None,
-        typer.Option(help="Task to simulate; repeatable (default: both examples)."),
+        typer.Option(help="Task to simulate; repeatable (default: every profile)."),
     ] = None,
-    results: Annotated[int, typer.Option(help="Results per task.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Results per request.")] = 200,
+    rate: Annotated[float, typer.Option(help="Results per second per task.")] = 20.0,
+    duration: Annotated[float, typer.Option(help="Seconds to run.")] = 60.0,
     scenario: Annotated[
-        str,
-        typer.Option(
-            help="none, long_ticket_regression, edge_outage, silent_router, traffic_jump."
-        ),
+        str, typer.Option(help="none, long_tickets, edge_outage, silence, traffic_jump.")
     ] = "none",
+    scenario_task: Annotated[
+        list[str] | None,
+        typer.Option(help="Task the scenario applies to; repeatable (default: all)."),
+    ] = None,
+    scenario_after: Annotated[
+        float, typer.Option(help="Seconds of normal traffic before the scenario starts.")
+    ] = 0.0,
+    batch_size: Annotated[int, typer.Option(help="Results per request.")] = 500,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
-    """Play routing services against a running API: post generated results over HTTP."""
+    """Play routing services against a running API: post realistic results over HTTP, live."""
     from controlplane.sim.profiles import GENERATORS, SCENARIOS
-    from controlplane.sim.runner import simulate as run
+    from controlplane.sim.runner import Plan, stream
 
-    task = task or list(GENERATORS)
+    tasks = task or list(GENERATORS)
     if scenario not in SCENARIOS:
         raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
-    unknown = [t for t in task if t not in GENERATORS]
+    unknown = [t for t in [*tasks, *(scenario_task or [])] if t not in GENERATORS]
     if unknown:
         raise _fail(f"task: no simulator profile for {unknown}; profiles: {', '.join(GENERATORS)}")
+    if rate <= 0 or duration <= 0:
+        raise _fail("rate and duration must be positive")
     if not key:
         raise _fail("key: pass --key or set SHADOWPLANE_KEY (an ingest key)")
-    for name, t in run(
-        url, key, task, per_task=results, batch_size=batch_size, seed=seed, scenario=scenario
-    ).items():
+    plan = Plan(scenario, set(scenario_task) if scenario_task else None, scenario_after)
+    totals = stream(
+        url, key, tasks, rate=rate, duration=duration, plan=plan, batch_size=batch_size, seed=seed
+    )
+    failed = False
+    for name, t in totals.items():
         typer.echo(
-            f"{name}: accepted {t.accepted}, duplicates {t.duplicates}, rejected {t.rejected}"
+            f"{name}: generated {t.generated}, accepted {t.accepted}, duplicates "
+            f"{t.duplicates}, rejected {t.rejected}, not delivered {t.dropped}"
         )
         for error in t.errors[:5]:
             typer.echo(f"  ! {error}")
+        failed = failed or bool(t.dropped or t.rejected)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _safe_url(url: str) -> str:

@@ -1,7 +1,9 @@
 """`shadowplane demo`: the whole system on the embedded default, for a first look.
 
-Migrates the SQLite file, registers the example tasks, starts the API in this process,
-posts simulated shadow traffic over HTTP, and prints where to look and a key to look with.
+Migrates the SQLite file, registers the example tasks with ten-second windows, starts the
+API in this process (its in-process scheduler computes and closes windows), streams
+simulated shadow traffic over HTTP, prints the windows filling up, then where to look and
+a key to look with.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import httpx
 import typer
 import uvicorn
 import yaml
@@ -20,10 +24,10 @@ from controlplane.api import create_app
 from controlplane.auth.service import create_key
 from controlplane.catalog.service import RuntimeCache, apply_config
 from controlplane.db import get_engine, session_scope
-from controlplane.ingest.service import conflict_ids, outcome_counts
+from controlplane.ingest.service import conflict_ids
 from controlplane.migrate import ROOT, upgrade
 from controlplane.settings import get_settings
-from controlplane.sim.runner import simulate
+from controlplane.sim.runner import Totals, stream
 
 EXAMPLE_TASKS = ROOT / "examples" / "tasks"
 
@@ -37,16 +41,20 @@ def _free_port(preferred: int) -> int:
         return int(s.getsockname()[1])
 
 
-def run_demo(port: int, per_task: int, once: bool) -> None:
+DEMO_WINDOW = {"window_seconds": 10, "allowed_lateness_seconds": 5}
+
+
+def run_demo(port: int, rate: float, duration: float, once: bool) -> None:
     settings = get_settings()
     upgrade(settings.database_url)
     engine = get_engine(settings.database_url)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     with session_scope(engine) as session:
-        applied = [
-            apply_config(session, yaml.safe_load(path.read_text(encoding="utf-8")), actor="demo")
-            for path in sorted(EXAMPLE_TASKS.glob("*.yaml"))
-        ]
+        applied = []
+        for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
+            # Ten-second windows, so they fill and close while you watch.
+            config = {**yaml.safe_load(path.read_text(encoding="utf-8")), **DEMO_WINDOW}
+            applied.append(apply_config(session, config, actor="demo"))
         _, admin_key = create_key(
             session, name=f"demo-admin-{stamp}", scopes=["admin"], actor="demo"
         )
@@ -56,8 +64,9 @@ def run_demo(port: int, per_task: int, once: bool) -> None:
     tasks = [a.task for a in applied]
 
     port = _free_port(port)
-    # Request log lines would bury the summary; the demo's API logs warnings only.
-    app = create_app(settings.model_copy(update={"log_level": "WARNING"}))
+    # Request log lines would bury the summary; the demo's API logs warnings only. The
+    # in-process scheduler computes and closes windows every 2 s (no Redis, no Celery).
+    app = create_app(settings.model_copy(update={"log_level": "WARNING", "tick_seconds": 2.0}))
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
@@ -69,23 +78,53 @@ def run_demo(port: int, per_task: int, once: bool) -> None:
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     typer.echo(f"API on {base} (database: {settings.database_url})")
+    typer.echo(
+        f"Simulating {rate:g} results/s per task for {duration:g} s as shadow traffic "
+        "(edge beside cloud), in 10-second windows closed 5 s after they end:\n"
+    )
+    reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
+    started = datetime.now(UTC)
+    last_print = [0.0]
 
-    totals = simulate(base, router_key, tasks, per_task=per_task, seed=int(time.time()))
-    with session_scope(engine) as session:
-        runtimes = RuntimeCache().runtimes(session, set(tasks))
-        counts = {task: outcome_counts(session, runtimes[task]) for task in tasks}
-        conflicts = {task: conflict_ids(session, runtimes[task].id, limit=1) for task in tasks}
+    def show(elapsed: float, _totals: dict[str, Totals]) -> None:
+        if elapsed - last_print[0] >= 5:
+            last_print[0] = elapsed
+            _print_progress(reader, tasks, started, elapsed)
 
-    typer.echo("\nSimulated shadow traffic (edge beside cloud), posted over HTTP:")
+    stop = threading.Event()
+    totals = stream(
+        base,
+        router_key,
+        tasks,
+        rate=rate,
+        duration=duration,
+        seed=int(time.time()),
+        stop=stop,
+        every_second=show,
+    )
+    # Wait (real time) until every window that got traffic has closed.
+    deadline = (
+        time.monotonic()
+        + DEMO_WINDOW["window_seconds"]
+        + DEMO_WINDOW["allowed_lateness_seconds"]
+        + 6
+    )
+    while time.monotonic() < deadline and _open_windows(reader, tasks, started):
+        time.sleep(1)
+
+    typer.echo("\nPosted over HTTP:")
     for task in tasks:
         t = totals[task]
-        by_outcome = ", ".join(f"{k} {v}" for k, v in sorted(counts[task].items()))
         typer.echo(
-            f"  {task:<18} accepted {t.accepted}, duplicates {t.duplicates}, "
-            f"rejected {t.rejected}; stored now: {by_outcome}"
+            f"  {task:<18} generated {t.generated}, accepted {t.accepted}, duplicates {t.duplicates}, "
+            f"rejected {t.rejected}, not delivered {t.dropped}"
         )
         for error in t.errors[:3]:
             typer.echo(f"    ! {error}")
+    _print_buckets(reader, "ticket_classify", started)
+    with session_scope(engine) as session:
+        runtimes = RuntimeCache().runtimes(session, set(tasks))
+        conflicts = {task: conflict_ids(session, runtimes[task].id, limit=1) for task in tasks}
     examples = "\n".join(
         f'  curl -H "Authorization: Bearer $KEY" {base}/v1/results/{task}/{ids[0]}   (a conflict)'
         for task, ids in conflicts.items()
@@ -99,19 +138,93 @@ def run_demo(port: int, per_task: int, once: bool) -> None:
     typer.echo(f"""
 Where to look (admin key below, shown once):
   {base}/docs                      the API, interactive
-  curl -H "Authorization: Bearer $KEY" {base}/v1/tasks
-  curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/ticket_classify
+  curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/ticket_classify/windows
+  curl -H "Authorization: Bearer $KEY" -H "Accept: text/csv" {base}/v1/tasks/ticket_classify/windows
+  curl -H "Authorization: Bearer $KEY" {base}/v1/alerts
+  curl -H "Authorization: Bearer $KEY" {base}/metrics
 {examples}
 {where}
 KEY={admin_key}""")
+    reader.close()
     if once:
         server.should_exit = True
         thread.join(timeout=10)
         return
-    typer.echo("\nServing until Ctrl-C.")
+    typer.echo(
+        "\nServing until Ctrl-C (no more simulated traffic; `shadowplane simulate` sends more)."
+    )
     try:
         while thread.is_alive():
             thread.join(timeout=0.5)
     except KeyboardInterrupt:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def _windows(
+    reader: httpx.Client, task: str, since: datetime, bucket: str | None = "all"
+) -> list[dict[str, Any]]:
+    params = {"since": (since - timedelta(seconds=20)).isoformat()}
+    if bucket:
+        params["bucket"] = bucket
+    response = reader.get(f"/v1/tasks/{task}/windows", params=params)
+    response.raise_for_status()
+    return list(response.json()["windows"])
+
+
+def _open_windows(reader: httpx.Client, tasks: list[str], since: datetime) -> bool:
+    return any(
+        not w["closed"] and w["n_results"] for t in tasks for w in _windows(reader, t, since)
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "  -  " if value is None else f"{value:6.1%}"
+
+
+def _line(w: dict[str, Any]) -> str:
+    start = w["window_start"][11:19]
+    state = "closed" if w["closed"] else "open  "
+    latency = w["edge_latency_ms_p95"]
+    cost = w["cost_per_1k"]
+    return (
+        f"{start} {state} n {w['n_results']:>4}  agreement {_pct(w['agreement'])}  "
+        f"conflicts {_pct(w['conflict_rate'])}  edge p95 "
+        f"{'-' if latency is None else f'{latency:.0f} ms'}  cost/1k "
+        f"{'-' if cost is None else f'${cost:.3f}'}"
+    )
+
+
+def _print_progress(
+    reader: httpx.Client, tasks: list[str], since: datetime, elapsed: float
+) -> None:
+    typer.echo(f"[{elapsed:4.0f} s]")
+    for task in tasks:
+        rows = _windows(reader, task, since)[-3:]
+        for i, w in enumerate(rows):
+            typer.echo(f"  {task if i == 0 else '':<18} {_line(w)}")
+        if not rows:
+            typer.echo(f"  {task:<18} (no window computed yet)")
+
+
+def _print_buckets(reader: httpx.Client, task: str, since: datetime) -> None:
+    rows = [w for w in _windows(reader, task, since, bucket=None) if w["closed"]]
+    if not rows:
+        return
+    last = rows[-1]["window_start"]
+    typer.echo(f"\n{task}, last closed window {last[11:19]}, per input-length bucket:")
+    for w in rows:
+        if w["window_start"] == last:
+            low, high = w["agreement_low"], w["agreement_high"]
+            interval = "" if low is None else f" [{low:.0%}-{high:.0%}]"
+            typer.echo(
+                f"  {w['bucket']:>9}  n {w['n_results']:>4}  agreement {_pct(w['agreement'])}{interval}"
+                f"  savings {_money(w['savings'])}"
+            )
+    typer.echo(
+        "  (shadow traffic runs both models, so savings stay negative until the edge serves)"
+    )
+
+
+def _money(value: float) -> str:
+    return f"-${-value:.4f}" if value < 0 else f"${value:.4f}"

@@ -16,7 +16,6 @@ from datetime import datetime
 from functools import partial
 
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
 
 from controlplane.alerts.service import AlertEvent, evaluate
 from controlplane.db import in_transaction, session_scope
@@ -48,7 +47,10 @@ def run_pass(engine: Engine, now: datetime | None = None) -> PassReport:
         try:
             report.windows.append(
                 in_transaction(
-                    engine, partial(_compute, task_id=job.task_id, start=job.window_start, now=now)
+                    engine,
+                    partial(
+                        compute_window, task_id=job.task_id, window_start=job.window_start, now=now
+                    ),
                 )
             )
         except Exception as exc:  # one bad window must not stop the others; it is retried next pass
@@ -59,10 +61,6 @@ def run_pass(engine: Engine, now: datetime | None = None) -> PassReport:
     for task_id in task_ids:
         report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
     return report
-
-
-def _compute(session: Session, *, task_id: int, start: datetime, now: datetime) -> Computed:
-    return compute_window(session, task_id, start, now)
 
 
 class InProcessScheduler:

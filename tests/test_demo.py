@@ -1,8 +1,9 @@
-"""`shadowplane demo --once` on the embedded default: stored, scored results, and a key that works."""
+"""`shadowplane demo --once` on the embedded default: stored, scored results, closed windows, a key that works."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             "controlplane.cli",
             "demo",
             "--once",
-            "--results",
-            "300",
+            "--duration",
+            "12",
+            "--rate",
+            "10",
             "--port",
             "0",
         ],
@@ -32,9 +35,17 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "ticket_classify    accepted 300, duplicates 0, rejected 0" in out
-    assert "invoice_extract    accepted 300, duplicates 0, rejected 0" in out
-    assert "reply_rewrite      accepted 300, duplicates 0, rejected 0" in out
+    posted = {}
+    for line in out.splitlines():
+        found = re.match(
+            r"  (\w+) +generated (\d+), accepted (\d+), duplicates 0, rejected 0, not delivered 0$",
+            line,
+        )
+        if found:
+            posted[found.group(1)] = (int(found.group(2)), int(found.group(3)))
+    assert set(posted) == {"ticket_classify", "invoice_extract", "reply_rewrite"}, out
+    assert all(generated == accepted > 0 for generated, accepted in posted.values())
+    assert "per input-length bucket:" in out and "     2048+  n" in out
     key = out.strip().splitlines()[-1].removeprefix("KEY=")
     assert key.startswith("sp_")
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
@@ -43,8 +54,32 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             conn.execute(text("SELECT outcome, count(*) FROM results GROUP BY outcome")).all()
         )
     engine.dispose()
-    assert sum(outcomes.values()) == 900
-    assert outcomes["agree"] > 400 and outcomes["conflict"] > 0
+    assert sum(outcomes.values()) == sum(accepted for _, accepted in posted.values())
+    assert outcomes["agree"] > sum(outcomes.values()) / 2 and outcomes["conflict"] > 0
+    # The in-process scheduler computed the windows and closed every one that got traffic,
+    # with a row for every bucket and `all`.
+    engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
+    with engine.connect() as conn:
+        windows = conn.execute(
+            text(
+                "SELECT w.closed_at IS NOT NULL, count(m.id), sum(m.n_results) FROM windows w "
+                "JOIN window_metrics m ON m.window_id = w.id JOIN tasks t ON t.id = w.task_id "
+                "WHERE t.name = 'ticket_classify' AND m.bucket = 'all' GROUP BY w.id"
+            )
+        ).all()
+        buckets = set(
+            conn.execute(
+                text(
+                    "SELECT t.name, count(*) FROM window_metrics m JOIN tasks t "
+                    "ON t.id = m.task_id GROUP BY t.name, m.window_id"
+                )
+            ).all()
+        )
+    engine.dispose()
+    assert windows and all(closed for closed, _, n in windows if n)
+    assert sum(n for *_, n in windows) == posted["ticket_classify"][1]
+    # Three boundaries give four buckets and `all`; reply_rewrite has two boundaries.
+    assert buckets == {("ticket_classify", 5), ("invoice_extract", 5), ("reply_rewrite", 4)}
     # The printed key is a real admin key (the API is gone; check it against the stored hash).
     from controlplane.auth.service import hash_key
 

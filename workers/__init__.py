@@ -1,1 +1,1 @@
-"""Celery app, beat schedule and thin jobs (DESIGN §1, §8): they arrive with the windowed-metrics step."""
+"""Celery on Redis (DESIGN §1, §8): the app, one beat schedule, thin jobs calling controlplane."""

@@ -108,7 +108,7 @@ def _closed(session: Session, jobs: set[WindowJob]) -> set[WindowJob]:
 
 
 def compute_window(
-    session: Session, task_id: int, window_start: datetime, now: datetime
+    session: Session, *, task_id: int, window_start: datetime, now: datetime
 ) -> Computed:
     """Compute (or, once closed, count late results of) one window. Idempotent."""
     task, rt = runtimes(session)[task_id]

@@ -1,10 +1,21 @@
 """Realistic result generators per example task, and the scenarios that break them.
 
 Pure: given a seeded `random.Random` and a clock value, the same results come out.
-`reply_rewrite` sends Chinese and English reply rewrites, about one in twenty of which
-drops a negation and one in twenty changes a number. Scenarios (DESIGN §9): `long_ticket_regression` (the edge degrades only on long tickets),
-`edge_outage` (edge errors and degrades), `silent_router` (a task stops sending),
-`traffic_jump` (several times the usual volume).
+Each task has its own length mix; edge agreement falls with input length; the edge
+sometimes errors; latencies grow with length; sides report tokens, and the cloud side
+its billed cost (the edge's is priced from tokens). `reply_rewrite` sends Chinese and
+English reply rewrites, about one in twenty of which drops a negation and one in twenty
+changes a number.
+
+Scenarios (DESIGN §9): `long_tickets` (the edge breaks only on tickets of 2048 tokens
+or more, the regression of DESIGN §4), `edge_outage` (the edge times out and errors; on
+the serving path that is a degrade), `silence` (the router stops sending),
+`traffic_jump` (five times the usual volume).
+
+`served` says whether the edge answered this request (canary or full stage, decided by
+the router from its flag); by default the traffic is shadow traffic: the cloud answers
+and the edge runs beside it. When the edge serves and fails (error, low confidence) the
+request degrades to the cloud.
 """
 
 from __future__ import annotations
@@ -15,15 +26,26 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-SCENARIOS = ("none", "long_ticket_regression", "edge_outage", "silent_router", "traffic_jump")
+SCENARIOS = ("none", "long_tickets", "edge_outage", "silence", "traffic_jump")
+LONG_TICKET = 2048
 LABELS = ["refund", "exchange", "complaint", "inquiry"]
 CURRENCIES = ["EUR", "USD", "GBP", "JPY"]
 
-Generator = Callable[[random.Random, int, datetime, str], dict[str, Any]]
+Generator = Callable[[random.Random, int, datetime, str, bool], dict[str, Any]]
 
 
 def _tokens(rng: random.Random, median: float, sigma: float) -> int:
     return max(1, int(rng.lognormvariate(math.log(median), sigma)))
+
+
+def _mix(rng: random.Random, parts: list[tuple[float, float, float]]) -> int:
+    """Input tokens from a mixture of log-normal lengths: (share, median, sigma) parts."""
+    roll = rng.random()
+    for share, median, sigma in parts:
+        if roll < share:
+            return _tokens(rng, median, sigma)
+        roll -= share
+    return _tokens(rng, parts[-1][1], parts[-1][2])
 
 
 def _sides(
@@ -32,46 +54,56 @@ def _sides(
     edge_out: Any,
     cloud_out: Any,
     *,
+    output_tokens: int,
     edge_error: str | None,
     scenario: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    edge_latency = rng.gauss(40 + tokens * 0.02, 8)
+    edge_latency = max(5.0, rng.gauss(40 + tokens * 0.02, 8))
+    if scenario == "edge_outage":
+        edge_latency *= 8
     edge = {
         "output": None if edge_error else edge_out,
         "error": edge_error,
         "error_message": f"edge {edge_error} after {edge_latency:.0f} ms" if edge_error else None,
-        "latency_ms": round(max(5.0, edge_latency * (8 if scenario == "edge_outage" else 1)), 1),
+        "latency_ms": round(edge_latency, 1),
         "ttfb_ms": round(max(2.0, edge_latency * 0.3), 1),
         "confidence": round(min(1.0, max(0.0, rng.betavariate(8, 2))), 3),
         "valid": True,
         "model": "small-int4@3",
         "input_tokens": tokens,
-        "output_tokens": 3,
+        "output_tokens": 0 if edge_error else output_tokens,
     }
-    cloud_latency = rng.gauss(380 + tokens * 0.1, 60)
+    cloud_latency = max(50.0, rng.gauss(380 + tokens * 0.1, 60))
     cloud = {
         "output": cloud_out,
-        "latency_ms": round(max(50.0, cloud_latency), 1),
+        "latency_ms": round(cloud_latency, 1),
         "ttfb_ms": round(max(20.0, cloud_latency * 0.5), 1),
         "model": "large@7",
         "input_tokens": tokens,
-        "output_tokens": 3,
+        "output_tokens": output_tokens,
+        # The cloud provider bills per request; the self-hosted edge is priced from tokens.
+        "cost": round((tokens * 0.003 + output_tokens * 0.006) / 1000, 8),
     }
     return edge, cloud
 
 
-def ticket_classify(rng: random.Random, i: int, ts: datetime, scenario: str) -> dict[str, Any]:
-    tokens = _tokens(rng, 260, 0.9)
+def ticket_classify(
+    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+) -> dict[str, Any]:
+    # Mostly short tickets, some long threads with quoted history.
+    tokens = _mix(rng, [(0.7, 180, 0.6), (0.2, 700, 0.4), (0.1, 3000, 0.3)])
     truth = rng.choice(LABELS)
-    # Easy on short tickets; on long ones the deciding sentence sits mid-text.
-    miss = 0.03 if tokens < 512 else 0.06
-    if scenario == "long_ticket_regression" and tokens >= 512:
+    # Easy on short tickets, harder as they grow: the deciding sentence sits mid-text.
+    miss = 0.02 + 0.04 * min(tokens / LONG_TICKET, 1.0)
+    if scenario == "long_tickets" and tokens >= LONG_TICKET:
         miss = 0.35
     edge_label = rng.choice([x for x in LABELS if x != truth]) if rng.random() < miss else truth
     if rng.random() < 0.3:
         edge_label = f" {edge_label.title()} "  # casing and spacing noise the comparator ignores
     edge_error = _edge_error(rng, scenario)
-    edge, cloud = _sides(rng, tokens, edge_label, truth, edge_error=edge_error, scenario=scenario)
+    edge, cloud = _sides(
+        rng, tokens, edge_label, truth, output_tokens=2, edge_error=edge_error, scenario=scenario
+    )
     return _result(
         "ticket_classify",
         i,
@@ -81,25 +113,39 @@ def ticket_classify(rng: random.Random, i: int, ts: datetime, scenario: str) -> 
         {"text": f"ticket {i}: ... ({tokens} tokens)"},
         edge,
         cloud,
+        edge_serves,
     )
 
 
-def invoice_extract(rng: random.Random, i: int, ts: datetime, scenario: str) -> dict[str, Any]:
-    tokens = _tokens(rng, 700, 0.6)
+def invoice_extract(
+    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+) -> dict[str, Any]:
+    tokens = _mix(rng, [(0.85, 700, 0.5), (0.15, 2600, 0.3)])
     amount = round(rng.uniform(5, 5000), 2)
     cloud_out = {"amount": amount, "currency": rng.choice(CURRENCIES), "invoice_id": f"INV-{i:06d}"}
     edge_out: Any = dict(cloud_out)
     roll = rng.random()
-    if roll < 0.04:
+    slip = 0.03 + 0.03 * min(tokens / LONG_TICKET, 1.0)
+    if roll < slip:
         edge_out["amount"] = round(amount * 10, 2)  # a misplaced decimal point
-    elif roll < 0.06:
+    elif roll < slip + 0.02:
         edge_out.pop("currency")  # breaks the schema: invalid
     elif roll < 0.5:
         edge_out = {k: edge_out[k] for k in reversed(list(edge_out))}  # same fields, other order
     edge_error = _edge_error(rng, scenario)
-    edge, cloud = _sides(rng, tokens, edge_out, cloud_out, edge_error=edge_error, scenario=scenario)
+    edge, cloud = _sides(
+        rng, tokens, edge_out, cloud_out, output_tokens=40, edge_error=edge_error, scenario=scenario
+    )
     return _result(
-        "invoice_extract", i, ts, tokens, rng, {"text": f"invoice {i} scan text"}, edge, cloud
+        "invoice_extract",
+        i,
+        ts,
+        tokens,
+        rng,
+        {"text": f"invoice {i} scan text"},
+        edge,
+        cloud,
+        edge_serves,
     )
 
 
@@ -138,7 +184,9 @@ REWRITES = [
 ]
 
 
-def reply_rewrite(rng: random.Random, i: int, ts: datetime, scenario: str) -> dict[str, Any]:
+def reply_rewrite(
+    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+) -> dict[str, Any]:
     cloud_text, faithful, no_negation, other_number = rng.choice(REWRITES)
     amount = rng.randrange(20, 900)
     fill = {
@@ -154,18 +202,28 @@ def reply_rewrite(rng: random.Random, i: int, ts: datetime, scenario: str) -> di
         edge_text = no_negation  # the rewrite that flips the meaning
     elif roll < 0.10 and other_number:
         edge_text = other_number
-    tokens = len(cloud_text) * 2
+    # The reply is the tail of a conversation the router sends along.
+    tokens = len(cloud_text) * 2 + _tokens(rng, 150, 0.8)
     edge_error = _edge_error(rng, scenario)
     edge, cloud = _sides(
         rng,
         tokens,
         edge_text.format(**fill),
         cloud_text.format(**fill),
+        output_tokens=len(cloud_text) * 2,
         edge_error=edge_error,
         scenario=scenario,
     )
     return _result(
-        "reply_rewrite", i, ts, tokens, rng, {"text": cloud_text.format(**fill)}, edge, cloud
+        "reply_rewrite",
+        i,
+        ts,
+        tokens,
+        rng,
+        {"text": cloud_text.format(**fill)},
+        edge,
+        cloud,
+        edge_serves,
     )
 
 
@@ -185,19 +243,31 @@ def _result(
     input_: dict[str, Any],
     edge: dict[str, Any],
     cloud: dict[str, Any],
+    edge_serves: bool,
 ) -> dict[str, Any]:
+    served, degraded, reason = "cloud", False, None
+    if edge_serves:
+        if edge["error"] is not None:
+            degraded, reason = True, edge["error"]
+        elif edge["confidence"] < 0.5:
+            degraded, reason = True, "low_confidence"
+        else:
+            served = "edge"
     return {
-        "request_id": f"sim-{task}-{ts:%Y%m%d%H%M%S}-{i}",
+        "request_id": f"sim-{task}-{ts:%Y%m%d%H%M%S%f}-{i}",
         "task": task,
         "ts": ts.isoformat(),
         "session_id": f"s-{rng.randrange(5000)}",
         "user_id": f"u-{rng.randrange(2000)}",
         "input_tokens": tokens,
-        "decision": "edge" if tokens <= 2048 else "cloud",
-        "served": "cloud",  # shadow stage: cloud answers, the edge runs beside it
-        "degraded": False,
+        "decision": "edge" if tokens <= 4096 else "cloud",
+        "served": served,
+        "degraded": degraded,
+        "degrade_reason": reason,
         "input": input_,
         "edge": edge,
+        # A request the edge served runs the cloud beside it only for verification;
+        # the simulator always runs it (shadow_rate 1).
         "cloud": cloud,
     }
 
@@ -217,15 +287,22 @@ def generate(
     now: datetime,
     span_seconds: float = 600.0,
     scenario: str = "none",
+    edge_serves: bool = False,
 ) -> list[dict[str, Any]]:
-    """`n` results of `task` spread over the `span_seconds` before `now`."""
-    if scenario == "silent_router":
+    """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`)."""
+    if scenario == "silence":
         return []
     if scenario == "traffic_jump":
         n *= 5
     rng = random.Random(f"{task}:{seed}")
     make = GENERATORS[task]
     return [
-        make(rng, i, now - timedelta(seconds=span_seconds * (n - i) / max(n, 1)), scenario)
+        make(
+            rng,
+            i,
+            now - timedelta(seconds=span_seconds * (n - i) / max(n, 1)),
+            scenario,
+            edge_serves,
+        )
         for i in range(n)
     ]

@@ -1,51 +1,136 @@
-"""Posting generated results to a running API in batches, as a routing service would."""
+"""Playing routing services against a running API over HTTP, in real time, as routers would.
+
+Every second each task produces `rate` results (five times that under `traffic_jump`,
+none under `silence`) stamped with the current time, and posts them in batches. A batch
+the API could not take (503, connection error) is kept and sent again the next second,
+as a router's outbox would; resends are harmless because ingest is idempotent.
+"""
 
 from __future__ import annotations
 
+import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 
-from controlplane.sim.profiles import generate
+from controlplane.sim.profiles import GENERATORS
+
+MAX_OUTBOX = 200_000
 
 
 @dataclass
 class Totals:
+    generated: int = 0
     accepted: int = 0
     duplicates: int = 0
     rejected: int = 0
+    dropped: int = 0
     errors: list[str] = field(default_factory=list)
 
 
-def simulate(
+@dataclass
+class Plan:
+    """Which scenario applies to which tasks, from when (seconds after the start)."""
+
+    scenario: str = "none"
+    tasks: set[str] | None = None  # None: every simulated task
+    after_seconds: float = 0.0
+
+    def active(self, task: str, elapsed: float) -> str:
+        if elapsed >= self.after_seconds and (self.tasks is None or task in self.tasks):
+            return self.scenario
+        return "none"
+
+
+def stream(
     base_url: str,
     key: str,
     tasks: list[str],
     *,
-    per_task: int,
-    batch_size: int = 200,
+    rate: float,
+    duration: float,
+    plan: Plan | None = None,
+    batch_size: int = 500,
     seed: int = 0,
-    scenario: str = "none",
-    now: datetime | None = None,
+    stop: threading.Event | None = None,
+    every_second: Callable[[float, dict[str, Totals]], None] | None = None,
 ) -> dict[str, Totals]:
-    now = now or datetime.now(UTC)
-    totals: dict[str, Totals] = {}
+    """Post `rate` results per second per task for `duration` seconds (until `stop` is set)."""
+    plan = plan or Plan()
+    stop = stop or threading.Event()
+    totals = {task: Totals() for task in tasks}
+    outbox: dict[str, list[dict[str, Any]]] = {task: [] for task in tasks}
+    rngs = {task: random.Random(f"{task}:{seed}") for task in tasks}
+    carry = dict.fromkeys(tasks, 0.0)
+    counter = dict.fromkeys(tasks, 0)
+    started = time.monotonic()
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=base_url, headers=headers, timeout=30) as client:
-        for task in tasks:
-            t = totals[task] = Totals()
-            results = generate(task, per_task, seed=seed, now=now, scenario=scenario)
-            for start in range(0, len(results), batch_size):
-                response = client.post(
-                    "/v1/results", json={"results": results[start : start + batch_size]}
+        second = 0
+        while not stop.is_set():
+            elapsed = time.monotonic() - started
+            if elapsed >= duration:
+                break
+            now = datetime.now(UTC)
+            for task in tasks:
+                scenario = plan.active(task, elapsed)
+                factor = (
+                    0.0 if scenario == "silence" else 5.0 if scenario == "traffic_jump" else 1.0
                 )
-                if response.status_code != 200:
-                    t.errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
-                    continue
-                report = response.json()
-                t.accepted += report["accepted"]
-                t.duplicates += report["duplicates"]
-                t.rejected += len(report["rejected"])
-                t.errors.extend(r["error"] for r in report["rejected"][:3])
+                carry[task] += rate * factor
+                n, carry[task] = int(carry[task]), carry[task] % 1
+                rng = rngs[task]
+                make = GENERATORS[task]
+                for _ in range(n):
+                    ts = now - timedelta(seconds=rng.random())
+                    outbox[task].append(make(rng, counter[task], ts, scenario, False))
+                    counter[task] += 1
+                totals[task].generated += n
+                _send(client, outbox, task, totals[task], batch_size)
+            if every_second is not None:
+                every_second(elapsed, totals)
+            second += 1
+            stop.wait(max(0.0, started + second - time.monotonic()))
+        for task in tasks:  # a last try for what is still in the outbox
+            _send(client, outbox, task, totals[task], batch_size)
+            totals[task].dropped += len(outbox[task])
     return totals
+
+
+def _send(
+    client: httpx.Client,
+    outbox: dict[str, list[dict[str, Any]]],
+    task: str,
+    totals: Totals,
+    batch_size: int,
+) -> None:
+    pending = outbox[task]
+    while pending:
+        batch = pending[:batch_size]
+        try:
+            response = client.post("/v1/results", json={"results": batch})
+        except httpx.HTTPError as exc:
+            totals.errors.append(f"{type(exc).__name__}: {exc}")
+            break
+        if response.status_code != 200:
+            totals.errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
+            if response.status_code in (429, 502, 503, 504):
+                break  # kept: sent again next second
+            del pending[: len(batch)]  # the API refused the batch itself; resending cannot help
+            totals.rejected += len(batch)
+            continue
+        report = response.json()
+        totals.accepted += report["accepted"]
+        totals.duplicates += report["duplicates"]
+        totals.rejected += len(report["rejected"])
+        totals.errors.extend(r["error"] for r in report["rejected"][:3])
+        del pending[: len(batch)]
+    if len(pending) > MAX_OUTBOX:  # the API is gone for long: say how much is dropped
+        totals.dropped += len(pending) - MAX_OUTBOX
+        del pending[: len(pending) - MAX_OUTBOX]
+    del totals.errors[:-20]

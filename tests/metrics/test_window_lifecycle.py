@@ -94,7 +94,9 @@ def test_a_window_computed_twice_has_one_row_per_bucket_with_the_same_values(
         task_id = session.scalar(select(Task.id).where(Task.name == "metrics_task"))
     assert task_id is not None
     # Recompute the closed window's job directly, and run the whole pass again.
-    in_transaction(metrics_api.engine, lambda s: compute_window(s, task_id, T0, now))
+    in_transaction(
+        metrics_api.engine, lambda s: compute_window(s, task_id=task_id, window_start=T0, now=now)
+    )
     run_pass(metrics_api.engine, now)
     assert _metric_rows(metrics_api) == once
     window_rows = [r for r in once if r[2] == T0]
@@ -122,7 +124,10 @@ def test_two_jobs_computing_one_window_at_once_leave_one_row_per_bucket(
         def job(now: Any) -> None:
             try:
                 barrier.wait()
-                in_transaction(api.engine, lambda s: compute_window(s, task_id, T0, now))
+                in_transaction(
+                    api.engine,
+                    lambda s: compute_window(s, task_id=task_id, window_start=T0, now=now),
+                )
             except BaseException as exc:  # surfaced below
                 errors.append(exc)
 

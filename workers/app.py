@@ -1,0 +1,48 @@
+"""The Celery app. Broker: Redis (`SHADOWPLANE_REDIS_URL`); no result backend is needed.
+
+Jobs are acknowledged after they run (`acks_late`), so a worker that dies mid-job leaves
+the job for another; every job is idempotent, so running one twice is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from controlplane.settings import Settings, get_settings
+from workers.schedule import beat_schedule
+
+QUEUE = "shadowplane"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("shadowplane", broker=settings.redis_url or "redis://127.0.0.1:6379/0")
+    app.conf.update(
+        include=["workers.jobs"],
+        task_default_queue=QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        timezone="UTC",
+        enable_utc=True,
+        broker_connection_retry_on_startup=True,
+        # A job queued but never started for this long is stale: the next plan queues it again.
+        task_time_limit=600,
+        beat_schedule=beat_schedule(settings),
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = make_celery(get_settings())
+
+
+@worker_process_init.connect
+def _fresh_connections(**_: Any) -> None:
+    # A forked worker must not share the parent's pooled database connections.
+    from controlplane.db import get_engine
+
+    get_engine.cache_clear()
