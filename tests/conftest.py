@@ -176,12 +176,22 @@ def make_result(**overrides: Any) -> dict[str, Any]:
     return result
 
 
-@pytest.fixture
-def metrics_api(db_url: str) -> Iterator[Api]:
-    """An app with `metrics_task` (one-minute windows, 30 s lateness) registered too."""
+def _with_metrics_task(url: str) -> Iterator[Api]:
     from tests.windowdata import METRICS_TASK
 
-    for api in make_api(db_url):
+    for api in make_api(url):
         with session_scope(api.engine) as session:
             apply_config(session, METRICS_TASK, actor="test")
         yield api
+
+
+@pytest.fixture
+def metrics_api(db_url: str) -> Iterator[Api]:
+    """An app with `metrics_task` (one-minute windows, 30 s lateness) registered too."""
+    yield from _with_metrics_task(db_url)
+
+
+@pytest.fixture
+def pg_metrics_api(pg_url: str) -> Iterator[Api]:
+    """`metrics_api` on PostgreSQL only (for tests that share the database with servers)."""
+    yield from _with_metrics_task(pg_url)

@@ -1,0 +1,90 @@
+"""`prune`: old results and their payloads go, in batches, counted; window metrics stay."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from controlplane.db import session_scope
+from controlplane.ingest.retention import parse_duration, prune
+from controlplane.models import Payload, Result, WindowMetrics
+from controlplane.scheduler import run_pass
+from tests.conftest import Api, make_result
+from tests.windowdata import post_all
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def _counts(api: Api) -> tuple[int, int, int]:
+    with session_scope(api.engine) as session:
+        return (
+            session.scalar(select(func.count()).select_from(Result)) or 0,
+            session.scalar(select(func.count()).select_from(Payload)) or 0,
+            session.scalar(select(func.count()).select_from(WindowMetrics)) or 0,
+        )
+
+
+def test_prune_deletes_old_results_and_payloads_in_batches_and_keeps_metrics(api: Api) -> None:
+    old = NOW - timedelta(days=40)
+    results = [
+        # Conflicts keep their payloads (probability 1); recent ones must survive.
+        make_result(
+            request_id=f"old-{i}",
+            ts=(old + timedelta(seconds=i)).isoformat(),
+            edge={"output": "exchange"},
+        )
+        for i in range(25)
+    ] + [
+        make_result(
+            request_id=f"new-{i}",
+            ts=(NOW - timedelta(days=1)).isoformat(),
+            edge={"output": "exchange"},
+        )
+        for i in range(5)
+    ]
+    post_all(api, results)
+    run_pass(api.engine, old + timedelta(hours=1))
+    before = _counts(api)
+    assert before[:2] == (30, 30) and before[2] > 0
+
+    pruned = prune(api.engine, before=NOW - timedelta(days=30), batch_size=10)
+    assert (pruned.results, pruned.payloads, pruned.batches) == (25, 25, 3)
+    assert _counts(api) == (5, 5, before[2])
+    with session_scope(api.engine) as session:
+        assert sorted(session.scalars(select(Result.request_id))) == [f"new-{i}" for i in range(5)]
+    assert prune(api.engine, before=NOW - timedelta(days=30)).results == 0
+
+
+def test_durations_parse_or_say_what_is_allowed() -> None:
+    assert parse_duration("30d") == timedelta(days=30)
+    assert parse_duration("12h") == timedelta(hours=12)
+    assert parse_duration("90m") == timedelta(minutes=90)
+    for bad in ("30", "0d", "-1d", "1w", "d30", ""):
+        with pytest.raises(ValueError, match="e.g. 30d"):
+            parse_duration(bad)
+
+
+def test_prune_command_reports_what_it_deleted(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    env["SHADOWPLANE_DATABASE_URL"] = f"sqlite:///{tmp_path / 'p.db'}"
+    cli = [sys.executable, "-m", "controlplane.cli"]
+    subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [*cli, "prune", "--older-than", "30d"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("deleted 0 results and 0 payloads with ts before ")
+    bad = subprocess.run(
+        [*cli, "prune", "--older-than", "a month"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 1 and "older-than: 'a month' is not a duration" in bad.stderr

@@ -1,0 +1,172 @@
+"""The simulator: realistic per-task profiles and scenarios (pure), and `simulate` posting live over HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import uvicorn
+from sqlalchemy import func, select
+
+from controlplane.api import create_app
+from controlplane.db import session_scope
+from controlplane.ingest.comparators import compare
+from controlplane.models import Result
+from controlplane.settings import Settings
+from controlplane.sim.profiles import LONG_TICKET, generate
+from tests.conftest import Api, make_api
+
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+LABEL = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
+
+
+def _miss_rate(results: list[dict], long: bool) -> float:
+    chosen = [
+        r
+        for r in results
+        if (r["input_tokens"] >= LONG_TICKET) == long and r["edge"]["error"] is None
+    ]
+    misses = sum(
+        compare(LABEL, r["edge"]["output"], r["cloud"]["output"]).outcome != "agree" for r in chosen
+    )
+    return misses / len(chosen)
+
+
+def test_tickets_have_a_length_mix_and_agreement_falls_with_length() -> None:
+    results = generate("ticket_classify", 20000, seed=1, now=NOW)
+    long_share = sum(r["input_tokens"] >= LONG_TICKET for r in results) / len(results)
+    assert 0.05 < long_share < 0.15
+    assert _miss_rate(results, long=True) > _miss_rate(results, long=False)
+    assert all(r["served"] == "cloud" and not r["degraded"] for r in results)  # shadow traffic
+    assert all(r["cloud"]["cost"] > 0 and r["edge"]["input_tokens"] > 0 for r in results)
+
+
+def test_long_tickets_break_only_the_long_bucket() -> None:
+    normal = generate("ticket_classify", 20000, seed=1, now=NOW)
+    broken = generate("ticket_classify", 20000, seed=1, now=NOW, scenario="long_tickets")
+    assert _miss_rate(broken, long=True) > 0.3 > 0.1 > _miss_rate(normal, long=True)
+    assert abs(_miss_rate(broken, long=False) - _miss_rate(normal, long=False)) < 0.01
+
+
+def test_edge_outage_silence_and_traffic_jump() -> None:
+    outage = generate(
+        "invoice_extract", 5000, seed=2, now=NOW, scenario="edge_outage", edge_serves=True
+    )
+    errors = sum(r["edge"]["error"] is not None for r in outage) / len(outage)
+    assert 0.35 < errors < 0.45
+    # On the serving path an edge error is a degrade to the cloud, with its reason.
+    assert all(r["degraded"] and r["served"] == "cloud" for r in outage if r["edge"]["error"])
+    assert {r["degrade_reason"] for r in outage if r["degraded"]} >= {"timeout", "exception"}
+    assert generate("reply_rewrite", 100, seed=3, now=NOW, scenario="silence") == []
+    assert len(generate("reply_rewrite", 100, seed=3, now=NOW, scenario="traffic_jump")) == 500
+
+
+@pytest.fixture
+def live_api(sqlite_url: str) -> Iterator[tuple[str, Api]]:
+    for api in make_api(sqlite_url):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        app = create_app(Settings(database_url=sqlite_url, tick_seconds=0, log_level="WARNING"))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", api
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_simulate_posts_live_results_at_the_rate_over_http(
+    live_api: tuple[str, Api], tmp_path: Path
+) -> None:
+    base, api = live_api
+    from controlplane.catalog.service import apply_config
+
+    with session_scope(api.engine) as session:
+        apply_config(
+            session,
+            {"task": "reply_rewrite", "comparator": {"kind": "text_conservation"}},
+            actor="test",
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    started = datetime.now(UTC)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "simulate",
+            "--url",
+            base,
+            "--key",
+            api.keys["ingest"],
+            "--task",
+            "ticket_classify",
+            "--task",
+            "reply_rewrite",
+            "--rate",
+            "25",
+            "--duration",
+            "3",
+            "--scenario",
+            "silence",
+            "--scenario-task",
+            "reply_rewrite",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reply_rewrite: generated 0, accepted 0" in done.stdout
+    line = next(x for x in done.stdout.splitlines() if x.startswith("ticket_classify:"))
+    generated = int(line.split("generated ")[1].split(",")[0])
+    assert (
+        generated > 0 and f"accepted {generated}, duplicates 0, rejected 0, not delivered 0" in line
+    )
+    with session_scope(api.engine) as session:
+        n, first, last = session.execute(
+            select(func.count(), func.min(Result.ts), func.max(Result.ts))
+        ).one()
+    assert n == generated
+    # Stamped as they happen, like a router's results.
+    assert started - timedelta(seconds=2) <= first <= last <= datetime.now(UTC)
+
+
+def test_simulate_names_a_bad_scenario() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "simulate",
+            "--key",
+            "x",
+            "--scenario",
+            "meteor",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert (
+        "scenario: 'meteor' is not one of none, long_tickets, edge_outage, silence, traffic_jump"
+        in done.stderr
+    )

@@ -1,0 +1,111 @@
+"""A real Celery worker on the real Redis broker computes the windows the beat schedule queues."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from controlplane.settings import Settings
+from controlplane.sim.profiles import generate
+from tests.conftest import Api
+from tests.test_tick_command import assert_every_field
+from tests.windowdata import LATENESS, T0, WINDOW, post_all
+from workers.app import make_celery
+from workers.schedule import beat_schedule
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def redis_url() -> str:
+    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
+    if not url:
+        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
+    return url.rsplit("/", 1)[0] + "/5"  # a database of its own: an empty queue
+
+
+@pytest.fixture
+def worker(pg_url: str) -> Iterator[subprocess.Popen[str]]:
+    broker = redis_url()
+    redis.Redis.from_url(broker).flushdb()
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": pg_url,
+        "SHADOWPLANE_REDIS_URL": broker,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    yield process
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def _windows(api: Api, task: str) -> list[dict[str, Any]]:
+    response = api.client.get(
+        f"/v1/tasks/{task}/windows",
+        params={"since": T0.isoformat(), "until": (T0 + timedelta(hours=1)).isoformat()},
+        headers=api.headers("read"),
+    )
+    assert response.status_code == 200, response.text
+    return list(response.json()["windows"])
+
+
+def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
+    pg_metrics_api: Api, worker: subprocess.Popen[str]
+) -> None:
+    assert pg_metrics_api.url.startswith("postgresql")
+    results = generate(
+        "ticket_classify",
+        600,
+        seed=1,
+        now=T0 + timedelta(seconds=2 * WINDOW),
+        span_seconds=2 * WINDOW,
+    )
+    post_all(pg_metrics_api, results)
+
+    settings = Settings(database_url=pg_metrics_api.url, redis_url=redis_url())
+    entry = beat_schedule(settings)["plan-windows"]
+    celery = make_celery(settings)
+    now = T0 + timedelta(seconds=2 * WINDOW + LATENESS + 600)
+    # What beat does on each tick: send the schedule entry's job to the broker. The clock is
+    # given, as `shadowplane tick --now` would, so the windows close.
+    celery.send_task(entry["task"], kwargs={"now": now.isoformat()})
+
+    deadline = time.monotonic() + 120
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        rows = _windows(pg_metrics_api, "ticket_classify")
+        if len(rows) == 5 and all(r["closed"] for r in rows):
+            break
+        if worker.poll() is not None:
+            break
+        time.sleep(0.5)
+    else:
+        worker.terminate()
+    if not (len(rows) == 5 and all(r["closed"] for r in rows)):
+        worker.terminate()
+        output = worker.communicate(timeout=20)[0]
+        pytest.fail(
+            f"windows not computed by the worker: {rows[:2]}\n--- worker ---\n{output[-4000:]}"
+        )
+    assert sum(r["n_results"] for r in rows if r["bucket"] == "all") == 600
+    assert_every_field(rows)
+    celery.close()
