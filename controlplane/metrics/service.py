@@ -126,8 +126,15 @@ def compute_window(
         repository.set_late(session, window.id, late)
         return Computed(task_id, window_start, "late", late.get(ALL, 0))
 
+    previous = repository.stored_metrics(session, window.id).get(ALL)
     rows = repository.aggregate_window(
-        session, task_id, window_start, end, config.length_buckets, config.prices.model_dump()
+        session,
+        task_id,
+        window_start,
+        end,
+        config.length_buckets,
+        config.prices.model_dump(),
+        expected_rows=previous.n_results if previous is not None else 0,
     )
     repository.upsert_metrics(session, window, rows.values())
     window.window_end = end

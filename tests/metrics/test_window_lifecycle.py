@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from contextlib import contextmanager
 from datetime import timedelta
@@ -15,7 +16,7 @@ from controlplane.metrics.service import compute_window, plan
 from controlplane.models import Task, Window, WindowMetrics
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
-from tests.windowdata import LATENESS, T0, WINDOW, post_all
+from tests.windowdata import LATENESS, T0, WINDOW, generated_result, post_all
 
 
 def _result(i: int, seconds: float, tokens: int = 300, **overrides: Any) -> dict[str, Any]:
@@ -177,3 +178,35 @@ def test_plan_lists_open_recent_and_touched_windows_and_skips_closed_quiet_ones(
     post_all(metrics_api, [_result(99, 30)])
     with session_scope(metrics_api.engine) as session:
         assert [(j.task_id, j.window_start) for j in plan(session, now)] == [(task_id, T0)]
+
+
+@pytest.mark.integration
+def test_a_large_window_read_in_parallel_slices_gives_the_same_figures(
+    pg_metrics_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.metrics import repository
+
+    rng = random.Random(11)
+    post_all(pg_metrics_api, [generated_result(rng, i, T0, WINDOW) for i in range(1200)])
+    with session_scope(pg_metrics_api.engine) as session:
+        task_id = session.scalar(select(Task.id).where(Task.name == "metrics_task"))
+    assert task_id is not None
+    now = T0 + timedelta(seconds=5)
+
+    def compute() -> list[tuple[Any, ...]]:
+        in_transaction(
+            pg_metrics_api.engine,
+            lambda s: compute_window(s, task_id=task_id, window_start=T0, now=now),
+        )
+        return _metric_rows(pg_metrics_api)
+
+    whole = compute()
+    # Three slices on three connections (the window held 1,200 results when last computed).
+    monkeypatch.setattr(repository, "PARALLEL_MIN_ROWS", 1000)
+    monkeypatch.setattr(repository.os, "cpu_count", lambda: 3)
+    sliced = compute()
+    assert len(sliced) == len(whole) == 5
+    for a, b in zip(whole, sliced, strict=True):
+        for x, y in zip(a, b, strict=True):
+            # Float sums added in another order may differ in the last bits; nothing else may.
+            assert x == (pytest.approx(y, rel=1e-12) if isinstance(y, float) else y)

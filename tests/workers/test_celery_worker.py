@@ -34,7 +34,7 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def worker(pg_url: str) -> Iterator[subprocess.Popen[str]]:
+def worker(pg_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     broker = redis_url()
     redis.Redis.from_url(broker).flushdb()
     env = {
@@ -42,20 +42,25 @@ def worker(pg_url: str) -> Iterator[subprocess.Popen[str]]:
         "SHADOWPLANE_DATABASE_URL": pg_url,
         "SHADOWPLANE_REDIS_URL": broker,
     }
+    # Its log goes to a file: a pipe nobody reads could fill up and stall the worker.
+    log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "2"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    process.log_path = tmp_path / "worker.log"  # type: ignore[attr-defined]
     yield process
     process.terminate()
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+        process.wait()
+    log.close()
 
 
 def _windows(api: Api, task: str) -> list[dict[str, Any]]:
@@ -98,11 +103,10 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
         if worker.poll() is not None:
             break
         time.sleep(0.5)
-    else:
-        worker.terminate()
     if not (len(rows) == 5 and all(r["closed"] for r in rows)):
         worker.terminate()
-        output = worker.communicate(timeout=20)[0]
+        worker.wait(timeout=20)
+        output = worker.log_path.read_text()  # type: ignore[attr-defined]
         pytest.fail(
             f"windows not computed by the worker: {rows[:2]}\n--- worker ---\n{output[-4000:]}"
         )
