@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,29 @@ def test_openapi_documents_the_result_body(pg_url: str) -> None:
             "served",
         }
         assert "EdgeSideIn" in components and "SideIn" in components
+
+
+def test_without_redis_the_api_runs_the_periodic_pass_itself(sqlite_url: str) -> None:
+    from datetime import UTC, datetime
+
+    from tests.conftest import make_result
+    from tests.windowdata import post_all
+
+    now = datetime.now(UTC)
+    for api in make_api(sqlite_url, tick_seconds=0.2):
+        assert api.client.app.state.scheduler is not None  # type: ignore[attr-defined]
+        post_all(api, [make_result(request_id=f"s-{i}", ts=now.isoformat()) for i in range(7)])
+        deadline = time.monotonic() + 30
+        rows: list[dict] = []
+        while time.monotonic() < deadline and not rows:
+            rows = [
+                w
+                for w in api.client.get(
+                    "/v1/tasks/ticket_classify/windows",
+                    params={"bucket": "all"},
+                    headers=api.headers("read"),
+                ).json()["windows"]
+                if w["n_results"] == 7
+            ]
+            time.sleep(0.1)
+        assert rows, "no pass ran in the API process"

@@ -16,7 +16,7 @@ import redis
 
 from controlplane.settings import Settings
 from controlplane.sim.profiles import generate
-from tests.conftest import Api
+from tests.conftest import Api, make_result
 from tests.test_tick_command import assert_every_field
 from tests.windowdata import LATENESS, T0, WINDOW, post_all
 from workers.app import make_celery
@@ -113,3 +113,70 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
     assert sum(r["n_results"] for r in rows if r["bucket"] == "all") == 600
     assert_every_field(rows)
     celery.close()
+
+
+def test_beat_and_worker_compute_the_current_window_on_their_own(
+    pg_metrics_api: Api, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    broker = redis_url()
+    redis.Redis.from_url(broker).flushdb()
+    now = datetime.now(UTC)
+    post_all(
+        pg_metrics_api,
+        [
+            make_result(request_id=f"live-{i}", task="metrics_task", ts=now.isoformat())
+            for i in range(30)
+        ],
+    )
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": pg_metrics_api.url,
+        "SHADOWPLANE_REDIS_URL": broker,
+        "SHADOWPLANE_TICK_SECONDS": "1",
+    }
+    cli = [sys.executable, "-m", "controlplane.cli"]
+    logs = [(tmp_path / name).open("w") for name in ("beat.log", "worker.log")]
+    processes = [
+        subprocess.Popen(
+            [*cli, "beat", "--schedule-file", str(tmp_path / "beat-schedule")],
+            cwd=ROOT,
+            env=env,
+            stdout=logs[0],
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [*cli, "worker", "--concurrency", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=logs[1],
+            stderr=subprocess.STDOUT,
+        ),
+    ]
+    try:
+        start = now - timedelta(seconds=now.timestamp() % WINDOW)
+        deadline = time.monotonic() + 90
+        found: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not found:
+            response = pg_metrics_api.client.get(
+                "/v1/tasks/metrics_task/windows",
+                params={"since": start.isoformat(), "bucket": "all"},
+                headers=pg_metrics_api.headers("read"),
+            )
+            found = [w for w in response.json()["windows"] if w["n_results"] == 30]
+            time.sleep(0.5)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+        for log in logs:
+            log.close()
+    if not found:
+        pytest.fail(
+            "beat + worker computed no window:\n--- beat ---\n"
+            + (tmp_path / "beat.log").read_text()[-3000:]
+            + "\n--- worker ---\n"
+            + (tmp_path / "worker.log").read_text()[-3000:]
+        )
+    assert found[0]["window_start"].startswith(start.isoformat()[:19])
