@@ -6,6 +6,8 @@ a Celery job) commits on success and rolls back on error.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -95,15 +97,17 @@ def is_transient(exc: BaseException) -> bool:
     return getattr(original, "sqlstate", None) in TRANSIENT_SQLSTATES
 
 
-def in_transaction(engine: Engine, work: Callable[[Session], T], attempts: int = 3) -> T:
+def in_transaction(engine: Engine, work: Callable[[Session], T], attempts: int = 5) -> T:
     """Run `work` in one transaction (committed on success); retry it from the start when
-    the database rolled it back for a transient conflict."""
+    the database rolled it back for a transient conflict, after a random pause that grows
+    with each attempt (retrying at once, the same writers tend to collide again)."""
     for attempt in range(1, attempts + 1):
         try:
             with session_scope(engine) as session:
                 return work(session)
         except Exception as exc:
             if attempt < attempts and is_transient(exc):
+                time.sleep(random.uniform(0, 0.02 * 2**attempt))
                 continue
             raise
     raise AssertionError("unreachable")
