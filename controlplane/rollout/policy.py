@@ -1,0 +1,104 @@
+"""A task's rollback policy applied to its closed windows (DESIGN §4, §6). Pure.
+
+Rules judge only the buckets the edge may serve — those holding inputs up to the task's
+`max_input_tokens` (all of them without a cap) — and their `all` is the union of those
+buckets. A rule's `scope: per_bucket` judges every such bucket and `all`; `scope: all`
+judges `all`. Each rule may override the policy's `min_samples`, `confidence` and
+`detector`, and set `critical`, `mode`, `min_effect` and `h`. `route_acc` comes from
+human labels (a later step): until labels exist every verdict is `insufficient`, so it
+never fires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.catalog.schemas import Rule, TaskConfig
+from controlplane.ingest.buckets import bucket_labels
+from controlplane.metrics.fields import ALL, RATES
+from controlplane.rollout.detectors import Firing, should_rollback
+from controlplane.rollout.verdicts import CellWindow, Verdict, verdicts
+
+# window number → bucket → stored metric row (counts as in WindowMetrics)
+Windows = Sequence[tuple[int, Mapping[str, Mapping[str, Any]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class CellOutcome:
+    rule_index: int
+    rule: Rule
+    cell: str
+    windows: list[CellWindow]
+    verdicts: list[Verdict]
+    firing: Firing | None
+
+
+def judged_buckets(boundaries: Sequence[int], max_input_tokens: int | None) -> list[str]:
+    """The buckets holding inputs the edge may serve (a bucket starting at or under the cap)."""
+    labels = bucket_labels(boundaries)
+    if max_input_tokens is None:
+        return labels
+    starts = [0, *boundaries]
+    return [label for label, lo in zip(labels, starts, strict=True) if lo <= max_input_tokens]
+
+
+def cell_series(
+    windows: Windows, metric: str, cell: str, judged: Sequence[str]
+) -> list[CellWindow]:
+    """A cell's (num, den) per closed window; `all` sums the judged buckets."""
+    if metric == "route_acc":
+        return [CellWindow(number, 0, 0) for number, _ in windows]
+    num_key, den_key = RATES[metric]
+    out = []
+    for number, rows in windows:
+        members = judged if cell == ALL else [cell]
+        present = [rows[b] for b in members if b in rows]
+        out.append(
+            CellWindow(
+                number,
+                sum(int(r[num_key]) for r in present),
+                sum(int(r[den_key]) for r in present),
+            )
+        )
+    return out
+
+
+def evaluate(config: TaskConfig, windows: Windows) -> list[CellOutcome]:
+    """Verdicts and firing of every rule (not `off`) in every judged cell."""
+    policy = config.rollback
+    judged = judged_buckets(config.length_buckets, config.max_input_tokens)
+    out = []
+    for index, rule in enumerate(policy.rules):
+        if rule.mode == "off":
+            continue
+        cells = [*judged, ALL] if rule.scope == "per_bucket" else [ALL]
+        confidence = rule.confidence if rule.confidence is not None else policy.confidence
+        min_samples = rule.min_samples or policy.min_samples
+        for cell in cells:
+            series = cell_series(windows, rule.metric, cell, judged)
+            found = verdicts(
+                series,
+                op=rule.op,
+                threshold=rule.threshold,
+                confidence=confidence,
+                min_samples=min_samples,
+                max_pool_windows=policy.max_pool_windows,
+            )
+            firing = should_rollback(
+                series,
+                found,
+                op=rule.op,
+                threshold=rule.threshold,
+                confidence=confidence,
+                detector=rule.detector or policy.detector,
+                consecutive_windows=policy.consecutive_windows,
+                max_span_windows=policy.max_span_windows
+                or policy.consecutive_windows * policy.max_pool_windows,
+                min_effect=rule.min_effect or 0.05,
+                h=rule.h or 5.0,
+                critical_threshold=rule.critical,
+            )
+            out.append(CellOutcome(index, rule, cell, series, found, firing))
+    return out

@@ -1,0 +1,170 @@
+"""should_rollback and verdicts: the laws of DESIGN §4, by hypothesis, and units of cusum and pooling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controlplane.rollout.detectors import consecutive, cusum, should_rollback
+from controlplane.rollout.verdicts import CellWindow, Verdict, one_sided_bound, verdicts
+
+N = 3
+kinds = st.sampled_from(["breach", "ok", "insufficient"])
+
+
+def history(sequence: list[str]) -> list[Verdict]:
+    return [Verdict(i, i, 0, 0, None, None, 0.9, kind) for i, kind in enumerate(sequence)]  # type: ignore[arg-type]
+
+
+def longest_breach_run(sequence: list[str]) -> int:
+    best = run = 0
+    for kind in sequence:
+        if kind == "ok":
+            run = 0
+        elif kind == "breach":
+            run += 1
+            best = max(best, run)
+    return best
+
+
+@given(st.lists(kinds, max_size=60))
+def test_fires_exactly_when_n_conclusive_breaches_run_without_an_ok(sequence: list[str]) -> None:
+    # Span large enough never to lapse: the law is about runs alone.
+    fired = consecutive(history(sequence), N, max_span_windows=10_000)
+    assert (fired is not None) == (longest_breach_run(sequence) >= N)
+    if fired is not None:
+        assert len(fired.verdicts) == N
+        assert all(v.verdict == "breach" for v in fired.verdicts)
+
+
+@given(st.lists(kinds, max_size=40), st.lists(st.integers(0, 40), max_size=10))
+def test_insufficient_windows_neither_count_nor_reset(sequence: list[str], at: list[int]) -> None:
+    padded = list(sequence)
+    for i in sorted(at, reverse=True):
+        padded.insert(min(i, len(padded)), "insufficient")
+    with_gaps = consecutive(history(padded), N, max_span_windows=10_000) is not None
+    assert with_gaps == (consecutive(history(sequence), N, max_span_windows=10_000) is not None)
+    assert consecutive(history(["insufficient"] * len(padded)), N, 10_000) is None
+
+
+@given(st.integers(0, 20), st.integers(0, N - 1))
+def test_an_ok_resets_the_run(before: int, after: int) -> None:
+    sequence = ["breach"] * (N - 1) + ["ok"] + ["breach"] * after
+    assert consecutive(history(["insufficient"] * before + sequence), N, 10_000) is None
+    assert consecutive(history(sequence + ["breach"] * (N - after)), N, 10_000) is not None
+
+
+def test_a_run_stretched_over_more_than_max_span_windows_lapses() -> None:
+    stretched = ["breach", *["insufficient"] * 5, "breach", "breach"]
+    assert consecutive(history(stretched), N, max_span_windows=6) is None
+    assert consecutive(history(stretched), N, max_span_windows=8) is not None
+
+
+def test_one_bad_window_never_rolls_back_and_low_traffic_is_pooled() -> None:
+    # Agreement >= 0.90 at 80% confidence, 200 samples minimum, pools of up to 12 windows.
+    rule = {
+        "op": ">=",
+        "threshold": 0.90,
+        "confidence": 0.80,
+        "min_samples": 200,
+        "max_pool_windows": 12,
+    }
+    cells = [CellWindow(0, 170, 200), *(CellWindow(i, 196, 200) for i in range(1, 6))]
+    found = verdicts(cells, **rule)
+    assert [v.verdict for v in found] == ["breach", "ok", "ok", "ok", "ok", "ok"]
+    assert should_rollback(cells, found, op=">=", threshold=0.90, confidence=0.80) is None
+    # 50 a window: four windows pool into one verdict of 200 (counted once).
+    sparse = [CellWindow(i, 40, 50) for i in range(8)]
+    pooled = verdicts(sparse, **rule)
+    assert [(v.first_window, v.last_window, v.den, v.verdict) for v in pooled] == [
+        (0, 3, 200, "breach"),
+        (4, 7, 200, "breach"),
+    ]
+    # A pool that never reaches the minimum within 12 windows is insufficient.
+    trickle = [CellWindow(i, 1, 2) for i in range(13)]
+    assert [v.verdict for v in verdicts(trickle, **rule)] == ["insufficient"]
+
+
+def test_bounds_are_one_sided_wilson() -> None:
+    # 170/200 = 0.85: the 80% upper bound sits just above, the lower just below.
+    upper = one_sided_bound(170, 200, ">=", 0.80)
+    lower = one_sided_bound(170, 200, "<=", 0.80)
+    assert upper is not None and lower is not None
+    assert lower < 0.85 < upper and upper == pytest.approx(0.8706, abs=1e-3)
+    assert one_sided_bound(170, 200, ">=", "point") == 0.85
+    assert one_sided_bound(0, 0, ">=", 0.8) is None
+    wider = one_sided_bound(170, 200, ">=", 0.95)
+    assert wider is not None and wider > upper
+
+
+def test_cusum_accumulates_evidence_and_forgets_good_windows() -> None:
+    # Rate rule `<= 0.02`, out of control at 0.07: 10 errors in 100 is strong evidence.
+    bad = [CellWindow(i, 10, 100) for i in range(5)]
+    fired = cusum(bad, "<=", 0.02, 0.05, 5.0)
+    assert fired is not None and fired.at_window == 0
+    llr = 10 * math.log(0.07 / 0.02) + 90 * math.log(0.93 / 0.98)
+    assert fired.statistic == pytest.approx(llr)
+    good = [CellWindow(i, 1, 100) for i in range(50)]
+    assert cusum(good, "<=", 0.02, 0.05, 5.0) is None
+    # Agreement rule `>= 0.90`: a slide to 0.80 builds up over windows.
+    slide = [CellWindow(i, 160, 200) for i in range(3)]
+    fired = cusum(slide, ">=", 0.90, 0.05, 5.0)
+    assert fired is not None
+    assert cusum([CellWindow(0, 185, 200)], ">=", 0.90, 0.05, 5.0) is None
+
+
+def test_the_critical_tripwire_fires_on_one_window() -> None:
+    cells = [CellWindow(0, 196, 200), CellWindow(1, 100, 200)]
+    found = verdicts(
+        cells, op=">=", threshold=0.9, confidence=0.8, min_samples=200, max_pool_windows=12
+    )
+    fired = should_rollback(
+        cells, found, op=">=", threshold=0.9, confidence=0.8, critical_threshold=0.6
+    )
+    assert fired is not None and fired.how == "critical" and fired.at_window == 1
+    assert should_rollback(cells, found, op=">=", threshold=0.9, confidence=0.8) is None
+
+
+def _rows(agree: dict[str, tuple[int, int]]) -> dict[str, dict[str, int]]:
+    base = {
+        k: 0
+        for k in ("n_edge_fails", "n_edge_runs", "n_offload_fails", "n_edge_attempts", "n_degraded")
+    }
+    return {bucket: {**base, "n_agree": a, "n_pairs": n} for bucket, (a, n) in agree.items()}
+
+
+def test_a_breach_in_one_bucket_fires_while_all_is_fine() -> None:
+    from controlplane.catalog.schemas import parse_config
+    from controlplane.rollout.policy import evaluate
+
+    config = parse_config(
+        {
+            "task": "t",
+            "comparator": {"kind": "label"},
+            "rollback": {
+                "rules": [
+                    {"metric": "agreement", "op": ">=", "threshold": 0.9, "scope": "per_bucket"}
+                ]
+            },
+        }
+    )
+    healthy = {"0-127": (970, 1000), "128-511": (970, 1000), "512-2047": (960, 1000)}
+    # The long bucket breaks (70% agreement) while `all` stays at ~95%.
+    windows = [(i, _rows({**healthy, "2048+": (140, 200), "all": (3040, 3200)})) for i in range(3)]
+    outcomes = {o.cell: o for o in evaluate(config, windows)}
+    assert outcomes["all"].firing is None
+    assert outcomes["all"].windows[0].num == 3040 and outcomes["all"].windows[0].den == 3200
+    fired = outcomes["2048+"].firing
+    assert fired is not None and fired.at_window == 2 and len(fired.verdicts) == 3
+    assert [o.firing for c, o in outcomes.items() if c not in ("2048+",)] == [None] * 4
+
+
+def test_rules_judge_only_the_buckets_the_edge_may_serve() -> None:
+    from controlplane.rollout.policy import judged_buckets
+
+    assert judged_buckets([128, 512, 2048], None) == ["0-127", "128-511", "512-2047", "2048+"]
+    assert judged_buckets([128, 512, 2048], 512) == ["0-127", "128-511", "512-2047"]
+    assert judged_buckets([128, 512, 2048], 100) == ["0-127"]
