@@ -1,0 +1,10 @@
+"""The Python client for routing services (DESIGN §2, §5).
+
+For now it holds `sticky_bucket`, the one function every client must compute alike; flag
+polling and the OpenFeature provider arrive with the flag-serving step. It depends on
+nothing but the standard library, so routers can vendor it.
+"""
+
+from controlplane.client.sticky import murmur3_32, sticky_bucket
+
+__all__ = ["murmur3_32", "sticky_bucket"]
