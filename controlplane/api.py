@@ -29,6 +29,7 @@ from controlplane.metrics.counters import IngestCounters
 from controlplane.metrics.endpoints import prometheus_router
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
+from controlplane.rollout.endpoints import router as flags_router
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(windows_router)
     app.include_router(alerts_router)
     app.include_router(prometheus_router)
+    app.include_router(flags_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 

@@ -20,6 +20,7 @@ from controlplane.catalog.schemas import TaskConfig, config_document, config_has
 from controlplane.ingest.comparators import comparator_version
 from controlplane.models import Task, TaskConfigVersion
 from controlplane.models.base import utcnow
+from controlplane.rollout.flags import publish
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
     task.config_version = version
     task.updated_at = utcnow()
     session.flush()
+    publish(session, task, config, f"config version {version}")
     record(
         session,
         actor=actor,
@@ -82,6 +84,7 @@ def _create(
         )
     )
     session.flush()
+    publish(session, task, config, f"task created in {task.stage}")
     record(
         session,
         actor=actor,

@@ -24,6 +24,8 @@ class Task(Base):
     # The input-length p95 the drift alert compares against (DESIGN §3). Until rollout
     # stages move (step 4 resets it on each stage change) it is the trailing median.
     input_p95_baseline: Mapped[float | None] = mapped_column(Float)
+    # In canary: which of the config's canary_steps is current (DESIGN §2).
+    canary_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TaskConfigVersion(Base):

@@ -15,6 +15,8 @@ TABLES = {
     "alerts",
     "api_keys",
     "audit_log",
+    "flag_state",
+    "flags",
     "payloads",
     "results",
     "scan_marks",

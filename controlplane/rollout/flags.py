@@ -1,0 +1,115 @@
+"""Routing flags: derived from a task's stage and config, stored with a per-task version
+and a global revision (DESIGN §2 stage table, §5).
+
+`derive` is pure. `publish` stores a task's flag when its routing fields changed, bumping
+the task's version and the global revision in the caller's transaction (the one that
+changed the stage or the config), so routers see every change at once and never a flag
+without its cause.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.schemas import TaskConfig
+from controlplane.jsonutil import dumps
+from controlplane.models import Flag, FlagState, Task
+from controlplane.models.base import utcnow
+
+# The fields routers act on; a change in any of them is a new flag version.
+ROUTING_FIELDS = (
+    "stage",
+    "edge_percent",
+    "sticky_by",
+    "max_input_tokens",
+    "shadow_rate",
+    "killed",
+    "default_route",
+)
+
+
+def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> dict[str, Any]:
+    """The routing fields of a flag (DESIGN §2): what is served and what runs beside it."""
+    steps = config.promotion.canary_steps
+    edge_percent = {"canary": steps[min(canary_step, len(steps) - 1)] if steps else 0, "full": 100}
+    # cloud: nothing runs beside the cloud; every other stage runs the second side at the
+    # task's shadow_rate (shadow and rolled_back: the edge, in shadow; canary: the side not
+    # served; full: the cloud, to verify).
+    shadow_rate = 0.0 if stage == "cloud" else config.shadow_rate
+    if killed:
+        return {
+            "stage": stage,
+            "edge_percent": 0,
+            "sticky_by": config.sticky_by,
+            "max_input_tokens": config.max_input_tokens,
+            "shadow_rate": 0.0,
+            "killed": True,
+            "default_route": "cloud",
+        }
+    return {
+        "stage": stage,
+        "edge_percent": edge_percent.get(stage, 0),
+        "sticky_by": config.sticky_by,
+        "max_input_tokens": config.max_input_tokens,
+        "shadow_rate": shadow_rate,
+        "killed": False,
+        "default_route": "cloud",
+    }
+
+
+def _state(session: Session) -> FlagState:
+    state = session.get(FlagState, 1, with_for_update=True)
+    if state is None:  # the migration seeds it; a hand-made database may lack it
+        state = FlagState(id=1, revision=0, killed=False)
+        session.add(state)
+        session.flush()
+    return state
+
+
+def publish(session: Session, task: Task, config: TaskConfig, reason: str) -> Flag | None:
+    """Store the task's flag if its routing fields changed; returns the new flag, or None."""
+    flag = session.get(Flag, task.id, with_for_update=True)
+    state = _state(session)
+    fields = derive(task.stage, task.canary_step, config, state.killed)
+    if flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields:
+        return None
+    state.revision += 1
+    now = utcnow()
+    version = (flag.version if flag is not None else 0) + 1
+    document = {
+        "task": task.name,
+        "version": version,
+        **fields,
+        "updated_at": now.isoformat(),
+        "reason": reason,
+    }
+    if flag is None:
+        flag = Flag(
+            task_id=task.id, version=version, document=document, updated_at=now, reason=reason
+        )
+        session.add(flag)
+    else:
+        flag.version, flag.document, flag.updated_at, flag.reason = version, document, now, reason
+    session.flush()
+    return flag
+
+
+def flags_document(session: Session) -> dict[str, Any]:
+    """`{"revision": n, "flags": {task: flag}}` (DESIGN §5)."""
+    revision = session.scalar(select(FlagState.revision).where(FlagState.id == 1)) or 0
+    rows = session.execute(
+        select(Task.name, Flag.document).join(Flag, Flag.task_id == Task.id).order_by(Task.name)
+    )
+    return {"revision": revision, "flags": {name: document for name, document in rows}}
+
+
+def etag(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def canonical(document: Any) -> bytes:
+    return dumps(document)
