@@ -29,7 +29,15 @@ from controlplane.metrics.counters import IngestCounters
 from controlplane.metrics.endpoints import prometheus_router
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
+from controlplane.rollout.endpoints import (
+    decisions_router,
+    kill_router,
+)
 from controlplane.rollout.endpoints import router as flags_router
+from controlplane.rollout.endpoints import (
+    tasks_router as rollout_router,
+)
+from controlplane.rollout.webhooks import Notifier
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
@@ -51,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
     app.state.tasks = RuntimeCache()
     app.state.counters = IngestCounters(settings.redis_url)
+    app.state.notifier = Notifier(settings)
     app.state.schema_heads = head_revisions()
     app.add_middleware(RequestLog)
     app.include_router(tasks_router)
@@ -60,6 +69,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(alerts_router)
     app.include_router(prometheus_router)
     app.include_router(flags_router)
+    app.include_router(rollout_router)
+    app.include_router(decisions_router)
+    app.include_router(kill_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
@@ -138,7 +150,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     scheduler = None
     if settings.redis_url is None and settings.tick_seconds > 0:
         # The embedded default has no Celery: this process runs the periodic pass itself.
-        scheduler = InProcessScheduler(app.state.engine, settings.tick_seconds)
+        scheduler = InProcessScheduler(app.state.engine, settings.tick_seconds, app.state.notifier)
         scheduler.start()
     app.state.scheduler = scheduler
     yield

@@ -3,8 +3,8 @@
 `run_pass` is what `shadowplane tick` runs, what the embedded default's in-process
 scheduler runs every few seconds, and what the Celery jobs split across workers (one
 job per task and window). Each window is its own transaction, so one failing window
-does not hold back the others. Later steps add rollout evaluation and review sampling
-after the windows, in this order.
+does not hold back the others; then alerts, then rollout rules (the review sampler of a
+later step comes after them).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from sqlalchemy import Engine, select
 
@@ -22,6 +23,8 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import Computed, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
+from controlplane.rollout.service import evaluate_rollout
+from controlplane.rollout.webhooks import Notifier
 
 log = logging.getLogger("shadowplane.scheduler")
 
@@ -31,15 +34,20 @@ class PassReport:
     now: datetime
     windows: list[Computed] = field(default_factory=list)
     alerts: list[AlertEvent] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    notices: list[dict[str, Any]] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.windows if c.action == action)
 
 
-def run_pass(engine: Engine, now: datetime | None = None) -> PassReport:
+def run_pass(
+    engine: Engine, now: datetime | None = None, notifier: Notifier | None = None
+) -> PassReport:
     """Compute every window that is due or has new results, close those past their lateness,
-    then evaluate alerts on the newly closed windows."""
+    evaluate alerts on the newly closed windows, then each task's rollout rules; announce
+    decisions and alerts to the webhooks."""
     now = now or utcnow()
     report = PassReport(now)
     jobs = in_transaction(engine, lambda session: plan(session, now))
@@ -60,15 +68,23 @@ def run_pass(engine: Engine, now: datetime | None = None) -> PassReport:
         task_ids = list(session.scalars(select(Task.id).order_by(Task.id)))
     for task_id in task_ids:
         report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
+        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id))
+        report.decisions.extend(outcome.decisions)
+        report.notices.extend(outcome.notices)
+    if notifier is not None:
+        notifier.alerts(report.alerts)
+        notifier.decisions(report.decisions)
+        notifier.announce(report.notices)
     return report
 
 
 class InProcessScheduler:
     """Runs `run_pass` every `interval` seconds on a daemon thread (no Redis, no Celery)."""
 
-    def __init__(self, engine: Engine, interval: float) -> None:
+    def __init__(self, engine: Engine, interval: float, notifier: Notifier | None = None) -> None:
         self.engine = engine
         self.interval = interval
+        self.notifier = notifier
         self.last: PassReport | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-tick", daemon=True)
@@ -83,7 +99,7 @@ class InProcessScheduler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.last = run_pass(self.engine)
+                self.last = run_pass(self.engine, notifier=self.notifier)
             except Exception:  # the database may be down: log, wait, try again
                 log.exception("scheduled pass failed")
             self._stop.wait(self.interval)

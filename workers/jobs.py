@@ -6,6 +6,7 @@ import logging
 from datetime import datetime
 from functools import partial
 
+import httpx
 import psycopg
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -14,6 +15,9 @@ from controlplane.alerts.service import evaluate
 from controlplane.db import get_engine, in_transaction
 from controlplane.metrics.service import compute_window, plan
 from controlplane.models.base import utcnow
+from controlplane.rollout.service import evaluate_rollout
+from controlplane.rollout.webhooks import Notifier, WebhookFailed, deliver
+from controlplane.settings import get_settings
 from workers.app import app
 from workers.schedule import PLAN_JOB
 
@@ -45,7 +49,7 @@ def plan_windows(now: str | None = None) -> int:
 
 @app.task(name="metrics.compute_window", **RETRY)
 def compute_window_job(task_id: int, window_start: str, now: str | None = None) -> str:
-    """Compute one window; when it closes, evaluate the task's alerts."""
+    """Compute one window; when it closes, evaluate the task's alerts, then its rollout rules."""
     clock = _clock(now)
     engine = get_engine()
     computed = in_transaction(
@@ -58,6 +62,28 @@ def compute_window_job(task_id: int, window_start: str, now: str | None = None) 
         ),
     )
     if computed.action == "closed":
-        for event in in_transaction(engine, partial(evaluate, task_id=task_id)):
+        notifier = Notifier(get_settings())
+        events = in_transaction(engine, partial(evaluate, task_id=task_id))
+        for event in events:
             log.warning("alert %s %s: %s", event.change, event.kind, event.message)
+        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id))
+        for decision in outcome.decisions:
+            log.warning(
+                "decision %s on %s: %s", decision["action"], decision["task"], decision["reason"]
+            )
+        notifier.alerts(events)
+        notifier.decisions(outcome.decisions)
+        notifier.announce(outcome.notices)
     return computed.action
+
+
+@app.task(
+    name="webhooks.deliver",
+    autoretry_for=(httpx.HTTPError, WebhookFailed),
+    retry_backoff=True,
+    retry_backoff_max=300,
+    max_retries=10,
+)
+def deliver_webhook(url: str, body: str) -> None:
+    """POST one signed document; retried with backoff, logged when it finally fails."""
+    deliver(url, body.encode(), get_settings().webhook_secret)

@@ -95,9 +95,13 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
             event = _apply(session, task, window.window_start, finding)
             if event is not None:
                 events.append(event)
-        baseline = rules.trailing_p95(current, history, config)
-        if baseline is not None:
-            task.input_p95_baseline = baseline
+        # The baseline belongs to the stage: windows from before a stage change never count.
+        since = task.stage_changed_at
+        if since is None or window.window_start >= since:
+            in_stage = [w for w in history if since is None or w.window_start >= since]
+            baseline = rules.trailing_p95(current, in_stage, config)
+            if baseline is not None:
+                task.input_p95_baseline = baseline
         window.alerts_evaluated = True
     session.flush()
     return events

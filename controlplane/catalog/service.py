@@ -71,7 +71,7 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
 def _create(
     session: Session, config: TaskConfig, document: dict[str, Any], digest: str, actor: str
 ) -> Applied:
-    task = Task(name=config.task, stage=config.stage, config_version=1)
+    task = Task(name=config.task, stage=config.stage, config_version=1, stage_changed_at=utcnow())
     try:
         with session.begin_nested():
             session.add(task)

@@ -33,7 +33,8 @@ from controlplane.models.base import utcnow
 
 RESULTS_SCAN = "results"
 
-_runtimes = RuntimeCache()
+# Parsed configs per database (tests and tools may talk to several in one process).
+_runtimes: dict[str, RuntimeCache] = {}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -54,7 +55,9 @@ class Computed:
 def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:
     """Every task with its current parsed config, by task id."""
     tasks = catalog.all_tasks(session)
-    parsed = _runtimes.runtimes(session, {t.name for t in tasks})
+    url = session.get_bind().engine.url.render_as_string(hide_password=False)
+    cache = _runtimes.setdefault(url, RuntimeCache())
+    parsed = cache.runtimes(session, {t.name for t in tasks})
     return {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed}
 
 

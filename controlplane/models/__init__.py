@@ -5,7 +5,7 @@ from controlplane.models.auth import ApiKey
 from controlplane.models.base import Base
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.results import Payload, Result
-from controlplane.models.rollout import Flag, FlagState
+from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagState
 from controlplane.models.tasks import Task, TaskConfigVersion
 
 __all__ = [
@@ -13,6 +13,8 @@ __all__ = [
     "ApiKey",
     "AuditEntry",
     "Base",
+    "BlockedModel",
+    "Decision",
     "Flag",
     "FlagState",
     "Payload",

@@ -1,11 +1,11 @@
-"""Routing flags (DESIGN §2, §5): one published document per task, and the global revision."""
+"""Rollout state (DESIGN §2, §4, §5): routing flags with the global revision, decisions, blocked models."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, Text
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
@@ -33,3 +33,55 @@ class FlagState(Base):
     revision: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
     killed: Mapped[bool] = mapped_column(Boolean, default=False)
     kill_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Decision(Base):
+    """A recorded rollout action (DESIGN §2): append-only, with actor, reason and evidence."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_task_id_created_at", "task_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # null for kill and lift, which act on every task
+    task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    # rollback | promote | rearm | kill | lift
+    action: Mapped[str] = mapped_column(String(16))
+    # `policy` or the key's name
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    rule: Mapped[str | None] = mapped_column(String(200))
+    bucket: Mapped[str | None] = mapped_column(String(32))
+    stage_before: Mapped[str | None] = mapped_column(String(16))
+    stage_after: Mapped[str | None] = mapped_column(String(16))
+    flag_version_before: Mapped[int | None] = mapped_column(Integer)
+    flag_version_after: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # A policy decision's identity (task, rule, cell, last window of the run): the same
+    # windows never make two decisions, even from two evaluators at once.
+    dedupe_key: Mapped[str | None] = mapped_column(String(300), unique=True)
+
+
+class BlockedModel(Base):
+    """An edge model version a rollback blocked from auto-promotion until a person lifts it."""
+
+    __tablename__ = "blocked_models"
+    __table_args__ = (
+        Index(
+            "uq_blocked_models_task_id_model_active",
+            "task_id",
+            "model",
+            unique=True,
+            postgresql_where=text("lifted_at IS NULL"),
+            sqlite_where=text("lifted_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(200))
+    decision_id: Mapped[int | None] = mapped_column(ForeignKey("decisions.id"))
+    blocked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    lifted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lifted_by: Mapped[str | None] = mapped_column(String(200))
+    lift_reason: Mapped[str | None] = mapped_column(Text)

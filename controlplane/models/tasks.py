@@ -26,6 +26,9 @@ class Task(Base):
     input_p95_baseline: Mapped[float | None] = mapped_column(Float)
     # In canary: which of the config's canary_steps is current (DESIGN §2).
     canary_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When the task entered its stage: verdict history, runs, CUSUM sums and the input
+    # baseline start over from here (DESIGN §4).
+    stage_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class TaskConfigVersion(Base):

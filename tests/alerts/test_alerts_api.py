@@ -5,6 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import update
+
+from controlplane.db import session_scope
+from controlplane.models import Task
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
 from tests.windowdata import LATENESS, T0, WINDOW, post_all
@@ -40,6 +44,14 @@ def _close(api: Api, k: int) -> None:
 def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_resolves(
     metrics_api: Api,
 ) -> None:
+    # The task entered its stage before these (past) windows: the input baseline is the
+    # stage's, built from windows that started in it.
+    with session_scope(metrics_api.engine) as session:
+        session.execute(
+            update(Task)
+            .where(Task.name == "metrics_task")
+            .values(stage_changed_at=T0 - timedelta(hours=1))
+        )
     for k in range(4):
         post_all(metrics_api, _window(k))
     _close(metrics_api, 3)

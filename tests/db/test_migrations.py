@@ -15,6 +15,8 @@ TABLES = {
     "alerts",
     "api_keys",
     "audit_log",
+    "blocked_models",
+    "decisions",
     "flag_state",
     "flags",
     "payloads",

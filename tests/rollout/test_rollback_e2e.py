@@ -1,0 +1,207 @@
+"""End to end on PostgreSQL: generated results → windows → verdicts → one rollback, with evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from controlplane.catalog.service import apply_config
+from controlplane.db import session_scope
+from controlplane.scheduler import run_pass
+from tests.conftest import Api, make_api, make_result
+from tests.windowdata import post_all
+
+pytestmark = pytest.mark.integration
+WINDOW, LATENESS = 60, 30
+BUCKET_TOKENS = {"0-127": 60, "128-511": 300, "512-2047": 1000, "2048+": 3000}
+
+
+def config(name: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "task": name,
+        "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
+        "window_seconds": WINDOW,
+        "allowed_lateness_seconds": LATENESS,
+        "rollback": {
+            "min_samples": 50,
+            "rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "scope": "per_bucket"}],
+        },
+        "promotion": {"canary_steps": [50]},
+        **overrides,
+    }
+
+
+@pytest.fixture
+def api(pg_url: str) -> Iterator[Api]:
+    for api in make_api(pg_url):
+        with session_scope(api.engine) as session:
+            for name in ("canary_task", "noisy_task", "quiet_task"):
+                apply_config(session, config(name), actor="test")
+            apply_config(session, config("risky_task", error_cost=0.8), actor="test")
+        yield api
+
+
+def promote(api: Api, task: str, force: bool = True) -> Any:
+    return api.client.post(
+        f"/v1/tasks/{task}/promote",
+        json={"reason": "test canary", "force": force},
+        headers=api.headers(),
+    )
+
+
+def window_results(
+    task: str, start: datetime, k: int, bad: dict[str, float], per_bucket: int = 60
+) -> list[dict[str, Any]]:
+    out = []
+    for bucket, tokens in BUCKET_TOKENS.items():
+        conflicts = round(per_bucket * bad.get(bucket, 0.02))
+        for i in range(per_bucket):
+            out.append(
+                make_result(
+                    request_id=f"{task}-{k}-{bucket}-{i}",
+                    task=task,
+                    ts=(start + timedelta(seconds=k * WINDOW + i * 0.5)).isoformat(),
+                    input_tokens=tokens,
+                    edge={"output": "exchange" if i < conflicts else "refund", "model": "small@3"},
+                )
+            )
+    return out
+
+
+def close(api: Api, start: datetime, k: int) -> Any:
+    return run_pass(api.engine, start + timedelta(seconds=(k + 1) * WINDOW + LATENESS))
+
+
+def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_three_windows(
+    api: Api,
+) -> None:
+    for task in ("canary_task", "noisy_task", "quiet_task"):
+        assert promote(api, task).status_code == 200
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    flags_before = api.client.get("/v1/flags/canary_task", headers=api.headers("flags:read")).json()
+    assert (flags_before["stage"], flags_before["edge_percent"]) == ("canary", 50)
+
+    decisions = []
+    for k in range(6):
+        post_all(api, window_results("canary_task", start, k, {"2048+": 0.4}))
+        # One bad window in every bucket, then healthy ones.
+        post_all(
+            api,
+            window_results(
+                "noisy_task", start, k, {b: 0.5 for b in BUCKET_TOKENS} if k == 0 else {}
+            ),
+        )
+        # Low traffic, healthy but close to the threshold: 11 of 12 agree (0.917 >= 0.9).
+        post_all(
+            api,
+            window_results(
+                "quiet_task", start, k, {b: 1 / 12 for b in BUCKET_TOKENS}, per_bucket=12
+            ),
+        )
+        report = close(api, start, k)
+        decisions += report.decisions
+        stage = api.client.get("/v1/tasks/canary_task", headers=api.headers("read")).json()["stage"]
+        assert stage == ("canary" if k < 2 else "rolled_back"), k
+
+    assert [d["task"] for d in decisions] == ["canary_task"]
+    decision = decisions[0]
+    assert decision["action"] == "rollback" and decision["actor"] == "policy"
+    assert decision["bucket"] == "2048+" and decision["rule"] == "agreement >= 0.9 per bucket"
+    windows = decision["evidence"]["windows"]
+    assert [(w["num"], w["den"], w["verdict"]) for w in windows] == [(36, 60, "breach")] * 3
+    assert all(w["bound"] < 0.9 and w["estimate"] == 0.6 for w in windows)
+    assert "in 3 consecutive windows (last: 36/60 = 60.0%" in decision["reason"]
+    assert decision["evidence"]["models"] == ["small@3"]
+    examples = decision["evidence"]["examples"]
+    assert 0 < len(examples) <= 20 and all("-2048+-" in e for e in examples)
+    assert decision["flag_version_after"] == decision["flag_version_before"] + 1
+
+    flag = api.client.get("/v1/flags/canary_task", headers=api.headers("flags:read")).json()
+    assert (flag["stage"], flag["edge_percent"]) == ("rolled_back", 0)
+    for task in ("noisy_task", "quiet_task"):
+        assert (
+            api.client.get(f"/v1/tasks/{task}", headers=api.headers("read")).json()["stage"]
+            == "canary"
+        )
+
+    # Evaluating again, and later, makes no second decision.
+    close(api, start, 6)
+    close(api, start, 6)
+    listed = api.client.get(
+        "/v1/decisions", params={"task": "canary_task"}, headers=api.headers("read")
+    ).json()
+    assert [d["action"] for d in listed["decisions"]] == ["rollback", "promote"]
+
+    # Only a person re-arms; the model stays blocked until a person lifts it.
+    assert promote(api, "canary_task").status_code == 409
+    assert (
+        api.client.post(
+            "/v1/tasks/canary_task/rearm", json={"reason": "fixed"}, headers=api.headers()
+        ).status_code
+        == 200
+    )
+    lifted = api.client.post(
+        "/v1/tasks/canary_task/unblock",
+        json={"model": "small@3", "reason": "retrained"},
+        headers=api.headers(),
+    )
+    assert lifted.status_code == 200 and lifted.json()["blocked"] == []
+
+
+def test_a_forced_promote_is_audited_and_the_veto_cannot_be_forced(api: Api) -> None:
+    blocked = promote(api, "canary_task", force=False)
+    assert blocked.status_code == 409 and blocked.json()["detail"]["gate"]["passed"] is False
+    forced = promote(api, "canary_task", force=True)
+    assert forced.status_code == 200 and forced.json()["evidence"]["forced"] is True
+    audit = api.client.get(
+        "/v1/audit", params={"task": "canary_task"}, headers=api.headers()
+    ).json()["entries"]
+    promoted = [e for e in audit if e["action"] == "task.promote"]
+    assert (
+        promoted
+        and promoted[0]["details"]["forced"] is True
+        and promoted[0]["actor"] == "admin-key"
+    )
+
+    vetoed = promote(api, "risky_task", force=True)
+    assert vetoed.status_code == 409 and "error-cost veto" in vetoed.json()["detail"]["veto"]
+    assert (
+        api.client.get("/v1/tasks/risky_task", headers=api.headers("read")).json()["stage"]
+        == "shadow"
+    )
+
+
+def test_kill_and_lift_bump_every_flag_and_keep_stages(api: Api) -> None:
+    promote(api, "canary_task")
+    before = api.client.get("/v1/flags", headers=api.headers("flags:read")).json()
+    assert (
+        api.client.post(
+            "/v1/kill", json={"reason": "incident 42"}, headers=api.headers()
+        ).status_code
+        == 200
+    )
+    killed = api.client.get("/v1/flags", headers=api.headers("flags:read")).json()
+    assert killed["revision"] > before["revision"]
+    for name, flag in killed["flags"].items():
+        assert flag["killed"] is True and flag["edge_percent"] == 0 and flag["shadow_rate"] == 0
+        assert flag["version"] == before["flags"][name]["version"] + 1
+    assert killed["flags"]["canary_task"]["stage"] == "canary"
+    assert (
+        api.client.post("/v1/kill", json={"reason": "again"}, headers=api.headers()).status_code
+        == 409
+    )
+    assert (
+        api.client.post("/v1/kill/lift", json={"reason": "over"}, headers=api.headers()).status_code
+        == 200
+    )
+    lifted = api.client.get("/v1/flags/canary_task", headers=api.headers("flags:read")).json()
+    assert (lifted["killed"], lifted["edge_percent"]) == (False, 50)
+    actions = [
+        d["action"]
+        for d in api.client.get("/v1/decisions", headers=api.headers("read")).json()["decisions"]
+    ]
+    assert actions[:2] == ["lift", "kill"]
