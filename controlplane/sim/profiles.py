@@ -245,15 +245,7 @@ def _result(
     cloud: dict[str, Any],
     edge_serves: bool,
 ) -> dict[str, Any]:
-    served, degraded, reason = "cloud", False, None
-    if edge_serves:
-        if edge["error"] is not None:
-            degraded, reason = True, edge["error"]
-        elif edge["confidence"] < 0.5:
-            degraded, reason = True, "low_confidence"
-        else:
-            served = "edge"
-    return {
+    result = {
         "request_id": f"sim-{task}-{ts:%Y%m%d%H%M%S%f}-{i}",
         "task": task,
         "ts": ts.isoformat(),
@@ -261,15 +253,28 @@ def _result(
         "user_id": f"u-{rng.randrange(2000)}",
         "input_tokens": tokens,
         "decision": "edge" if tokens <= 4096 else "cloud",
-        "served": served,
-        "degraded": degraded,
-        "degrade_reason": reason,
+        "served": "cloud",
+        "degraded": False,
+        "degrade_reason": None,
         "input": input_,
         "edge": edge,
-        # A request the edge served runs the cloud beside it only for verification;
-        # the simulator always runs it (shadow_rate 1).
         "cloud": cloud,
     }
+    return serve(result, edge_serves)
+
+
+def serve(result: dict[str, Any], edge_serves: bool) -> dict[str, Any]:
+    """Put the edge on the serving path: it answers, or (error, low confidence) the request
+    degrades to the cloud. Without `edge_serves` the cloud answers (shadow traffic)."""
+    edge = result["edge"]
+    if edge_serves and edge is not None:
+        if edge["error"] is not None:
+            result.update(served="cloud", degraded=True, degrade_reason=edge["error"])
+        elif edge["confidence"] < 0.5:
+            result.update(served="cloud", degraded=True, degrade_reason="low_confidence")
+        else:
+            result.update(served="edge", degraded=False, degrade_reason=None)
+    return result
 
 
 GENERATORS: dict[str, Generator] = {

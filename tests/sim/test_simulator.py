@@ -26,6 +26,7 @@ from tests.conftest import Api, make_api
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 LABEL = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
+TICKET = {"task": "ticket_classify", "comparator": LABEL}
 
 
 def _miss_rate(results: list[dict], long: bool) -> float:
@@ -170,3 +171,73 @@ def test_simulate_names_a_bad_scenario() -> None:
         "scenario: 'meteor' is not one of none, long_tickets, edge_outage, silence, traffic_jump"
         in done.stderr
     )
+
+
+def test_routing_follows_the_flag_as_a_router_must() -> None:
+    from controlplane.client import sticky_bucket
+    from controlplane.sim.runner import route
+
+    canary = {
+        "stage": "canary",
+        "edge_percent": 50,
+        "max_input_tokens": 512,
+        "shadow_rate": 1.0,
+        "killed": False,
+    }
+    inside = next(f"s-{i}" for i in range(100) if sticky_bucket("t", f"s-{i}") < 50)  # type: ignore[operator]
+    outside = next(f"s-{i}" for i in range(100) if sticky_bucket("t", f"s-{i}") >= 50)  # type: ignore[operator]
+    assert route(canary, "t", inside, 100, 0.5) == (True, True)
+    assert route(canary, "t", outside, 100, 0.5) == (False, True)
+    assert route(canary, "t", inside, 600, 0.5) == (False, True)  # over the cap
+    assert route(canary, "t", None, 100, 0.5) == (False, True)  # no key: cloud
+    assert route({**canary, "killed": True}, "t", inside, 100, 0.5) == (False, False)
+    assert route({**canary, "stage": "full"}, "t", outside, 100, 0.5) == (True, True)
+    assert route({**canary, "stage": "shadow", "shadow_rate": 0.25}, "t", inside, 100, 0.5) == (
+        False,
+        False,
+    )
+    assert route({**canary, "stage": "rolled_back"}, "t", inside, 100, 0.5) == (False, True)
+    assert route({**canary, "stage": "cloud"}, "t", inside, 100, 0.0) == (False, False)
+    assert route(None, "t", inside, 100, 0.0) == (False, False)
+
+
+def test_the_simulator_serves_the_edge_where_the_flag_says(live_api: tuple[str, Api]) -> None:
+    from controlplane.auth.service import create_key
+    from controlplane.sim.runner import stream
+
+    base, api = live_api
+    with session_scope(api.engine) as session:
+        _, key = create_key(session, name="router", scopes=["ingest", "flags:read"], actor="test")
+    api.client.post(
+        "/v1/tasks",
+        json={**TICKET, "max_input_tokens": 512, "shadow_rate": 0.0},
+        headers=api.headers(),
+    )
+    for _ in range(3):  # shadow → canary → full, forced (no evidence yet), audited
+        assert (
+            api.client.post(
+                "/v1/tasks/ticket_classify/promote",
+                json={"reason": "sim", "force": True},
+                headers=api.headers(),
+            ).status_code
+            == 200
+        )
+    totals = stream(base, key, ["ticket_classify"], rate=40, duration=2)["ticket_classify"]
+    assert totals.accepted == totals.generated > 0 and not totals.errors
+    with session_scope(api.engine) as session:
+        rows = session.execute(
+            select(
+                Result.served,
+                Result.input_tokens,
+                Result.cloud_ran,
+                Result.degraded,
+                Result.flag_version,
+            )
+        ).all()
+    assert {r.flag_version for r in rows} == {5}  # created, reconfigured, promoted three times
+    for served, tokens, cloud_ran, degraded, _ in rows:
+        if tokens <= 512 and not degraded:
+            assert served == "edge" and not cloud_ran  # shadow_rate 0: no verification side
+        elif tokens > 512:
+            assert served == "cloud"
+    assert any(r.served == "edge" for r in rows) and any(r.served == "cloud" for r in rows)
