@@ -180,3 +180,52 @@ def test_beat_and_worker_compute_the_current_window_on_their_own(
             + (tmp_path / "worker.log").read_text()[-3000:]
         )
     assert found[0]["window_start"].startswith(start.isoformat()[:19])
+
+
+def test_the_worker_delivers_webhooks_queued_on_redis(pg_metrics_api: Api, tmp_path: Path) -> None:
+    import hashlib
+    import hmac
+    import json
+
+    from controlplane.rollout.webhooks import Notifier
+    from tests.rollout.test_webhooks import Receiver
+
+    receiver = Receiver(status=200)
+    broker = redis_url()
+    redis.Redis.from_url(broker).flushdb()
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": pg_metrics_api.url,
+        "SHADOWPLANE_REDIS_URL": broker,
+        "SHADOWPLANE_WEBHOOK_SECRET": "k",
+    }
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        settings = Settings(
+            database_url=pg_metrics_api.url,
+            redis_url=broker,
+            webhook_urls=receiver.url,
+            webhook_secret="k",
+        )
+        # The API's notifier enqueues on Redis (the sender here is this test process).
+        import workers.app
+
+        workers.app.app.conf.broker_url = broker
+        Notifier(settings).announce([{"kind": "decision", "task": "t", "action": "rollback"}])
+        body, signature = receiver.wait(1)[0]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        log.close()
+        receiver.server.shutdown()
+    assert json.loads(body)["action"] == "rollback"
+    assert signature == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    # Delivered by the worker's job, not by a fallback in this process.
+    assert "webhooks.deliver" in (tmp_path / "worker.log").read_text()
