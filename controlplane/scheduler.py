@@ -68,7 +68,7 @@ def run_pass(
         task_ids = list(session.scalars(select(Task.id).order_by(Task.id)))
     for task_id in task_ids:
         report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
-        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id))
+        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=now))
         report.decisions.extend(outcome.decisions)
         report.notices.extend(outcome.notices)
     if notifier is not None:

@@ -66,7 +66,7 @@ def compute_window_job(task_id: int, window_start: str, now: str | None = None) 
         events = in_transaction(engine, partial(evaluate, task_id=task_id))
         for event in events:
             log.warning("alert %s %s: %s", event.change, event.kind, event.message)
-        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id))
+        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=clock))
         for decision in outcome.decisions:
             log.warning(
                 "decision %s on %s: %s", decision["action"], decision["task"], decision["reason"]

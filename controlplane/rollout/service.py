@@ -200,12 +200,16 @@ def change_stage(
     bucket: str | None = None,
     evidence: dict[str, Any] | None = None,
     dedupe_key: str | None = None,
+    at: datetime | None = None,
 ) -> Decision:
-    """Move the task to `stage` with its flag, decision and audit entry, in this transaction."""
+    """Move the task to `stage` with its flag, decision and audit entry, in this transaction.
+
+    `at` is the clock of the pass that decided (a person's action: now); windows that
+    start from then on are the new stage's evidence."""
     before = _flag_version(session, task.id)
     stage_before = task.stage
     task.stage, task.canary_step = stage, canary_step
-    now = utcnow()
+    now = at or utcnow()
     task.stage_changed_at = now
     task.updated_at = now
     # The input-length baseline is the one of the new stage (DESIGN §3).
@@ -245,7 +249,9 @@ def change_stage(
     return decision
 
 
-def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> Outcome:
+def evaluate_task(
+    session: Session, task: Task, runtime: TaskRuntime, now: datetime | None = None
+) -> Outcome:
     """Run the task's rules over the windows closed in its stage; fire the first that fires."""
     session.refresh(task, with_for_update=True)
     config = runtime.config
@@ -254,7 +260,11 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> Outcome
         return out
     outcomes = evaluate(config, stage_windows(session, task, config))
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
-    if task.stage == "shadow" or not fired:
+    if not fired or task.stage == "shadow":
+        if config.promotion.auto_promote and task.stage in ("shadow", "canary") and not fired:
+            decision = _auto_promote(session, task, config, now)
+            if decision is not None:
+                out.decisions.append(decision_view(decision, task.name))
         return out
     fired.sort(key=lambda o: (o.firing.at_window if o.firing else 0, o.rule_index))
     for outcome in fired:
@@ -271,7 +281,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> Outcome
                 }
             )
             continue
-        decision = _fire(session, task, config, outcome)
+        decision = _fire(session, task, config, outcome, now)
         if decision is not None:
             out.decisions.append(decision_view(decision, task.name))
         break
@@ -279,7 +289,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> Outcome
 
 
 def _fire(
-    session: Session, task: Task, config: TaskConfig, outcome: CellOutcome
+    session: Session, task: Task, config: TaskConfig, outcome: CellOutcome, now: datetime | None
 ) -> Decision | None:
     firing = outcome.firing
     assert firing is not None
@@ -313,10 +323,47 @@ def _fire(
         bucket=outcome.cell,
         evidence=evidence,
         dedupe_key=key,
+        at=now,
     )
     for model in models:
         block(session, task, model, decision.id)
     return decision
+
+
+def _auto_promote(
+    session: Session, task: Task, config: TaskConfig, now: datetime | None
+) -> Decision | None:
+    """`promotion.auto_promote`: the policy promotes when the gate passes, unless the edge
+    model now serving was blocked by a rollback (until a person lifts the block)."""
+    from controlplane.settings import get_settings
+
+    if config.error_cost >= get_settings().error_cost_veto:
+        return None
+    verdict = gate(session, task, config)
+    if not verdict["passed"]:
+        return None
+    windows = stage_windows(session, task, config)[-config.promotion.min_windows :]
+    start = _window_start(windows[0][0], config)
+    end = _window_start(windows[-1][0], config) + timedelta(seconds=config.window_seconds)
+    seen = set(
+        _models_seen(session, [Result.task_id == task.id, Result.ts >= start, Result.ts < end])
+    )
+    if seen & set(blocked_models(session, task.id)):
+        return None
+    stage, step = next_stage(task, config)
+    where = f"canary at {config.promotion.canary_steps[step]}%" if stage == "canary" else stage
+    return change_stage(
+        session,
+        task,
+        config,
+        stage=stage,
+        action="promote",
+        actor="policy",
+        reason=f"promoted to {where}: gate passed",
+        canary_step=step,
+        evidence={"forced": False, "gate": verdict, "models": sorted(seen)},
+        at=now,
+    )
 
 
 def block(session: Session, task: Task, model: str, decision_id: int | None) -> None:
@@ -613,11 +660,11 @@ def list_decisions(
     return [decision_view(d, name) for d, name in session.execute(query)]
 
 
-def evaluate_rollout(session: Session, task_id: int) -> Outcome:
-    """`evaluate_task` for a task id (what a job or a pass holds)."""
+def evaluate_rollout(session: Session, task_id: int, now: datetime | None = None) -> Outcome:
+    """`evaluate_task` for a task id (what a job or a pass holds), at the pass's clock."""
     from controlplane.metrics.service import runtimes
 
     found = runtimes(session).get(task_id)
     if found is None:
         return Outcome()
-    return evaluate_task(session, *found)
+    return evaluate_task(session, *found, now)

@@ -205,3 +205,42 @@ def test_kill_and_lift_bump_every_flag_and_keep_stages(api: Api) -> None:
         for d in api.client.get("/v1/decisions", headers=api.headers("read")).json()["decisions"]
     ]
     assert actions[:2] == ["lift", "kill"]
+
+
+def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(api: Api) -> None:
+    gentle = {
+        "min_windows": 2,
+        "min_samples_per_bucket": 50,
+        "agreement_lower_bound": 0.8,
+        "auto_promote": True,
+    }
+    for name in ("eager_task", "blocked_task"):
+        created = api.client.post(
+            "/v1/tasks",
+            json=config(name, promotion={**gentle, "canary_steps": [50]}),
+            headers=api.headers(),
+        )
+        assert created.status_code == 201
+    from controlplane.models import Task
+    from controlplane.rollout.service import block
+
+    with session_scope(api.engine) as session:
+        task = session.query(Task).filter(Task.name == "blocked_task").one()
+        block(session, task, "small@3", None)
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    promoted = []
+    for k in range(3):
+        for name in ("eager_task", "blocked_task"):
+            post_all(api, window_results(name, start, k, {}))
+        promoted += [d for d in close(api, start, k).decisions if d["action"] == "promote"]
+    assert [(d["task"], d["actor"], d["stage_after"]) for d in promoted] == [
+        ("eager_task", "policy", "canary")
+    ]
+    assert promoted[0]["reason"] == "promoted to canary at 50%: gate passed"
+    gate = api.client.get("/v1/tasks/blocked_task/gate", headers=api.headers("read")).json()
+    assert gate["passed"] is True and gate["buckets"]["2048+"]["verdict"] == "pass"
+    assert (
+        api.client.get("/v1/tasks/blocked_task", headers=api.headers("read")).json()["stage"]
+        == "shadow"
+    )
