@@ -240,15 +240,19 @@ def _aware(value: datetime) -> datetime:
 def demo(
     port: Annotated[int, typer.Option(help="Port for the API (a free one if taken).")] = 8000,
     rate: Annotated[float, typer.Option(help="Simulated results per second per task.")] = 20.0,
-    duration: Annotated[float, typer.Option(help="Seconds of simulated traffic.")] = 40.0,
+    duration: Annotated[float, typer.Option(help="Seconds of simulated traffic at most.")] = 180.0,
+    scenario_after: Annotated[
+        float, typer.Option(help="Seconds before the long-ticket regression starts.")
+    ] = 30.0,
     once: Annotated[
-        bool, typer.Option(help="Exit after the traffic and the summary, instead of serving.")
+        bool,
+        typer.Option(help="Stop at the rollback (or the duration), print, exit; no serving."),
     ] = False,
 ) -> None:
-    """Everything on the embedded default: migrate, register examples, serve, simulate traffic."""
+    """Everything on the embedded default: serve, canary, simulated traffic, a real rollback."""
     from controlplane.demo import run_demo
 
-    run_demo(port, rate, duration, once)
+    run_demo(port, rate, duration, once, scenario_after)
 
 
 @app.command()

@@ -1,9 +1,11 @@
 """`shadowplane demo`: the whole system on the embedded default, for a first look.
 
 Migrates the SQLite file, registers the example tasks with ten-second windows, starts the
-API in this process (its in-process scheduler computes and closes windows), streams
-simulated shadow traffic over HTTP, prints the windows filling up, then where to look and
-a key to look with.
+API in this process (its in-process scheduler computes and closes windows, then runs the
+rollout rules), promotes the ticket classifier to canary by hand, streams simulated
+traffic routed by the flags, switches the long-ticket regression on, and prints the
+windows filling up and the rollback when the policy makes it — then where to look and a
+key to look with. The clock is real: nothing is faked.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from controlplane.db import get_engine, session_scope
 from controlplane.ingest.service import conflict_ids
 from controlplane.migrate import ROOT, upgrade
 from controlplane.settings import get_settings
-from controlplane.sim.runner import Totals, stream
+from controlplane.sim.runner import Plan, Totals, stream
 
 EXAMPLE_TASKS = ROOT / "examples" / "tasks"
 
@@ -42,9 +44,13 @@ def _free_port(preferred: int) -> int:
 
 
 DEMO_WINDOW = {"window_seconds": 10, "allowed_lateness_seconds": 5}
+# The canary's rules judge each window on 20 pairs or more, so a rollback can happen in
+# about three windows; production keeps the default 200.
+DEMO_ROLLBACK = {"min_samples": 20}
+CANARY = "ticket_classify"
 
 
-def run_demo(port: int, rate: float, duration: float, once: bool) -> None:
+def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after: float) -> None:
     settings = get_settings()
     upgrade(settings.database_url)
     engine = get_engine(settings.database_url)
@@ -54,12 +60,14 @@ def run_demo(port: int, rate: float, duration: float, once: bool) -> None:
         for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
             # Ten-second windows, so they fill and close while you watch.
             config = {**yaml.safe_load(path.read_text(encoding="utf-8")), **DEMO_WINDOW}
+            if config["task"] == CANARY:
+                config["rollback"] = {**config.get("rollback", {}), **DEMO_ROLLBACK}
             applied.append(apply_config(session, config, actor="demo"))
         _, admin_key = create_key(
             session, name=f"demo-admin-{stamp}", scopes=["admin"], actor="demo"
         )
         _, router_key = create_key(
-            session, name=f"demo-router-{stamp}", scopes=["ingest"], actor="demo"
+            session, name=f"demo-router-{stamp}", scopes=["ingest", "flags:read"], actor="demo"
         )
     tasks = [a.task for a in applied]
 
@@ -78,26 +86,50 @@ def run_demo(port: int, rate: float, duration: float, once: bool) -> None:
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     typer.echo(f"API on {base} (database: {settings.database_url})")
-    typer.echo(
-        f"Simulating {rate:g} results/s per task for {duration:g} s as shadow traffic "
-        "(edge beside cloud), in 10-second windows closed 5 s after they end:\n"
-    )
     reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
+    # A person promotes the ticket classifier to canary without evidence yet: forced, audited.
+    promoted = reader.post(
+        f"/v1/tasks/{CANARY}/promote",
+        json={"reason": "demo: canary without waiting for the gate", "force": True},
+    )
+    promoted.raise_for_status()
+    canary = reader.get(f"/v1/flags/{CANARY}").json()
+    typer.echo(
+        f"{CANARY} promoted to canary by hand (forced past the gate, audited): its flag "
+        f"v{canary['version']} serves the edge to sessions in sticky buckets under "
+        f"{canary['edge_percent']}% and runs the other side beside every request."
+    )
+    typer.echo(
+        f"Simulating {rate:g} results/s per task, routed by the flags, in 10-second windows "
+        f"closed 5 s after they end. After {scenario_after:g} s the edge starts failing on "
+        f"{CANARY}'s long tickets (2048+ tokens) only:\n"
+    )
     started = datetime.now(UTC)
     last_print = [0.0]
+    stop = threading.Event()
+    seen: set[int] = set()
 
     def show(elapsed: float, _totals: dict[str, Totals]) -> None:
         if elapsed - last_print[0] >= 5:
             last_print[0] = elapsed
             _print_progress(reader, tasks, started, elapsed)
+        for decision in reader.get("/v1/decisions").json()["decisions"][::-1]:
+            if decision["id"] in seen:
+                continue
+            seen.add(decision["id"])
+            if decision["actor"] == "policy":
+                _print_decision(decision, elapsed)
+                if once:
+                    stop.set()
 
-    stop = threading.Event()
+    seen.update(d["id"] for d in reader.get("/v1/decisions").json()["decisions"])
     totals = stream(
         base,
         router_key,
         tasks,
         rate=rate,
         duration=duration,
+        plan=Plan("long_tickets", {CANARY}, scenario_after),
         seed=int(time.time()),
         stop=stop,
         every_second=show,
@@ -121,7 +153,18 @@ def run_demo(port: int, rate: float, duration: float, once: bool) -> None:
         )
         for error in t.errors[:3]:
             typer.echo(f"    ! {error}")
-    _print_buckets(reader, "ticket_classify", started)
+    _print_buckets(reader, CANARY, started)
+    stage = reader.get(f"/v1/tasks/{CANARY}").json()["stage"]
+    flag = reader.get(f"/v1/flags/{CANARY}").json()
+    typer.echo(
+        f"\n{CANARY} is now in {stage}; its flag v{flag['version']} serves the cloud "
+        f"(edge_percent {flag['edge_percent']}) and keeps the edge in shadow. Only a person "
+        f"re-arms it (POST /v1/tasks/{CANARY}/rearm), and the edge model it rolled back stays "
+        f"blocked from auto-promotion until lifted (POST /v1/tasks/{CANARY}/unblock)."
+        if stage == "rolled_back"
+        else f"\n{CANARY} is still in {stage}: no rollback within {duration:g} s "
+        "(run longer with --duration)."
+    )
     with session_scope(engine) as session:
         runtimes = RuntimeCache().runtimes(session, set(tasks))
         conflicts = {task: conflict_ids(session, runtimes[task].id, limit=1) for task in tasks}
@@ -140,6 +183,8 @@ Where to look (admin key below, shown once):
   {base}/docs                      the API, interactive
   curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/ticket_classify/windows
   curl -H "Authorization: Bearer $KEY" -H "Accept: text/csv" {base}/v1/tasks/ticket_classify/windows
+  curl -H "Authorization: Bearer $KEY" {base}/v1/decisions?task={CANARY}   (with evidence)
+  curl -H "Authorization: Bearer $KEY" {base}/v1/flags
   curl -H "Authorization: Bearer $KEY" {base}/v1/alerts
   curl -H "Authorization: Bearer $KEY" {base}/metrics
 {examples}
@@ -159,6 +204,21 @@ KEY={admin_key}""")
     except KeyboardInterrupt:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def _print_decision(decision: dict[str, Any], elapsed: float) -> None:
+    typer.echo(f"\n[{elapsed:4.0f} s] DECISION by the policy: {decision['reason']}")
+    for w in decision["evidence"].get("windows", []):
+        pooled = f" ({w['windows']} windows pooled)" if w["windows"] > 1 else ""
+        typer.echo(
+            f"    {w['window_start'][11:19]}-{w['window_end'][11:19]}{pooled}: "
+            f"{w['num']}/{w['den']} = {w['estimate']:.1%}, bound {w['bound']:.1%} "
+            f"vs {w['threshold']:g} -> {w['verdict']}"
+        )
+    typer.echo(
+        f"    flag v{decision['flag_version_before']} -> v{decision['flag_version_after']}; "
+        f"edge models blocked: {', '.join(decision['evidence'].get('models', [])) or 'none'}\n"
+    )
 
 
 def _windows(

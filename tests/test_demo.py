@@ -20,10 +20,6 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             "controlplane.cli",
             "demo",
             "--once",
-            "--duration",
-            "12",
-            "--rate",
-            "10",
             "--port",
             "0",
         ],
@@ -46,6 +42,12 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert set(posted) == {"ticket_classify", "invoice_extract", "reply_rewrite"}, out
     assert all(generated == accepted > 0 for generated, accepted in posted.values())
     assert "per input-length bucket:" in out and "     2048+  n" in out
+    # The real-time rollback: the policy, in words, on the long-ticket bucket.
+    assert (
+        "DECISION by the policy: ticket_classify rolled back: agreement on inputs of 2048+ tokens"
+        in out
+    )
+    assert "ticket_classify is now in rolled_back" in out
     key = out.strip().splitlines()[-1].removeprefix("KEY=")
     assert key.startswith("sp_")
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
@@ -80,6 +82,9 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert sum(n for *_, n in windows) == posted["ticket_classify"][1]
     # Three boundaries give four buckets and `all`; reply_rewrite has two boundaries.
     assert buckets == {("ticket_classify", 5), ("invoice_extract", 5), ("reply_rewrite", 4)}
+    assert _policy_decisions(tmp_path / "shadowplane.db") == [
+        ("ticket_classify", "rollback", "2048+", "rolled_back")
+    ]
     # The printed key is a real admin key (the API is gone; check it against the stored hash).
     from controlplane.auth.service import hash_key
 
@@ -104,3 +109,16 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert stored, "conflicting rewrites keep their payloads"
     joined = " ".join(str(v) for row in stored for v in row)
     assert "@example.com" not in joined and "<EMAIL_1>" in joined
+
+
+def _policy_decisions(db: Path) -> list[tuple[str, str, str, str]]:
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.name, d.action, d.bucket, t.stage FROM decisions d "
+                "JOIN tasks t ON t.id = d.task_id WHERE d.actor = 'policy'"
+            )
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
