@@ -168,3 +168,58 @@ def test_rules_judge_only_the_buckets_the_edge_may_serve() -> None:
     assert judged_buckets([128, 512, 2048], None) == ["0-127", "128-511", "512-2047", "2048+"]
     assert judged_buckets([128, 512, 2048], 512) == ["0-127", "128-511", "512-2047"]
     assert judged_buckets([128, 512, 2048], 100) == ["0-127"]
+
+
+@pytest.mark.parametrize(
+    ("rollback", "message"),
+    [
+        ({"detector": "ewma"}, "rollback.detector: Input should be 'consecutive' or 'cusum'"),
+        ({"confidence": 1.5}, "rollback.confidence"),
+        (
+            {"rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "mode": "page"}]},
+            "rollback.rules.0.mode",
+        ),
+        ({"rules": [{"metric": "vibes", "op": ">=", "threshold": 0.9}]}, "rollback.rules.0.metric"),
+        (
+            {"rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "min_samples": 0}]},
+            "rollback.rules.0.min_samples",
+        ),
+        ({"consecutive_windows": 0}, "rollback.consecutive_windows"),
+    ],
+)
+def test_a_bad_policy_is_refused_naming_the_field(rollback: dict, message: str) -> None:
+    from controlplane.catalog.schemas import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"task": "t", "comparator": {"kind": "label"}, "rollback": rollback})
+    assert any(message in e for e in refused.value.errors), refused.value.errors
+
+
+def test_rule_overrides_take_precedence_over_the_policy() -> None:
+    from controlplane.catalog.schemas import parse_config
+    from controlplane.rollout.policy import evaluate
+
+    config = parse_config(
+        {
+            "task": "t",
+            "comparator": {"kind": "label"},
+            "rollback": {
+                "min_samples": 1000,
+                "rules": [
+                    {
+                        "metric": "agreement",
+                        "op": ">=",
+                        "threshold": 0.9,
+                        "min_samples": 50,
+                        "detector": "cusum",
+                    },
+                    {"metric": "agreement", "op": ">=", "threshold": 0.9, "mode": "off"},
+                ],
+            },
+        }
+    )
+    rows = _rows({"0-127": (30, 60), "all": (30, 60)})
+    outcomes = evaluate(config, [(0, rows)])
+    assert len(outcomes) == 1  # the `off` rule is not evaluated
+    assert [v.verdict for v in outcomes[0].verdicts] == ["breach"]  # judged on 60 >= 50
+    assert outcomes[0].firing is not None and outcomes[0].firing.how == "cusum"
