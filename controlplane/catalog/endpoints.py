@@ -75,9 +75,17 @@ def list_tasks(
 def get_task(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
-    """One task: config, stage and version."""
+    """One task: config, stage, version, its flag and its latest closed window (`all`)."""
+    from controlplane.metrics.service import latest_closed_rows
+    from controlplane.rollout.flags import flags_document
+
     with session_scope(request.app.state.engine) as session:
         view = service.task_view(session, task)
-    if view is None:
-        raise HTTPException(404, f"task {task!r} is not registered")
+        if view is None:
+            raise HTTPException(404, f"task {task!r} is not registered")
+        view["flag"] = flags_document(session)["flags"].get(task)
+        view["latest_window"] = next(
+            (r for r in latest_closed_rows(session) if r["task"] == task and r["bucket"] == "all"),
+            None,
+        )
     return ORJSONResponse(view)

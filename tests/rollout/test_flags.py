@@ -89,3 +89,22 @@ def test_a_task_created_in_cloud_runs_nothing_beside_it(api: Api) -> None:
     )
     flag = api.client.get("/v1/flags/cold", headers=api.headers("flags:read")).json()
     assert (flag["stage"], flag["edge_percent"], flag["shadow_rate"]) == ("cloud", 0, 0.0)
+
+
+def test_a_task_shows_its_flag_and_latest_closed_window(metrics_api: Api) -> None:
+    from datetime import timedelta
+
+    from controlplane.scheduler import run_pass
+    from tests.conftest import make_result
+    from tests.windowdata import LATENESS, T0, WINDOW, post_all
+
+    post_all(metrics_api, [make_result(request_id=f"v-{i}", task="metrics_task") for i in range(4)])
+    before = metrics_api.client.get(
+        "/v1/tasks/metrics_task", headers=metrics_api.headers("read")
+    ).json()
+    assert before["flag"]["stage"] == "shadow" and before["latest_window"] is None
+    run_pass(metrics_api.engine, T0 + timedelta(seconds=WINDOW + LATENESS))
+    after = metrics_api.client.get(
+        "/v1/tasks/metrics_task", headers=metrics_api.headers("read")
+    ).json()
+    assert after["latest_window"]["n_results"] == 4 and after["latest_window"]["agreement"] == 1.0
