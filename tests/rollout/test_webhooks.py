@@ -37,6 +37,10 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
     def wait(self, n: int) -> list[tuple[bytes, str]]:
         deadline = time.monotonic() + 20
         while len(self.received) < n and time.monotonic() < deadline:
@@ -48,7 +52,7 @@ class Receiver:
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
-    r.server.shutdown()
+    r.close()
 
 
 def test_a_decision_is_posted_signed_with_an_explanation_and_links(

@@ -224,7 +224,7 @@ def test_the_worker_delivers_webhooks_queued_on_redis(pg_metrics_api: Api, tmp_p
         worker.terminate()
         worker.wait(timeout=30)
         log.close()
-        receiver.server.shutdown()
+        receiver.close()
     assert json.loads(body)["action"] == "rollback"
     assert signature == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
     # Delivered by the worker's job, not by a fallback in this process.
