@@ -42,6 +42,8 @@ _CREATE_STAGING = text(
 _MERGE_STAGING = text(
     f"WITH staged AS (DELETE FROM ingest_staging RETURNING {_COLS}) "
     f"INSERT INTO results ({_COLS}) SELECT {_COLS} FROM staged "
+    # The order every writer takes unique-key locks in (see insert_results).
+    'ORDER BY task_id, request_id COLLATE "C" '
     "ON CONFLICT (task_id, request_id) DO NOTHING RETURNING id, task_id, request_id"
 )
 
@@ -58,6 +60,10 @@ def insert_results(
     """Insert the rows that are new; write payloads for those only. Returns how many were new."""
     if not rows:
         return 0
+    # Every writer inserts in one order (task, then request id by code point, which is
+    # PostgreSQL's "C" collation), so two routers resending overlapping batches in
+    # opposite orders wait for each other instead of deadlocking.
+    rows = sorted(rows, key=_key)
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres and len(rows) >= COPY_MIN_ROWS:
         inserted = _copy_results(session, rows)
@@ -80,6 +86,9 @@ def insert_results(
         else:
             session.execute(insert_payload(), new_payloads)
     return len(inserted)
+
+
+_key = itemgetter("task_id", "request_id")
 
 
 def insert_payload() -> Insert:

@@ -320,8 +320,9 @@ def test_concurrent_resends_store_each_result_once(api: Api) -> None:
 
 
 def test_overlapping_resends_in_opposite_orders_store_each_result_once(api: Api) -> None:
-    # Two routers resending the same results in opposite orders can deadlock on the unique
-    # key in PostgreSQL; the transaction is retried and every result is stored once.
+    # Two routers resending the same results in opposite orders: every writer takes the
+    # unique-key locks in one order, so they wait for each other instead of deadlocking,
+    # and every result is stored once.
     from concurrent.futures import ThreadPoolExecutor
 
     forward = [make_result(request_id=f"o-{i}", edge={"output": "exchange"}) for i in range(1000)]
