@@ -223,3 +223,47 @@ def test_rule_overrides_take_precedence_over_the_policy() -> None:
     assert len(outcomes) == 1  # the `off` rule is not evaluated
     assert [v.verdict for v in outcomes[0].verdicts] == ["breach"]  # judged on 60 >= 50
     assert outcomes[0].firing is not None and outcomes[0].firing.how == "cusum"
+
+
+@given(
+    healthy=st.lists(st.tuples(st.integers(600, 1000), st.integers(0, 20)), min_size=3, max_size=3),
+    bad_pairs=st.integers(60, 200),
+    bad_share=st.floats(0.0, 0.6),
+    windows=st.integers(3, 8),
+)
+def test_a_breach_in_one_bucket_fires_even_when_all_looks_fine(
+    healthy: list[tuple[int, int]], bad_pairs: int, bad_share: float, windows: int
+) -> None:
+    """Law: the 2048+ bucket at <= 60% agreement fires its per-bucket rule in its third
+    window whatever the other buckets do, while the healthy buckets (>= 96.7%) never fire
+    and neither does `all` when the healthy buckets keep it at 93% or more."""
+    from controlplane.catalog.schemas import parse_config
+    from controlplane.rollout.policy import evaluate
+
+    config = parse_config(
+        {
+            "task": "t",
+            "comparator": {"kind": "label"},
+            "rollback": {
+                "min_samples": 50,
+                "rules": [
+                    {"metric": "agreement", "op": ">=", "threshold": 0.9, "scope": "per_bucket"}
+                ],
+            },
+        }
+    )
+    buckets = {
+        name: (pairs - misses, pairs)
+        for name, (pairs, misses) in zip(["0-127", "128-511", "512-2047"], healthy, strict=True)
+    }
+    buckets["2048+"] = (int(bad_pairs * bad_share), bad_pairs)
+    total_agree = sum(a for a, _ in buckets.values())
+    total_pairs = sum(n for _, n in buckets.values())
+    history = [(i, _rows(buckets)) for i in range(windows)]
+    outcomes = {o.cell: o for o in evaluate(config, history)}
+    fired = outcomes["2048+"].firing
+    assert fired is not None and fired.at_window == 2
+    if total_agree / total_pairs >= 0.93:  # `all` comfortably above the line
+        assert outcomes["all"].firing is None
+    for bucket in ("0-127", "128-511", "512-2047"):
+        assert outcomes[bucket].firing is None
