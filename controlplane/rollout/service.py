@@ -65,21 +65,36 @@ class Outcome:
 
 
 def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
-    """Closed windows that started in the current stage, numbered by window index, with the
-    stored metric row of every bucket."""
-    query = (
-        select(Window.window_start, WindowMetrics)
-        .join(WindowMetrics, WindowMetrics.window_id == Window.id)
+    """The closed windows that started in the current stage — the most recent
+    `evaluation_windows(config)` of them — numbered by window index, with the stored metric
+    row of every bucket."""
+    recent = (
+        select(Window.id, Window.window_start)
         .where(Window.task_id == task.id, Window.closed_at.is_not(None))
-        .order_by(Window.window_start)
+        .order_by(Window.window_start.desc())
+        .limit(evaluation_windows(config))
     )
     if task.stage_changed_at is not None:
-        query = query.where(Window.window_start >= task.stage_changed_at)
+        recent = recent.where(Window.window_start >= task.stage_changed_at)
+    ids = dict(session.execute(recent).all())
     by_window: dict[datetime, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for start, metrics in session.execute(query):
-        by_window[start][metrics.bucket] = {name: getattr(metrics, name) for name in STORED}
+    if ids:
+        rows = session.scalars(select(WindowMetrics).where(WindowMetrics.window_id.in_(list(ids))))
+        for metrics in rows:
+            by_window[ids[metrics.window_id]][metrics.bucket] = {
+                name: getattr(metrics, name) for name in STORED
+            }
     seconds = config.window_seconds
-    return [(int(start.timestamp()) // seconds, rows) for start, rows in by_window.items()]
+    return [(int(start.timestamp()) // seconds, by_window[start]) for start in sorted(by_window)]
+
+
+def evaluation_windows(config: TaskConfig) -> int:
+    """How many recent windows an evaluation reads: three times the longest run the rule can
+    span, and never fewer than the gate needs or 100. A pass costs the same in week one
+    and week ten of a canary."""
+    policy = config.rollback
+    span = policy.max_span_windows or policy.consecutive_windows * policy.max_pool_windows
+    return max(3 * span, config.promotion.min_windows, 100)
 
 
 def _window_start(number: int, config: TaskConfig) -> datetime:

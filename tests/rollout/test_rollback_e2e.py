@@ -244,3 +244,24 @@ def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(
         api.client.get("/v1/tasks/blocked_task", headers=api.headers("read")).json()["stage"]
         == "shadow"
     )
+
+
+def test_an_evaluation_reads_only_the_most_recent_windows(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.catalog.schemas import parse_config
+    from controlplane.models import Task
+    from controlplane.rollout import service
+
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    for k in range(4):
+        post_all(api, window_results("quiet_task", start, k, {}, per_bucket=3))
+    close(api, start, 3)
+    monkeypatch.setattr(service, "evaluation_windows", lambda config: 2)
+    with session_scope(api.engine) as session:
+        task = session.query(Task).filter(Task.name == "quiet_task").one()
+        windows = service.stage_windows(session, task, parse_config(config("quiet_task")))
+    first = int(start.timestamp()) // WINDOW
+    assert [number for number, _ in windows] == [first + 2, first + 3]
+    assert all(rows["all"]["n_results"] == 12 for _, rows in windows)
