@@ -24,6 +24,7 @@ from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics import service
 from controlplane.metrics.fields import ALL, COUNTS, FIELDS, PERCENTILE_FIELDS, RATES
 from controlplane.models.base import utcnow
+from controlplane.rollout.flags import flags_document
 
 router = APIRouter(prefix="/v1/tasks", tags=["windows"])
 prometheus_router = APIRouter(tags=["metrics"])
@@ -107,6 +108,7 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
         rows = service.latest_closed_rows(session)
         lags = service.lag(session, now)
         alerts = active_counts(session)
+        published = flags_document(session)
     families: list[Metric] = []
     start = GaugeMetricFamily(
         "shadowplane_window_start_timestamp_seconds",
@@ -152,6 +154,22 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
     for (task, kind), n in sorted(alerts.items()):
         active.add_metric([task, kind], n)
     families.append(active)
+    stage = GaugeMetricFamily(
+        "shadowplane_task_stage",
+        "1 for the stage each task's flag publishes (cloud, shadow, canary, full, rolled_back).",
+        labels=["task", "stage"],
+    )
+    edge_percent = GaugeMetricFamily(
+        "shadowplane_flag_edge_percent",
+        "The edge_percent each task's flag publishes.",
+        labels=["task"],
+    )
+    for task, flag in published["flags"].items():
+        stage.add_metric([task, flag["stage"]], 1)
+        edge_percent.add_metric([task], flag["edge_percent"])
+    revision = GaugeMetricFamily("shadowplane_flags_revision", "The global flag revision.")
+    revision.add_metric([], published["revision"])
+    families += [stage, edge_percent, revision]
     up = GaugeMetricFamily(
         "shadowplane_ingest_counters_up", "1 when the shared ingest counters could be read."
     )
