@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from controlplane.catalog.schemas import AlertsConfig
 from controlplane.metrics.stats import median, wilson
 
-KINDS = ("conflict_jump", "edge_share_jump", "input_p95_drift", "no_traffic")
 LIVE_STAGES = ("shadow", "canary", "full")
 MIN_CONFLICTS = 3
 MIN_RESULTS_FOR_P95 = 20

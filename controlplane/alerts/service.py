@@ -23,7 +23,6 @@ from controlplane.models import Alert, Task, Window, WindowMetrics
 from controlplane.models.base import utcnow
 
 ACTIVE = ("open", "acknowledged")
-STATES = ("open", "acknowledged", "resolved")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
-from controlplane.catalog import service
+from controlplane.catalog import repository, service
 from controlplane.catalog.schemas import ConfigError
 from controlplane.db import session_scope
 from controlplane.http import ORJSONResponse, read_body
@@ -77,15 +77,14 @@ def get_task(
 ) -> ORJSONResponse:
     """One task: config, stage, version, its flag and its latest closed window (`all`)."""
     from controlplane.metrics.service import latest_closed_rows
-    from controlplane.rollout.flags import flags_document
+    from controlplane.rollout.flags import flag_of
 
     with session_scope(request.app.state.engine) as session:
         view = service.task_view(session, task)
         if view is None:
             raise HTTPException(404, f"task {task!r} is not registered")
-        view["flag"] = flags_document(session)["flags"].get(task)
-        view["latest_window"] = next(
-            (r for r in latest_closed_rows(session) if r["task"] == task and r["bucket"] == "all"),
-            None,
-        )
+        view["flag"] = flag_of(session, task)
+        found = repository.task_by_name(session, task)
+        rows = latest_closed_rows(session, found.id) if found is not None else []
+        view["latest_window"] = next((r for r in rows if r["bucket"] == "all"), None)
     return ORJSONResponse(view)

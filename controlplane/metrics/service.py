@@ -227,14 +227,14 @@ def lag(session: Session, now: datetime) -> list[TaskLag]:
     return out
 
 
-def latest_closed_rows(session: Session) -> list[dict[str, Any]]:
-    """The rows of each task's latest closed window, every bucket (for `/metrics`)."""
-    latest = (
-        select(Window.task_id, func.max(Window.window_start).label("start"))
-        .where(Window.closed_at.is_not(None))
-        .group_by(Window.task_id)
-        .subquery()
+def latest_closed_rows(session: Session, task_id: int | None = None) -> list[dict[str, Any]]:
+    """The rows of each task's (or one task's) latest closed window, every bucket."""
+    latest_query = select(Window.task_id, func.max(Window.window_start).label("start")).where(
+        Window.closed_at.is_not(None)
     )
+    if task_id is not None:
+        latest_query = latest_query.where(Window.task_id == task_id)
+    latest = latest_query.group_by(Window.task_id).subquery()
     windows = session.scalars(
         select(Window).join(
             latest, (Window.task_id == latest.c.task_id) & (Window.window_start == latest.c.start)

@@ -41,7 +41,7 @@ def one_flag(
 ) -> Response:
     """One task's routing flag."""
     with session_scope(request.app.state.engine) as session:
-        document = flags.flags_document(session)["flags"].get(task)
+        document = flags.flag_of(session, task)
     if document is None:
         raise HTTPException(404, f"task: no flag for {task!r}; unknown tasks route to the cloud")
     return Response(flags.canonical(document), media_type="application/json")

@@ -98,6 +98,13 @@ def publish(session: Session, task: Task, config: TaskConfig, reason: str) -> Fl
     return flag
 
 
+def flag_of(session: Session, task: str) -> dict[str, Any] | None:
+    """One task's published flag, or None."""
+    return session.scalar(
+        select(Flag.document).join(Task, Task.id == Flag.task_id).where(Task.name == task)
+    )
+
+
 def flags_document(session: Session) -> dict[str, Any]:
     """`{"revision": n, "flags": {task: flag}}` (DESIGN §5)."""
     revision = session.scalar(select(FlagState.revision).where(FlagState.id == 1)) or 0

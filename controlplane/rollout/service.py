@@ -25,6 +25,7 @@ from controlplane.catalog.service import TaskRuntime
 from controlplane.metrics.fields import ALL, STORED
 from controlplane.metrics.repository import bucket_of
 from controlplane.metrics.stats import wilson
+from controlplane.metrics.windows import from_index
 from controlplane.models import (
     BlockedModel,
     Decision,
@@ -98,8 +99,6 @@ def evaluation_windows(config: TaskConfig) -> int:
 
 
 def _window_start(number: int, config: TaskConfig) -> datetime:
-    from controlplane.metrics.windows import from_index
-
     return from_index(number, config.window_seconds)
 
 
@@ -273,11 +272,12 @@ def evaluate_task(
     out = Outcome()
     if task.stage not in (*ACTIVE_STAGES, "shadow"):
         return out
-    outcomes = evaluate(config, stage_windows(session, task, config))
+    windows = stage_windows(session, task, config)
+    outcomes = evaluate(config, windows)
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
     if not fired or task.stage == "shadow":
         if config.promotion.auto_promote and task.stage in ("shadow", "canary") and not fired:
-            decision = _auto_promote(session, task, config, now)
+            decision = _auto_promote(session, task, config, windows, outcomes, now)
             if decision is not None:
                 out.decisions.append(decision_view(decision, task.name))
         return out
@@ -346,7 +346,12 @@ def _fire(
 
 
 def _auto_promote(
-    session: Session, task: Task, config: TaskConfig, now: datetime | None
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    windows: Windows,
+    outcomes: list[CellOutcome],
+    now: datetime | None,
 ) -> Decision | None:
     """`promotion.auto_promote`: the policy promotes when the gate passes, unless the edge
     model now serving was blocked by a rollback (until a person lifts the block)."""
@@ -354,12 +359,12 @@ def _auto_promote(
 
     if config.error_cost >= get_settings().error_cost_veto:
         return None
-    verdict = gate(session, task, config)
+    verdict = gate_verdict(task, config, windows, outcomes)
     if not verdict["passed"]:
         return None
-    windows = stage_windows(session, task, config)[-config.promotion.min_windows :]
-    start = _window_start(windows[0][0], config)
-    end = _window_start(windows[-1][0], config) + timedelta(seconds=config.window_seconds)
+    recent = windows[-config.promotion.min_windows :]
+    start = _window_start(recent[0][0], config)
+    end = _window_start(recent[-1][0], config) + timedelta(seconds=config.window_seconds)
     seen = set(
         _models_seen(session, [Result.task_id == task.id, Result.ts >= start, Result.ts < end])
     )
@@ -409,8 +414,15 @@ def blocked_models(session: Session, task_id: int) -> list[str]:
 
 def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
     """The promotion gate (DESIGN §4) over the last `min_windows` windows closed in the stage."""
+    windows = stage_windows(session, task, config)
+    return gate_verdict(task, config, windows, evaluate(config, windows))
+
+
+def gate_verdict(
+    task: Task, config: TaskConfig, windows: Windows, outcomes: list[CellOutcome]
+) -> dict[str, Any]:
+    """The gate from the stage's windows and the rules' outcomes on them (no I/O)."""
     promotion = config.promotion
-    windows = list(stage_windows(session, task, config))
     recent = windows[-promotion.min_windows :]
     judged = judged_buckets(config.length_buckets, config.max_input_tokens)
     reasons: list[str] = []
@@ -465,7 +477,7 @@ def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
                 f"{fail_limit:.1%}"
             )
         buckets[bucket] = view
-    firing = [o for o in evaluate(config, windows) if o.firing is not None and o.rule.mode != "off"]
+    firing = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
     for o in firing:
         reasons.append(f"rule {rule_name(o.rule)} would fire in {o.cell}")
     return {
