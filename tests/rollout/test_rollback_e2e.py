@@ -265,3 +265,18 @@ def test_an_evaluation_reads_only_the_most_recent_windows(
     first = int(start.timestamp()) // WINDOW
     assert [number for number, _ in windows] == [first + 2, first + 3]
     assert all(rows["all"]["n_results"] == 12 for _, rows in windows)
+
+
+def test_a_stage_change_resets_the_input_length_baseline(api: Api) -> None:
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+
+    with session_scope(api.engine) as session:
+        session.execute(
+            update(Task).where(Task.name == "noisy_task").values(input_p95_baseline=480.0)
+        )
+    assert promote(api, "noisy_task").status_code == 200
+    with session_scope(api.engine) as session:
+        task = session.query(Task).filter(Task.name == "noisy_task").one()
+        assert task.input_p95_baseline is None and task.stage == "canary"

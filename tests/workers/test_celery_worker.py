@@ -229,3 +229,22 @@ def test_the_worker_delivers_webhooks_queued_on_redis(pg_metrics_api: Api, tmp_p
     assert signature == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
     # Delivered by the worker's job, not by a fallback in this process.
     assert "webhooks.deliver" in (tmp_path / "worker.log").read_text()
+
+
+def test_jobs_are_acked_late_and_retried_only_on_transient_errors() -> None:
+    import httpx
+    import psycopg
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from controlplane.rollout.webhooks import WebhookFailed
+    from workers.app import app
+    from workers.jobs import compute_window_job, deliver_webhook, plan_windows
+
+    assert app.conf.task_acks_late is True and app.conf.task_reject_on_worker_lost is True
+    for job in (plan_windows, compute_window_job):
+        assert set(job.autoretry_for) >= {OperationalError, psycopg.OperationalError}
+        assert not any(issubclass(IntegrityError, kind) for kind in job.autoretry_for)
+        assert not any(issubclass(ValueError, kind) for kind in job.autoretry_for)
+        assert job.retry_backoff
+    assert set(deliver_webhook.autoretry_for) == {httpx.HTTPError, WebhookFailed}
+    assert deliver_webhook.retry_backoff and deliver_webhook.max_retries >= 5
