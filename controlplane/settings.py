@@ -6,6 +6,7 @@ embedded default runs: a SQLite file in the working directory and no Redis.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +32,28 @@ class Settings(BaseSettings):
     # Seconds between passes of the in-process scheduler, which `api` runs when no Redis
     # is configured (the embedded default) and `demo` always runs; 0 turns it off.
     tick_seconds: float = 10.0
+    # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
+    # older results are rejected per item. Results may lie at most 5 minutes ahead.
+    max_backfill: timedelta = timedelta(days=7)
+    # Text fields longer than this are stored and counted but not compared (`too_long`),
+    # and under `redacted` only their first `compare_max_chars` are masked and kept.
+    compare_max_chars: int = 32_000
+    # Key for the HMAC that replaces session and user ids under `payload_policy: redacted`.
+    # Unset: one random key is generated once and kept in the database (shared by replicas).
+    id_hash_secret: str | None = None
+    # Token buckets per key and scope: sustained requests per second, and the burst.
+    rate_ingest_per_second: float = 2000.0
+    rate_ingest_burst: int = 4000
+    rate_flags_per_second: float = 5000.0
+    rate_flags_burst: int = 10000
+    rate_read_per_second: float = 100.0
+    rate_read_burst: int = 200
+    rate_review_per_second: float = 50.0
+    rate_review_burst: int = 100
+    rate_admin_per_second: float = 20.0
+    rate_admin_burst: int = 50
+    # Failed authentications (unknown or revoked keys) allowed per client address per minute.
+    auth_failures_per_minute: int = 30
 
     @property
     def is_sqlite(self) -> bool:
