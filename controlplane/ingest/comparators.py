@@ -2,6 +2,9 @@
 
 Each comparator returns `agree`, `conflict` or `invalid` (the edge output breaks the
 task's schema, treated like `valid: false`), a diff naming what differed, and its version.
+An output string longer than `max_chars` is not read at all: the outcome is None (stored
+and counted, not compared) and the diff is `{"too_long": {"edge": n, "cloud": n,
+"max_chars": max_chars}}` (n is a side's length in characters, None when not a string).
 The cloud output is the reference: when the reference itself breaks the schema the pair
 cannot be called agreeing, so it is a `conflict` (evidence never leans towards the edge).
 The registry maps a config's `kind` to its comparator; the text-comparison step adds
@@ -18,6 +21,7 @@ from typing import Any, Literal
 
 from controlplane.errors import short_repr
 from controlplane.ingest import conservation
+from controlplane.ingest.redaction import MAX_CHARS as MAX_CHARS
 from controlplane.jsonutil import dumps, loads
 
 Outcome = Literal["agree", "conflict", "invalid"]
@@ -25,7 +29,8 @@ Outcome = Literal["agree", "conflict", "invalid"]
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    outcome: Outcome
+    # None: not compared (an output longer than max_chars); the diff says why.
+    outcome: Outcome | None
     diff: dict[str, Any] | None
     version: int
 
@@ -49,9 +54,25 @@ def register(kind: str, version: int) -> Callable[[Callable[..., Comparison]], C
     return wrap
 
 
-def compare(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
-    """Compare with the comparator the task's config names (`spec["kind"]`)."""
-    return REGISTRY[spec["kind"]].compare(spec, edge, cloud)
+def compare(
+    spec: Mapping[str, Any], edge: Any, cloud: Any, *, max_chars: int = MAX_CHARS
+) -> Comparison:
+    """Compare with the comparator the task's config names (`spec["kind"]`); an output
+    string longer than `max_chars` is not compared (outcome None, `too_long` in the diff)."""
+    comparator = REGISTRY[spec["kind"]]
+    if too_long := _too_long(edge, cloud, max_chars):
+        return Comparison(None, {"too_long": too_long}, comparator.version)
+    return comparator.compare(spec, edge, cloud)
+
+
+def _too_long(edge: Any, cloud: Any, max_chars: int) -> dict[str, int | None] | None:
+    # Only the outputs that are strings: text, labels and the JSON text json_fields parses
+    # are where reading costs grow with size; parsed JSON values came through the body
+    # parser, whose limits already hold.
+    lengths = [len(v) if isinstance(v, str) else None for v in (edge, cloud)]
+    if not any(n is not None and n > max_chars for n in lengths):
+        return None
+    return {"edge": lengths[0], "cloud": lengths[1], "max_chars": max_chars}
 
 
 def comparator_version(kind: str) -> int:

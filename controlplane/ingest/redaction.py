@@ -10,6 +10,10 @@ matched in a normal form (digits only for phones and cards, lower case for email
 
 Masking is idempotent: placeholders are left as they are. Comparison runs on the original
 text; only masked text reaches the database.
+
+A string longer than `max_chars` (default MAX_CHARS) is masked on its first `max_chars`
+characters (less the end of a token cut in two, so no half of a secret is kept) and the
+rest is dropped, marked by `…<TRUNCATED_n>` where n is the number of characters dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from functools import lru_cache
 from typing import Any
 
 TYPES = ("EMAIL", "IP", "IDCARD", "CARD", "PHONE", "ID", "NUM")
+# The most characters of one text that are read (compared, masked): settings'
+# `compare_max_chars` overrides it per call.
+MAX_CHARS = 32_000
+TRUNCATED = "TRUNCATED"
 
 _DIGIT = "[0-9０-９]"
 PHONE = (
@@ -29,7 +37,7 @@ PHONE = (
     r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ -]?\d{7,8}(?!\d)"  # Chinese landline
     r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
 )
-_KEEP = rf"(?P<KEEP><(?:{'|'.join(TYPES)})_\d+>)"
+_KEEP = rf"(?P<KEEP><(?:{'|'.join(TYPES)}|{TRUNCATED})_\d+>)"
 _EMAIL = r"(?P<EMAIL>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
 _IPV4 = r"(?P<IP>\d(?<![\d.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\d.]))"
 _IPV6 = (
@@ -101,7 +109,17 @@ class Masker:
         self._placeholders: dict[tuple[str, str], str] = {}
         self._counts: dict[str, int] = {}
 
-    def text(self, text: str) -> str:
+    def text(self, text: str, max_chars: int = MAX_CHARS) -> str:
+        """The text masked; past `max_chars` characters it is cut and marked (module doc)."""
+        if len(text) > max_chars:
+            marked = _TRUNCATION_MARK.search(text, max(0, len(text) - 40))
+            if marked is None or marked.start() > max_chars:
+                cut = _cut(text, max(0, max_chars))
+                return self._mask(text[:cut]) + f"…<{TRUNCATED}_{len(text) - cut}>"
+            # Already cut by an earlier masking: masking stays idempotent.
+        return self._mask(text)
+
+    def _mask(self, text: str) -> str:
         """Two passes: emails, IPs, ID cards, cards and phones by pattern; then, from each
         digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
         if not _DIGIT_RUN.search(text) and "@" not in text:
@@ -141,14 +159,14 @@ class Masker:
         pieces.append(text[copied:])
         return "".join(pieces)
 
-    def json(self, value: Any) -> Any:
+    def json(self, value: Any, max_chars: int = MAX_CHARS) -> Any:
         """Every string inside a JSON value, masked (object keys are names, not data)."""
         if isinstance(value, str):
-            return self.text(value)
+            return self.text(value, max_chars)
         if isinstance(value, dict):
-            return {k: self.json(v) for k, v in value.items()}
+            return {k: self.json(v, max_chars) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.json(v) for v in value]
+            return [self.json(v, max_chars) for v in value]
         return value
 
     def _replace(self, match: re.Match[str]) -> str:
@@ -188,9 +206,43 @@ class Masker:
         return placeholder
 
 
-def mask_text(text: str) -> str:
+def mask_text(text: str, max_chars: int = MAX_CHARS) -> str:
     """One text masked on its own (its own numbering)."""
-    return Masker().text(text)
+    return Masker().text(text, max_chars)
+
+
+_TRUNCATION_MARK = re.compile(rf"…<{TRUNCATED}_\d+>\Z")
+# Characters a secret (email, phone, card, ID) is written with; a space joins two digit
+# groups ("138 0013 8000"). A cut inside such a run backs off to its start.
+_SECRET_CHARS = frozenset("0123456789０１２３４５６７８９._%+-@()") | _LETTERS
+_GROUP_CHARS = frozenset("0123456789０１２３４５６７８９()")
+_CUT_BACKOFF = 64
+
+
+def _joined(text: str, i: int) -> bool:
+    char = text[i]
+    if char in _SECRET_CHARS:
+        return True
+    return (
+        char == " "
+        and 0 < i < len(text) - 1
+        and text[i - 1] in _GROUP_CHARS
+        and text[i + 1] in _GROUP_CHARS
+    )
+
+
+def _cut(text: str, max_chars: int) -> int:
+    """Where to cut a text longer than max_chars: at max_chars, or before the secret-like
+    run the cut would split (at most _CUT_BACKOFF characters earlier)."""
+    cut = max_chars
+    if cut == 0 or not (_joined(text, cut - 1) and _joined(text, cut)):
+        return cut
+    floor = max(0, cut - _CUT_BACKOFF)
+    i = cut
+    while i > floor and _joined(text, i - 1):
+        i -= 1
+    # A run longer than the back-off is masked as far as it goes (IDs, long digit runs).
+    return cut if i == floor and floor > 0 else i
 
 
 REDACTED_FIELDS = (
@@ -203,7 +255,8 @@ REDACTED_FIELDS = (
 )
 
 
-def redact_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload with every text field masked by one Masker (shared numbering)."""
+def redact_payload(payload: dict[str, Any], *, max_chars: int = MAX_CHARS) -> dict[str, Any]:
+    """The payload with every text field masked by one Masker (shared numbering), each
+    string cut to `max_chars` characters."""
     masker = Masker()
-    return {k: masker.json(v) if k in REDACTED_FIELDS else v for k, v in payload.items()}
+    return {k: masker.json(v, max_chars) if k in REDACTED_FIELDS else v for k, v in payload.items()}
