@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from controlplane.alerts import service
@@ -37,7 +37,8 @@ def list_alerts(
 
 @router.post("/{alert_id}/ack")
 def acknowledge(
-    alert_id: int,
+    # Ids are 64-bit: a larger number is no alert, and the database would refuse to compare it.
+    alert_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     request: Request,
     principal: Annotated[Principal, Depends(require("admin"))],
     body: Annotated[AckIn | None, Body()] = None,

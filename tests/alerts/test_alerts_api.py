@@ -132,3 +132,11 @@ def test_the_silence_alert_fires_for_a_quiet_task_and_resolves_when_traffic_retu
     )
     run_pass(metrics_api.engine, start + timedelta(seconds=WINDOW + LATENESS))
     assert [a["state"] for a in _alerts(metrics_api)] == ["resolved"]
+
+
+def test_an_alert_id_beyond_64_bits_is_refused_not_a_server_error(api: Api) -> None:
+    # Found by the schema fuzzer: the database cannot compare such a number (500 before).
+    response = api.client.post("/v1/alerts/36893488147419103231/ack", headers=api.headers())
+    assert response.status_code == 422, response.text
+    assert "alert_id" in response.text
+    assert api.client.post("/v1/alerts/1/ack", headers=api.headers()).status_code == 404
