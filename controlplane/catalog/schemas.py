@@ -8,6 +8,7 @@ config always hashes the same.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -24,8 +26,27 @@ from pydantic import (
 from controlplane.errors import describe_errors, short_repr
 from controlplane.ingest.comparators import FIELD_TYPES, REGISTRY
 
-TASK_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
-Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+# Matched with fullmatch: `$` would also match before a trailing newline ("abc\n").
+TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")
+
+# Bounds. A config is typed by a person; a typo must be refused with its bound named, never
+# accepted and left to stop planning (`1e12` seconds of lateness overflowed every pass).
+DAY = 86_400
+INT32_MAX = 2**31 - 1  # token counts: far beyond any model's context, and an INTEGER column
+# A list or mapping a person types out; a thousand entries is already unreadable.
+MAX_ENTRIES = 1000
+# Sample counts: ten million pairs per cell is far past any statistical need and stays well
+# inside an integer's range when pooled over windows.
+MAX_SAMPLES = 10_000_000
+# Open windows are recomputed at every pass, so a task may keep at most this many open at
+# once: 7 days of the default 5-minute windows. It bounds a pass's work per task.
+MAX_OPEN_WINDOWS = 2016
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# Money per 1k tokens or per day, in any currency: a million per 1k tokens is four orders of
+# magnitude above the dearest model, and sums over a window stay finite doubles.
+Price = Annotated[float, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
@@ -34,7 +55,7 @@ class Strict(BaseModel):
 
 class LabelSpec(Strict):
     kind: Literal["label"]
-    labels: list[str] | None = None
+    labels: list[str] | None = Field(None, max_length=MAX_ENTRIES)
 
     @field_validator("labels")
     @classmethod
@@ -53,8 +74,11 @@ class ExactSpec(Strict):
 
 class JsonFieldsSpec(Strict):
     kind: Literal["json_fields"]
-    fields: dict[str, Literal["string", "number", "integer", "boolean", "array", "object"]]
-    required: list[str] = []
+    fields: Annotated[
+        dict[str, Literal["string", "number", "integer", "boolean", "array", "object"]],
+        Field(max_length=MAX_ENTRIES),
+    ]
+    required: list[str] = Field([], max_length=MAX_ENTRIES)
 
     @model_validator(mode="after")
     def _required_are_fields(self) -> JsonFieldsSpec:
@@ -73,7 +97,7 @@ class JsonFieldsSpec(Strict):
 class TextConservationSpec(Strict):
     kind: Literal["text_conservation"]
     # Edge length over cloud length (CJK characters plus Latin words) must fall within.
-    length_ratio: tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]] = (0.7, 1.4)
+    length_ratio: tuple[Positive, Positive] = (0.7, 1.4)
 
     @field_validator("length_ratio")
     @classmethod
@@ -90,16 +114,16 @@ ComparatorSpec = Annotated[
 
 class Prices(Strict):
     # per 1k tokens
-    edge: dict[Literal["in", "out"], float] = {"in": 0.00001, "out": 0.00002}
-    cloud: dict[Literal["in", "out"], float] = {"in": 0.003, "out": 0.006}
+    edge: dict[Literal["in", "out"], Price] = {"in": 0.00001, "out": 0.00002}
+    cloud: dict[Literal["in", "out"], Price] = {"in": 0.003, "out": 0.006}
 
 
 class AlertsConfig(Strict):
-    baseline_windows: int = Field(12, ge=1)
-    conflict_jump: float = Field(2.0, gt=0)
+    baseline_windows: int = Field(12, ge=1, le=1000)
+    conflict_jump: Positive = 2.0
     edge_share_jump: Fraction = 0.2
-    input_p95_drift: float = Field(0.3, gt=0)
-    silence_windows: int = Field(3, ge=1)
+    input_p95_drift: Positive = 0.3
+    silence_windows: int = Field(3, ge=1, le=1000)
 
 
 class Rule(Strict):
@@ -118,11 +142,13 @@ class Rule(Strict):
     scope: Literal["all", "per_bucket"] = "all"
     mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
     detector: Literal["consecutive", "cusum"] | None = None
-    min_samples: int | None = Field(None, ge=1)
+    min_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] | None = None
     critical: Fraction | None = None
-    min_effect: float | None = Field(None, gt=0, lt=1)
-    h: float | None = Field(None, gt=0)
+    min_effect: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
+    # The CUSUM's decision interval, in log-likelihood units: 5 is the usual choice, and past
+    # a few hundred the detector can no longer fire within any sensible time.
+    h: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
 
 
 DEFAULT_RULES = [
@@ -135,19 +161,20 @@ DEFAULT_RULES = [
 
 class RollbackConfig(Strict):
     detector: Literal["consecutive", "cusum"] = "consecutive"
-    consecutive_windows: int = Field(3, ge=1)
-    min_samples: int = Field(200, ge=1)
+    consecutive_windows: int = Field(3, ge=1, le=100)
+    min_samples: int = Field(200, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] = 0.80
-    max_pool_windows: int = Field(12, ge=1)
-    max_span_windows: int | None = Field(None, ge=1)
-    rules: list[Rule] = DEFAULT_RULES
+    max_pool_windows: int = Field(12, ge=1, le=1000)
+    # An evaluation reads three times this many windows (rollout.service.evaluation_windows).
+    max_span_windows: int | None = Field(None, ge=1, le=100_000)
+    rules: list[Rule] = Field(DEFAULT_RULES, max_length=100)
 
 
 class PromotionConfig(Strict):
     agreement_lower_bound: Fraction = 0.95
-    min_samples_per_bucket: int = Field(400, ge=1)
-    min_windows: int = Field(12, ge=1)
-    canary_steps: list[Annotated[int, Field(gt=0, lt=100)]] = [5, 25]
+    min_samples_per_bucket: int = Field(400, ge=1, le=MAX_SAMPLES)
+    min_windows: int = Field(12, ge=1, le=10_000)
+    canary_steps: list[Annotated[int, Field(gt=0, lt=100)]] = Field([5, 25], max_length=20)
     auto_promote: bool = False
 
     @field_validator("canary_steps")
@@ -159,28 +186,34 @@ class PromotionConfig(Strict):
 
 
 class ReviewConfig(Strict):
-    quota_per_window: int = Field(20, ge=0)
-    reviewers_per_item: int = Field(1, ge=1)
-    route_acc_window_seconds: int = Field(3600, ge=60)
-    route_acc_lateness_seconds: int = Field(86400, ge=0)
+    quota_per_window: int = Field(20, ge=0, le=100_000)
+    reviewers_per_item: int = Field(1, ge=1, le=10)
+    route_acc_window_seconds: int = Field(3600, ge=60, le=30 * DAY)
+    # Labels come from people, so they may come weeks late; a quarter is the longest wait.
+    route_acc_lateness_seconds: int = Field(86400, ge=0, le=90 * DAY)
 
 
 class TaskConfig(Strict):
     task: str
     comparator: ComparatorSpec
     stage: Literal["shadow", "cloud"] = "shadow"
-    length_buckets: list[int] = [128, 512, 2048]
+    length_buckets: list[Annotated[int, Field(le=INT32_MAX)]] = Field(
+        [128, 512, 2048], max_length=32
+    )
     error_cost: Fraction = 0.2
-    max_input_tokens: int | None = Field(None, ge=1)
+    max_input_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     sticky_by: Literal["session", "user"] = "session"
     shadow_rate: Fraction = 1.0
     low_confidence: Fraction = 0.6
     payload_policy: Literal["full", "redacted", "none"] = "full"
     keep_agreeing_rate: Fraction = 0.05
     window_seconds: int = Field(300, ge=10, le=86400)
-    allowed_lateness_seconds: int = Field(120, ge=0)
+    # Results older than the ingest backfill bound (7 days by default) are refused anyway,
+    # so waiting longer to close a window gains nothing; see also MAX_OPEN_WINDOWS.
+    allowed_lateness_seconds: int = Field(120, ge=0, le=7 * DAY)
     prices: Prices = Prices()
-    fixed_cost_per_day: float = Field(40.0, ge=0)
+    # A billion a day in any currency: a typo, not a fleet.
+    fixed_cost_per_day: float = Field(40.0, ge=0, le=1e9, allow_inf_nan=False)
     alerts: AlertsConfig = AlertsConfig()
     rollback: RollbackConfig = RollbackConfig()
     promotion: PromotionConfig = PromotionConfig()
@@ -189,12 +222,23 @@ class TaskConfig(Strict):
     @field_validator("task")
     @classmethod
     def _task_name(cls, name: str) -> str:
-        if not TASK_NAME.match(name):
+        if not TASK_NAME.fullmatch(name):
             raise ValueError(
                 "must start with a lowercase letter and hold only a-z, 0-9, '_', '.', '-' "
                 "(at most 100 characters)"
             )
         return name
+
+    @field_validator("allowed_lateness_seconds")
+    @classmethod
+    def _open_windows_bounded(cls, lateness: int, info: ValidationInfo) -> int:
+        window = info.data.get("window_seconds")
+        if window is not None and math.ceil(lateness / window) > MAX_OPEN_WINDOWS:
+            raise ValueError(
+                f"keeps more than {MAX_OPEN_WINDOWS} windows of {window} s open at once; "
+                f"at most {MAX_OPEN_WINDOWS * window} with window_seconds {window}"
+            )
+        return lateness
 
     @field_validator("comparator", mode="before")
     @classmethod
