@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -147,11 +147,12 @@ def tick(
     """One synchronous pass: compute due windows, close them, evaluate alerts."""
     from controlplane.db import get_engine
     from controlplane.scheduler import run_pass
+    from controlplane.timeutil import as_utc
 
     clock = None
     if now is not None:
         try:
-            clock = _aware(datetime.fromisoformat(now))
+            clock = as_utc(datetime.fromisoformat(now))
         except ValueError:
             raise _fail(
                 f"now: {now!r} is not an ISO 8601 time, e.g. 2026-11-30T02:00:00Z"
@@ -230,10 +231,6 @@ def prune(
         f"deleted {pruned.results} results and {pruned.payloads} payloads with ts before "
         f"{before.isoformat()} in {pruned.batches} batches; window metrics are kept"
     )
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @app.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -12,6 +11,7 @@ from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.http import ORJSONResponse
+from controlplane.timeutil import UTCTime
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -22,7 +22,7 @@ def list_audit(
     _: Annotated[Principal, Depends(require("read"))],
     task: str | None = None,
     actor: str | None = None,
-    since: datetime | None = None,
+    since: UTCTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ORJSONResponse:
     """Who changed what and when, newest first (filters: task, actor, since)."""

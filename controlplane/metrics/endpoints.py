@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import redis
@@ -25,6 +25,7 @@ from controlplane.metrics import service
 from controlplane.metrics.fields import ALL, COUNTS, FIELDS, PERCENTILE_FIELDS, RATES
 from controlplane.models.base import utcnow
 from controlplane.rollout.flags import flags_document
+from controlplane.timeutil import UTCTime
 
 router = APIRouter(prefix="/v1/tasks", tags=["windows"])
 prometheus_router = APIRouter(tags=["metrics"])
@@ -36,8 +37,8 @@ def windows(
     task: str,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UTCTime | None = None,
+    until: UTCTime | None = None,
     bucket: str | None = None,
 ) -> Response:
     """Windowed metrics, one flat row per window and bucket (Accept: text/csv for CSV)."""
@@ -51,7 +52,9 @@ def windows(
                 422, f"bucket: {bucket!r} is not a bucket of {task}; allowed: {', '.join(allowed)}"
             )
         until = until or utcnow() + timedelta(seconds=runtime.config.window_seconds)
-        since = since or until - DEFAULT_SPAN
+        if since is None:
+            # At the first day Python holds, the default span reaches back to that day.
+            since = until - min(DEFAULT_SPAN, until - datetime.min.replace(tzinfo=UTC))
         if since >= until:
             raise HTTPException(
                 422, f"since: {since.isoformat()} is not before until ({until.isoformat()})"

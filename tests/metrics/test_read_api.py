@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import random
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -63,6 +63,48 @@ def test_windows_errors_name_the_field(metrics_api: Api) -> None:
     )
     assert metrics_api.client.get(url).status_code == 401
     assert metrics_api.client.get(url, headers=metrics_api.headers("ingest")).status_code == 403
+
+
+def test_a_query_time_without_a_timezone_is_utc(metrics_api: Api) -> None:
+    _fill(metrics_api)
+    url = "/v1/tasks/metrics_task/windows"
+    read = metrics_api.headers("read")
+
+    def naive(moment: datetime) -> str:
+        return moment.replace(tzinfo=None).isoformat()
+
+    hour = timedelta(hours=1)
+    response = metrics_api.client.get(
+        url, params={"since": naive(T0), "until": naive(T0 + hour), "bucket": "all"}, headers=read
+    )
+    assert response.status_code == 200, response.text
+    # The window starting at T0 (UTC) is included by `since=T0` without a timezone.
+    starts = [r["window_start"] for r in response.json()["windows"]]
+    assert starts == [T0.isoformat(), (T0 + timedelta(seconds=WINDOW)).isoformat()]
+    # Only one bound without a timezone, the other with one: the same rows.
+    for params in ({"since": naive(T0)}, {"since": naive(T0), "until": (T0 + hour).isoformat()}):
+        again = metrics_api.client.get(url, params={**params, "bucket": "all"}, headers=read)
+        assert again.status_code == 200, again.text
+        assert [r["window_start"] for r in again.json()["windows"]] == starts
+    later = metrics_api.client.get(
+        url, params={"since": naive(T0 + timedelta(seconds=WINDOW)), "bucket": "all"}, headers=read
+    )
+    assert [r["window_start"] for r in later.json()["windows"]] == starts[1:]
+    # A time UTC cannot hold is refused with the field named, not answered with a 500.
+    far = metrics_api.client.get(url, params={"since": "9999-12-31T23:59:00-01:00"}, headers=read)
+    assert far.status_code == 422 and "since" in far.text
+    first = metrics_api.client.get(url, params={"until": "0001-01-01T00:00:00"}, headers=read)
+    assert first.status_code == 422 and "since" in first.text
+
+    # The audit log reads its `since` the same way.
+    entries = metrics_api.client.get(
+        "/v1/audit", params={"since": naive(datetime.now(UTC) - hour)}, headers=read
+    ).json()["entries"]
+    assert "task.create" in {e["action"] for e in entries}
+    future = metrics_api.client.get(
+        "/v1/audit", params={"since": naive(datetime.now(UTC) + hour)}, headers=read
+    )
+    assert future.status_code == 200 and future.json()["entries"] == []
 
 
 def test_metrics_parse_as_prometheus_text_with_the_latest_closed_window(metrics_api: Api) -> None:
