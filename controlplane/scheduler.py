@@ -4,7 +4,9 @@
 scheduler runs every few seconds, and what the Celery jobs split across workers (one
 job per task and window). Each window is its own transaction, so one failing window
 does not hold back the others; then alerts, then rollout rules (the review sampler of a
-later step comes after them).
+later step comes after them), each task's in transactions of their own. A task that
+fails at any stage is logged, named in the report's `failed`, and skipped; the others go
+on, and the next pass tries it again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sqlalchemy import Engine, select
 
 from controlplane.alerts.service import AlertEvent, evaluate
 from controlplane.db import in_transaction, session_scope
-from controlplane.metrics.service import Computed, compute_window, plan
+from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
 from controlplane.rollout.service import evaluate_rollout
@@ -36,7 +38,7 @@ class PassReport:
     alerts: list[AlertEvent] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+    failed: list[TaskFailure] = field(default_factory=list)
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.windows if c.action == action)
@@ -50,8 +52,14 @@ def run_pass(
     decisions and alerts to the webhooks."""
     now = now or utcnow()
     report = PassReport(now)
-    jobs = in_transaction(engine, lambda session: plan(session, now))
-    for job in jobs:
+    planned = in_transaction(engine, lambda session: plan(session, now))
+    report.failed.extend(planned.failed)
+    with session_scope(engine) as session:
+        names: dict[int, str] = {
+            tid: name for tid, name in session.execute(select(Task.id, Task.name).order_by(Task.id))
+        }
+    for job in planned.jobs:
+        name = names.get(job.task_id, str(job.task_id))
         try:
             report.windows.append(
                 in_transaction(
@@ -62,13 +70,23 @@ def run_pass(
                 )
             )
         except Exception as exc:  # one bad window must not stop the others; it is retried next pass
-            log.exception("window %s of task %s failed", job.window_start, job.task_id)
-            report.failed.append(f"task {job.task_id} window {job.window_start}: {exc}")
-    with session_scope(engine) as session:
-        task_ids = list(session.scalars(select(Task.id).order_by(Task.id)))
-    for task_id in task_ids:
-        report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
-        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=now))
+            log.exception("task %s: window %s failed", name, job.window_start.isoformat())
+            report.failed.append(
+                TaskFailure(name, "window", f"{job.window_start.isoformat()}: {_why(exc)}")
+            )
+    for task_id, name in names.items():
+        # Alerts and rollout rules apart: a bug in one must not keep the other from acting.
+        try:
+            report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
+        except Exception as exc:
+            log.exception("task %s: alert evaluation failed", name)
+            report.failed.append(TaskFailure(name, "alerts", _why(exc)))
+        try:
+            outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=now))
+        except Exception as exc:
+            log.exception("task %s: rollout evaluation failed", name)
+            report.failed.append(TaskFailure(name, "rollout", _why(exc)))
+            continue
         report.decisions.extend(outcome.decisions)
         report.notices.extend(outcome.notices)
     if notifier is not None:
@@ -76,6 +94,10 @@ def run_pass(
         notifier.decisions(report.decisions)
         notifier.announce(report.notices)
     return report
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class InProcessScheduler:

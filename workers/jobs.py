@@ -41,15 +41,23 @@ def _clock(now: str | None) -> datetime:
 def plan_windows(now: str | None = None) -> int:
     """Queue one compute job per (task, window) that is due or has new results."""
     clock = _clock(now)
-    jobs = in_transaction(get_engine(), lambda session: plan(session, clock))
-    for job in jobs:
+    planned = in_transaction(get_engine(), lambda session: plan(session, clock))
+    # The tasks that could not be planned are logged by `plan` and tried again next time.
+    for failure in planned.failed:
+        log.warning("not planned: %s", failure)
+    for job in planned.jobs:
         compute_window_job.delay(job.task_id, job.window_start.isoformat(), clock.isoformat())
-    return len(jobs)
+    return len(planned.jobs)
 
 
 @app.task(name="metrics.compute_window", **RETRY)
 def compute_window_job(task_id: int, window_start: str, now: str | None = None) -> str:
-    """Compute one window; when it closes, evaluate the task's alerts, then its rollout rules."""
+    """Compute one window; once it is closed, evaluate the task's alerts, then its rollout rules.
+
+    A closed window is evaluated whether this job closed it or found it closed: a retry (or
+    a redelivery after a lost worker) finds the window it closed already closed, and its
+    evaluation must still happen. Evaluations are idempotent, so doing one again is safe.
+    """
     clock = _clock(now)
     engine = get_engine()
     computed = in_transaction(
@@ -61,19 +69,35 @@ def compute_window_job(task_id: int, window_start: str, now: str | None = None) 
             now=clock,
         ),
     )
-    if computed.action == "closed":
-        notifier = Notifier(get_settings())
+    if computed.action not in ("closed", "late"):
+        return computed.action
+    notifier = Notifier(get_settings())
+    failures: list[Exception] = []
+    # Alerts and rollout rules apart: a failure of one must not keep the other from acting.
+    try:
         events = in_transaction(engine, partial(evaluate, task_id=task_id))
+    except Exception as exc:
+        log.exception("task %s: alert evaluation failed", task_id)
+        failures.append(exc)
+    else:
         for event in events:
             log.warning("alert %s %s: %s", event.change, event.kind, event.message)
+        notifier.alerts(events)
+    try:
         outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=clock))
+    except Exception as exc:
+        log.exception("task %s: rollout evaluation failed", task_id)
+        failures.append(exc)
+    else:
         for decision in outcome.decisions:
             log.warning(
                 "decision %s on %s: %s", decision["action"], decision["task"], decision["reason"]
             )
-        notifier.alerts(events)
         notifier.decisions(outcome.decisions)
         notifier.announce(outcome.notices)
+    if failures:
+        # A transient error retries the job, which finds the window closed and evaluates it.
+        raise failures[0]
     return computed.action
 
 

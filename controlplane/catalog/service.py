@@ -6,6 +6,7 @@ config applies only when the task is created (later stage changes are rollout ac
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -16,11 +17,19 @@ from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
 from controlplane.catalog import repository
-from controlplane.catalog.schemas import TaskConfig, config_document, config_hash, parse_config
+from controlplane.catalog.schemas import (
+    ConfigError,
+    TaskConfig,
+    config_document,
+    config_hash,
+    parse_config,
+)
 from controlplane.ingest.comparators import comparator_version
 from controlplane.models import Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.rollout.flags import publish
+
+log = logging.getLogger("shadowplane.catalog")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +150,28 @@ class RuntimeCache:
     re-read after `current_seconds` (1 s): a new config version applies to ingest within a
     second (each result records the version it was scored with), and a task the cache does
     not know yet is always looked up at once.
+
+    A stored config that no longer parses (one stored before a bound existed) leaves its
+    task out, logged once with its errors, so one task never stops the others; a new
+    config version brings it back.
     """
 
     def __init__(self, current_seconds: float = 1.0) -> None:
         self._parsed: dict[tuple[int, int], tuple[TaskConfig, dict[str, Any]]] = {}
+        self._broken: dict[tuple[int, int], str] = {}
         self._current: dict[str, tuple[int, int, str]] = {}
         self._current_at = 0.0
         self._current_seconds = current_seconds
         self._lock = threading.Lock()
 
     def runtimes(self, session: Session, names: set[str]) -> dict[str, TaskRuntime]:
+        """The named tasks that exist and whose current config parses."""
+        return self.load(session, names)[0]
+
+    def load(
+        self, session: Session, names: set[str]
+    ) -> tuple[dict[str, TaskRuntime], dict[str, str]]:
+        """`runtimes`, and by name why each named task's current config does not parse."""
         fresh = time.monotonic() - self._current_at < self._current_seconds
         if not fresh or not names <= self._current.keys():
             rows = repository.current_versions(session, names)
@@ -160,17 +181,42 @@ class RuntimeCache:
                     self._current_at = time.monotonic()
                 self._current.update({name: (tid, v, stage) for tid, name, v, stage in rows})
         current = {n: self._current[n] for n in names if n in self._current}
-        missing = [(tid, v) for tid, v, _ in current.values() if (tid, v) not in self._parsed]
+        missing = [
+            (tid, v)
+            for tid, v, _ in current.values()
+            if (tid, v) not in self._parsed and (tid, v) not in self._broken
+        ]
         if missing:
             documents = repository.config_documents(session, missing)
+            names_by_key = {(tid, v): n for n, (tid, v, _) in current.items()}
             with self._lock:
                 for key, document in documents.items():
-                    config = TaskConfig.model_validate(document)
+                    # A ConfigError, or whatever else an odd stored document raises.
+                    try:
+                        config = parse_config(document)
+                    except Exception as exc:
+                        why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
+                        self._broken[key] = (
+                            f"stored config version {key[1]} does not parse: {'; '.join(why)}"
+                        )
+                        log.exception(
+                            "task %s: %s; skipped until a valid config is applied",
+                            names_by_key[key],
+                            self._broken[key],
+                        )
+                        continue
                     self._parsed[key] = (config, config.comparator.model_dump(mode="json"))
-        out = {}
+        out, broken = {}, {}
         for name, (task_id, version, stage) in current.items():
-            config, spec = self._parsed[(task_id, version)]
+            if (task_id, version) in self._broken:
+                broken[name] = self._broken[(task_id, version)]
+                continue
+            found = self._parsed.get((task_id, version))
+            if found is None:
+                broken[name] = f"stored config version {version} is missing"
+                continue
+            config, spec = found
             out[name] = TaskRuntime(
                 task_id, name, stage, version, config, spec, comparator_version(spec["kind"])
             )
-        return out
+        return out, broken

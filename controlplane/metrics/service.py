@@ -3,7 +3,9 @@
 `plan` lists the (task, window) pairs a pass must compute: every window that is still
 open or due to close, the recent windows of every task (so a silent task has its empty
 windows and the silence alert sees them), and every window that received results since
-the last scan. `compute_window` is idempotent: it locks the window's row, upserts one row
+the last scan. It plans each task on its own: a task whose stored config does not parse,
+or whose planning fails, is logged and named in the plan's `failed`, and the others go
+on; the next pass tries it again. `compute_window` is idempotent: it locks the window's row, upserts one row
 per bucket and `all`, and closes the window once the clock is past its end plus the
 allowed lateness. A closed window's metrics never change; results that arrive later
 only raise its `n_late` (results counted now minus results counted at closing).
@@ -14,8 +16,9 @@ in-process scheduler of the embedded default.
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +35,7 @@ from controlplane.models import Task, Window, WindowMetrics
 from controlplane.models.base import utcnow
 
 RESULTS_SCAN = "results"
+log = logging.getLogger("shadowplane.metrics")
 
 # Parsed configs per database (tests and tools may talk to several in one process).
 _runtimes: dict[str, RuntimeCache] = {}
@@ -52,18 +56,48 @@ class Computed:
     n_results: int
 
 
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """One task skipped at one stage of a pass (plan, window, alerts, rollout), and why."""
+
+    task: str
+    stage: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"task {self.task} {self.stage}: {self.error}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    jobs: list[WindowJob]
+    failed: list[TaskFailure] = field(default_factory=list)
+
+
 def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:
-    """Every task with its current parsed config, by task id."""
+    """Every task whose current config parses, with that config, by task id."""
+    return load_runtimes(session)[0]
+
+
+def load_runtimes(
+    session: Session,
+) -> tuple[dict[int, tuple[Task, TaskRuntime]], dict[int, tuple[Task, str]]]:
+    """`runtimes`, and the tasks whose current config does not parse, with why, by task id."""
     tasks = catalog.all_tasks(session)
     url = session.get_bind().engine.url.render_as_string(hide_password=False)
     cache = _runtimes.setdefault(url, RuntimeCache())
-    parsed = cache.runtimes(session, {t.name for t in tasks})
-    return {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed}
+    parsed, broken = cache.load(session, {t.name for t in tasks})
+    return (
+        {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed},
+        {t.id: (t, broken[t.name]) for t in tasks if t.name in broken},
+    )
 
 
-def plan(session: Session, now: datetime) -> list[WindowJob]:
-    """The windows one pass must compute at `now`, oldest first per task."""
-    tasks = runtimes(session)
+def plan(session: Session, now: datetime) -> Plan:
+    """The windows one pass must compute at `now`, oldest first per task, and the tasks
+    that could not be planned."""
+    tasks, broken = load_runtimes(session)
+    failed = [TaskFailure(task.name, "plan", why) for task, why in broken.values()]
     seconds = {tid: rt.config.window_seconds for tid, (_, rt) in tasks.items()}
     mark = repository.scan_mark(session, RESULTS_SCAN)
     touched, highest = repository.windows_with_new_results(session, seconds, mark.previous_id)
@@ -74,24 +108,33 @@ def plan(session: Session, now: datetime) -> list[WindowJob]:
     with_new = {WindowJob(tid, from_index(idx, seconds[tid])) for tid, idx in touched}
 
     candidates = set(with_new)
-    for tid, (task, rt) in tasks.items():
-        ws = rt.config.window_seconds
-        keep = (
-            max(
-                rt.config.alerts.silence_windows, math.ceil(rt.config.allowed_lateness_seconds / ws)
-            )
-            + 1
-        )
-        candidates.update(
-            WindowJob(tid, start)
-            for start in recent_starts(now, ws, keep, not_before=task.created_at)
-        )
+    for task, rt in tasks.values():
+        try:
+            candidates.update(_recent_jobs(task, rt, now))
+        except Exception as exc:  # one task must not stop the others; the next pass retries it
+            log.exception("task %s: planning failed; skipped in this pass", task.name)
+            failed.append(TaskFailure(task.name, "plan", f"{type(exc).__name__}: {exc}"))
     open_rows = session.execute(
         select(Window.task_id, Window.window_start).where(Window.closed_at.is_(None))
     )
     candidates.update(WindowJob(tid, start) for tid, start in open_rows if tid in tasks)
     closed = _closed(session, candidates)
-    return sorted(job for job in candidates if job not in closed or job in with_new)
+    jobs = sorted(job for job in candidates if job not in closed or job in with_new)
+    return Plan(jobs, failed)
+
+
+def _recent_jobs(task: Task, rt: TaskRuntime, now: datetime) -> list[WindowJob]:
+    """The task's windows a pass always looks at: those that may still be open, and enough
+    recent ones for the silence alert."""
+    ws = rt.config.window_seconds
+    keep = (
+        max(rt.config.alerts.silence_windows, math.ceil(rt.config.allowed_lateness_seconds / ws))
+        + 1
+    )
+    return [
+        WindowJob(task.id, start)
+        for start in recent_starts(now, ws, keep, not_before=task.created_at)
+    ]
 
 
 def _closed(session: Session, jobs: set[WindowJob]) -> set[WindowJob]:
@@ -114,7 +157,10 @@ def compute_window(
     session: Session, *, task_id: int, window_start: datetime, now: datetime
 ) -> Computed:
     """Compute (or, once closed, count late results of) one window. Idempotent."""
-    task, rt = runtimes(session)[task_id]
+    found = runtimes(session).get(task_id)
+    if found is None:
+        raise LookupError(f"task {task_id}: no such task, or its stored config does not parse")
+    task, rt = found
     config = rt.config
     end = window_start + timedelta(seconds=config.window_seconds)
     window = repository.lock_window(

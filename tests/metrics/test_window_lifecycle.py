@@ -168,16 +168,16 @@ def test_plan_lists_open_recent_and_touched_windows_and_skips_closed_quiet_ones(
     now = T0 + timedelta(seconds=3 * WINDOW + LATENESS)
     with session_scope(metrics_api.engine) as session:
         task_id = session.scalar(select(Task.id).where(Task.name == "metrics_task"))
-        jobs = plan(session, now)
+        jobs = plan(session, now).jobs
     # The task was created just now (real clock), so only the window with results is due.
     assert [(j.task_id, j.window_start) for j in jobs] == [(task_id, T0)]
     run_pass(metrics_api.engine, now)
     with session_scope(metrics_api.engine) as session:
-        assert plan(session, now + timedelta(seconds=1)) == []
+        assert plan(session, now + timedelta(seconds=1)).jobs == []
     # A late result brings the closed window back, for its n_late only.
     post_all(metrics_api, [_result(99, 30)])
     with session_scope(metrics_api.engine) as session:
-        assert [(j.task_id, j.window_start) for j in plan(session, now)] == [(task_id, T0)]
+        assert [(j.task_id, j.window_start) for j in plan(session, now).jobs] == [(task_id, T0)]
 
 
 @pytest.mark.integration
