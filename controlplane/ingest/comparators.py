@@ -2,18 +2,23 @@
 
 Each comparator returns `agree`, `conflict` or `invalid` (the edge output breaks the
 task's schema, treated like `valid: false`), a diff naming what differed, and its version.
-An output string longer than `max_chars` is not read at all: the outcome is None (stored
-and counted, not compared) and the diff is `{"too_long": {"edge": n, "cloud": n,
-"max_chars": max_chars}}` (n is a side's length in characters, None when not a string).
 The cloud output is the reference: when the reference itself breaks the schema the pair
 cannot be called agreeing, so it is a `conflict` (evidence never leans towards the edge).
 The registry maps a config's `kind` to its comparator; the text-comparison step adds
 `text_conservation` to it.
+
+What is read is bounded. An output string longer than `max_chars` is not read at all: the
+outcome is None (stored and counted, not compared) and the diff is `{"too_long": {"edge":
+n, "cloud": n, "max_chars": max_chars}}` (n: that side's length in characters, None when
+it is not a string). JSON nested deeper than MAX_DEPTH levels (an exact or json_fields
+output, or the JSON text json_fields parses) is not walked: the edge's is `invalid`, the
+cloud's a `conflict`, and the diff says so.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +30,10 @@ from controlplane.ingest.redaction import MAX_CHARS as MAX_CHARS
 from controlplane.jsonutil import dumps, loads
 
 Outcome = Literal["agree", "conflict", "invalid"]
+# Bodies are at most 64 deep (controlplane.http); deeper JSON text inside an output would
+# otherwise reach the parser's and canonical()'s recursion.
+MAX_DEPTH = 64
+_TOO_DEEP = f"JSON nested deeper than {MAX_DEPTH} levels"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,18 +129,55 @@ def compare_label(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
 # --- exact -------------------------------------------------------------------------
 
 
-def canonical(value: Any) -> Any:
-    """JSON value with integral floats as ints, so 1 and 1.0 compare equal."""
+def canonical(value: Any, _depth: int = 0) -> Any:
+    """JSON value with integral floats as ints, so 1 and 1.0 compare equal; ValueError
+    when it is nested deeper than MAX_DEPTH levels."""
     if isinstance(value, bool) or value is None or isinstance(value, str | int):
         return value
     if isinstance(value, float):
         # Integral floats below 2**53 are exact integers: 1.0 is 1. Larger ones stay floats.
         return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, dict | list | tuple) and _depth >= MAX_DEPTH:
+        raise ValueError(_TOO_DEEP)
     if isinstance(value, dict):
-        return {str(k): canonical(v) for k, v in value.items()}
+        return {str(k): canonical(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [canonical(v) for v in value]
+        return [canonical(v, _depth + 1) for v in value]
     return value
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a JSON value nests more than `limit` arrays and objects (read without
+    recursion, so any depth is safe)."""
+    stack = [(value, 0)] if isinstance(value, dict | list | tuple) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth >= limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
+
+
+# A JSON text's strings and brackets: a string runs to its closing quote or to the end (so
+# an unclosed one is read once, not once from each quote inside it).
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]|[\]}]')
+
+
+def text_too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether a JSON text nests more than `limit` arrays and objects, outside strings."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        mark = token.group()[0]
+        if mark in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif mark in "]}":
+            depth -= 1
+    return False
 
 
 def canonical_json(value: Any) -> bytes:
@@ -139,6 +185,7 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _differing_paths(a: Any, b: Any, path: str, out: list[str], limit: int = 20) -> None:
+    # Recursion is bounded: a and b came out of canonical(), at most MAX_DEPTH deep.
     if len(out) >= limit:
         return
     if isinstance(a, dict) and isinstance(b, dict):
@@ -157,7 +204,14 @@ def _differing_paths(a: Any, b: Any, path: str, out: list[str], limit: int = 20)
 
 @register("exact", version=1)
 def compare_exact(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
-    e, c = canonical(edge), canonical(cloud)
+    try:
+        e = canonical(edge)
+    except ValueError as error:
+        return Comparison("invalid", {"edge": str(error)}, 1)
+    try:
+        c = canonical(cloud)
+    except ValueError as error:
+        return Comparison("conflict", {"cloud": str(error)}, 1)
     if canonical_json(e) == canonical_json(c):
         return Comparison("agree", None, 1)
     paths: list[str] = []
@@ -192,14 +246,22 @@ def _is_type(value: Any, type_name: str) -> bool:
     raise ValueError(f"unknown field type {type_name!r}")
 
 
-def _as_object(value: Any) -> dict[str, Any] | None:
-    """LLM outputs often arrive as JSON text: accept an object or a string holding one."""
+def _as_object(value: Any) -> tuple[dict[str, Any] | None, str]:
+    """LLM outputs often arrive as JSON text: accept an object or a string holding one.
+    Returns the object, or None and what is wrong."""
+    obj = value
     if isinstance(value, str):
+        if text_too_deep(value):
+            return None, _TOO_DEEP  # json.loads would recurse once per level
         try:
-            value = loads(value)
+            obj = loads(value)
         except ValueError:
-            return None
-    return value if isinstance(value, dict) else None
+            obj = None
+    if not isinstance(obj, dict):
+        return None, f"not a JSON object: {short_repr(value)}"
+    if too_deep(obj):
+        return None, _TOO_DEEP
+    return obj, ""
 
 
 def _schema_problems(
@@ -223,13 +285,13 @@ def _field_equal(a: Any, b: Any) -> bool:
 def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     fields: Mapping[str, str] = spec["fields"]
     required: list[str] = list(spec.get("required") or [])
-    e, c = _as_object(edge), _as_object(cloud)
+    (e, e_problem), (c, c_problem) = _as_object(edge), _as_object(cloud)
     if e is None:
-        return Comparison("invalid", {"edge": [f"not a JSON object: {short_repr(edge)}"]}, 1)
+        return Comparison("invalid", {"edge": [e_problem]}, 1)
     if problems := _schema_problems(e, fields, required):
         return Comparison("invalid", {"edge": problems}, 1)
     if c is None:
-        return Comparison("conflict", {"cloud": [f"not a JSON object: {short_repr(cloud)}"]}, 1)
+        return Comparison("conflict", {"cloud": [c_problem]}, 1)
     if problems := _schema_problems(c, fields, required):
         return Comparison("conflict", {"cloud": problems}, 1)
     differing = {

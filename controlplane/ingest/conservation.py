@@ -23,7 +23,8 @@ Choices, where the language leaves room:
   a number only before a measure word (三个, 五元), after 第, or in a range (三到五天), so
   一起 or 一样 are not numbers. A number with a unit or ordinal ending (3pm, 5th, 10kg) is
   a number, not an ID.
-  Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers.
+  Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers. A
+  number spelt with more than 4,300 digits is not read.
 - Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
   words (a single capitalised word opening a sentence is not a name, and an opening word
   such as Hi, Dear or The is dropped from the run: "Hi John" names John; Dec and Tue are
@@ -36,11 +37,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
-from controlplane.ingest.redaction import PHONE, phone_key, token_around, trim_token
+from controlplane.ingest.redaction import (
+    EMAIL,
+    PHONE,
+    find_spans,
+    phone_key,
+    token_around,
+    trim_token,
+)
 
 # --- sentences ------------------------------------------------------------------------
 
@@ -150,18 +159,18 @@ def negation_counts(words: Counter[str]) -> Counter[str]:
 
 # --- named spans ----------------------------------------------------------------------
 
-_EMAIL = r"(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
+# Emails are found from each "@" outwards (redaction.find_spans), in linear time.
 _URL = r"(?P<url>(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)])"
 _PHONE = rf"(?P<phone>{PHONE})"
 _DIGITS = re.compile(r"[0-9]+")
 
 
 @lru_cache(maxsize=16)
-def _special(email: bool, url: bool, digits: bool) -> re.Pattern[str]:
-    """Emails, URLs and phones in one pattern holding only the parts a text can contain (no
-    "@": no email branch), so most texts skip most of the work."""
-    parts = ([_EMAIL] if email else []) + ([_URL] if url else []) + ([_PHONE] if digits else [])
-    return re.compile("|".join(parts))
+def _special(url: bool, digits: bool) -> re.Pattern[str] | None:
+    """URLs and phones in one pattern holding only the parts a text can contain, so most
+    texts skip most of the work."""
+    parts = ([_URL] if url else []) + ([_PHONE] if digits else [])
+    return re.compile("|".join(parts)) if parts else None
 
 
 # A number with a unit or an ordinal ending is a number, not an ID: 3pm, 5th, 10kg, 2x.
@@ -182,9 +191,11 @@ def _id_like(text: str, named: set[str]) -> str:
         start, end = match.span()
         if start < scanned:
             continue
-        start, end = token_around(text, start, end)
-        scanned = end
-        start, end = trim_token(text, start, end)
+        left, right = token_around(text, start, end)
+        scanned = right
+        if left == start and right == end:
+            continue  # digits alone: a number, not an ID
+        start, end = trim_token(text, left, right)
         token = text[start:end]
         if not all(c.isdigit() or c in "_-" for c in token) and not _NUMBER_WITH_UNIT.match(token):
             named.add(token)
@@ -196,10 +207,14 @@ def _id_like(text: str, named: set[str]) -> str:
     return "".join(pieces)
 
 
-_QUOTED = re.compile(
-    r"“[^”]{1,200}”|「[^」]{1,200}」|『[^』]{1,200}』|《[^》]{1,200}》|\"[^\"]{1,200}\"|'[^']{1,200}'"
-)
-_QUOTE_OPENERS = ("“", "「", "『", "《", '"', "'")
+# A quoted span holds 1 to 200 characters up to the first closing mark: what
+# “[^”]{1,200}”|「[^」]{1,200}」|『[^』]{1,200}』|《[^》]{1,200}》|"[^"]{1,200}"|'[^']{1,200}'
+# finds, read in linear time by _quoted (that regex reads up to 200 characters ahead of
+# every opening mark, so a run of unclosed “ costs 200 steps a character).
+_QUOTE_CLOSERS = {"“": "”", "「": "」", "『": "』", "《": "》", '"': '"', "'": "'"}
+_QUOTE_OPENERS = tuple(_QUOTE_CLOSERS)
+_QUOTE_OPENER = re.compile("[“「『《\"']")
+_QUOTE_MAX = 200
 # A capitalised word ("Acme", "U.S", "O'Neil"), and runs of them ("Bank of America"); a
 # run never crosses a full stop, so "Monday. It" is two pieces.
 _CAPITALISED_WORD = r"[A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*"
@@ -246,21 +261,24 @@ def spans(text: str) -> Spans:
     digits = _DIGITS.search(text) is not None
     rest = text
     if email or url or digits:
-
-        def take(match: re.Match[str]) -> str:
-            kind, value = match.lastgroup, match.group()
+        pieces: list[str] = []
+        copied = 0
+        for kind, start, end in find_spans(text, _special(url, digits), email):
+            value = text[start:end]
             named.add(
-                value.lower() if kind == "email" else _phone(value) if kind == "phone" else value
+                value.lower() if kind == EMAIL else _phone(value) if kind == "phone" else value
             )
-            return " "
-
-        rest = _special(email, url, digits).sub(take, text)
+            pieces += [text[copied:start], " "]
+            copied = end
+        if pieces:
+            pieces.append(text[copied:])
+            rest = "".join(pieces)
         if digits:
             rest = _id_like(rest, named)
     if any(q in text for q in _QUOTE_OPENERS):
-        for match in _QUOTED.finditer(text):
-            quoted = match.group()
-            if quoted[0] == "'" and not _apostrophes_are_quotes(text, *match.span()):
+        for start, end in _quoted(text):
+            quoted = text[start:end]
+            if quoted[0] == "'" and not _apostrophes_are_quotes(text, start, end):
                 continue
             named.add(" ".join(quoted.split()))
     for match in _CAPITALISED_RUN.finditer(rest):
@@ -282,6 +300,27 @@ def spans(text: str) -> Spans:
     return Spans(frozenset(named), rest)
 
 
+def _quoted(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each quoted span, left to right, as the regex above would find them.
+
+    The first closing mark after each opening one is found once per kind and kept while
+    it still lies ahead, so every character is looked at O(1) times."""
+    closing: dict[str, int] = {}  # per kind, the first closing mark found past some opener
+    pos = 0
+    while opener := _QUOTE_OPENER.search(text, pos):
+        start = opener.start()
+        mark = opener.group()
+        close = closing.get(mark, -1)
+        if close <= start:
+            close = text.find(_QUOTE_CLOSERS[mark], start + 1)
+            closing[mark] = close = len(text) if close == -1 else close
+        if start + 1 < close <= start + 1 + _QUOTE_MAX and close < len(text):
+            yield start, close + 1
+            pos = close + 1
+        else:
+            pos = start + 1
+
+
 def _apostrophes_are_quotes(text: str, start: int, end: int) -> bool:
     """'…' is a quote only when its marks are not apostrophes inside words (don't, users')."""
     before = text[start - 1] if start else " "
@@ -298,6 +337,9 @@ def _opens_sentence(text: str, start: int) -> bool:
 
 # --- numbers --------------------------------------------------------------------------
 
+# Longer digit strings are no number anyone writes: Python reads no longer integer
+# (ValueError), and a much longer Decimal overflows.
+MAX_DIGITS = 4300
 _FULLWIDTH = str.maketrans("０１２３４５６７８９．，％", "0123456789.,%")
 _ZH_DIGITS = {
     "〇": 0,
@@ -315,6 +357,7 @@ _ZH_DIGITS = {
 }
 _ZH_UNITS = {"十": 10, "百": 100, "千": 1000}
 _ZH_BIG = {"万": 10_000, "亿": 100_000_000}
+_ZH_BIG_ZEROS = {None: "", "万": "0000", "亿": "00000000"}
 _ZH_DIGIT_CHARS = "〇零一二两三四五六七八九"
 _ZH_NUMERAL = _ZH_DIGIT_CHARS + "十百千万亿"
 _MEASURE_WORDS = (
@@ -356,8 +399,16 @@ def numbers(text: str) -> Counter[str]:
         value: Decimal | None
         groups = match.groupdict()
         percent = bool(groups.get("pct") or groups.get("pct2"))
-        if groups["arabic"] is not None:
-            value = _decimal(groups["arabic"].replace(",", ""))
+        arabic = groups["arabic"]
+        if arabic is not None:
+            if len(arabic) <= 28 and arabic.isascii() and arabic.isdigit():
+                # A plain integer (the most common number, and the one a text can repeat
+                # every other character) is spelt without Decimal: what _spell would give.
+                digits = arabic.lstrip("0")
+                spelt = digits + _ZH_BIG_ZEROS[groups["big"]] if digits else "0"
+                counts[spelt + ("%" if percent else "")] += 1
+                continue
+            value = _decimal(arabic.replace(",", ""))
             if value is not None and groups["big"]:
                 value *= _ZH_BIG[groups["big"]]
         elif groups.get("ar_pct") is not None:
@@ -409,6 +460,7 @@ def length(text: str) -> int:
     return units
 
 
+@lru_cache(maxsize=1024)
 def chinese_number(text: str) -> Decimal | None:
     """三百 → 300, 两千五 → 2500, 一万二 → 12000, 一千零五 → 1005, 一点五 → 1.5, 二〇二六 → 2026."""
     whole, _, fraction = text.partition("点")
@@ -427,6 +479,8 @@ def _chinese_integer(text: str) -> int | None:
     if not text:
         return 0
     if all(c in _ZH_DIGITS for c in text):  # 二〇二六: digit by digit
+        if len(text) > MAX_DIGITS:
+            return None
         return int("".join(str(_ZH_DIGITS[c]) for c in text))
     total = 0
     for big_char in ("亿", "万"):
@@ -469,6 +523,8 @@ def _section(text: str) -> int | None:
 
 
 def _decimal(text: str) -> Decimal | None:
+    if len(text) > MAX_DIGITS:
+        return None
     try:
         return Decimal(text)
     except InvalidOperation:

@@ -14,11 +14,22 @@ text; only masked text reaches the database.
 A string longer than `max_chars` (default MAX_CHARS) is masked on its first `max_chars`
 characters (less the end of a token cut in two, so no half of a secret is kept) and the
 rest is dropped, marked by `…<TRUNCATED_n>` where n is the number of characters dropped.
+
+Object keys are masked like values (`{"ann@example.com": 1}` → `{"<EMAIL_1>": 1}`). Two
+keys of one object that mask alike (ann@… and ANN@…) both stay: the later one gets a
+suffix, `<EMAIL_1>~2`, so no value is lost. JSON nested deeper than MAX_DEPTH raises a
+ValueError naming the depth.
+
+Every reader here runs in time linear in its text, whatever the text: emails are found
+from each "@" outwards (a regex starting at every letter would rescan the run before an
+"@" from each of its letters), and ID-like tokens from each digit run outwards with every
+scan resuming where the last one stopped.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -27,6 +38,9 @@ TYPES = ("EMAIL", "IP", "IDCARD", "CARD", "PHONE", "ID", "NUM")
 # `compare_max_chars` overrides it per call.
 MAX_CHARS = 32_000
 TRUNCATED = "TRUNCATED"
+# Deeper JSON is refused (ValueError) rather than walked: bodies are at most 64 deep
+# (controlplane.http), and a diff nests a compared value a few levels further.
+MAX_DEPTH = 128
 
 _DIGIT = "[0-9０-９]"
 PHONE = (
@@ -38,7 +52,6 @@ PHONE = (
     r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
 )
 _KEEP = rf"(?P<KEEP><(?:{'|'.join(TYPES)}|{TRUNCATED})_\d+>)"
-_EMAIL = r"(?P<EMAIL>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
 _IPV4 = r"(?P<IP>\d(?<![\d.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\d.]))"
 _IPV6 = (
     r"(?P<IP6>[0-9A-Fa-f](?<![:\w][0-9A-Fa-f])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{1,4}){3,7}(?![:\w]))"
@@ -56,11 +69,96 @@ _TOKEN_LETTERS = _LETTERS | {"_", "-"}
 
 
 @lru_cache(maxsize=8)
-def _pattern(email: bool, ipv4: bool, ipv6: bool) -> re.Pattern[str]:
-    """The first pass, holding only the branches a text can need (no "@": no email branch)."""
-    parts = [_KEEP] + ([_EMAIL] if email else []) + ([_IPV4] if ipv4 else [])
-    parts += ([_IPV6] if ipv6 else []) + [_IDCARD, _CARD, _PHONE]
+def _pattern(ipv4: bool, ipv6: bool) -> re.Pattern[str]:
+    """The first pass but emails, holding only the branches a text can need."""
+    parts = [_KEEP] + ([_IPV4] if ipv4 else []) + ([_IPV6] if ipv6 else [])
+    parts += [_IDCARD, _CARD, _PHONE]
     return re.compile("|".join(parts))
+
+
+# --- emails, from each "@" outwards ----------------------------------------------------
+
+EMAIL = "EMAIL"
+# An email is what `[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}`
+# matches. Its local part runs back from the "@" over _LOCAL characters (read on the
+# reversed text); its domain is the run of labels after the "@", up to the last label
+# that starts with two letters (the top-level domain), those letters included.
+_LOCAL_RUN = re.compile(r"[A-Za-z0-9._%+-]*")
+_DOMAIN_RUN = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_DOMAIN_END = re.compile(r".*\.[A-Za-z]{2,}")  # backs off from the run's end: linear
+
+
+class _Emails:
+    """The emails of one text, met by a scan that resumes at increasing positions."""
+
+    __slots__ = ("_text", "_reversed", "_at", "_end", "_local")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._reversed: str | None = None
+        self._at = text.find("@")  # the "@" under consideration, -1 when none is left
+        self._end = -2  # the end of its email: -2 not read yet, -1 none
+        self._local = 0  # the start of its local part's run
+
+    def next(self, pos: int) -> tuple[int, int] | None:
+        """(start, end) of the first email a left-to-right regex scan resuming at `pos`
+        would match, or None. Each "@" is read once, whatever `pos` does."""
+        text = self._text
+        while self._at != -1:
+            at = self._at
+            if at > pos:
+                if self._end == -2:
+                    self._end = self._domain_end(at)
+                    if self._end != -1:
+                        self._local = self._local_start(at)
+                # The scan may resume inside the local part (after a phone): it starts there.
+                start = max(self._local, pos)
+                if self._end != -1 and start < at:
+                    return start, self._end
+            self._at, self._end = text.find("@", at + 1), -2
+        return None
+
+    def _domain_end(self, at: int) -> int:
+        run = _DOMAIN_RUN.match(self._text, at + 1)
+        if run is None:
+            return -1
+        end = _DOMAIN_END.match(self._text, at + 1, run.end())
+        return -1 if end is None else end.end()
+
+    def _local_start(self, at: int) -> int:
+        if self._reversed is None:
+            self._reversed = self._text[::-1]
+        back = len(self._text) - at  # where text[at - 1] sits in the reversed text
+        run = _LOCAL_RUN.match(self._reversed, back)
+        assert run is not None  # `*` always matches
+        return at - (run.end() - back)
+
+
+def find_spans(
+    text: str, pattern: re.Pattern[str] | None, emails: bool
+) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) of what `(?P<EMAIL>…)|pattern` would find left to right, in
+    linear time: the leftmost match wins, an email where both start at one place. `kind`
+    is the name of the pattern's group that matched, or EMAIL.
+
+    `pattern` must not match an empty string. Its matches are searched again only when an
+    email took the place of the one found, so no stretch of text is searched twice."""
+    finder = _Emails(text) if emails else None
+    other = pattern.search(text) if pattern is not None else None
+    pos = 0
+    while True:
+        if other is not None and other.start() < pos:
+            assert pattern is not None
+            other = pattern.search(text, pos)
+        email = finder.next(pos) if finder is not None else None
+        if email is not None and (other is None or email[0] <= other.start()):
+            yield EMAIL, email[0], email[1]
+            pos = email[1]
+        elif other is not None:
+            yield other.lastgroup or "", other.start(), other.end()
+            pos = other.end()
+        else:
+            return
 
 
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
@@ -73,6 +171,38 @@ def token_around(text: str, start: int, end: int) -> tuple[int, int]:
     while end < len(text) and text[end] in _TOKEN_CHARS:
         end += 1
     return start, end
+
+
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_-]*")
+
+
+class _TokenBounds:
+    """token_around for digit runs taken left to right, each character read O(1) times.
+
+    After a run [s, e) with token [left, right): the next run [s2, e2) (s2 > e) reads back
+    from s2 no further than s (all token characters back to s: its token starts at
+    `left`), and when e2 <= right its token ends at `right` without reading."""
+
+    __slots__ = ("_text", "_start", "_left", "_right")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._start = self._left = self._right = -1
+
+    def __call__(self, start: int, end: int) -> tuple[int, int]:
+        text = self._text
+        floor = max(self._start, 0)
+        left = start
+        while left > floor and text[left - 1] in _TOKEN_CHARS:
+            left -= 1
+        if left == floor and self._start >= 0:
+            left = self._left
+        if end > self._right:
+            run = _TOKEN_RUN.match(text, end)
+            assert run is not None  # `*` always matches
+            self._right = run.end()
+        self._start, self._left = start, left
+        return left, self._right
 
 
 def trim_token(text: str, start: int, end: int) -> tuple[int, int]:
@@ -124,65 +254,93 @@ class Masker:
         digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
         if not _DIGIT_RUN.search(text) and "@" not in text:
             return text
-        first = _pattern("@" in text, "." in text, text.count(":") >= 3)
-        return self._tokens(first.sub(self._replace, text))
+        first = _pattern("." in text, text.count(":") >= 3)
+        pieces: list[str] = []
+        copied = 0  # text before this is in `pieces`
+        for kind, start, end in find_spans(text, first, "@" in text):
+            replacement = self._replace(kind, text, start, end)
+            if replacement is not None:
+                pieces += [text[copied:start], replacement]
+                copied = end
+        if pieces:
+            pieces.append(text[copied:])
+            text = "".join(pieces)
+        return self._tokens(text)
 
     def _tokens(self, text: str) -> str:
         pieces: list[str] = []
         copied = 0  # text before this is in `pieces`
         scanned = 0  # digit runs before this belong to a token already handled
+        around = _TokenBounds(text)
+        plain = (-1, -1)  # the last token judged neither a placeholder nor an ID
         for match in _DIGIT_RUN.finditer(text):
             start, end = match.span()
             if start < scanned:
                 continue
-            left, right = token_around(text, start, end)
-            if left > 0 and text[left - 1] == "<" and right < len(text) and text[right] == ">":
-                scanned = right
-                continue  # a placeholder: <NUM_2>
-            left, right = trim_token(text, left, right)
-            token = text[left:right]
-            if (
-                len(token) >= 4
-                and any(c in _LETTERS for c in token)
-                and sum(c.isdigit() for c in token) >= 2
-            ):
-                kind, key, span = "ID", token, (left, right)
-                scanned = right
-            elif end - start >= 6:
-                kind, key, span = "NUM", match.group().translate(_FULLWIDTH_DIGITS), (start, end)
-            else:
-                continue
-            pieces += [text[copied : span[0]], self._placeholder(kind, key)]
-            copied = span[1]
+            token = around(start, end)
+            # Every digit run of one token ("1_1_1…") finds the same token: it is judged
+            # once, as reading it again for each run would be quadratic.
+            if token != plain:
+                left, right = token
+                if left > 0 and text[left - 1] == "<" and right < len(text) and text[right] == ">":
+                    scanned = right
+                    continue  # a placeholder: <NUM_2>
+                left, right = trim_token(text, left, right)
+                value = text[left:right]
+                if (
+                    len(value) >= 4
+                    and any(c in _LETTERS for c in value)
+                    and sum(c.isdigit() for c in value) >= 2
+                ):
+                    pieces += [text[copied:left], self._placeholder("ID", value)]
+                    copied, scanned = right, token[1]
+                    continue
+                plain = token
+            if end - start >= 6:
+                key = match.group().translate(_FULLWIDTH_DIGITS)
+                pieces += [text[copied:start], self._placeholder("NUM", key)]
+                copied = end
         if not pieces:
             return text
         pieces.append(text[copied:])
         return "".join(pieces)
 
-    def json(self, value: Any, max_chars: int = MAX_CHARS) -> Any:
-        """Every string inside a JSON value, masked (object keys are names, not data)."""
+    def json(self, value: Any, max_chars: int = MAX_CHARS, *, _depth: int = 0) -> Any:
+        """Every string inside a JSON value masked, object keys included (module doc)."""
         if isinstance(value, str):
             return self.text(value, max_chars)
-        if isinstance(value, dict):
-            return {k: self.json(v, max_chars) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.json(v, max_chars) for v in value]
-        return value
-
-    def _replace(self, match: re.Match[str]) -> str:
-        kind = match.lastgroup
-        value = match.group()
-        if kind == "KEEP" or kind is None:
+        if not isinstance(value, dict | list):
             return value
-        start, end = match.span()
-        source = match.string
-        if kind != "EMAIL" and (
+        if _depth >= MAX_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, list):
+            return [self.json(v, max_chars, _depth=_depth + 1) for v in value]
+        out: dict[Any, Any] = {}
+        suffixes: dict[str, int] = {}  # per masked key, the next suffix to try
+        for k, v in value.items():
+            key = self.text(k, max_chars) if isinstance(k, str) else k
+            if key in out:
+                # Two keys masked alike (ann@… and ANN@…): keep both values.
+                n = suffixes.get(key, 2)
+                while f"{key}~{n}" in out:
+                    n += 1
+                suffixes[key] = n + 1
+                key = f"{key}~{n}"
+            out[key] = self.json(v, max_chars, _depth=_depth + 1)
+        return out
+
+    def _replace(self, kind: str, source: str, start: int, end: int) -> str | None:
+        """The placeholder of a first-pass match, or None to leave it as it is."""
+        if kind == "KEEP" or not kind:
+            return None
+        value = source[start:end]
+        if kind != EMAIL and (
             (start and source[start - 1] in _TOKEN_LETTERS)
             or (end < len(source) and source[end] in _TOKEN_LETTERS)
         ):
-            return value  # digits inside a token such as SO-13800138000: the ID pass takes it
+            return None  # digits inside a token such as SO-13800138000: the ID pass takes it
         if kind == "IP" and any(int(octet) > 255 for octet in value.split(".")):
-            return value
+            return None
         if kind == "IP6":
             kind = "IP"
         if kind in ("PHONE", "CARD", "IDCARD"):
@@ -191,7 +349,7 @@ class Masker:
                 kind = "NUM"  # a plain digit run that fails the card checksum
             elif kind == "PHONE":
                 key = phone_key(key)
-        elif kind == "EMAIL":
+        elif kind == EMAIL:
             key = value.lower()
         else:
             key = value
