@@ -8,8 +8,9 @@ so the same value gets the same placeholder in its input, both outputs, the diff
 error messages: a reviewer still sees that two outputs name the same thing. Values are
 matched in a normal form (digits only for phones and cards, lower case for emails).
 
-Masking is idempotent: placeholders are left as they are. Comparison runs on the original
-text; only masked text reaches the database.
+Masking is idempotent: placeholders are left as they are (only the placeholder shapes,
+`<EMAIL_1>`, `<TRUNCATED_9>`: digits inside other `<…>` are masked). Comparison runs on
+the original text; only masked text reaches the database.
 
 A string longer than `max_chars` (default MAX_CHARS) is masked on its first `max_chars`
 characters (less the end of a token cut in two, so no half of a secret is kept) and the
@@ -51,7 +52,11 @@ PHONE = (
     r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ -]?\d{7,8}(?!\d)"  # Chinese landline
     r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
 )
-_KEEP = rf"(?P<KEEP><(?:{'|'.join(TYPES)}|{TRUNCATED})_\d+>)"
+# A placeholder: a number of at most 6 digits (one type of one result never needs more),
+# so "<ID_13800138000>" or "<SO-13800138000>" is no placeholder and its digits are masked.
+_PLACEHOLDER = rf"<(?:{'|'.join(TYPES)})_[0-9]{{1,6}}>|<{TRUNCATED}_[0-9]{{1,9}}>"
+_IS_PLACEHOLDER = re.compile(_PLACEHOLDER)
+_KEEP = rf"(?P<KEEP>{_PLACEHOLDER})"
 _IPV4 = r"(?P<IP>\d(?<![\d.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\d.]))"
 _IPV6 = (
     r"(?P<IP6>[0-9A-Fa-f](?<![:\w][0-9A-Fa-f])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{1,4}){3,7}(?![:\w]))"
@@ -282,7 +287,7 @@ class Masker:
             # once, as reading it again for each run would be quadratic.
             if token != plain:
                 left, right = token
-                if left > 0 and text[left - 1] == "<" and right < len(text) and text[right] == ">":
+                if left > 0 and _IS_PLACEHOLDER.fullmatch(text, left - 1, right + 1):
                     scanned = right
                     continue  # a placeholder: <NUM_2>
                 left, right = trim_token(text, left, right)
