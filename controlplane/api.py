@@ -22,7 +22,14 @@ from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
 from controlplane.catalog.service import RuntimeCache
 from controlplane.db import get_engine, make_sessionmaker
-from controlplane.http import BodyTooLarge, ORJSONResponse, RequestLog, configure_logging, log
+from controlplane.http import (
+    BodyGuard,
+    BodyRefused,
+    ORJSONResponse,
+    RequestLog,
+    configure_logging,
+    log,
+)
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
 from controlplane.metrics.counters import IngestCounters
@@ -61,6 +68,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.counters = IngestCounters(settings.redis_url)
     app.state.notifier = Notifier(settings)
     app.state.schema_heads = head_revisions()
+    # Added first, so it runs inside the log (which then records its 413s and 422s) and
+    # before routing, body parsing and authentication.
+    app.add_middleware(
+        BodyGuard,
+        max_bytes=settings.max_body_bytes,
+        # Ingest reads its own body item by item; it is the hot path, not scanned twice.
+        unchecked_paths=(results_router.prefix,),
+    )
     app.add_middleware(RequestLog)
     app.include_router(tasks_router)
     app.include_router(results_router)
@@ -75,14 +90,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
-    @app.exception_handler(BodyTooLarge)
-    async def too_large(_: Request, exc: BodyTooLarge) -> ORJSONResponse:
+    @app.exception_handler(BodyRefused)
+    async def refused(_: Request, exc: BodyRefused) -> ORJSONResponse:
+        detail = exc.detail if exc.status == 413 else [exc.detail]
+        return ORJSONResponse({"detail": detail}, status_code=exc.status)
+
+    @app.exception_handler(RecursionError)
+    async def too_deep(request: Request, exc: RecursionError) -> ORJSONResponse:
+        # BodyGuard stops deep JSON before any parser; this catches what it does not read
+        # (YAML configs, the ingest body), so depth never turns into a 500.
+        log.warning(
+            '{"event": "recursion_error", "method": "%s", "path": "%s"}',
+            request.method,
+            request.url.path,
+        )
         return ORJSONResponse(
-            {
-                "detail": f"body: larger than the {exc.limit}-byte limit "
-                "(SHADOWPLANE_MAX_BODY_BYTES); split the batch"
-            },
-            status_code=413,
+            {"detail": ["body: nested too deeply to read"]},
+            status_code=422,
         )
 
     @app.exception_handler(OperationalError)
@@ -105,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> ORJSONResponse:
-        errors = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        errors = [_validation_error(e) for e in exc.errors()]
         return ORJSONResponse({"detail": errors}, status_code=422)
 
     @app.get("/healthz", tags=["health"])
@@ -124,6 +148,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     return app
+
+
+def _validation_error(error: Any) -> str:
+    if error.get("type") == "json_invalid":
+        position = error["loc"][-1]
+        return f"body: not valid JSON ({error.get('ctx', {}).get('error')} at character {position})"
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -1,10 +1,14 @@
-"""HTTP plumbing shared by every router: the JSON response class, the body limit, the
-one-line JSON request log, and mapping storage outages to 503."""
+"""HTTP plumbing shared by every router: the JSON response class, the body guard (size
+limit before authentication, and bodies too deep or unreadable to parse), the one-line JSON
+request log, and mapping storage outages to 503."""
 
 from __future__ import annotations
 
+import codecs
 import logging
+import re
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +21,10 @@ from controlplane.jsonutil import dumps
 
 log = logging.getLogger("shadowplane.http")
 
+# Deeper than any config, label or action body needs, and far below the depth at which
+# Python's parsers, pydantic or json.dumps raise RecursionError (about 1000).
+MAX_BODY_DEPTH = 64
+
 
 class ORJSONResponse(JSONResponse):
     """JSON via orjson (datetimes as ISO 8601)."""
@@ -25,14 +33,33 @@ class ORJSONResponse(JSONResponse):
         return dumps(content)
 
 
-class BodyTooLarge(Exception):
+class BodyRefused(Exception):
+    """A body the guard stopped reading; `status` and `detail` are the answer."""
+
+    status = 422
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BodyTooLarge(BodyRefused):
+    status = 413
+
     def __init__(self, limit: int) -> None:
-        super().__init__(f"request body is larger than {limit} bytes")
+        super().__init__(too_large_detail(limit))
         self.limit = limit
 
 
+def too_large_detail(limit: int) -> str:
+    return f"body: larger than the {limit}-byte limit (SHADOWPLANE_MAX_BODY_BYTES); split the batch"
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing (413) as soon as it passes `limit` bytes, chunked or not."""
+    """The raw body, refusing (413) as soon as it passes `limit` bytes, chunked or not.
+
+    BodyGuard already holds every route to the same limit; this keeps an endpoint safe when
+    the app is mounted without it."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit)
@@ -44,6 +71,210 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise BodyTooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class BodyGuard:
+    """Pure ASGI middleware in front of routing and authentication.
+
+    Every request body is counted as the app pulls it: a `Content-Length` past `max_bytes`
+    is answered 413 without reading a byte, a chunked body as soon as its running total
+    passes the limit, and the rest is never read (the connection is closed). JSON bodies
+    are also checked chunk by chunk, without buffering, for what would make a parser or
+    the database fail rather than answer: nesting deeper than MAX_BODY_DEPTH, bytes that are
+    not UTF-8, `\\u0000` and unpaired surrogates (422 naming the reason).
+
+    `unchecked_paths` skip that JSON check (never the size limit): the ingest endpoint
+    reads its own body item by item and is the hot path, so it is not scanned twice.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        *,
+        max_depth: int = MAX_BODY_DEPTH,
+        unchecked_paths: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self.unchecked_paths = frozenset(unchecked_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: int | None = None
+        chunked = False
+        content_type = b""
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = int(value) if value.isdigit() else None
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"content-type":
+                content_type = value.lower()
+        if declared is not None and declared > self.max_bytes:
+            await _refuse(send, BodyTooLarge(self.max_bytes), close=True)
+            return
+        finished = not chunked and not declared
+        check_shape = (
+            not finished and scope["path"] not in self.unchecked_paths and _is_json(content_type)
+        )
+        shape: JsonShape | None = None
+        received = 0
+        refused: BodyRefused | None = None
+        started = False
+
+        async def guarded_receive() -> Message:
+            nonlocal received, finished, refused, shape
+            if refused is not None:
+                raise refused
+            message = await receive()
+            if message["type"] != "http.request":
+                return message
+            chunk: bytes = message.get("body", b"")
+            finished = not message.get("more_body", False)
+            received += len(chunk)
+            if received > self.max_bytes:
+                refused = BodyTooLarge(self.max_bytes)
+            elif check_shape:
+                shape = shape or JsonShape(self.max_depth)
+                problem = shape.feed(chunk, final=finished)
+                if problem is not None:
+                    refused = BodyRefused(problem)
+            if refused is not None:
+                raise refused
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused is not None and not started:
+                # The app's own answer to the interrupted read (FastAPI makes a 400 of it)
+                # is dropped: ours goes out once the app returns.
+                return
+            if message["type"] == "http.response.start" and not finished:
+                # Answered before the body was read (401, 403, 404...): close rather than
+                # let the server drain what may be the limit's worth of bytes.
+                message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        except Exception:
+            if refused is None or started:
+                raise
+        if refused is not None and not started:
+            await _refuse(send, refused, close=not finished)
+
+
+_CLOSE = (b"connection", b"close")
+
+
+def _is_json(content_type: bytes) -> bool:
+    # No content type: FastAPI and the endpoints read the body as JSON.
+    if not content_type:
+        return True
+    media = content_type.split(b";", 1)[0].strip()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+async def _refuse(send: Send, refused: BodyRefused, *, close: bool) -> None:
+    detail: str | list[str] = refused.detail if refused.status == 413 else [refused.detail]
+    body = orjson.dumps({"detail": detail})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        # The rest of the body is never read: uvicorn closes the connection after this
+        # answer instead of draining (or waiting for) what the client still sends.
+        headers.append(_CLOSE)
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+_STRUCTURE = re.compile(rb'[\[\]{}"]')
+_STRING_END_OR_ESCAPE = re.compile(rb'["\\]')
+_HEX4 = re.compile(rb"[0-9a-fA-F]{4}")
+# The longest escape to read whole: a surrogate pair, \uD83D\uDE00.
+_LONGEST_ESCAPE = 12
+
+
+class JsonShape:
+    """An incremental check of a JSON body's nesting and strings, fed chunk by chunk.
+
+    It does not parse: it tracks the depth outside strings and reads escapes inside them,
+    in time linear in the body (each step jumps to the next bracket, quote or backslash).
+    Malformed JSON is left to the parser, which rejects it without recursing.
+    """
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.depth = 0
+        self.in_string = False
+        self.offset = 0  # bytes fed so far
+        self._carry = b""  # an escape cut by the chunk boundary
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+
+    def feed(self, chunk: bytes, *, final: bool) -> str | None:
+        """None while the body may be read; else why it cannot (a sentence for a 422)."""
+        try:
+            self._utf8.decode(chunk, final)
+        except UnicodeDecodeError as exc:
+            return f"body: not valid UTF-8 (byte {self.offset + exc.start})"
+        self.offset += len(chunk)
+        data = self._carry + chunk if self._carry else chunk
+        self._carry = b""
+        pos, end = 0, len(data)
+        while pos < end:
+            if not self.in_string:
+                match = _STRUCTURE.search(data, pos)
+                if match is None:
+                    break
+                pos = match.end()
+                char = data[pos - 1]
+                if char == 0x22:  # "
+                    self.in_string = True
+                elif char in b"[{":
+                    self.depth += 1
+                    if self.depth > self.max_depth:
+                        return f"body: nested deeper than {self.max_depth} levels"
+                elif self.depth > 0:
+                    self.depth -= 1
+                continue
+            match = _STRING_END_OR_ESCAPE.search(data, pos)
+            if match is None:
+                break
+            at = match.start()
+            if data[at] == 0x22:
+                self.in_string = False
+                pos = at + 1
+                continue
+            if end - at < _LONGEST_ESCAPE and not final:
+                self._carry = data[at:]
+                break
+            problem, pos = _escape(data, at)
+            if problem is not None:
+                return problem
+        return None
+
+
+def _escape(data: bytes, at: int) -> tuple[str | None, int]:
+    """Read the escape at `data[at]` (a backslash): a problem or None, and where to go on."""
+    if data[at + 1 : at + 2] != b"u" or not _HEX4.fullmatch(data, at + 2, at + 6):
+        return None, at + 2
+    code = int(data[at + 2 : at + 6], 16)
+    if code == 0:
+        return "body: text holds \\u0000, which storage cannot keep", at + 6
+    if 0xD800 <= code <= 0xDBFF:
+        low = data[at + 6 : at + 12]
+        if low[:2] == b"\\u" and _HEX4.fullmatch(low, 2) and 0xDC00 <= int(low[2:], 16) <= 0xDFFF:
+            return None, at + 12
+    if 0xD800 <= code <= 0xDFFF:
+        return f"body: text holds an unpaired surrogate (\\u{code:04x}), which is not text", at + 6
+    return None, at + 6
 
 
 class RequestLog:
