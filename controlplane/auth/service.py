@@ -14,6 +14,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,7 +28,11 @@ from controlplane.models import ApiKey
 from controlplane.models.base import utcnow
 
 KEY_PREFIX = "sp_"
+# Each process remembers at most this many valid keys, and apart from them at most
+# MAX_CACHED_UNKNOWN_KEYS made-up or revoked ones: a flood of junk tokens only ever pushes
+# out other junk, never a key that must keep working through a database outage.
 MAX_CACHED_KEYS = 10_000
+MAX_CACHED_UNKNOWN_KEYS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +105,17 @@ class _Cached:
 
 
 class KeyCache:
-    """Per-process cache of key records, keyed by the key's hash."""
+    """Per-process cache of key records, keyed by the key's hash, least recently used out.
+
+    Valid keys and unknown (or revoked) ones are kept in two separate LRUs, so made-up
+    tokens evict each other and never a valid key.
+    """
 
     def __init__(self, sessions: sessionmaker[Session], ttl_seconds: float = 5.0) -> None:
         self._sessions = sessions
         self._ttl = ttl_seconds
-        self._entries: dict[str, _Cached] = {}
+        self._valid: OrderedDict[str, _Cached] = OrderedDict()
+        self._unknown: OrderedDict[str, _Cached] = OrderedDict()
         self._lock = threading.Lock()
 
     def authenticate(self, key: str) -> Principal | None:
@@ -116,7 +126,7 @@ class KeyCache:
         """
         digest = hash_key(key)
         now = time.monotonic()
-        cached = self._entries.get(digest)
+        cached = self._lookup(digest)
         if cached is not None and now - cached.fetched_at < self._ttl:
             return cached.principal
         try:
@@ -125,12 +135,36 @@ class KeyCache:
             if cached is not None:
                 return cached.principal
             raise
-        with self._lock:
-            if len(self._entries) >= MAX_CACHED_KEYS:
-                # Bounded: a flood of made-up keys must not grow the process without limit.
-                self._entries.clear()
-            self._entries[digest] = _Cached(principal, now)
+        self._store(digest, _Cached(principal, now))
         return principal
+
+    def knows(self, key: str) -> bool:
+        """Whether this process holds `key` as valid (fresh or stale), without any query."""
+        digest = hash_key(key)
+        with self._lock:
+            return digest in self._valid
+
+    def _lookup(self, digest: str) -> _Cached | None:
+        with self._lock:
+            for entries in (self._valid, self._unknown):
+                cached = entries.get(digest)
+                if cached is not None:
+                    entries.move_to_end(digest)
+                    return cached
+        return None
+
+    def _store(self, digest: str, entry: _Cached) -> None:
+        entries, other, limit = (
+            (self._valid, self._unknown, MAX_CACHED_KEYS)
+            if entry.principal is not None
+            else (self._unknown, self._valid, MAX_CACHED_UNKNOWN_KEYS)
+        )
+        with self._lock:
+            other.pop(digest, None)  # a key revoked (or created) since it was cached
+            entries[digest] = entry
+            entries.move_to_end(digest)
+            while len(entries) > limit:
+                entries.popitem(last=False)
 
     def _load(self, digest: str) -> Principal | None:
         with self._sessions() as session:
