@@ -18,6 +18,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from controlplane.alerts.endpoints import router as alerts_router
 from controlplane.audit.endpoints import router as audit_router
+from controlplane.auth.ratelimit import RateLimiter
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
 from controlplane.catalog.service import RuntimeCache
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
+    app.state.limiter = RateLimiter(settings)
     app.state.tasks = RuntimeCache()
     app.state.counters = IngestCounters(settings.redis_url)
     app.state.notifier = Notifier(settings)

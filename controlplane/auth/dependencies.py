@@ -1,4 +1,4 @@
-"""FastAPI dependencies that authenticate a request's key and check its scope."""
+"""FastAPI dependencies that authenticate a request's key, check its scope and its rate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ from collections.abc import Callable
 
 from fastapi import HTTPException, Request
 
+from controlplane.auth.ratelimit import RateLimiter, Refusal
 from controlplane.auth.scopes import grants
 from controlplane.auth.service import KeyCache, Principal
+
+# The bucket of endpoints open to any valid key (/metrics): the read rate.
+ANY_KEY_BUCKET = "read"
 
 
 def _bearer(request: Request) -> str | None:
@@ -17,8 +21,13 @@ def _bearer(request: Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
+def _too_many(refusal: Refusal) -> HTTPException:
+    return HTTPException(429, refusal.detail, headers={"Retry-After": str(refusal.retry_after)})
+
+
 def require(scope: str | None) -> Callable[[Request], Principal]:
-    """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key)."""
+    """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key),
+    429 past the key's rate for the scope or after too many failed keys from the address."""
 
     def dependency(request: Request) -> Principal:
         key = _bearer(request)
@@ -29,8 +38,17 @@ def require(scope: str | None) -> Callable[[Request], Principal]:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         cache: KeyCache = request.app.state.keys
+        limiter: RateLimiter = request.app.state.limiter
+        # The peer's address. X-Forwarded-For is not trusted: anyone can write it.
+        address = request.client.host if request.client else "unknown"
+        blocked = limiter.blocked(address)
+        # An address out of failed attempts reaches no query; keys this process already
+        # holds as valid still pass, so a router behind the same proxy is not locked out.
+        if blocked is not None and not cache.knows(key):
+            raise _too_many(blocked)
         principal = cache.authenticate(key)
         if principal is None:
+            limiter.failed(address)
             raise HTTPException(
                 401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"}
             )
@@ -41,6 +59,9 @@ def require(scope: str | None) -> Callable[[Request], Principal]:
                 f"key {principal.name!r} lacks the {scope!r} scope "
                 f"(it has: {', '.join(sorted(principal.scopes))})",
             )
+        refusal = limiter.check_key(principal.key_id, principal.name, scope or ANY_KEY_BUCKET)
+        if refusal is not None:
+            raise _too_many(refusal)
         return principal
 
     return dependency

@@ -39,6 +39,8 @@ MAX_CACHED_UNKNOWN_KEYS = 10_000
 class Principal:
     name: str
     scopes: frozenset[str]
+    # A short, stable id of the key (the head of its hash) for rate-limit buckets.
+    key_id: str = ""
 
 
 class KeyCommandError(ValueError):
@@ -178,4 +180,4 @@ class KeyCache:
         revoked: datetime | None = row.revoked_at
         if revoked is not None:
             return None
-        return Principal(name=row.name, scopes=frozenset(row.scopes))
+        return Principal(name=row.name, scopes=frozenset(row.scopes), key_id=digest[:16])

@@ -1,0 +1,208 @@
+"""Rate limits (DESIGN §5): a token bucket per key and scope, per process or shared by
+replicas through Redis; failed authentications limited per client address before any
+query; a Redis outage blocks nobody."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from controlplane.api import create_app
+from controlplane.settings import Settings
+from tests.conftest import Api, make_api
+
+# Three requests, then about one every 100 s: nothing refills during a test.
+TINY = {"per_second": 0.01, "burst": 3}
+
+
+def tiny(*scopes: str) -> dict[str, Any]:
+    return {f"rate_{s}_{k}": v for s in scopes for k, v in TINY.items()}
+
+
+def redis_url() -> str:
+    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
+    if not url:
+        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
+    return url
+
+
+def replica(api: Api, **settings: Any) -> TestClient:
+    """A second app on the same database, as another replica would be."""
+    app = create_app(Settings(database_url=api.url, tick_seconds=0, **settings))
+    return TestClient(app)
+
+
+def assert_429(response: Any, *words: str) -> int:
+    assert response.status_code == 429, response.text
+    retry = response.headers["Retry-After"]
+    assert retry.isdigit() and int(retry) >= 1, retry
+    for word in words:
+        assert word in response.json()["detail"], response.text
+    return int(retry)
+
+
+def test_a_key_over_its_scope_rate_gets_429_with_retry_after(db_url: str) -> None:
+    for api in make_api(db_url, **tiny("read", "admin")):
+        read = api.headers("read")
+        assert [api.client.get("/v1/tasks", headers=read).status_code for _ in range(3)] == [
+            200
+        ] * 3
+        retry = assert_429(
+            api.client.get("/v1/tasks", headers=read),
+            "'read-key'",
+            "'read' rate",
+            "SHADOWPLANE_RATE_READ_PER_SECOND",
+        )
+        assert 90 <= retry <= 100  # (1 token) / (0.01 per second), rounded up
+        # Per key: another key's read bucket is its own.
+        assert api.client.get("/v1/tasks", headers=api.headers("admin")).status_code == 200
+        # Per scope: the admin key's admin bucket is not its read bucket. (Lifting a switch
+        # that is not on is a 409: the request went through the limiter.)
+        lift = {"json": {"reason": "x"}, "headers": api.headers("admin")}
+        assert [api.client.post("/v1/kill/lift", **lift).status_code for _ in range(3)] == [409] * 3
+        assert_429(
+            api.client.post("/v1/kill/lift", **lift),
+            "'admin' rate",
+            "SHADOWPLANE_RATE_ADMIN_PER_SECOND",
+        )
+
+
+def test_scopes_use_their_own_settings(sqlite_url: str) -> None:
+    for api in make_api(sqlite_url, **tiny("ingest", "flags")):
+        for _ in range(3):
+            assert api.client.get("/v1/flags", headers=api.headers("flags:read")).status_code in (
+                200,
+                304,
+            )
+        assert_429(
+            api.client.get("/v1/flags", headers=api.headers("flags:read")),
+            "'flags:read' rate",
+            "SHADOWPLANE_RATE_FLAGS_PER_SECOND",
+        )
+        for _ in range(3):
+            assert api.post_results({"results": []}).status_code != 429
+        assert_429(api.post_results({"results": []}), "SHADOWPLANE_RATE_INGEST_PER_SECOND")
+        # Untouched scopes keep their generous defaults.
+        for _ in range(10):
+            assert api.client.get("/v1/tasks", headers=api.headers("read")).status_code == 200
+
+
+def test_metrics_any_key_uses_the_read_bucket(sqlite_url: str) -> None:
+    for api in make_api(sqlite_url, **tiny("read")):
+        headers = api.headers("ingest")
+        for _ in range(3):
+            assert api.client.get("/metrics", headers=headers).status_code == 200
+        assert_429(api.client.get("/metrics", headers=headers), "'read' rate")
+
+
+@pytest.mark.integration
+def test_replicas_share_a_key_bucket_through_redis(pg_url: str) -> None:
+    shared = {"redis_url": redis_url(), **tiny("read")}
+    for api in make_api(pg_url, **shared):
+        with replica(api, **shared) as other:
+            read = api.headers("read")
+            assert api.client.get("/v1/tasks", headers=read).status_code == 200
+            assert other.get("/v1/tasks", headers=read).status_code == 200
+            assert api.client.get("/v1/tasks", headers=read).status_code == 200
+            # Three between them: each replica on its own would still allow more.
+            assert_429(other.get("/v1/tasks", headers=read), "SHADOWPLANE_RATE_READ_PER_SECOND")
+            assert_429(api.client.get("/v1/tasks", headers=read))
+
+
+def test_a_redis_outage_blocks_nobody_and_is_logged_once(sqlite_url: str) -> None:
+    logger = logging.getLogger("shadowplane.ratelimit")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        for api in make_api(sqlite_url, redis_url="redis://127.0.0.1:1/0", **tiny("read")):
+            read = api.headers("read")
+            assert [api.client.get("/v1/tasks", headers=read).status_code for _ in range(3)] == [
+                200
+            ] * 3
+            # Still limited, on this process's own buckets.
+            assert_429(api.client.get("/v1/tasks", headers=read))
+            for _ in range(3):
+                assert api.client.get("/v1/tasks", headers=api.headers("admin")).status_code == 200
+    finally:
+        logger.removeHandler(handler)
+    outages = [r for r in records if "ratelimit_redis_unavailable" in r.getMessage()]
+    assert len(outages) == 1, [r.getMessage() for r in records]
+
+
+class Queries:
+    """Counts the statements an engine runs."""
+
+    def __init__(self, api: Api) -> None:
+        self.count = 0
+        self.engine = api.client.app.state.engine  # type: ignore[attr-defined]
+        event.listen(self.engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *_: Any) -> None:
+        self.count += 1
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._seen)
+
+
+@pytest.fixture
+def failures_api(db_url: str) -> Iterator[Api]:
+    yield from make_api(db_url, auth_failures_per_minute=5)
+
+
+def test_failed_authentications_are_limited_per_address_before_any_query(
+    failures_api: Api,
+) -> None:
+    api = failures_api
+    known = api.headers("read")
+    assert api.client.get("/v1/tasks", headers=known).status_code == 200
+    for i in range(5):
+        bad = {"Authorization": f"Bearer sp_made_up_{i}"}
+        assert api.client.get("/v1/tasks", headers=bad).status_code == 401
+    queries = Queries(api)
+    try:
+        for i in range(20):
+            retry = assert_429(
+                api.client.get("/v1/tasks", headers={"Authorization": f"Bearer sp_other_{i}"}),
+                "too many failed authentications from testclient",
+                "SHADOWPLANE_AUTH_FAILURES_PER_MINUTE",
+            )
+            assert retry <= 12  # one more attempt every 60/5 s
+        # Even a new, real key must wait: telling it apart would take the query.
+        assert_429(api.client.get("/v1/tasks", headers=api.headers("admin")))
+        assert queries.count == 0
+    finally:
+        queries.close()
+    # A key this process already holds keeps working from the same address (a router
+    # behind the same proxy as the attacker is not locked out).
+    assert api.client.get("/v1/tasks", headers=known).status_code == 200
+    # Another address has its own budget; a missing key is not a failed authentication.
+    with TestClient(api.client.app, client=("10.0.0.7", 5000)) as elsewhere:
+        assert (
+            elsewhere.get("/v1/tasks", headers={"Authorization": "Bearer sp_x"}).status_code == 401
+        )
+    for _ in range(10):
+        assert api.client.get("/v1/tasks").status_code == 401
+
+
+@pytest.mark.integration
+def test_failed_authentications_are_counted_across_replicas(pg_url: str) -> None:
+    shared = {"redis_url": redis_url(), "auth_failures_per_minute": 5}
+    for api in make_api(pg_url, **shared):
+        with replica(api, **shared) as other:
+            for i in range(5):
+                bad = {"Authorization": f"Bearer sp_made_up_{i}"}
+                assert api.client.get("/v1/tasks", headers=bad).status_code == 401
+            assert_429(api.client.get("/v1/tasks", headers={"Authorization": "Bearer sp_a"}))
+            # The other replica has not seen a failure from this address, yet its first
+            # one finds the shared budget spent: the next is refused before any query.
+            bad = {"Authorization": "Bearer sp_made_up_b"}
+            assert other.get("/v1/tasks", headers=bad).status_code == 401
+            assert_429(other.get("/v1/tasks", headers={"Authorization": "Bearer sp_made_up_c"}))
