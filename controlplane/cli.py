@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from controlplane.settings import get_settings
 
@@ -118,15 +117,15 @@ def tasks_apply(
     ],
 ) -> None:
     """Register a task or give it a new config version."""
-    from controlplane.catalog.schemas import ConfigError
+    from controlplane.catalog.schemas import ConfigError, read_documents
     from controlplane.catalog.service import apply_config
     from controlplane.db import get_engine, session_scope
 
     text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise _fail(f"{file}: not valid YAML/JSON: {exc}") from None
+        documents = read_documents(text, yaml_text=True)  # JSON is YAML too
+    except ConfigError as exc:
+        raise _fail(f"{file}: " + "; ".join(exc.errors)) from None
     try:
         with session_scope(get_engine()) as session:
             applied = [apply_config(session, doc, actor=_actor()) for doc in documents]

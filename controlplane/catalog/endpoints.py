@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
-import yaml
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
@@ -13,7 +11,7 @@ from fastapi.responses import Response
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.catalog import repository, service
-from controlplane.catalog.schemas import ConfigError
+from controlplane.catalog.schemas import ConfigError, read_documents
 from controlplane.db import session_scope
 from controlplane.http import ORJSONResponse, read_body
 
@@ -53,13 +51,12 @@ async def apply_task(
 
 def _parse(body: bytes, content_type: str) -> Any:
     try:
-        if "yaml" in content_type:
-            return yaml.safe_load(body)
-        return orjson.loads(body)
-    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise HTTPException(
-            422, [f"(body): not valid {'YAML' if 'yaml' in content_type else 'JSON'}: {exc}"]
-        ) from None
+        documents = read_documents(body, yaml_text="yaml" in content_type)
+    except ConfigError as exc:
+        raise HTTPException(422, exc.errors) from None
+    if len(documents) != 1:
+        raise HTTPException(422, [f"(body): holds {len(documents)} documents; send one config"])
+    return documents[0]
 
 
 @router.get("")

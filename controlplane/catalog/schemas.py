@@ -336,3 +336,28 @@ def config_document(config: TaskConfig) -> dict[str, Any]:
 
 def config_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
+    """The config documents of a YAML (several, `---` apart) or JSON text, as plain JSON data.
+
+    Whatever the text holds, the answer is documents or a ConfigError naming the reason: YAML
+    can spell things JSON cannot (an anchor that contains itself, invalid Unicode, integers
+    of thousands of digits), and those must be refused, not crash the caller."""
+    import yaml
+
+    kind = "YAML" if yaml_text else "JSON"
+    try:
+        documents = list(yaml.safe_load_all(text)) if yaml_text else [orjson.loads(text)]
+    except (yaml.YAMLError, orjson.JSONDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
+    try:
+        # A round trip through JSON: what survives it is plain data (no cycles, no surrogates).
+        return [orjson.loads(orjson.dumps(d)) for d in documents if d is not None]
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConfigError(
+            [
+                f"(body): {kind} that is not plain JSON data (a self-referencing anchor, "
+                f"invalid Unicode or an integer beyond 64 bits): {exc}"
+            ]
+        ) from None

@@ -189,3 +189,25 @@ def test_audit_log_is_readable_and_filterable(api: Api) -> None:
     assert api.client.get("/v1/audit", headers=api.headers("ingest")).status_code == 403
     bad = api.client.get("/v1/audit", params={"limit": 0}, headers=api.headers("read"))
     assert bad.status_code == 422 and "limit" in bad.json()["detail"][0]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        # Each answered 500 before: YAML can spell what JSON cannot.
+        ('task: t\ncomparator: {kind: label, labels: ["a\\ud800"]}\n', "not plain JSON data"),
+        ("task: t\ncomparator: {kind: exact}\nalerts: &a [*a]\n", "not plain JSON data"),
+        ("task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 5000 + "\n", "YAML"),
+        ("task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 30 + "\n", "64 bits"),
+        ("task: [unclosed\n", "not valid YAML"),
+        ("---\ntask: a\n---\ntask: b\n", "2 documents"),
+    ],
+)
+def test_a_yaml_body_that_is_not_plain_data_is_a_422(api: Api, body: str, reason: str) -> None:
+    response = api.client.post(
+        "/v1/tasks",
+        content=body.encode("utf-8", "surrogatepass"),
+        headers={**api.headers("admin"), "Content-Type": "application/yaml"},
+    )
+    assert response.status_code == 422, response.text
+    assert reason in response.text
