@@ -218,8 +218,10 @@ _QUOTE_MAX = 200
 # A capitalised word ("Acme", "U.S", "O'Neil"), and runs of them ("Bank of America"); a
 # run never crosses a full stop, so "Monday. It" is two pieces.
 _CAPITALISED_WORD = r"[A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*"
+# Possessive (`*+`): nothing follows the repetition, so it never gives a word back, and
+# the engine need not keep a way back into each of a long run's words.
 _CAPITALISED_RUN = re.compile(
-    rf"{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*"
+    rf"{_CAPITALISED_WORD}(?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?{_CAPITALISED_WORD})*+"
 )
 
 
@@ -441,7 +443,8 @@ def numbers(text: str) -> Counter[str]:
 
 # --- length ---------------------------------------------------------------------------
 
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# 〇 (U+3007) sits outside the ideograph blocks but is a numeral: 二〇二六 is one number.
+_CJK = r"\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RUN = re.compile(rf"[{_CJK}]+")
 _ZH_NUMBER_RUN = re.compile(rf"百分之{_ZH}|{_ZH}")
 _LATIN_UNIT = re.compile(

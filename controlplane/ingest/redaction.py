@@ -178,11 +178,15 @@ def token_around(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9_-]*")
+# The masker's tokens hold full-width digits too: "7９YY9" is one token, masked whole,
+# not "7" in one token and "９YY9" left to become an ID when masked a second time.
+_MASK_TOKEN_CHARS = _TOKEN_CHARS | frozenset("０１２３４５６７８９")
+_MASK_TOKEN_RUN = re.compile(r"[A-Za-z0-9０-９_-]*")
 
 
 class _TokenBounds:
-    """token_around for digit runs taken left to right, each character read O(1) times.
+    """token_around (with full-width digits) for digit runs taken left to right, each
+    character read O(1) times.
 
     After a run [s, e) with token [left, right): the next run [s2, e2) (s2 > e) reads back
     from s2 no further than s (all token characters back to s: its token starts at
@@ -198,12 +202,12 @@ class _TokenBounds:
         text = self._text
         floor = max(self._start, 0)
         left = start
-        while left > floor and text[left - 1] in _TOKEN_CHARS:
+        while left > floor and text[left - 1] in _MASK_TOKEN_CHARS:
             left -= 1
         if left == floor and self._start >= 0:
             left = self._left
         if end > self._right:
-            run = _TOKEN_RUN.match(text, end)
+            run = _MASK_TOKEN_RUN.match(text, end)
             assert run is not None  # `*` always matches
             self._right = run.end()
         self._start, self._left = start, left
