@@ -20,18 +20,36 @@ from controlplane.jsonutil import dumps
 from controlplane.settings import get_settings
 
 
+class StoredJSON:
+    """A JSON value already turned into the text `json_text` stores, written as it is.
+
+    Ingest serialises each item's JSON columns while handling that item, so a value that
+    cannot be stored rejects its own item instead of failing the batch's INSERT."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: Any) -> None:
+        self.text = json_text(value)
+
+
 def json_text(value: Any) -> str:
     """JSON for storage. PostgreSQL's jsonb refuses the NUL escape: store U+FFFD instead."""
+    if type(value) is StoredJSON:
+        return value.text
     return dumps(value).decode().replace("\\u0000", "\\ufffd")
 
 
 def make_engine(url: str) -> Engine:
-    """An engine tuned for the backend: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL."""
+    """An engine tuned for the backend: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL.
+
+    Both hide statement parameters from error messages: a failed write must not carry the
+    row's values (payload text, ids) into logs."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url,
             connect_args={"timeout": 30, "check_same_thread": False},
             json_serializer=json_text,
+            hide_parameters=True,
         )
 
         @event.listens_for(engine, "connect")
@@ -52,6 +70,7 @@ def make_engine(url: str) -> Engine:
         max_overflow=10,
         pool_timeout=5,
         json_serializer=json_text,
+        hide_parameters=True,
     )
 
 
