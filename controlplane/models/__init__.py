@@ -6,6 +6,7 @@ from controlplane.models.base import Base
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.results import Payload, Result
 from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagState
+from controlplane.models.secrets import ServerSecret
 from controlplane.models.tasks import Task, TaskConfigVersion
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Payload",
     "Result",
     "ScanMark",
+    "ServerSecret",
     "Task",
     "TaskConfigVersion",
     "Window",

@@ -11,6 +11,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -33,12 +34,18 @@ class Result(Base):
     request_id: Mapped[str] = mapped_column(String(200))
     ts: Mapped[datetime] = mapped_column(UTCDateTime)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Raw under `payload_policy: full`; under `redacted` and `none` a keyed hash ("h:" and
+    # 32 hex digits, see ingest.service.hashed_id), never the id that was sent.
     session_id: Mapped[str | None] = mapped_column(String(200))
     user_id: Mapped[str | None] = mapped_column(String(200))
+    # sticky_bucket(task, key) of the raw key the task's `sticky_by` names, computed at
+    # ingest under every policy (the sample-ratio check needs no raw id); NULL without a key.
+    sticky_bucket: Mapped[int | None] = mapped_column(SmallInteger)
     input_tokens: Mapped[int] = mapped_column(Integer)
     decision: Mapped[str] = mapped_column(String(8))
     served: Mapped[str] = mapped_column(String(8))
     degraded: Mapped[bool] = mapped_column(Boolean)
+    # Raw under `full`, masked under `redacted`, NULL under `none` (no free text at all).
     degrade_reason: Mapped[str | None] = mapped_column(String(200))
     flag_version: Mapped[int | None] = mapped_column(Integer)
     input_segments: Mapped[list[int] | None] = mapped_column(JSONType)

@@ -22,6 +22,7 @@ TABLES = {
     "payloads",
     "results",
     "scan_marks",
+    "server_secrets",
     "task_config_versions",
     "tasks",
     "window_metrics",
