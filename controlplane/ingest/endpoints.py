@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from controlplane.auth.dependencies import require
@@ -47,12 +47,17 @@ async def post_results(
     body = await read_body(request, settings.max_body_bytes)
 
     def store() -> IngestReport:
+        received_at = utcnow()  # the `ts` bounds hold relative to this
         valid, rejected = service.validate_body(body, settings.max_batch_items)
-        received_at = utcnow()
+        context = service.IngestContext(
+            id_hash_key=_id_hash_key(request.app),
+            max_backfill=settings.max_backfill,
+            max_chars=settings.compare_max_chars,
+        )
         report = in_transaction(
             request.app.state.engine,
             lambda session: service.ingest(
-                session, valid, list(rejected), request.app.state.tasks, received_at
+                session, valid, list(rejected), request.app.state.tasks, received_at, context
             ),
         )
         request.app.state.counters.add(
@@ -66,6 +71,17 @@ async def post_results(
         raise HTTPException(422, str(exc)) from None
 
     return ORJSONResponse(report.model_dump())
+
+
+def _id_hash_key(app: FastAPI) -> bytes:
+    """The key that hashes session and user ids, read once per app (the configured secret,
+    else the one kept in the database)."""
+    key: bytes | None = getattr(app.state, "id_hash_key", None)
+    if key is None:
+        with session_scope(app.state.engine) as session:
+            key = service.id_hash_key(session, app.state.settings.id_hash_secret)
+        app.state.id_hash_key = key
+    return key
 
 
 @router.get("/{task}/{request_id}")

@@ -1,4 +1,5 @@
-"""All SQL of ingest: storing results and payloads idempotently, reading one back.
+"""All SQL of ingest: storing results and payloads idempotently, reading one back, and the
+server secret that keys the hash of session and user ids.
 
 Large batches on PostgreSQL take ids from the sequence and go in with one binary `COPY`
 straight into `results`, inside a savepoint; when that meets a stored `(task, request_id)`
@@ -21,7 +22,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert, json_text
-from controlplane.models import Payload, Result, Task
+from controlplane.models import Payload, Result, ServerSecret, Task
 
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
@@ -128,6 +129,7 @@ def copy_types(table: FromClause, columns: list[str]) -> list[str]:
 
 
 _PG_COPY_TYPES = {
+    "SMALLINT": "int2",
     "INTEGER": "int4",
     "BIGINT": "int8",
     "VARCHAR": "text",
@@ -197,3 +199,14 @@ def request_ids_by_outcome(
         .limit(limit)
     )
     return list(session.scalars(query))
+
+
+def server_secret(session: Session, name: str, candidate: str) -> str:
+    """The stored secret of that name, storing `candidate` first when there is none. The first
+    writer wins (insert if absent, then read), so every replica and worker reads the same."""
+    session.execute(
+        dialect_insert(session, ServerSecret)
+        .values(name=name, value=candidate)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    return session.scalars(select(ServerSecret.value).where(ServerSecret.name == name)).one()

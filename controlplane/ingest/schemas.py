@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, NotRequired
 
@@ -11,6 +13,9 @@ from typing_extensions import TypedDict
 Side = Literal["edge", "cloud"]
 # Counts are stored as 32-bit integers.
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
+# Times, costs and confidences are finite: JSON has no Infinity, yet Python's parser reads
+# `Infinity`, `NaN` and an overflowing `1e999` as floats.
+Measure = Annotated[float | None, Field(default=None, ge=0, allow_inf_nan=False)]
 
 # Results are validated into TypedDicts rather than models: at tens of thousands of
 # results a second, building a model instance per side costs a third of the API's CPU.
@@ -23,16 +28,18 @@ class SideIn(TypedDict):
     output: NotRequired[Annotated[Any, Field(default=None)]]
     error: NotRequired[Annotated[str | None, Field(default=None, min_length=1, max_length=64)]]
     error_message: NotRequired[Annotated[str | None, Field(default=None)]]
-    latency_ms: NotRequired[Annotated[float | None, Field(default=None, ge=0)]]
-    ttfb_ms: NotRequired[Annotated[float | None, Field(default=None, ge=0)]]
+    latency_ms: NotRequired[Measure]
+    ttfb_ms: NotRequired[Measure]
     model: NotRequired[Annotated[str | None, Field(default=None, max_length=200)]]
     input_tokens: NotRequired[Annotated[Count | None, Field(default=None)]]
     output_tokens: NotRequired[Annotated[Count | None, Field(default=None)]]
-    cost: NotRequired[Annotated[float | None, Field(default=None, ge=0)]]
+    cost: NotRequired[Measure]
 
 
 class EdgeSideIn(SideIn):
-    confidence: NotRequired[Annotated[float | None, Field(default=None, ge=0, le=1)]]
+    confidence: NotRequired[
+        Annotated[float | None, Field(default=None, ge=0, le=1, allow_inf_nan=False)]
+    ]
     valid: NotRequired[Annotated[bool | None, Field(default=None)]]
 
 
@@ -96,6 +103,66 @@ def nul_fields(item: ResultIn) -> list[str]:
         if side is not None:
             found += [f"{side_name}.{n}" for n in SIDE_TEXT_FIELDS if "\x00" in (side[n] or "")]
     return found
+
+
+# A lone surrogate (U+D800 to U+DFFF) is not a character: Python's json reads one from a
+# `\ud800` escape, but neither UTF-8 nor any database can hold it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+RESULT_KEYS = tuple(ResultIn.__annotations__)
+SIDE_KEYS = tuple(EdgeSideIn.__annotations__)
+
+
+def holds_surrogate(value: Any) -> bool:
+    """Whether any string or object key inside a parsed JSON value holds a lone surrogate."""
+    stack = [value]  # a loop, not recursion: the value may be nested as deep as json reads
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return True
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def surrogate_fields(raw: Any) -> list[str]:
+    """The fields of a posted (not yet validated) result that hold a lone surrogate. Checked
+    before validation, whose error messages quote the values they refuse."""
+    if not isinstance(raw, dict):
+        return []  # refused whole by validation, which quotes nothing at the root
+    found = []
+    for name in RESULT_KEYS:
+        value = raw.get(name)
+        if name in ("edge", "cloud") and isinstance(value, dict):
+            found += [f"{name}.{f}" for f in SIDE_KEYS if holds_surrogate(value.get(f))]
+        elif name == "input" and isinstance(value, dict) and holds_surrogate(value.get("text")):
+            found.append("input.text")
+        elif holds_surrogate(value):
+            found.append(name)
+    return found
+
+
+def holds_non_finite(value: Any) -> bool:
+    """Whether a JSON value holds NaN or an infinity (which JSON cannot spell: stored, they
+    would silently become null)."""
+    if type(value) is str:  # labels and texts: the common case, answered at once
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class Rejected(BaseModel):

@@ -1,17 +1,26 @@
 """Ingest: validate posted results, score each pair, keep payloads per policy, store once.
 
 A bad item never sinks the good ones: each item is answered (accepted, duplicate, or
-rejected with its index and a reason naming the field). `(task, request_id)` is unique
-and the first write wins, both within a batch and against what is already stored. All
-rows of one request are written in one transaction: on a storage error nothing is kept.
+rejected with its index and a reason naming the field). Reading, scoring, masking and
+serialising run per item, so an item that cannot be read, scored or stored is rejected
+alone. `(task, request_id)` is unique and the first write wins, both within a batch and
+against what is already stored. All rows of one request are written in one transaction:
+on a storage error nothing is kept.
+
+Under `payload_policy: redacted` and `none`, session and user ids are stored as a keyed
+hash; every policy stores the result's sticky bucket, computed here from the raw key.
 """
 
 from __future__ import annotations
 
+import hmac
+import logging
+import secrets
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -19,20 +28,27 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import RuntimeCache, TaskRuntime
+from controlplane.client.sticky import sticky_bucket
+from controlplane.db import StoredJSON
 from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.comparators import Comparison, compare
-from controlplane.ingest.redaction import redact_payload
+from controlplane.ingest.redaction import MAX_CHARS, Masker, redact_payload
 from controlplane.ingest.schemas import (
     IngestReport,
     Rejected,
     ResultBatch,
     ResultIn,
     consistency_problem,
+    holds_non_finite,
+    holds_surrogate,
     nul_fields,
+    surrogate_fields,
 )
 from controlplane.jsonutil import loads
+
+log = logging.getLogger("shadowplane.ingest")
 
 _BATCH = TypeAdapter(ResultBatch)
 _ITEMS = TypeAdapter(list[ResultIn])
@@ -66,6 +82,7 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
     """Validated items with their indexes, and the rejected ones; BodyError for a non-result."""
     try:
         # Fast path: a batch where every item is valid, validated straight from the bytes.
+        # (Its parser refuses lone surrogates and nesting deeper than 200.)
         results = _BATCH.validate_json(body)["results"]
     except ValidationError:
         pass  # a single result, a bad item, or not a result at all: the careful path decides
@@ -74,35 +91,72 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
             raise BodyError(f"results: {len(results)} items, at most {max_items} per request")
         return _refuse_impossible(list(enumerate(results)), [], check_nul=b"\\u0000" in body)
     try:
-        parsed = loads(body)
+        text = body.decode()  # JSON is UTF-8 (RFC 8259)
+        parsed = loads(text)
+    except RecursionError:
+        raise BodyError("body: nested too deeply to be read") from None
     except ValueError as exc:
         raise BodyError(f"body: not valid JSON ({exc})") from None
-    return validate_items(items_of(parsed, max_items))
+    # From UTF-8 text, a lone surrogate can only come from a \\uD800-\\uDFFF escape.
+    escapes = "\\ud" in text or "\\uD" in text
+    return validate_items(items_of(parsed, max_items), check_surrogates=escapes)
 
 
-def validate_items(items: list[Any]) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
+def validate_items(
+    items: list[Any], *, check_surrogates: bool = True
+) -> tuple[list[tuple[int, ResultIn]], list[Rejected]]:
     """Validated items with their indexes, and the rejected ones with the reasons."""
+    bad: list[Rejected] = []
+    indexed = list(enumerate(items))
+    if check_surrogates:
+        # Before validation, whose messages quote the values they refuse.
+        readable = []
+        for index, raw in indexed:
+            if fields := surrogate_fields(raw):
+                error = "; ".join(f"{f}: holds a lone surrogate (invalid Unicode)" for f in fields)
+                bad.append(Rejected(index=index, request_id=_request_id(raw), error=error))
+            else:
+                readable.append((index, raw))
+        indexed = readable
     try:
-        return _refuse_impossible(
-            list(enumerate(_ITEMS.validate_python(items))), [], check_nul=True
-        )
+        validated = _ITEMS.validate_python([raw for _, raw in indexed])
     except ValidationError:
         pass  # slow path: find out which items are bad, keep the good ones
-    good: list[tuple[int, ResultIn]] = []
-    bad: list[Rejected] = []
-    for index, raw in enumerate(items):
+    else:
+        good = [(index, item) for (index, _), item in zip(indexed, validated, strict=True)]
+        return _refuse_impossible(good, bad, check_nul=True)
+    good = []
+    for index, raw in indexed:
         try:
             good.append((index, _ITEM.validate_python(raw)))
         except ValidationError as exc:
-            rid = raw.get("request_id") if isinstance(raw, dict) else None
+            bad.append(Rejected(index=index, request_id=_request_id(raw), error=_described(exc)))
+        except RecursionError:
             bad.append(
                 Rejected(
-                    index=index,
-                    request_id=rid if isinstance(rid, str) else None,
-                    error="; ".join(describe_errors(exc, root="(result)")),
+                    index=index, request_id=_request_id(raw), error="(result): nested too deeply"
                 )
             )
     return _refuse_impossible(good, bad, check_nul=True)
+
+
+def _request_id(raw: Any) -> str | None:
+    """The request id of an item that failed validation, when it can be answered back."""
+    rid = raw.get("request_id") if isinstance(raw, dict) else None
+    if not isinstance(rid, str) or "\x00" in rid or holds_surrogate(rid):
+        return None
+    return rid
+
+
+def _described(exc: ValidationError) -> str:
+    try:
+        return "; ".join(describe_errors(exc, root="(result)"))
+    except (RecursionError, ValueError):
+        # A refused value too deep (or too odd) to quote: name the fields without it.
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(result)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
 
 
 def _refuse_impossible(
@@ -121,10 +175,7 @@ def _refuse_impossible(
         else:
             kept.append((index, item))
             continue
-        nul_id = check_nul and "\x00" in item["request_id"]
-        bad.append(
-            Rejected(index=index, request_id=None if nul_id else item["request_id"], error=error)
-        )
+        bad.append(Rejected(index=index, request_id=_request_id(item), error=error))
     bad.sort(key=lambda r: r.index)
     return kept, bad
 
@@ -177,40 +228,183 @@ _edge_values = itemgetter(*EDGE_FIELDS)
 _cloud_values = itemgetter(*SIDE_FIELDS)
 
 
+# The latest a result's `ts` may lie after the time it was received (clock skew).
+MAX_AHEAD = timedelta(minutes=5)
+DEFAULT_MAX_BACKFILL = timedelta(days=7)
+# degrade_reason is a VARCHAR(200); masking may lengthen it.
+DEGRADE_REASON_CHARS = 200
+
+
+class ItemError(ValueError):
+    """One item cannot be read, scored or stored: it is rejected alone, naming the field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+
+
+def problem_of(exc: BaseException) -> str:
+    """What an exception raised while handling one value says about that value."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, UnicodeError):
+        return "holds a lone surrogate (invalid Unicode)"
+    if isinstance(exc, OverflowError):
+        return "out of range"
+    return f"cannot be processed ({type(exc).__name__})"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestContext:
+    """What ingest takes from the server, besides the items: the key that hashes session and
+    user ids (policies `redacted` and `none`), how far back a result's `ts` may lie, and
+    the longest text that is compared and masked."""
+
+    id_hash_key: bytes | None = None
+    max_backfill: timedelta = DEFAULT_MAX_BACKFILL
+    max_chars: int = MAX_CHARS
+
+
+DEFAULT_CONTEXT = IngestContext()
+
+
+def event_time(ts: datetime | None, received_at: datetime, max_backfill: timedelta) -> datetime:
+    """The result's time in UTC (receipt time when absent, naive read as UTC), within
+    [received_at - max_backfill, received_at + 5 minutes]; ItemError naming the bound."""
+    if ts is None:
+        return received_at
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)  # a naive time is read as UTC
+    try:
+        ts = ts.astimezone(UTC)
+    except OverflowError:
+        raise ItemError("ts", "out of range (no such time in UTC)") from None
+    if ts > received_at + MAX_AHEAD:
+        raise ItemError(
+            "ts",
+            f"{ts.isoformat()} is after the bound {(received_at + MAX_AHEAD).isoformat()} "
+            "(at most 5 minutes after the time it was received)",
+        )
+    try:
+        earliest = received_at - max_backfill
+    except OverflowError:
+        return ts  # a bound before year 1: nothing is too old
+    if ts < earliest:
+        raise ItemError(
+            "ts",
+            f"{ts.isoformat()} is before the bound {earliest.isoformat()} (at most "
+            f"SHADOWPLANE_MAX_BACKFILL = {max_backfill} before the time it was received)",
+        )
+    return ts
+
+
+# Sessions and users come back request after request: their buckets and hashes are cached.
+bucket_of = lru_cache(maxsize=16384)(sticky_bucket)
+
+
+@lru_cache(maxsize=16384)
+def _id_hash(key: bytes, value: str) -> str:
+    return "h:" + hmac.digest(key, value.encode(), "sha256").hex()[:32]
+
+
+def hashed_id(key: bytes | None, value: str | None) -> str | None:
+    """A session or user id as stored under `redacted` and `none`: "h:" and the first 32 hex
+    digits of HMAC-SHA256(server secret, id). Groups alike, reveals nothing of the id."""
+    if value is None:
+        return None
+    if key is None:
+        raise RuntimeError("no id hash key: the caller must pass IngestContext(id_hash_key=...)")
+    return _id_hash(key, value)
+
+
+def id_hash_key(session: Session, configured: str | None) -> bytes:
+    """The key that hashes ids: the configured secret, else the one kept in the database
+    (generated by whichever process needs it first, then shared by all)."""
+    if configured:
+        return configured.encode()
+    return bytes.fromhex(repository.server_secret(session, "id_hash", secrets.token_hex(32)))
+
+
 @dataclass(slots=True)
 class Scored:
     row: dict[str, Any]
     payload: dict[str, Any] | None
 
 
-def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
-    """The stored row of one result, and its payload when the task's policy keeps it."""
+def _refuse_non_finite(item: ResultIn) -> None:
     edge, cloud = item["edge"], item["cloud"]
+    if edge is not None and holds_non_finite(edge["output"]):
+        raise ItemError("edge.output", "holds a number that is not finite")
+    if cloud is not None and holds_non_finite(cloud["output"]):
+        raise ItemError("cloud.output", "holds a number that is not finite")
+    input_: Any = item["input"]
+    if input_ is not None and (
+        holds_non_finite(input_["text"])
+        or (len(input_) > 2 and holds_non_finite(list(input_.values())))
+    ):
+        raise ItemError("input", "holds a number that is not finite")
+
+
+def _compare(task: TaskRuntime, edge: Any, cloud: Any, max_chars: int) -> Comparison:
+    spec = task.comparator_spec
+    try:
+        return compare(spec, edge, cloud, max_chars=max_chars)
+    except Exception as exc:
+        # Which output the comparator cannot read: compare each with itself alone.
+        field = "edge.output, cloud.output"
+        for side, value in (("edge", edge), ("cloud", cloud)):
+            try:
+                compare(spec, value, value, max_chars=max_chars)
+            except Exception:
+                field = f"{side}.output"
+                break
+        raise ItemError(field, problem_of(exc)) from exc
+
+
+def score(
+    item: ResultIn,
+    task: TaskRuntime,
+    received_at: datetime,
+    context: IngestContext = DEFAULT_CONTEXT,
+) -> Scored:
+    """The stored row of one result, and its payload when the task's policy keeps it.
+    ItemError when the item cannot be scored (the error names the field)."""
+    edge, cloud = item["edge"], item["cloud"]
+    ts = event_time(item["ts"], received_at, context.max_backfill)
+    _refuse_non_finite(item)
     comparison = (
-        compare(task.comparator_spec, edge["output"], cloud["output"])
+        _compare(task, edge["output"], cloud["output"], context.max_chars)
         if edge is not None and cloud is not None and is_pair(item)
         else None
     )
-    ts = item["ts"] or received_at
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)  # a naive time is read as UTC
     input_ = item["input"]
+    config = task.config
+    policy = config.payload_policy
+    session_id, user_id = item["session_id"], item["user_id"]
+    sticky = bucket_of(task.name, session_id if config.sticky_by == "session" else user_id)
+    reason = item["degrade_reason"]
+    if policy != "full":
+        # A raw id is personal data: under `redacted` and `none` only its keyed hash is kept.
+        session_id = hashed_id(context.id_hash_key, session_id)
+        user_id = hashed_id(context.id_hash_key, user_id)
+        if reason is not None:
+            reason = _masked(reason, context.max_chars) if policy == "redacted" else None
     row = {
         "task_id": task.id,
         "request_id": item["request_id"],
-        "ts": ts.astimezone(UTC),
+        "ts": ts,
         "received_at": received_at,
-        "session_id": item["session_id"],
-        "user_id": item["user_id"],
+        "session_id": session_id,
+        "user_id": user_id,
+        "sticky_bucket": sticky,
         "input_tokens": item["input_tokens"],
         "decision": item["decision"],
         "served": item["served"],
         "degraded": item["degraded"],
-        "degrade_reason": item["degrade_reason"],
+        "degrade_reason": reason,
         "flag_version": item["flag_version"],
         "input_segments": input_["segments"] if input_ is not None else None,
         "config_version": task.config_version,
-        "bucket": length_bucket(item["input_tokens"], task.config.length_buckets),
+        "bucket": length_bucket(item["input_tokens"], config.length_buckets),
         "comparator": task.comparator_spec["kind"],
         "comparator_version": task.comparator_version,
         "outcome": comparison.outcome if comparison else None,
@@ -219,7 +413,6 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
     }
     row.update(zip(EDGE_KEYS, _edge_values(edge) if edge else NO_EDGE, strict=True))
     row.update(zip(CLOUD_KEYS, _cloud_values(cloud) if cloud else NO_CLOUD, strict=True))
-    policy = task.config.payload_policy
     if policy == "none":
         return Scored(row, None)
     probability = keep_probability(item, comparison, task)
@@ -237,8 +430,66 @@ def score(item: ResultIn, task: TaskRuntime, received_at: datetime) -> Scored:
     }
     if policy == "redacted":
         # Compared above on the original text; only the masked text is stored.
-        payload = redact_payload(payload)
+        payload = _redacted(payload, context.max_chars)
     return Scored(row, payload)
+
+
+def _masked(reason: str, max_chars: int) -> str:
+    try:
+        return Masker().text(reason, max_chars)[:DEGRADE_REASON_CHARS]
+    except Exception as exc:
+        raise ItemError("degrade_reason", problem_of(exc)) from exc
+
+
+# Payload columns and the posted field each holds, in the order they are checked.
+PAYLOAD_FIELDS = {
+    "input": "input",
+    "edge_output": "edge.output",
+    "cloud_output": "cloud.output",
+    "edge_error_message": "edge.error_message",
+    "cloud_error_message": "cloud.error_message",
+    "diff": "diff",
+}
+
+
+def _redacted(payload: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    try:
+        return redact_payload(payload, max_chars=max_chars)
+    except Exception as exc:
+        # Which field the masker cannot read: mask each alone.
+        field = "(payload)"
+        for column, name in PAYLOAD_FIELDS.items():
+            try:
+                redact_payload({column: payload[column]}, max_chars=max_chars)
+            except Exception:
+                field = name
+                break
+        raise ItemError(field, problem_of(exc)) from exc
+
+
+# JSON columns, serialised per item (see stored_form).
+JSON_PAYLOAD_FIELDS = {c: f for c, f in PAYLOAD_FIELDS.items() if not c.endswith("_message")}
+
+
+def stored_form(scored: Scored) -> Scored:
+    """The item with its JSON columns turned into the text that is stored, so a value that
+    cannot be stored (a lone surrogate, nesting too deep) rejects this item alone."""
+    row = scored.row
+    if row["input_segments"] is not None:
+        row["input_segments"] = _stored_json("input.segments", row["input_segments"])
+    payload = scored.payload
+    if payload is not None:
+        for column, field in JSON_PAYLOAD_FIELDS.items():
+            if payload[column] is not None:
+                payload[column] = _stored_json(field, payload[column])
+    return scored
+
+
+def _stored_json(field: str, value: Any) -> StoredJSON:
+    try:
+        return StoredJSON(value)
+    except Exception as exc:
+        raise ItemError(field, problem_of(exc)) from exc
 
 
 # --- the whole request -------------------------------------------------------------------
@@ -250,6 +501,7 @@ def ingest(
     rejected: list[Rejected],
     tasks: RuntimeCache,
     received_at: datetime,
+    context: IngestContext = DEFAULT_CONTEXT,
 ) -> IngestReport:
     """Score and store validated items; the caller owns (commits) the transaction."""
     runtimes = tasks.runtimes(session, {item["task"] for _, item in valid}) if valid else {}
@@ -271,8 +523,24 @@ def ingest(
         if key in seen:
             in_batch_duplicates += 1
             continue
-        seen.add(key)
-        scored.append(score(item, task, received_at))
+        try:
+            scored.append(stored_form(score(item, task, received_at, context)))
+        except ItemError as exc:
+            rejected.append(Rejected(index=index, request_id=item["request_id"], error=str(exc)))
+            continue
+        except Exception as exc:
+            # Not a known shape of bad input: reject the item all the same, and say so in
+            # the log (the exception's type only: its message may quote payload text).
+            log.warning(
+                '{"event": "ingest_item_failed", "task": "%s", "index": %d, "error": "%s"}',
+                task.name,
+                index,
+                type(exc).__name__,
+            )
+            error = f"(result): {problem_of(exc)}"
+            rejected.append(Rejected(index=index, request_id=item["request_id"], error=error))
+            continue
+        seen.add(key)  # a rejected item does not make a later one with its id a duplicate
     stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
     rejected.sort(key=lambda r: r.index)
     return IngestReport(
@@ -322,6 +590,7 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
         "received_at": r.received_at,
         "session_id": r.session_id,
         "user_id": r.user_id,
+        "sticky_bucket": r.sticky_bucket,
         "input_tokens": r.input_tokens,
         "decision": r.decision,
         "served": r.served,

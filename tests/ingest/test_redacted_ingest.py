@@ -3,16 +3,24 @@ comparison is the one on the original text."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
+from controlplane.api import create_app
 from controlplane.catalog.service import apply_config
-from controlplane.db import session_scope
+from controlplane.client.sticky import sticky_bucket
+from controlplane.db import make_engine, session_scope
+from controlplane.ingest import service
 from controlplane.ingest.comparators import compare
 from controlplane.models import Payload
+from controlplane.settings import Settings
 from tests.conftest import Api, make_api, make_result
 
 REPLY_TASK: dict[str, Any] = {
@@ -145,3 +153,178 @@ def test_the_same_value_is_one_placeholder_across_input_and_outputs(reply_api: A
     assert payload.input["text"] == "写信给 <EMAIL_1>"
     assert payload.edge_output == "已回复 <EMAIL_1>。"
     assert payload.cloud_output == "已回复 <EMAIL_2>。"
+
+
+# --- ids, sticky buckets and degrade reasons under each policy ----------------------------
+
+RAW_SESSION = "sess-alice-7731"
+RAW_USER = "alice.smith@example.org"
+PERSONAL = [
+    RAW_SESSION,
+    RAW_USER,
+    "bob.jones@example.net",
+    "13800138000",
+    "13900139000",
+    "carol@example.com",
+]
+
+
+def degraded_result(request_id: str, task: str, **overrides: Any) -> dict[str, Any]:
+    """A degraded result whose ids, reason, input (keys too) and outputs hold personal data."""
+    fields: dict[str, Any] = dict(
+        request_id=request_id,
+        task=task,
+        ts=datetime.now(UTC).isoformat(),
+        session_id=RAW_SESSION,
+        user_id=RAW_USER,
+        served="cloud",
+        degraded=True,
+        degrade_reason="low confidence; user bob.jones@example.net asked to call 13900139000",
+        input={
+            "text": "客户 bob.jones@example.net 来电 13800138000，要求退款。",
+            "contact": {"carol@example.com": "13900139000"},
+        },
+        edge={
+            "output": None,
+            "error": "timeout",
+            "error_message": "no answer for carol@example.com",
+        },
+        cloud={"output": "已为 bob.jones@example.net 退款，请拨打 13800138000。"},
+    )
+    return make_result(**{**fields, **overrides})
+
+
+def every_stored_value(api: Api) -> str:
+    """Every column of every results and payloads row, as text, read past the models."""
+    with api.engine.connect() as conn:
+        rows = [
+            *conn.execute(text("SELECT * FROM results")),
+            *conn.execute(text("SELECT * FROM payloads")),
+        ]
+    return "\n".join(" ".join(str(v) for v in row) for row in rows)
+
+
+def expected_hash(key: bytes, value: str) -> str:
+    return "h:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def db_secret(api: Api) -> bytes:
+    with api.engine.connect() as conn:
+        values = list(conn.scalars(text("SELECT value FROM server_secrets")))
+    assert len(values) == 1
+    return bytes.fromhex(values[0])
+
+
+def test_under_redacted_nothing_personal_is_stored_or_returned(reply_api: Api) -> None:
+    api = reply_api
+    response = api.post_results(degraded_result("red-1", "reply_rewrite"))
+    assert response.json()["accepted"] == 1, response.text
+    view = api.client.get("/v1/results/reply_rewrite/red-1", headers=api.headers("read"))
+    stored, returned = every_stored_value(api), view.text
+    for value in PERSONAL:
+        assert value not in stored, value
+        assert value not in returned, value
+
+    answer = view.json()
+    key = db_secret(api)
+    assert answer["session_id"] == expected_hash(key, RAW_SESSION)
+    assert answer["user_id"] == expected_hash(key, RAW_USER)
+    assert answer["sticky_bucket"] == sticky_bucket("reply_rewrite", RAW_SESSION)
+    assert answer["degraded"] is True
+    assert answer["degrade_reason"] == "low confidence; user <EMAIL_1> asked to call <PHONE_1>"
+    assert answer["payload"]["policy"] == "redacted"
+    with api.engine.connect() as conn:
+        row = conn.execute(text("SELECT session_id, user_id, sticky_bucket FROM results")).one()
+    assert tuple(row) == (answer["session_id"], answer["user_id"], answer["sticky_bucket"])
+
+
+def test_under_none_no_free_text_and_no_raw_id_is_stored(api: Api) -> None:
+    # invoice_extract keeps no payload (payload_policy: none).
+    result = degraded_result(
+        "none-1",
+        "invoice_extract",
+        cloud={"output": {"amount": 3, "currency": "EUR", "note": "bob.jones@example.net"}},
+    )
+    assert api.post_results(result).json()["accepted"] == 1
+    view = api.client.get("/v1/results/invoice_extract/none-1", headers=api.headers("read"))
+    stored, returned = every_stored_value(api), view.text
+    for value in PERSONAL:
+        assert value not in stored, value
+        assert value not in returned, value
+    answer = view.json()
+    assert answer["degraded"] is True and answer["degrade_reason"] is None
+    assert answer["payload"] is None
+    key = db_secret(api)
+    assert answer["session_id"] == expected_hash(key, RAW_SESSION)
+    assert answer["user_id"] == expected_hash(key, RAW_USER)
+    assert answer["sticky_bucket"] == sticky_bucket("invoice_extract", RAW_SESSION)
+
+
+def test_under_full_ids_are_kept_and_the_sticky_bucket_follows_sticky_by(api: Api) -> None:
+    with session_scope(api.engine) as session:
+        apply_config(
+            session,
+            {"task": "by_user", "comparator": {"kind": "label"}, "sticky_by": "user"},
+            actor="test",
+        )
+    results = [
+        make_result(request_id="full-1", session_id="s-1", user_id="u-9", degrade_reason=None),
+        make_result(request_id="by-user", task="by_user", session_id="s-1", user_id="u-9"),
+        make_result(request_id="no-key", task="by_user", session_id="s-1", user_id=None),
+        make_result(request_id="no-session", session_id=None, user_id="u-9"),
+    ]
+    assert api.post_results({"results": results}).json()["accepted"] == 4
+
+    def view(task: str, rid: str) -> dict[str, Any]:
+        response = api.client.get(f"/v1/results/{task}/{rid}", headers=api.headers("read"))
+        return dict(response.json())
+
+    full = view("ticket_classify", "full-1")
+    assert (full["session_id"], full["user_id"]) == ("s-1", "u-9")
+    assert full["sticky_bucket"] == sticky_bucket("ticket_classify", "s-1") == 84
+    assert view("by_user", "by-user")["sticky_bucket"] == sticky_bucket("by_user", "u-9")
+    assert view("by_user", "no-key")["sticky_bucket"] is None
+    assert view("ticket_classify", "no-session")["sticky_bucket"] is None
+
+
+def test_the_id_secret_is_generated_once_and_shared(db_url: str) -> None:
+    # Two engines of their own (two processes) on one database agree on the key...
+    engines = [make_engine(db_url), make_engine(db_url)]
+    try:
+        keys = []
+        for engine in engines:
+            with session_scope(engine) as session:
+                keys.append(service.id_hash_key(session, None))
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert keys[0] == keys[1] and len(keys[0]) == 32
+
+    # ...and so do two apps: the second reads what the first generated.
+    for api in make_api(db_url):
+        assert api.post_results(degraded_result("app-1", "invoice_extract")).json()["accepted"]
+        other = create_app(Settings(database_url=db_url, tick_seconds=0))
+        with TestClient(other) as client:
+            response = client.post(
+                "/v1/results",
+                json=degraded_result("app-2", "invoice_extract"),
+                headers=api.headers("ingest"),
+            )
+            assert response.json()["accepted"] == 1, response.text
+        with api.engine.connect() as conn:
+            hashes = set(conn.scalars(text("SELECT session_id FROM results")))
+        assert hashes == {expected_hash(keys[0], RAW_SESSION)}
+        assert db_secret(api) == keys[0]
+
+
+def test_a_configured_id_secret_wins(db_url: str) -> None:
+    for api in make_api(db_url, id_hash_secret="configured-secret"):
+        assert api.post_results(degraded_result("conf-1", "invoice_extract")).json()["accepted"]
+        with api.engine.connect() as conn:
+            row = conn.execute(text("SELECT session_id, user_id FROM results")).one()
+            generated = list(conn.scalars(text("SELECT value FROM server_secrets")))
+        assert tuple(row) == (
+            expected_hash(b"configured-secret", RAW_SESSION),
+            expected_hash(b"configured-secret", RAW_USER),
+        )
+        assert generated == []  # the database's key is neither made nor read

@@ -9,7 +9,7 @@ import pytest
 
 from controlplane.catalog.schemas import parse_config
 from controlplane.catalog.service import TaskRuntime
-from controlplane.ingest.service import is_pair, keep_draw, parse_result, score
+from controlplane.ingest.service import IngestContext, is_pair, keep_draw, parse_result, score
 from tests.conftest import make_result
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -100,7 +100,7 @@ def test_agreeing_payloads_follow_the_keep_draw() -> None:
 
 def test_none_policy_keeps_nothing_even_for_conflicts() -> None:
     item = parse_result(make_result(edge={"output": "exchange"}))
-    s = score(item, runtime(payload_policy="none"), NOW)
+    s = score(item, runtime(payload_policy="none"), NOW, IngestContext(id_hash_key=b"k" * 32))
     assert s.payload is None
     assert s.row["outcome"] == "conflict"
 
