@@ -11,8 +11,10 @@ import orjson
 import pytest
 from sqlalchemy import select
 
+from controlplane.catalog.service import apply_config
+from controlplane.db import session_scope
 from controlplane.models import Result
-from tests.conftest import Api, make_api, make_result
+from tests.conftest import TICKET_TASK, Api, make_api, make_result
 
 
 @pytest.fixture
@@ -34,6 +36,11 @@ def post_raw(api: Api, items: list[bytes]) -> dict[str, Any]:
     body = b'{"results": [' + b",".join(items) + b"]}"
     response = api.client.post("/v1/results", content=body, headers=api.headers("ingest"))
     assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def view(api: Api, task: str, request_id: str) -> dict[str, Any]:
+    response = api.client.get(f"/v1/results/{task}/{request_id}", headers=api.headers("read"))
     return dict(response.json())
 
 
@@ -152,3 +159,35 @@ def test_outputs_and_inputs_must_hold_finite_numbers(api: Api, literal: str) -> 
         "input-field": "input: holds a number that is not finite",
     }
     assert stored_ids(api) == {"fine"}
+
+
+def test_compare_max_chars_is_the_setting(db_url: str) -> None:
+    for api in make_api(db_url, compare_max_chars=10):
+        with session_scope(api.engine) as session:
+            apply_config(
+                session,
+                {**TICKET_TASK, "task": "redacted_task", "payload_policy": "redacted"},
+                actor="test",
+            )
+        long_label = "exchange, or a refund to alice@example.com"
+        report = api.post_results(
+            {
+                "results": [
+                    make_result(request_id="short", ts=at(minutes=-1)),
+                    make_result(
+                        request_id="long",
+                        task="redacted_task",
+                        ts=at(minutes=-1),
+                        edge={"output": long_label},
+                    ),
+                ]
+            }
+        ).json()
+        assert report["accepted"] == 2
+        assert view(api, "ticket_classify", "short")["comparison"]["outcome"] == "agree"
+        long = view(api, "redacted_task", "long")
+        assert long["comparison"]["outcome"] is None
+        assert long["comparison"]["diff"]["too_long"]["max_chars"] == 10
+        # Under redacted only the first max_chars are masked and kept.
+        assert long["payload"]["edge_output"].startswith(long_label[:8])
+        assert "alice@example.com" not in str(long)
