@@ -408,8 +408,11 @@ def _cut(text: str, max_chars: int) -> int:
     i = cut
     while i > floor and _joined(text, i - 1):
         i -= 1
-    # A run longer than the back-off is masked as far as it goes (IDs, long digit runs).
-    return cut if i == floor and floor > 0 else i
+    # A run longer than the back-off, or all the text kept, is masked as far as it goes
+    # (IDs, long digit runs) rather than dropped whole.
+    if i == 0 or (i == floor and _joined(text, i - 1)):
+        return cut
+    return i
 
 
 REDACTED_FIELDS = (

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.ingest.comparators import REGISTRY, compare
+from controlplane.ingest.comparators import (
+    MAX_CHARS,
+    MAX_DEPTH,
+    REGISTRY,
+    canonical,
+    compare,
+)
 
 LABELS = {"kind": "label", "labels": ["refund", "exchange", "complaint"]}
 FREE_LABELS = {"kind": "label"}
@@ -194,3 +200,76 @@ def test_json_fields_agrees_with_itself_and_with_key_order(value: dict[str, Any]
 def test_label_ignores_case_and_outer_space(label: str, pad: str, upper: bool) -> None:
     shown = pad + (label.upper() if upper else label) + pad
     assert compare(LABELS, shown, label).outcome == "agree"
+
+
+# --- bounds: what is read at all ------------------------------------------------------
+
+TEXT = {"kind": "text_conservation", "length_ratio": [0.7, 1.4]}
+
+
+@pytest.mark.parametrize("spec", [LABELS, EXACT, INVOICE, TEXT], ids=lambda s: s["kind"])
+def test_an_output_longer_than_max_chars_is_not_compared(spec: dict[str, Any]) -> None:
+    long = "refund " * 15  # 105 characters
+    for edge, cloud, lengths in ((long, "refund", (105, 6)), ({"amount": 1}, long, (None, 105))):
+        comparison = compare(spec, edge, cloud, max_chars=100)
+        assert comparison.outcome is None
+        assert comparison.diff == {
+            "too_long": {"edge": lengths[0], "cloud": lengths[1], "max_chars": 100}
+        }
+        assert comparison.version == REGISTRY[spec["kind"]].version
+
+
+def test_max_chars_is_inclusive_and_defaults_to_32000() -> None:
+    assert MAX_CHARS == 32_000
+    text = "Refund sent. " * 2_461 + "Thanks!"  # 32,000 characters
+    assert len(text) == MAX_CHARS
+    assert compare(TEXT, text, text).outcome == "agree"
+    assert compare(TEXT, text + "!", text).outcome is None
+    assert compare(TEXT, text + "!", text, max_chars=40_000).outcome == "agree"
+    assert compare(LABELS, "refund", "refund", max_chars=6).outcome == "agree"
+    assert compare(LABELS, "refund", "refund", max_chars=5).outcome is None
+
+
+def _nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_exact_refuses_json_deeper_than_max_depth_without_recursion_error() -> None:
+    assert MAX_DEPTH == 64
+    deep = _nested(100_000)
+    assert compare(EXACT, deep, 1).outcome == "invalid"
+    assert compare(EXACT, deep, 1).diff == {"edge": "JSON nested deeper than 64 levels"}
+    assert compare(EXACT, 1, deep).outcome == "conflict"
+    assert compare(EXACT, 1, deep).diff == {"cloud": "JSON nested deeper than 64 levels"}
+    assert compare(EXACT, _nested(64), _nested(64)).outcome == "agree"
+    assert compare(EXACT, _nested(65), _nested(65)).outcome == "invalid"
+    with pytest.raises(ValueError, match="deeper than 64 levels"):
+        canonical(_nested(65))
+
+
+def test_json_fields_reads_deeply_nested_json_text_as_invalid_not_recursion_error() -> None:
+    deep_text = '{"amount": 1, "currency": "USD", "lines": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    good = {"amount": 1, "currency": "USD", "lines": []}
+    edge = compare(INVOICE, deep_text, good, max_chars=len(deep_text))
+    assert (edge.outcome, edge.diff) == ("invalid", {"edge": ["JSON nested deeper than 64 levels"]})
+    cloud = compare(INVOICE, good, deep_text, max_chars=len(deep_text))
+    assert (cloud.outcome, cloud.diff) == (
+        "conflict",
+        {"cloud": ["JSON nested deeper than 64 levels"]},
+    )
+    # A parsed object nested as deep, and the same depth inside JSON text's strings (not
+    # nesting at all), the boundary, and an unclosed string full of escaped quotes.
+    deep_object = {"amount": 1, "currency": "USD", "lines": _nested(100)}
+    assert compare(INVOICE, deep_object, good).outcome == "invalid"
+    in_a_string = '{"amount": 1, "currency": "' + "[" * 1_000 + '", "lines": []}'
+    assert compare(INVOICE, in_a_string, in_a_string).outcome == "agree"
+    at_the_bound = '{"amount": 1, "currency": "USD", "lines": ' + "[" * 63 + "]" * 63 + "}"
+    assert compare(INVOICE, at_the_bound, at_the_bound).outcome == "agree"
+    unclosed = '{"amount": "' + '\\"[' * 20_000
+    comparison = compare(INVOICE, unclosed, good, max_chars=10**6)
+    assert comparison.outcome == "invalid"
+    assert comparison.diff is not None
+    assert comparison.diff["edge"][0].startswith('not a JSON object: "{\\"amount\\": ')

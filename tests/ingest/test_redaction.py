@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -132,3 +133,112 @@ def test_masking_is_idempotent(text: str) -> None:
     assert mask_text(once) == once
     masker = Masker()
     assert masker.text(masker.text(text)) == masker.text(text)
+
+
+# --- object keys, bounds --------------------------------------------------------------
+
+
+def test_object_keys_are_masked_with_the_values_numbering() -> None:
+    payload = {
+        "input": {"ann@example.com": "call 13800138000", "rows": [{"13800138000": True}]},
+        "edge_output": {"ANN@example.com": "ok"},
+        "cloud_output": "mail ann@example.com",
+        "diff": {"fields": {"bob@example.com": {"edge": 1, "cloud": 2}}},
+        "keep_probability": 1.0,
+    }
+    masked = redact_payload(payload)
+    assert masked["input"] == {"<EMAIL_1>": "call <PHONE_1>", "rows": [{"<PHONE_1>": True}]}
+    assert masked["edge_output"] == {"<EMAIL_1>": "ok"}
+    assert masked["cloud_output"] == "mail <EMAIL_1>"
+    assert masked["diff"] == {"fields": {"<EMAIL_2>": {"edge": 1, "cloud": 2}}}
+
+
+def test_keys_masked_alike_keep_every_value() -> None:
+    value = {
+        "ann@example.com": 1,
+        "ANN@example.com": 2,
+        "<EMAIL_1>~2": 3,  # already the suffixed form of the first
+        "Ann@Example.com": 4,
+        "plain": 5,
+    }
+    assert Masker().json(value) == {
+        "<EMAIL_1>": 1,
+        "<EMAIL_1>~2": 2,
+        "<EMAIL_1>~2~2": 3,
+        "<EMAIL_1>~3": 4,
+        "plain": 5,
+    }
+    # Thousands of spellings of one email: every value kept, in time linear in their number.
+    spellings = {
+        f"ann{'@'}{'eXaMpLe'[: i % 7]}{'example'[i % 7 :]}.com" + " " * i: i for i in range(3000)
+    }
+    masked = Masker().json(spellings)
+    assert sorted(masked.values()) == list(range(3000))
+    assert all("@" not in key for key in masked)
+
+
+def test_json_deeper_than_the_bound_raises_a_value_error_naming_it() -> None:
+    deep: object = "ann@example.com"
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="JSON nested deeper than 128 levels"):
+        Masker().json(deep)
+    ok: object = "ann@example.com"
+    for _ in range(128):
+        ok = {"k": ok}
+    masked = Masker().json(ok)
+    for _ in range(128):
+        masked = masked["k"]
+    assert masked == "<EMAIL_1>"
+
+
+def test_a_text_longer_than_max_chars_is_cut_and_marked() -> None:
+    text = "Refund ann@example.com now. " * 10  # 280 characters
+    assert mask_text(text, max_chars=1_000) == "Refund <EMAIL_1> now. " * 10
+    cut = mask_text(text, max_chars=28)
+    assert cut == "Refund <EMAIL_1> now. …<TRUNCATED_252>"
+    assert mask_text(cut, max_chars=28) == cut  # masking a cut text again changes nothing
+    # The default bound.
+    assert mask_text("x" * 32_000) == "x" * 32_000
+    assert mask_text("x" * 32_001) == "x" * 32_000 + "…<TRUNCATED_1>"
+
+
+def test_a_cut_never_keeps_half_a_secret() -> None:
+    head = "x" * 45 + " "
+    for secret in ("13800138000", "138 0013 8000", "ann.lee@example.com", "INV-2024-00123"):
+        text = head + secret + " tail"
+        masked = mask_text(text, max_chars=50)
+        assert masked == head + f"…<TRUNCATED_{len(text) - len(head)}>", secret
+
+
+def test_redact_payload_cuts_every_string_to_max_chars() -> None:
+    payload = {
+        "input": {"text": "a" * 50, "tags": ["b" * 50]},
+        "edge_output": "c" * 50,
+        "cloud_output": {"d" * 50: "e" * 10},
+        "diff": None,
+        "edge_error_message": "f" * 50,
+        "cloud_error_message": None,
+        "keep_probability": 1.0,
+    }
+    masked = redact_payload(payload, max_chars=20)
+    marker = "…<TRUNCATED_30>"
+    assert masked["input"] == {"text": "a" * 20 + marker, "tags": ["b" * 20 + marker]}
+    assert masked["edge_output"] == "c" * 20 + marker
+    assert masked["cloud_output"] == {"d" * 20 + marker: "e" * 10}
+    assert masked["edge_error_message"] == "f" * 20 + marker
+    assert masked["cloud_error_message"] is None
+
+
+def test_only_placeholder_shapes_are_kept() -> None:
+    assert mask_text("<NUM_1> and <EMAIL_12>") == "<NUM_1> and <EMAIL_12>"
+    # A number inside angle brackets is no placeholder: "<SO-13800138000>" kept it raw.
+    assert mask_text("order <SO-13800138000>") == "order <<ID_1>>"
+    assert mask_text("ref <ID_13800138000>") == "ref <<ID_1>>"
+    assert mask_text("x <a13800138000>") == "x <<ID_1>>"
+
+
+def test_full_width_digits_belong_to_their_token() -> None:
+    masked = mask_text("code 3The7９YY9")
+    assert masked == "code <ID_1>"
+    assert mask_text(masked) == masked

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from controlplane.ingest.comparators import compare
 from controlplane.ingest.conservation import (
     chinese_number,
+    length,
     negations,
     numbers,
     read,
@@ -518,3 +519,24 @@ def test_a_standalone_number_is_always_read(
     # Whatever IDs or dates stand around it, a number set apart by spaces is read.
     text = glue.join(before) + f" {number} " + glue.join(after)
     assert numbers(spans(text).rest)[str(number)] >= 1, text
+
+
+def test_numbers_too_long_to_be_numbers_are_not_read_and_never_raise() -> None:
+    # 8,000 numeral digits used to raise ValueError (Python's int() digit limit).
+    reading = read("二〇二六" * 2_000 + "年，共 " + "1" * 5_000 + " 件，另 3 件")
+    assert reading.numbers == Counter({"3": 1})
+    assert numbers("1" * 4_300) == Counter({"1" * 28 + "0" * 4_272: 1})  # Decimal's 28 digits
+
+
+def test_the_zero_numeral_is_part_of_its_number_in_length() -> None:
+    assert length("二〇二六年") == length("二零二六年") == length("2026年") == 2
+    assert length("〇") == 1
+
+
+def test_quoted_spans_hold_1_to_200_characters_up_to_the_first_closing_mark() -> None:
+    assert spans("“" + "a" * 200 + "”").named == {"“" + "a" * 200 + "”"}
+    assert spans("“" + "a" * 201 + "”").named == frozenset()
+    assert spans("“”“b”").named == {"“b”"}
+    assert spans('""x" 「y」 《z》 『w』').named == {'"x"', "「y」", "《z》", "『w』"}
+    # An unclosed mark of one kind does not hide a closed one of another.
+    assert spans("“" * 500 + "《三体》").named == {"《三体》"}
