@@ -1,6 +1,7 @@
-"""Comparisons per second for each comparator, and masking throughput, on one core.
+"""Comparisons per second for each comparator, masking throughput, and reading time of
+hostile texts, on one core.
 
-    .venv/bin/python benchmarks/comparators.py [--reps 5] [--seconds 0.5]
+    .venv/bin/python benchmarks/comparators.py [--reps 5] [--seconds 0.5] [--only-hostile]
 
 Inputs are realistic: short labels, JSON invoices, and reply rewrites of about 300 and
 3,000 characters in Chinese and in English (faithful rewrites and ones that drop a
@@ -8,6 +9,13 @@ negation or change a number, as the simulator sends). Beside each figure is the 
 measured in the same run on the same data: a plain string equality (`a == b`) over the
 same pairs. Goal: text_conservation on 3,000-character texts at 5,000 comparisons/s or
 more on one core. Prints medians of --reps runs; asserts nothing about time.
+
+Then the time `conservation.read` and `mask_text` take per 1,000 characters on benign
+texts (the rewrites above) and on adversarial ones (runs that almost match each pattern:
+letters then "@", "1_1_1…", unclosed quotes, …) of 3,000, 30,000 and 300,000 characters,
+each adversarial figure beside its ratio to the benign one. Goal: every ratio within 3×.
+The masker reads the whole text here (max_chars = its length), not the 32,000 characters
+it keeps at ingest.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controlplane.ingest.comparators import compare  # noqa: E402
+from controlplane.ingest.conservation import read  # noqa: E402
 from controlplane.ingest.redaction import mask_text  # noqa: E402
 from controlplane.sim.profiles import REWRITES  # noqa: E402
 
@@ -109,15 +118,109 @@ def measure(
     )
 
 
+def repeat(unit: str, head: str = "", tail: str = "") -> Callable[[int], str]:
+    def build(n: int) -> str:
+        body = n - len(head) - len(tail)
+        return head + (unit * (body // len(unit) + 1))[:body] + tail
+
+    return build
+
+
+# One text per pattern family that almost matches, over and over (as tests/ingest/
+# test_linear_time.py, which checks that their time grows linearly).
+ADVERSARIAL: dict[str, Callable[[int], str]] = {
+    "email: letters then @": repeat("a", tail="@"),
+    "email: a@a@a@": repeat("a@"),
+    "email: @ then labels, no TLD": repeat("a.", head="a@"),
+    "url: www.www.": repeat("www."),
+    "phone: +1 1 1 1": repeat(" 1", head="+1"),
+    "token: 1_1_1_": repeat("1_"),
+    "token: a1:a1:": repeat("a1:"),
+    "digits: 1.1.1.1": repeat("1."),
+    "capitalised: A A A": repeat("A "),
+    "quotes: unclosed “““": repeat("“"),
+    'quotes: "abc"abc': repeat('"abc'),
+    "negations: not not": repeat("not "),
+    "negations: 不不不": repeat("不"),
+    "numbers: 1,000,1,000": repeat("1,000,"),
+    "numbers: 百分之百分之": repeat("百分之"),
+    "numbers: 一点一点": repeat("一点"),
+    "sentences: Mr. Mr.": repeat("Mr. "),
+    "sentences: !?!?": repeat("!?"),
+    "mixed scripts": repeat("a1中B2。@x.“"),
+}
+HOSTILE_SIZES = (3_000, 30_000, 300_000)
+
+
+def per_kchar(work: Callable[[str], Any], text: str, reps: int) -> float:
+    """µs per 1,000 characters: the best of `reps` runs (the collector kept out, as its
+    passes cost in proportion to what the process holds, not to the text)."""
+    best = float("inf")
+    gc.collect()
+    gc.unfreeze()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            started = time.perf_counter()
+            work(text)
+            best = min(best, time.perf_counter() - started)
+    finally:
+        gc.enable()
+        gc.freeze()
+    return best * 1e6 / (len(text) / 1000)
+
+
+def hostile(reps: int) -> None:
+    readers: dict[str, Callable[[str], Any]] = {
+        "conservation.read": read,
+        "mask_text": lambda text: mask_text(text, max_chars=len(text)),
+    }
+    benign = {
+        (language, size): rewrites(language, size, 1)[0][1][:size]
+        for language in ("en", "zh")
+        for size in HOSTILE_SIZES
+    }
+    print(
+        "\nReading hostile text, µs per 1,000 characters (best of runs); beside each "
+        "adversarial\nfigure its ratio to the benign one (the mean of en and zh). Goal: ≤ 3×."
+    )
+    worst: dict[tuple[str, int], tuple[float, str]] = {}
+    for reader, work in readers.items():
+        print(f"\n  {reader:<30}" + "".join(f"{size:>18,}" for size in HOSTILE_SIZES))
+        base = {}
+        for language in ("en", "zh"):
+            figures = [per_kchar(work, benign[(language, size)], reps) for size in HOSTILE_SIZES]
+            print(f"    benign {language:<25}" + "".join(f"{f:>12,.0f}      " for f in figures))
+            for size, figure in zip(HOSTILE_SIZES, figures, strict=True):
+                base[size] = base.get(size, 0.0) + figure / 2
+        for family, build in ADVERSARIAL.items():
+            row = f"    {family:<31}"
+            for size in HOSTILE_SIZES:
+                figure = per_kchar(work, build(size), reps)
+                ratio = figure / base[size]
+                row += f"{figure:>12,.0f} {ratio:>4.1f}×"
+                worst[(reader, size)] = max(worst.get((reader, size), (0.0, "")), (ratio, family))
+            print(row, flush=True)
+    print("\n  Worst ratio to benign:")
+    for (reader, size), (ratio, family) in worst.items():
+        print(f"    {reader:<18} {size:>8,} chars: {ratio:4.1f}×  ({family})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one measured run")
+    parser.add_argument(
+        "--only-hostile", action="store_true", help="only the hostile-text reading times"
+    )
     args = parser.parse_args()
     gc.collect()
     gc.freeze()
+    if args.only_hostile:
+        hostile(args.reps)
+        return
     rng = random.Random(1)
 
     labels = [
@@ -166,6 +269,7 @@ def main() -> None:
             args.seconds,
         )
     print("\nGoal: text_conservation on ~3,000-character texts ≥ 5,000 comparisons/s.")
+    hostile(args.reps)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,12 @@ _IDCARD = r"(?P<IDCARD>\d(?<![0-9A-Za-z]\d)\d{16}[\dXx](?![0-9A-Za-z]))"
 _CARD = r"(?P<CARD>\d(?<!\d\d)\d{3}[ -](?:\d{4}[ -]){2}\d{1,7}(?!\d)|\d(?<!\d\d)\d{12,18}(?!\d))"
 _PHONE = rf"(?P<PHONE>{PHONE})"
 _DIGIT_RUN = re.compile(f"{_DIGIT}+")
+# The digit runs the ID-and-NUM pass must look at: long ones, and any in a token (next to a
+# letter, _ or -). A short run standing alone ("1 1 1 …") is neither, and skipping it in
+# the regex saves a Python step per run.
+_TOKEN_DIGIT_RUN = re.compile(
+    f"(?<!{_DIGIT})(?:{_DIGIT}{{6,}}|(?<=[A-Za-z_-]){_DIGIT}+|{_DIGIT}+(?=[A-Za-z_-]))(?!{_DIGIT})"
+)
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _TOKEN_LETTERS = _LETTERS | {"_", "-"}
@@ -282,7 +288,7 @@ class Masker:
         scanned = 0  # digit runs before this belong to a token already handled
         around = _TokenBounds(text)
         plain = (-1, -1)  # the last token judged neither a placeholder nor an ID
-        for match in _DIGIT_RUN.finditer(text):
+        for match in _TOKEN_DIGIT_RUN.finditer(text):
             start, end = match.span()
             if start < scanned:
                 continue
