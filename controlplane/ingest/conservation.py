@@ -165,7 +165,9 @@ _PHONE = rf"(?P<phone>{PHONE})"
 _DIGITS = re.compile(r"[0-9]+")
 # The digit runs inside a token (next to a letter, _ or -): a run standing alone is a
 # number, and skipping it in the regex saves a Python step per run.
-_TOKEN_DIGITS = re.compile(r"(?<![0-9])(?:(?<=[A-Za-z_-])[0-9]+|[0-9]+(?=[A-Za-z_-]))(?![0-9])")
+_TOKEN_DIGITS = re.compile(
+    r"[0-9](?<![0-9][0-9])(?:(?<=[A-Za-z_-][0-9])[0-9]*|[0-9]*(?=[A-Za-z_-]))(?![0-9])"
+)
 
 
 @lru_cache(maxsize=16)

@@ -71,8 +71,11 @@ _DIGIT_RUN = re.compile(f"{_DIGIT}+")
 # The digit runs the ID-and-NUM pass must look at: long ones, and any in a token (next to a
 # letter, _ or -). A short run standing alone ("1 1 1 …") is neither, and skipping it in
 # the regex saves a Python step per run.
+# Like every pattern here it starts with a plain character set, so the regex engine skips
+# fast to the next digit; what comes before is checked once the first digit is consumed.
 _TOKEN_DIGIT_RUN = re.compile(
-    f"(?<!{_DIGIT})(?:{_DIGIT}{{6,}}|(?<=[A-Za-z_-]){_DIGIT}+|{_DIGIT}+(?=[A-Za-z_-]))(?!{_DIGIT})"
+    f"{_DIGIT}(?<!{_DIGIT}{_DIGIT})"
+    f"(?:{_DIGIT}{{5,}}|(?<=[A-Za-z_-]{_DIGIT}){_DIGIT}*|{_DIGIT}*(?=[A-Za-z_-]))(?!{_DIGIT})"
 )
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -156,12 +159,16 @@ def find_spans(
     email took the place of the one found, so no stretch of text is searched twice."""
     finder = _Emails(text) if emails else None
     other = pattern.search(text) if pattern is not None else None
+    email = finder.next(0) if finder is not None else None
     pos = 0
     while True:
+        # Each is looked for again only once the scan has passed where it starts.
         if other is not None and other.start() < pos:
             assert pattern is not None
             other = pattern.search(text, pos)
-        email = finder.next(pos) if finder is not None else None
+        if email is not None and email[0] < pos:
+            assert finder is not None
+            email = finder.next(pos)
         if email is not None and (other is None or email[0] <= other.start()):
             yield EMAIL, email[0], email[1]
             pos = email[1]
@@ -270,17 +277,23 @@ class Masker:
         if not _DIGIT_RUN.search(text) and "@" not in text:
             return text
         first = _pattern("." in text, text.count(":") >= 3)
-        pieces: list[str] = []
-        copied = 0  # text before this is in `pieces`
+        replaced: list[tuple[int, int, str]] = []
         for kind, start, end in find_spans(text, first, "@" in text):
             replacement = self._replace(kind, text, start, end)
             if replacement is not None:
-                pieces += [text[copied:start], replacement]
-                copied = end
-        if pieces:
-            pieces.append(text[copied:])
-            text = "".join(pieces)
-        return self._tokens(text)
+                replaced.append((start, end, replacement))
+        if not replaced:
+            return self._tokens(text)
+        # The second pass reads the text between the placeholders, piece by piece: a token
+        # never runs into a placeholder ("<" and ">" end it), so this is the masked text's
+        # second pass without reading the placeholders again.
+        pieces: list[str] = []
+        copied = 0
+        for start, end, replacement in replaced:
+            pieces += [self._tokens(text[copied:start]), replacement]
+            copied = end
+        pieces.append(self._tokens(text[copied:]))
+        return "".join(pieces)
 
     def _tokens(self, text: str) -> str:
         pieces: list[str] = []
