@@ -331,14 +331,14 @@ class Scored:
 
 
 def _refuse_non_finite(item: ResultIn) -> None:
-    edge, cloud = item["edge"], item["cloud"]
-    if edge is not None and holds_non_finite(edge["output"]):
+    # Outputs and texts are mostly strings: those are settled without a call.
+    edge, cloud, input_ = item["edge"], item["cloud"], item["input"]
+    if edge is not None and type(out := edge["output"]) is not str and holds_non_finite(out):
         raise ItemError("edge.output", "holds a number that is not finite")
-    if cloud is not None and holds_non_finite(cloud["output"]):
+    if cloud is not None and type(out := cloud["output"]) is not str and holds_non_finite(out):
         raise ItemError("cloud.output", "holds a number that is not finite")
-    input_: Any = item["input"]
     if input_ is not None and (
-        holds_non_finite(input_["text"])
+        (type(text := input_["text"]) is not str and holds_non_finite(text))
         or (len(input_) > 2 and holds_non_finite(list(input_.values())))
     ):
         raise ItemError("input", "holds a number that is not finite")
