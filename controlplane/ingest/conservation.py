@@ -191,15 +191,10 @@ def _id_like(text: str, named: set[str]) -> str:
     possible start costs ten times more."""
     pieces: list[str] = []
     copied = 0  # text before this is in `pieces`
-    scanned = 0  # digit runs before this belong to a token already read
-    for match in _TOKEN_DIGITS.finditer(text):
-        start, end = match.span()
-        if start < scanned:
-            continue
-        left, right = token_around(text, start, end)
-        scanned = right
-        if left == start and right == end:
-            continue  # digits alone: a number, not an ID
+    pos = 0  # the digit runs before this belong to a token already read
+    while match := _TOKEN_DIGITS.search(text, pos):
+        left, right = token_around(text, *match.span())
+        pos = right
         start, end = trim_token(text, left, right)
         token = text[start:end]
         if not all(c.isdigit() or c in "_-" for c in token) and not _NUMBER_WITH_UNIT.match(token):

@@ -77,6 +77,7 @@ _TOKEN_DIGIT_RUN = re.compile(
     f"{_DIGIT}(?<!{_DIGIT}{_DIGIT})"
     f"(?:{_DIGIT}{{5,}}|(?<=[A-Za-z_-]{_DIGIT}){_DIGIT}*|{_DIGIT}*(?=[A-Za-z_-]))(?!{_DIGIT})"
 )
+_LONG_DIGIT_RUN = re.compile(f"{_DIGIT}(?<!{_DIGIT}{_DIGIT}){_DIGIT}{{5,}}")
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _TOKEN_LETTERS = _LETTERS | {"_", "-"}
@@ -197,34 +198,13 @@ _MASK_TOKEN_CHARS = _TOKEN_CHARS | frozenset("０１２３４５６７８９")
 _MASK_TOKEN_RUN = re.compile(r"[A-Za-z0-9０-９_-]*")
 
 
-class _TokenBounds:
-    """token_around (with full-width digits) for digit runs taken left to right, each
-    character read O(1) times.
-
-    After a run [s, e) with token [left, right): the next run [s2, e2) (s2 > e) reads back
-    from s2 no further than s (all token characters back to s: its token starts at
-    `left`), and when e2 <= right its token ends at `right` without reading."""
-
-    __slots__ = ("_text", "_start", "_left", "_right")
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._start = self._left = self._right = -1
-
-    def __call__(self, start: int, end: int) -> tuple[int, int]:
-        text = self._text
-        floor = max(self._start, 0)
-        left = start
-        while left > floor and text[left - 1] in _MASK_TOKEN_CHARS:
-            left -= 1
-        if left == floor and self._start >= 0:
-            left = self._left
-        if end > self._right:
-            run = _MASK_TOKEN_RUN.match(text, end)
-            assert run is not None  # `*` always matches
-            self._right = run.end()
-        self._start, self._left = start, left
-        return left, self._right
+def _mask_token_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """token_around, with full-width digits in tokens."""
+    while start > 0 and text[start - 1] in _MASK_TOKEN_CHARS:
+        start -= 1
+    run = _MASK_TOKEN_RUN.match(text, end)
+    assert run is not None  # `*` always matches
+    return start, run.end()
 
 
 def trim_token(text: str, start: int, end: int) -> tuple[int, int]:
@@ -296,38 +276,34 @@ class Masker:
         return "".join(pieces)
 
     def _tokens(self, text: str) -> str:
+        """From the first digit run of each token outwards: the token masked whole when
+        it is ID-like, else each long digit run in it. Every token is read once, then
+        skipped: reading it again for each of its runs ("1_1_1…") would be quadratic."""
         pieces: list[str] = []
         copied = 0  # text before this is in `pieces`
-        scanned = 0  # digit runs before this belong to a token already handled
-        around = _TokenBounds(text)
-        plain = (-1, -1)  # the last token judged neither a placeholder nor an ID
-        for match in _TOKEN_DIGIT_RUN.finditer(text):
+        pos = 0
+        while match := _TOKEN_DIGIT_RUN.search(text, pos):
             start, end = match.span()
-            if start < scanned:
+            left, right = _mask_token_around(text, start, end)
+            pos = right
+            if right - left < 4:
+                continue  # too short for an ID, a long run or a placeholder's insides ("ID_1")
+            if left > 0 and _IS_PLACEHOLDER.fullmatch(text, left - 1, right + 1):
+                continue  # a placeholder: <NUM_2>
+            left, right = trim_token(text, left, right)
+            value = text[left:right]
+            if (
+                len(value) >= 4
+                and any(c in _LETTERS for c in value)
+                and sum(c.isdigit() for c in value) >= 2
+            ):
+                pieces += [text[copied:left], self._placeholder("ID", value)]
+                copied = right
                 continue
-            token = around(start, end)
-            # Every digit run of one token ("1_1_1…") finds the same token: it is judged
-            # once, as reading it again for each run would be quadratic.
-            if token != plain:
-                left, right = token
-                if left > 0 and _IS_PLACEHOLDER.fullmatch(text, left - 1, right + 1):
-                    scanned = right
-                    continue  # a placeholder: <NUM_2>
-                left, right = trim_token(text, left, right)
-                value = text[left:right]
-                if (
-                    len(value) >= 4
-                    and any(c in _LETTERS for c in value)
-                    and sum(c.isdigit() for c in value) >= 2
-                ):
-                    pieces += [text[copied:left], self._placeholder("ID", value)]
-                    copied, scanned = right, token[1]
-                    continue
-                plain = token
-            if end - start >= 6:
-                key = match.group().translate(_FULLWIDTH_DIGITS)
-                pieces += [text[copied:start], self._placeholder("NUM", key)]
-                copied = end
+            for run in _LONG_DIGIT_RUN.finditer(text, start, pos):
+                key = run.group().translate(_FULLWIDTH_DIGITS)
+                pieces += [text[copied : run.start()], self._placeholder("NUM", key)]
+                copied = run.end()
         if not pieces:
             return text
         pieces.append(text[copied:])
