@@ -23,8 +23,8 @@ ValueError naming the depth.
 
 Every reader here runs in time linear in its text, whatever the text: emails are found
 from each "@" outwards (a regex starting at every letter would rescan the run before an
-"@" from each of its letters), and ID-like tokens from each digit run outwards with every
-scan resuming where the last one stopped.
+"@" from each of its letters), and each ID-like token once, from its first digit run
+outwards, the scan then resuming past it.
 """
 
 from __future__ import annotations
