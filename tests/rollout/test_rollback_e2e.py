@@ -71,6 +71,22 @@ def window_results(
     return out
 
 
+def rewind(api: Api, windows: int = 8) -> datetime:
+    """The start of a window `windows` windows ago, with every task's creation and stage
+    change moved an hour before it: results may lie at most 5 minutes ahead of the clock,
+    so the test's windows lie in the past and its passes run at past clocks."""
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW) - timedelta(seconds=windows * WINDOW)
+    with session_scope(api.engine) as session:
+        earlier = start - timedelta(hours=1)
+        session.execute(update(Task).values(created_at=earlier, stage_changed_at=earlier))
+    return start
+
+
 def close(api: Api, start: datetime, k: int) -> Any:
     return run_pass(api.engine, start + timedelta(seconds=(k + 1) * WINDOW + LATENESS))
 
@@ -80,8 +96,7 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
 ) -> None:
     for task in ("canary_task", "noisy_task", "quiet_task"):
         assert promote(api, task).status_code == 200
-    now = datetime.now(UTC)
-    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    start = rewind(api)
     flags_before = api.client.get("/v1/flags/canary_task", headers=api.headers("flags:read")).json()
     assert (flags_before["stage"], flags_before["edge_percent"]) == ("canary", 50)
 
@@ -227,8 +242,7 @@ def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "blocked_task").one()
         block(session, task, "small@3", None)
-    now = datetime.now(UTC)
-    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    start = rewind(api)
     promoted = []
     for k in range(3):
         for name in ("eager_task", "blocked_task"):
@@ -253,8 +267,7 @@ def test_an_evaluation_reads_only_the_most_recent_windows(
     from controlplane.models import Task
     from controlplane.rollout import service
 
-    now = datetime.now(UTC)
-    start = now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=2 * WINDOW)
+    start = rewind(api)
     for k in range(4):
         post_all(api, window_results("quiet_task", start, k, {}, per_bucket=3))
     close(api, start, 3)
