@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controlplane.ingest.comparators import compare  # noqa: E402
-from controlplane.ingest.conservation import read  # noqa: E402
-from controlplane.ingest.redaction import mask_text  # noqa: E402
+from controlplane.compare.comparators import compare  # noqa: E402
+from controlplane.compare.conservation import read  # noqa: E402
+from controlplane.compare.redaction import mask_text  # noqa: E402
 from controlplane.sim.profiles import REWRITES  # noqa: E402
 
 LABEL_SPEC = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}

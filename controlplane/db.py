@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane.jsonutil import dumps
+from controlplane.compare.jsonutil import dumps
 from controlplane.settings import get_settings
 
 

@@ -7,13 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controlplane.jsonutil import dumps
-
-
-def short_repr(value: Any, limit: int = 120) -> str:
-    """A value as compact JSON, cut to `limit` characters."""
-    text = dumps(value).decode()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+from controlplane.compare.jsonutil import short_repr
 
 
 def describe_errors(

@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from controlplane.jsonutil import dumps
+from controlplane.compare.jsonutil import dumps
 
 log = logging.getLogger("shadowplane.http")
 

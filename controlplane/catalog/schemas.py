@@ -23,8 +23,9 @@ from pydantic import (
     model_validator,
 )
 
-from controlplane.errors import describe_errors, short_repr
-from controlplane.ingest.comparators import FIELD_TYPES, REGISTRY
+from controlplane.compare.comparators import FIELD_TYPES, REGISTRY
+from controlplane.compare.jsonutil import short_repr
+from controlplane.errors import describe_errors
 
 # Matched with fullmatch: `$` would also match before a trailing newline ("abc\n").
 TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")

@@ -24,7 +24,7 @@ from controlplane.catalog.schemas import (
     config_hash,
     parse_config,
 )
-from controlplane.ingest.comparators import comparator_version
+from controlplane.compare.comparators import comparator_version
 from controlplane.models import Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.rollout.flags import publish

@@ -29,12 +29,13 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import RuntimeCache, TaskRuntime
 from controlplane.client.sticky import sticky_bucket
+from controlplane.compare.comparators import Comparison, compare
+from controlplane.compare.jsonutil import loads
+from controlplane.compare.redaction import MAX_CHARS, Masker, redact_payload
 from controlplane.db import StoredJSON
 from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
-from controlplane.ingest.comparators import Comparison, compare
-from controlplane.ingest.redaction import MAX_CHARS, Masker, redact_payload
 from controlplane.ingest.schemas import (
     IngestReport,
     Rejected,
@@ -46,7 +47,6 @@ from controlplane.ingest.schemas import (
     nul_fields,
     surrogate_fields,
 )
-from controlplane.jsonutil import loads
 
 log = logging.getLogger("shadowplane.ingest")
 

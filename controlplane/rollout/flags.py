@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.jsonutil import dumps
+from controlplane.compare.jsonutil import dumps
 from controlplane.models import Flag, FlagState, Task
 from controlplane.models.base import utcnow
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from controlplane.jsonutil import dumps
+from controlplane.compare.jsonutil import dumps
 from controlplane.models.base import utcnow
 from controlplane.settings import Settings
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.ingest.comparators import (
+from controlplane.compare.comparators import (
     MAX_CHARS,
     MAX_DEPTH,
     REGISTRY,

@@ -11,10 +11,10 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from controlplane.catalog.service import apply_config
+from controlplane.rollout.actions import apply_config
+from controlplane.compare.comparators import REGISTRY, Comparator, Comparison, compare_label
 from controlplane.db import json_text, session_scope
 from controlplane.ingest import service
-from controlplane.ingest.comparators import REGISTRY, Comparator, Comparison, compare_label
 from controlplane.models import Result
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
 

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.ingest.comparators import compare
-from controlplane.ingest.conservation import read, sentences
-from controlplane.ingest.redaction import TYPES, Masker, mask_text
+from controlplane.compare.comparators import compare
+from controlplane.compare.conservation import read, sentences
+from controlplane.compare.redaction import TYPES, Masker, mask_text
 
 SMALL, LARGE = 20_000, 200_000
 MAX_GROWTH = 15  # time(LARGE) / time(SMALL): 10 when linear, 100 when quadratic

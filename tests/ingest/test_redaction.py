@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.ingest.redaction import Masker, mask_text, redact_payload
+from controlplane.compare.redaction import Masker, mask_text, redact_payload
 
 CASES = [
     ("邮箱 Zhang.San@Example.com", "邮箱 <EMAIL_1>"),

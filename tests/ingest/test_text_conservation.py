@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.ingest.comparators import compare
-from controlplane.ingest.conservation import (
+from controlplane.compare.comparators import compare
+from controlplane.compare.conservation import (
     chinese_number,
     length,
     negations,

@@ -17,8 +17,8 @@ import uvicorn
 from sqlalchemy import func, select
 
 from controlplane.api import create_app
+from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
-from controlplane.ingest.comparators import compare
 from controlplane.models import Result
 from controlplane.settings import Settings
 from controlplane.sim.profiles import LONG_TICKET, generate
@@ -93,7 +93,7 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
     live_api: tuple[str, Api], tmp_path: Path
 ) -> None:
     base, api = live_api
-    from controlplane.catalog.service import apply_config
+    from controlplane.rollout.actions import apply_config
 
     with session_scope(api.engine) as session:
         apply_config(

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
-from controlplane.ingest.redaction import (
+from controlplane.compare.redaction import (
     EMAIL,
     PHONE,
     find_spans,

@@ -25,6 +25,12 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
         return text.encode()
 
 
+def short_repr(value: Any, limit: int = 120) -> str:
+    """A value as compact JSON, cut to `limit` characters."""
+    text = dumps(value).decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def loads(data: bytes | str) -> Any:
     """Parse JSON exactly; raises ValueError when it is not JSON.
 

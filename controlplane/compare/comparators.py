@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from controlplane.errors import short_repr
-from controlplane.ingest import conservation
-from controlplane.ingest.redaction import MAX_CHARS as MAX_CHARS
-from controlplane.jsonutil import dumps, loads
+from controlplane.compare import conservation
+from controlplane.compare.jsonutil import dumps, loads, short_repr
+from controlplane.compare.redaction import MAX_CHARS as MAX_CHARS
 
 Outcome = Literal["agree", "conflict", "invalid"]
 # Bodies are at most 64 deep (controlplane.http); deeper JSON text inside an output would
