@@ -1,4 +1,4 @@
-"""Pure statistics shared by metrics, alerts and (later) the rollback rule."""
+"""Pure statistics shared by metrics, alerts and the rollout rules: the one Wilson interval."""
 
 from __future__ import annotations
 

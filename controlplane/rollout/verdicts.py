@@ -12,12 +12,13 @@ itself.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
+
+from controlplane.metrics.stats import wilson
 
 Op = Literal["<=", ">="]
 Confidence = float | Literal["point"]
@@ -58,19 +59,12 @@ def z_for(confidence: float) -> float:
 def one_sided_bound(num: int, den: int, op: Op, confidence: Confidence) -> float | None:
     """The bound a breach is judged on: for `<=` rules the lower Wilson bound (the rate is at
     least this), for `>=` rules the upper one (the rate is at most this); None without data."""
-    if den <= 0:
-        return None
-    p = num / den
     if confidence == "point":
-        return p
-    z = z_for(confidence)
-    z2 = z * z
-    centre = p + z2 / (2 * den)
-    spread = z * math.sqrt(p * (1 - p) / den + z2 / (4 * den * den))
-    scale = 1 + z2 / den
-    if op == "<=":
-        return max(0.0, min(p, (centre - spread) / scale))
-    return min(1.0, max(p, (centre + spread) / scale))
+        return num / den if den > 0 else None
+    interval = wilson(num, den, z_for(confidence))
+    if interval is None:
+        return None
+    return interval[0] if op == "<=" else interval[1]
 
 
 def is_breach(bound: float, op: Op, threshold: float) -> bool:
