@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 import orjson
@@ -127,22 +128,33 @@ class AlertsConfig(Strict):
     silence_windows: int = Field(3, ge=1, le=1000)
 
 
+RuleMetric = Literal[
+    "agreement",
+    "conflict_rate",
+    "edge_error_rate",
+    "edge_fail_rate",
+    "offload_fail_rate",
+    "degrade_rate",
+    "edge_share",
+    "route_acc",
+]
+Detector = Literal["consecutive", "cusum"]
+# A rule's defaults for what the policy does not set: the CUSUM's shift to detect, and its
+# decision interval (log-likelihood units).
+DEFAULT_MIN_EFFECT = 0.05
+DEFAULT_H = 5.0
+
+
 class Rule(Strict):
-    metric: Literal[
-        "agreement",
-        "conflict_rate",
-        "edge_error_rate",
-        "edge_fail_rate",
-        "offload_fail_rate",
-        "degrade_rate",
-        "edge_share",
-        "route_acc",
-    ]
+    """A rollback rule as written: a field left out (None) takes the policy's value or the
+    default above; `RollbackConfig.resolved_rules()` gives the rules with every value filled."""
+
+    metric: RuleMetric
     op: Literal["<=", ">="]
     threshold: Fraction
     scope: Literal["all", "per_bucket"] = "all"
     mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
-    detector: Literal["consecutive", "cusum"] | None = None
+    detector: Detector | None = None
     min_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] | None = None
     critical: Fraction | None = None
@@ -160,8 +172,26 @@ DEFAULT_RULES = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRule:
+    """A rule with every value its detectors read: the rule's own, else the policy's, else
+    the default. The stored config keeps the rule as written (so its hash never moves)."""
+
+    metric: RuleMetric
+    op: Literal["<=", ">="]
+    threshold: float
+    scope: Literal["all", "per_bucket"]
+    mode: Literal["auto_rollback", "notify", "off"]
+    detector: Detector
+    min_samples: int
+    confidence: float | Literal["point"]
+    critical: float | None
+    min_effect: float
+    h: float
+
+
 class RollbackConfig(Strict):
-    detector: Literal["consecutive", "cusum"] = "consecutive"
+    detector: Detector = "consecutive"
     consecutive_windows: int = Field(3, ge=1, le=100)
     min_samples: int = Field(200, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] = 0.80
@@ -169,6 +199,30 @@ class RollbackConfig(Strict):
     # An evaluation reads three times this many windows (rollout.service.evaluation_windows).
     max_span_windows: int | None = Field(None, ge=1, le=100_000)
     rules: list[Rule] = Field(DEFAULT_RULES, max_length=100)
+
+    @property
+    def span_windows(self) -> int:
+        """The most windows a run of consecutive breaches may span before it lapses."""
+        return self.max_span_windows or self.consecutive_windows * self.max_pool_windows
+
+    def resolved_rules(self) -> list[ResolvedRule]:
+        """The rules in order, each with the policy's values where it sets none."""
+        return [
+            ResolvedRule(
+                metric=rule.metric,
+                op=rule.op,
+                threshold=rule.threshold,
+                scope=rule.scope,
+                mode=rule.mode,
+                detector=rule.detector or self.detector,
+                min_samples=rule.min_samples or self.min_samples,
+                confidence=rule.confidence if rule.confidence is not None else self.confidence,
+                critical=rule.critical,
+                min_effect=rule.min_effect or DEFAULT_MIN_EFFECT,
+                h=rule.h or DEFAULT_H,
+            )
+            for rule in self.rules
+        ]
 
 
 class PromotionConfig(Strict):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from controlplane.catalog.schemas import DEFAULT_H, DEFAULT_MIN_EFFECT, Detector
 from controlplane.rollout.verdicts import (
     CellWindow,
     Confidence,
@@ -27,8 +28,6 @@ from controlplane.rollout.verdicts import (
     is_breach,
     one_sided_bound,
 )
-
-Detector = Literal["consecutive", "cusum"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +91,8 @@ def should_rollback(
     detector: Detector = "consecutive",
     consecutive_windows: int = 3,
     max_span_windows: int = 36,
-    min_effect: float = 0.05,
-    h: float = 5.0,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    h: float = DEFAULT_H,
     critical_threshold: float | None = None,
 ) -> Firing | None:
     """Whether the rule fires in this cell, from its closed windows and their verdicts.

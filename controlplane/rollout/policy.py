@@ -4,7 +4,8 @@ Rules judge only the buckets the edge may serve — those holding inputs up to t
 `max_input_tokens` (all of them without a cap) — and their `all` is the union of those
 buckets. A rule's `scope: per_bucket` judges every such bucket and `all`; `scope: all`
 judges `all`. Each rule may override the policy's `min_samples`, `confidence` and
-`detector`, and set `critical`, `mode`, `min_effect` and `h`. `route_acc` comes from
+`detector`, and set `critical`, `mode`, `min_effect` and `h` (resolved on the schema:
+`RollbackConfig.resolved_rules`). `route_acc` comes from
 human labels (a later step): until labels exist every verdict is `insufficient`, so it
 never fires.
 """
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.catalog.schemas import Rule, TaskConfig
+from controlplane.catalog.schemas import ResolvedRule, TaskConfig
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.fields import ALL, RATES
 from controlplane.rollout.detectors import Firing, should_rollback
@@ -28,7 +29,7 @@ Windows = Sequence[tuple[int, Mapping[str, Mapping[str, Any]]]]
 @dataclass(frozen=True, slots=True)
 class CellOutcome:
     rule_index: int
-    rule: Rule
+    rule: ResolvedRule
     cell: str
     windows: list[CellWindow]
     verdicts: list[Verdict]
@@ -70,20 +71,18 @@ def evaluate(config: TaskConfig, windows: Windows) -> list[CellOutcome]:
     policy = config.rollback
     judged = judged_buckets(config.length_buckets, config.max_input_tokens)
     out = []
-    for index, rule in enumerate(policy.rules):
+    for index, rule in enumerate(policy.resolved_rules()):
         if rule.mode == "off":
             continue
         cells = [*judged, ALL] if rule.scope == "per_bucket" else [ALL]
-        confidence = rule.confidence if rule.confidence is not None else policy.confidence
-        min_samples = rule.min_samples or policy.min_samples
         for cell in cells:
             series = cell_series(windows, rule.metric, cell, judged)
             found = verdicts(
                 series,
                 op=rule.op,
                 threshold=rule.threshold,
-                confidence=confidence,
-                min_samples=min_samples,
+                confidence=rule.confidence,
+                min_samples=rule.min_samples,
                 max_pool_windows=policy.max_pool_windows,
             )
             firing = should_rollback(
@@ -91,13 +90,12 @@ def evaluate(config: TaskConfig, windows: Windows) -> list[CellOutcome]:
                 found,
                 op=rule.op,
                 threshold=rule.threshold,
-                confidence=confidence,
-                detector=rule.detector or policy.detector,
+                confidence=rule.confidence,
+                detector=rule.detector,
                 consecutive_windows=policy.consecutive_windows,
-                max_span_windows=policy.max_span_windows
-                or policy.consecutive_windows * policy.max_pool_windows,
-                min_effect=rule.min_effect or 0.05,
-                h=rule.h or 5.0,
+                max_span_windows=policy.span_windows,
+                min_effect=rule.min_effect,
+                h=rule.h,
                 critical_threshold=rule.critical,
             )
             out.append(CellOutcome(index, rule, cell, series, found, firing))
