@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,8 +21,8 @@ from controlplane.audit.endpoints import router as audit_router
 from controlplane.auth.ratelimit import RateLimiter
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
-from controlplane.catalog.service import RuntimeCache
 from controlplane.db import get_engine, make_sessionmaker
+from controlplane.errors import ActionError
 from controlplane.http import (
     BodyGuard,
     BodyRefused,
@@ -37,7 +37,10 @@ from controlplane.metrics.counters import IngestCounters
 from controlplane.metrics.endpoints import prometheus_router
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
+from controlplane.notify.delivery import DeliveryThread, add_kicker, celery_kicker
+from controlplane.notify.endpoints import router as webhooks_router
 from controlplane.rollout.endpoints import (
+    catalog_router,
     decisions_router,
     kill_router,
 )
@@ -45,7 +48,6 @@ from controlplane.rollout.endpoints import router as flags_router
 from controlplane.rollout.endpoints import (
     tasks_router as rollout_router,
 )
-from controlplane.rollout.webhooks import Notifier
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
@@ -66,9 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.keys = KeyCache(make_sessionmaker(engine), settings.key_cache_seconds)
     app.state.limiter = RateLimiter(settings)
-    app.state.tasks = RuntimeCache()
     app.state.counters = IngestCounters(settings.redis_url)
-    app.state.notifier = Notifier(settings)
     app.state.schema_heads = head_revisions()
     # Added first, so it runs inside the log (which then records its 413s and 422s) and
     # before routing, body parsing and authentication.
@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         unchecked_paths=(results_router.prefix,),
     )
     app.add_middleware(RequestLog)
+    app.include_router(catalog_router)
     app.include_router(tasks_router)
     app.include_router(results_router)
     app.include_router(audit_router)
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(rollout_router)
     app.include_router(decisions_router)
     app.include_router(kill_router)
+    app.include_router(webhooks_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
@@ -96,6 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def refused(_: Request, exc: BodyRefused) -> ORJSONResponse:
         detail = exc.detail if exc.status == 413 else [exc.detail]
         return ORJSONResponse({"detail": detail}, status_code=exc.status)
+
+    @app.exception_handler(ActionError)
+    async def action_refused(_: Request, exc: ActionError) -> ORJSONResponse:
+        # An action that cannot be done, whichever it is: its status and why.
+        return ORJSONResponse({"detail": exc.detail}, status_code=exc.status)
 
     @app.exception_handler(RecursionError)
     async def too_deep(request: Request, exc: RecursionError) -> ORJSONResponse:
@@ -183,10 +190,29 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     scheduler = None
     if settings.redis_url is None and settings.tick_seconds > 0:
         # The embedded default has no Celery: this process runs the periodic pass itself.
-        scheduler = InProcessScheduler(app.state.engine, settings.tick_seconds, app.state.notifier)
+        scheduler = InProcessScheduler(
+            app.state.engine, settings.tick_seconds, veto=settings.error_cost_veto
+        )
         scheduler.start()
     app.state.scheduler = scheduler
+    # Webhooks leave through the outbox: a commit that wrote events kicks the runner.
+    webhooks: DeliveryThread | None = None
+    remove_kicker: Callable[[], None] | None = None
+    if not settings.webhook_url_list:
+        pass
+    elif settings.redis_url is not None:
+        # The Celery job delivers; this process only wakes it after its own commits.
+        remove_kicker = add_kicker(celery_kicker(settings.redis_url))
+    else:
+        # The embedded default: this process delivers, every second and when kicked.
+        webhooks = DeliveryThread(app.state.engine, settings)
+        webhooks.start()
+    app.state.webhooks = webhooks
     yield
+    if remove_kicker is not None:
+        remove_kicker()
+    if webhooks is not None:
+        await run_in_threadpool(webhooks.stop)
     if scheduler is not None:
         await run_in_threadpool(scheduler.stop)
 

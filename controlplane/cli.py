@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import getpass
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from controlplane.settings import get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 app = typer.Typer(
     help="Shadowplane: evidence-driven edge/cloud routing for LLM tasks.",
@@ -19,8 +23,23 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Task configs.", no_args_is_help=True)
+alerts_app = typer.Typer(help="Alerts.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(alerts_app, name="alerts")
+
+
+@app.callback()
+def _settings_first() -> None:
+    """Refuse to start on settings that cannot work, naming them (before any command runs)."""
+    from pydantic import ValidationError
+
+    from controlplane.settings import explain
+
+    try:
+        get_settings()
+    except ValidationError as exc:
+        raise _fail("settings refused:\n  " + "\n  ".join(explain(exc))) from None
 
 
 def _actor() -> str:
@@ -30,6 +49,34 @@ def _actor() -> str:
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(1)
+
+
+T = TypeVar("T")
+
+
+def _detail(detail: Any) -> str:
+    if isinstance(detail, str):
+        return detail
+    from controlplane.compare.jsonutil import dumps
+
+    return dumps(detail).decode()
+
+
+def _do(action: Callable[[Engine], T]) -> T:
+    """Run an action on this process's database; its refusal is printed, exit status 1."""
+    from controlplane.db import get_engine
+    from controlplane.errors import ActionError
+
+    try:
+        return action(get_engine(get_settings().database_url))
+    except ActionError as exc:
+        raise _fail(_detail(exc.detail)) from None
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    where = d["task"] or "every task"
+    move = f" {d['stage_before']} → {d['stage_after']}" if d.get("stage_after") else ""
+    return f"decision {d['id']}: {d['action']} on {where}{move} by {d['actor']}: {d['reason']}"
 
 
 @app.command()
@@ -70,14 +117,9 @@ def keys_create(
     ],
 ) -> None:
     """Create an API key; the key is printed once, alone on the last line."""
-    from controlplane.auth.service import KeyCommandError, create_key
-    from controlplane.db import get_engine, session_scope
+    from controlplane.auth.actions import create_key
 
-    try:
-        with session_scope(get_engine()) as session:
-            key, plaintext = create_key(session, name=name, scopes=scope, actor=_actor())
-    except KeyCommandError as exc:
-        raise _fail(str(exc)) from None
+    key, plaintext = _do(lambda engine: create_key(engine, name=name, scopes=scope, actor=_actor()))
     typer.echo(
         f"created key {key.name!r} with scopes {', '.join(key.scopes)}; it is shown only now:"
     )
@@ -99,14 +141,9 @@ def keys_list() -> None:
 @keys_app.command("revoke")
 def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
     """Revoke a key; every API process stops accepting it within 5 seconds."""
-    from controlplane.auth.service import KeyCommandError, revoke_key
-    from controlplane.db import get_engine, session_scope
+    from controlplane.auth.actions import revoke_key
 
-    try:
-        with session_scope(get_engine()) as session:
-            revoke_key(session, name=name, actor=_actor())
-    except KeyCommandError as exc:
-        raise _fail(str(exc)) from None
+    _do(lambda engine: revoke_key(engine, name=name, actor=_actor()))
     typer.echo(f"revoked {name!r}")
 
 
@@ -118,8 +155,9 @@ def tasks_apply(
 ) -> None:
     """Register a task or give it a new config version."""
     from controlplane.catalog.schemas import ConfigError, read_documents
-    from controlplane.catalog.service import apply_config
-    from controlplane.db import get_engine, session_scope
+    from controlplane.db import get_engine
+    from controlplane.errors import ActionError
+    from controlplane.rollout.actions import apply_tasks
 
     text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     try:
@@ -127,13 +165,105 @@ def tasks_apply(
     except ConfigError as exc:
         raise _fail(f"{file}: " + "; ".join(exc.errors)) from None
     try:
-        with session_scope(get_engine()) as session:
-            applied = [apply_config(session, doc, actor=_actor()) for doc in documents]
-    except ConfigError as exc:
-        raise _fail(f"{file}: " + "\n  ".join(["config refused:", *exc.errors])) from None
+        applied = apply_tasks(get_engine(), documents, actor=_actor())
+    except ActionError as exc:
+        if exc.status == 422 and isinstance(exc.detail, list):
+            raise _fail(f"{file}: " + "\n  ".join(["config refused:", *exc.detail])) from None
+        raise _fail(f"{file}: {_detail(exc.detail)}") from None
     for a in applied:
         verdict = "created" if a.created else "new version" if a.changed else "unchanged"
         typer.echo(f"{a.task}: {verdict} (version {a.version}, stage {a.stage})")
+
+
+Reason = Annotated[str, typer.Option(help="Why (kept in the decision and the audit log).")]
+TaskName = Annotated[str, typer.Argument(help="The task's name.")]
+
+
+@app.command()
+def promote(
+    task: TaskName,
+    reason: Reason,
+    force: Annotated[bool, typer.Option(help="Override a failing gate (audited).")] = False,
+    expected_stage: Annotated[
+        str | None,
+        typer.Option(help="Refuse if the task is no longer there: shadow, canary, canary:<pct>."),
+    ] = None,
+) -> None:
+    """Move a task one stage on (cloud → shadow → canary steps → full), as the API does."""
+    from controlplane.rollout.actions import promote as run
+
+    veto = get_settings().error_cost_veto
+    decision = _do(
+        lambda engine: run(
+            engine,
+            task,
+            actor=_actor(),
+            reason=reason,
+            force=force,
+            expected_stage=expected_stage,
+            veto=veto,
+        )
+    )
+    typer.echo(_decision_line(decision))
+
+
+@app.command()
+def rollback(task: TaskName, reason: Reason) -> None:
+    """Send a task back to the cloud now (stage rolled_back)."""
+    from controlplane.rollout.actions import rollback as run
+
+    typer.echo(_decision_line(_do(lambda e: run(e, task, actor=_actor(), reason=reason))))
+
+
+@app.command()
+def rearm(task: TaskName, reason: Reason) -> None:
+    """Re-arm a rolled-back task to shadow; its evidence starts over."""
+    from controlplane.rollout.actions import rearm as run
+
+    typer.echo(_decision_line(_do(lambda e: run(e, task, actor=_actor(), reason=reason))))
+
+
+@app.command()
+def unblock(
+    task: TaskName,
+    model: Annotated[str, typer.Option(help="The blocked edge model version.")],
+    reason: Reason,
+) -> None:
+    """Lift the auto-promotion block a rollback put on an edge model version."""
+    from controlplane.rollout.actions import unblock as run
+
+    done = _do(lambda e: run(e, task, model=model, actor=_actor(), reason=reason))
+    typer.echo(
+        f"unblocked {model} for {task}; still blocked: {', '.join(done['blocked']) or 'none'}"
+    )
+
+
+@app.command()
+def kill(reason: Reason) -> None:
+    """The global kill switch: every flag says cloud until lifted."""
+    from controlplane.rollout.actions import kill as run
+
+    typer.echo(_decision_line(_do(lambda e: run(e, actor=_actor(), reason=reason))))
+
+
+@app.command()
+def lift(reason: Reason) -> None:
+    """Lift the kill switch: every flag goes back to its stage."""
+    from controlplane.rollout.actions import lift as run
+
+    typer.echo(_decision_line(_do(lambda e: run(e, actor=_actor(), reason=reason))))
+
+
+@alerts_app.command("ack")
+def alerts_ack(
+    alert_id: Annotated[int, typer.Argument(help="The alert's id.")],
+    note: Annotated[str | None, typer.Option(help="A note for the audit log.")] = None,
+) -> None:
+    """Acknowledge an open alert (audited); it still resolves by itself."""
+    from controlplane.alerts.actions import acknowledge
+
+    view = _do(lambda e: acknowledge(e, alert_id, actor=_actor(), note=note))
+    typer.echo(f"alert {view['id']} ({view['task']} {view['kind']}): {view['state']}")
 
 
 @app.command()
@@ -143,8 +273,10 @@ def tick(
         typer.Option(help="The pass's clock, ISO 8601 (default: now); the future is allowed."),
     ] = None,
 ) -> None:
-    """One synchronous pass: compute due windows, close them, evaluate alerts."""
+    """One synchronous pass: compute due windows, close them, evaluate alerts and rollout
+    rules, then send the webhooks they wrote."""
     from controlplane.db import get_engine
+    from controlplane.notify.delivery import deliver_pending
     from controlplane.scheduler import run_pass
     from controlplane.timeutil import as_utc
 
@@ -156,7 +288,8 @@ def tick(
             raise _fail(
                 f"now: {now!r} is not an ISO 8601 time, e.g. 2026-11-30T02:00:00Z"
             ) from None
-    report = run_pass(get_engine(get_settings().database_url), clock)
+    settings = get_settings()
+    report = run_pass(get_engine(settings.database_url), clock, veto=settings.error_cost_veto)
     typer.echo(
         f"pass at {report.now.isoformat()}: {len(report.windows)} windows "
         f"({report.count('computed')} open, {report.count('closed')} closed now, "
@@ -164,6 +297,15 @@ def tick(
     )
     for event in report.alerts:
         typer.echo(f"  alert {event.change}: {event.task} {event.kind}: {event.message}")
+    for decision in report.decisions:
+        typer.echo(f"  {_decision_line(decision)}")
+    # The webhooks this pass wrote to the outbox (and any others due), sent from here.
+    sent = deliver_pending(get_engine(settings.database_url), settings)
+    if sent.delivered or sent.retrying or sent.failed:
+        typer.echo(
+            f"  webhooks: {sent.delivered} delivered, {sent.retrying} to retry, "
+            f"{sent.failed} failed"
+        )
     for failure in report.failed:
         typer.echo(f"  ! {failure}", err=True)
     if report.failed:

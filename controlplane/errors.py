@@ -29,3 +29,15 @@ def describe_errors(
         else:
             messages.append(f"{loc}: {msg} (got {short_repr(err.get('input'))})")
     return messages
+
+
+class ActionError(Exception):
+    """An action that cannot be done: `status` is the HTTP answer a door gives, `detail` why.
+
+    Raised by the action functions (rollout, alerts, auth, catalog); the API maps it to its
+    status, the CLI prints the detail and exits 1."""
+
+    def __init__(self, status: int, detail: Any) -> None:
+        super().__init__(detail if isinstance(detail, str) else short_repr(detail, 2000))
+        self.status = status
+        self.detail = detail

@@ -1,12 +1,17 @@
-"""One periodic pass (DESIGN §1): compute due windows, close them, then evaluate alerts.
+"""One periodic pass (DESIGN §1), and what a closed window triggers.
 
-`run_pass` is what `shadowplane tick` runs, what the embedded default's in-process
-scheduler runs every few seconds, and what the Celery jobs split across workers (one
-job per task and window). Each window is its own transaction, so one failing window
-does not hold back the others; then alerts, then rollout rules (the review sampler of a
-later step comes after them), each task's in transactions of their own. A task that
-fails at any stage is logged, named in the report's `failed`, and skipped; the others go
-on, and the next pass tries it again.
+`after_window` is the one function everything a computed window that closed (or a closed
+one that counted late results) sets off: its task's alerts, then its rollout rules (the
+review sampler of a later step comes after them), each in a transaction of its own that
+also writes the outbox events announcing what changed. The in-process pass and the Celery
+job (`workers.jobs.compute_window_job`) both call it, so the two paths decide the same
+things for the same traffic.
+
+`run_pass` is what `shadowplane tick` runs and what the embedded default's in-process
+scheduler runs every few seconds: plan the due windows, compute each in its own
+transaction (one failing window does not hold back the others), then `after_window` once
+for each task with a window that closed (a Celery job runs it for its one window). A task that fails at any stage is logged, named in the report's
+`failed`, and skipped; the others go on, and the next pass tries it again.
 """
 
 from __future__ import annotations
@@ -25,10 +30,58 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
-from controlplane.rollout.service import evaluate_rollout
-from controlplane.rollout.webhooks import Notifier
+from controlplane.rollout.actions import evaluate_rollout
+from controlplane.settings import get_settings
 
 log = logging.getLogger("shadowplane.scheduler")
+# A window that closed now, or a closed one that counted late results: both are evaluated
+# (a retried job finds the window it closed already closed, and must still evaluate it).
+EVALUATED = ("closed", "late")
+
+
+@dataclass
+class AfterWindow:
+    """What one `after_window` did, and what failed (the exceptions, for a job to retry)."""
+
+    alerts: list[AlertEvent] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    notices: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[TaskFailure] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+
+
+def after_window(
+    engine: Engine, task_id: int, now: datetime, *, veto: float, name: str | None = None
+) -> AfterWindow:
+    """Everything a closed window of the task triggers: alerts, then rollout rules, each in
+    its own transaction (with its outbox events). A failure of one does not keep the other
+    from acting; both are idempotent, so running this again for the same window is safe.
+    `veto` is the error-cost veto (settings, passed in by the door)."""
+    label = name or str(task_id)
+    done = AfterWindow()
+    try:
+        done.alerts = in_transaction(engine, partial(evaluate, task_id=task_id))
+    except Exception as exc:
+        log.exception("task %s: alert evaluation failed", label)
+        done.failed.append(TaskFailure(label, "alerts", _why(exc)))
+        done.errors.append(exc)
+    try:
+        outcome = in_transaction(
+            engine, partial(evaluate_rollout, task_id=task_id, now=now, veto=veto)
+        )
+    except Exception as exc:
+        log.exception("task %s: rollout evaluation failed", label)
+        done.failed.append(TaskFailure(label, "rollout", _why(exc)))
+        done.errors.append(exc)
+    else:
+        done.decisions, done.notices = outcome.decisions, outcome.notices
+    for event in done.alerts:
+        log.warning("alert %s %s on %s: %s", event.change, event.kind, event.task, event.message)
+    for decision in done.decisions:
+        log.warning(
+            "decision %s on %s: %s", decision["action"], decision["task"], decision["reason"]
+        )
+    return done
 
 
 @dataclass
@@ -45,12 +98,15 @@ class PassReport:
 
 
 def run_pass(
-    engine: Engine, now: datetime | None = None, notifier: Notifier | None = None
+    engine: Engine, now: datetime | None = None, *, veto: float | None = None
 ) -> PassReport:
     """Compute every window that is due or has new results, close those past their lateness,
-    evaluate alerts on the newly closed windows, then each task's rollout rules; announce
-    decisions and alerts to the webhooks."""
+    then `after_window` (alerts, rollout rules, their outbox events) for each task with a
+    window that closed.
+
+    `veto`: the error-cost veto; the caller's settings (default: this process's)."""
     now = now or utcnow()
+    veto = get_settings().error_cost_veto if veto is None else veto
     report = PassReport(now)
     planned = in_transaction(engine, lambda session: plan(session, now))
     report.failed.extend(planned.failed)
@@ -58,41 +114,33 @@ def run_pass(
         names: dict[int, str] = {
             tid: name for tid, name in session.execute(select(Task.id, Task.name).order_by(Task.id))
         }
+    closed: dict[int, None] = {}
     for job in planned.jobs:
         name = names.get(job.task_id, str(job.task_id))
         try:
-            report.windows.append(
-                in_transaction(
-                    engine,
-                    partial(
-                        compute_window, task_id=job.task_id, window_start=job.window_start, now=now
-                    ),
-                )
+            computed = in_transaction(
+                engine,
+                partial(
+                    compute_window, task_id=job.task_id, window_start=job.window_start, now=now
+                ),
             )
         except Exception as exc:  # one bad window must not stop the others; it is retried next pass
             log.exception("task %s: window %s failed", name, job.window_start.isoformat())
             report.failed.append(
                 TaskFailure(name, "window", f"{job.window_start.isoformat()}: {_why(exc)}")
             )
-    for task_id, name in names.items():
-        # Alerts and rollout rules apart: a bug in one must not keep the other from acting.
-        try:
-            report.alerts.extend(in_transaction(engine, partial(evaluate, task_id=task_id)))
-        except Exception as exc:
-            log.exception("task %s: alert evaluation failed", name)
-            report.failed.append(TaskFailure(name, "alerts", _why(exc)))
-        try:
-            outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=now))
-        except Exception as exc:
-            log.exception("task %s: rollout evaluation failed", name)
-            report.failed.append(TaskFailure(name, "rollout", _why(exc)))
             continue
-        report.decisions.extend(outcome.decisions)
-        report.notices.extend(outcome.notices)
-    if notifier is not None:
-        notifier.alerts(report.alerts)
-        notifier.decisions(report.decisions)
-        notifier.announce(report.notices)
+        report.windows.append(computed)
+        if computed.action in EVALUATED:
+            closed[job.task_id] = None
+    # Once per task whose windows closed: evaluations read every closed window, and a rule
+    # fires at the first window it sees breached, whichever window's closing ran it.
+    for task_id in sorted(closed):
+        done = after_window(engine, task_id, now, veto=veto, name=names.get(task_id))
+        report.alerts.extend(done.alerts)
+        report.decisions.extend(done.decisions)
+        report.notices.extend(done.notices)
+        report.failed.extend(done.failed)
     return report
 
 
@@ -103,10 +151,10 @@ def _why(exc: Exception) -> str:
 class InProcessScheduler:
     """Runs `run_pass` every `interval` seconds on a daemon thread (no Redis, no Celery)."""
 
-    def __init__(self, engine: Engine, interval: float, notifier: Notifier | None = None) -> None:
+    def __init__(self, engine: Engine, interval: float, *, veto: float) -> None:
         self.engine = engine
         self.interval = interval
-        self.notifier = notifier
+        self.veto = veto
         self.last: PassReport | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-tick", daemon=True)
@@ -121,7 +169,7 @@ class InProcessScheduler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.last = run_pass(self.engine, notifier=self.notifier)
+                self.last = run_pass(self.engine, veto=self.veto)
             except Exception:  # the database may be down: log, wait, try again
                 log.exception("scheduled pass failed")
             self._stop.wait(self.interval)

@@ -26,9 +26,9 @@ from sqlalchemy.pool import NullPool
 from controlplane.api import create_app
 from controlplane.auth.scopes import SCOPES
 from controlplane.auth.service import create_key
-from controlplane.catalog.service import apply_config
 from controlplane.db import get_engine, session_scope
 from controlplane.migrate import upgrade
+from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings
 
 TEMPLATE_DB = "sp_test_template"

@@ -14,10 +14,12 @@ import pytest
 from sqlalchemy import Engine, select
 
 from controlplane import scheduler
-from controlplane.catalog.service import RuntimeCache, apply_config
+from controlplane.catalog import service as catalog
+from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
 from controlplane.metrics import service
 from controlplane.models import Decision, Task, TaskConfigVersion
+from controlplane.rollout.actions import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all
@@ -125,7 +127,7 @@ def test_a_task_whose_stored_config_no_longer_parses_does_not_stop_the_others(
     ids = task_ids(api.engine)
     broken_version = store_broken_config(api.engine, "broken_task")
     # As after an upgrade: this release starts with no parsed config in memory.
-    service._runtimes.clear()
+    catalog._runtimes.clear()
     start = first_future_window()
 
     decisions = []
@@ -183,11 +185,11 @@ def test_a_task_whose_alerts_or_rollout_fail_does_not_stop_the_others(
             raise RuntimeError("an alert rule's bug")
         return real_alerts(session, task_id=task_id)
 
-    def evaluate_rollout(session: Any, task_id: int, now: datetime) -> Any:
+    def evaluate_rollout(session: Any, task_id: int, now: datetime, **settings: Any) -> Any:
         rollout_for.append(task_id)
         if task_id == ids["invoice_extract"]:
             raise RuntimeError("a rollout rule's bug")
-        return real_rollout(session, task_id=task_id, now=now)
+        return real_rollout(session, task_id=task_id, now=now, **settings)
 
     monkeypatch.setattr(scheduler, "evaluate", evaluate)
     monkeypatch.setattr(scheduler, "evaluate_rollout", evaluate_rollout)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from functools import partial
+from typing import Any
 
-import httpx
 import psycopg
+from celery.signals import worker_process_init
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from controlplane.alerts.service import evaluate
 from controlplane.db import get_engine, in_transaction
 from controlplane.metrics.service import compute_window, plan
 from controlplane.models.base import utcnow
-from controlplane.rollout.service import evaluate_rollout
-from controlplane.rollout.webhooks import Notifier, WebhookFailed, deliver
+from controlplane.notify import delivery
+from controlplane.notify.delivery import DELIVER_JOB
+from controlplane.scheduler import EVALUATED, after_window
 from controlplane.settings import get_settings
 from workers.app import app
 from workers.schedule import PLAN_JOB
@@ -52,7 +53,7 @@ def plan_windows(now: str | None = None) -> int:
 
 @app.task(name="metrics.compute_window", **RETRY)
 def compute_window_job(task_id: int, window_start: str, now: str | None = None) -> str:
-    """Compute one window; once it is closed, evaluate the task's alerts, then its rollout rules.
+    """Compute one window; once it is closed, `after_window` (alerts, rollout rules, outbox).
 
     A closed window is evaluated whether this job closed it or found it closed: a retry (or
     a redelivery after a lost worker) finds the window it closed already closed, and its
@@ -69,45 +70,27 @@ def compute_window_job(task_id: int, window_start: str, now: str | None = None) 
             now=clock,
         ),
     )
-    if computed.action not in ("closed", "late"):
+    if computed.action not in EVALUATED:
         return computed.action
-    notifier = Notifier(get_settings())
-    failures: list[Exception] = []
-    # Alerts and rollout rules apart: a failure of one must not keep the other from acting.
-    try:
-        events = in_transaction(engine, partial(evaluate, task_id=task_id))
-    except Exception as exc:
-        log.exception("task %s: alert evaluation failed", task_id)
-        failures.append(exc)
-    else:
-        for event in events:
-            log.warning("alert %s %s: %s", event.change, event.kind, event.message)
-        notifier.alerts(events)
-    try:
-        outcome = in_transaction(engine, partial(evaluate_rollout, task_id=task_id, now=clock))
-    except Exception as exc:
-        log.exception("task %s: rollout evaluation failed", task_id)
-        failures.append(exc)
-    else:
-        for decision in outcome.decisions:
-            log.warning(
-                "decision %s on %s: %s", decision["action"], decision["task"], decision["reason"]
-            )
-        notifier.decisions(outcome.decisions)
-        notifier.announce(outcome.notices)
-    if failures:
+    done = after_window(engine, task_id, clock, veto=get_settings().error_cost_veto)
+    if done.errors:
         # A transient error retries the job, which finds the window closed and evaluates it.
-        raise failures[0]
+        raise done.errors[0]
     return computed.action
 
 
-@app.task(
-    name="webhooks.deliver",
-    autoretry_for=(httpx.HTTPError, WebhookFailed),
-    retry_backoff=True,
-    retry_backoff_max=300,
-    max_retries=10,
-)
-def deliver_webhook(url: str, body: str) -> None:
-    """POST one signed document; retried with backoff, logged when it finally fails."""
-    deliver(url, body.encode(), get_settings().webhook_secret)
+@app.task(name=DELIVER_JOB)
+def deliver_webhooks(now: str | None = None) -> dict[str, int]:
+    """One delivery pass over the outbox (sends what is due, records it). Not retried: beat
+    runs it again within seconds, and each delivery keeps its own attempts and backoff."""
+    settings = get_settings()
+    return delivery.deliver_pending(
+        get_engine(), settings, now=datetime.fromisoformat(now) if now else None
+    ).as_dict()
+
+
+@worker_process_init.connect
+def _kick_after_commits(**_: Any) -> None:
+    # A commit in this worker that wrote outbox events (a policy decision, an alert) queues
+    # a delivery pass at once instead of waiting for the beat.
+    delivery.add_kicker(lambda: deliver_webhooks.apply_async(expires=60))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from controlplane.alerts import service
+from controlplane.alerts import actions, service
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
@@ -44,11 +44,11 @@ def acknowledge(
     body: Annotated[AckIn | None, Body()] = None,
 ) -> ORJSONResponse:
     """Acknowledge an open alert (audited); it still resolves by itself when the condition clears."""
-    try:
-        with session_scope(request.app.state.engine) as session:
-            view = service.acknowledge(
-                session, alert_id, actor=principal.name, note=body.note if body else None
-            )
-    except service.AlertNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    return ORJSONResponse(view)
+    return ORJSONResponse(
+        actions.acknowledge(
+            request.app.state.engine,
+            alert_id,
+            actor=principal.name,
+            note=body.note if body else None,
+        )
+    )

@@ -3,6 +3,8 @@
 `evaluate_task` walks the task's closed windows that alerts have not seen, oldest first,
 under a lock on the task row, so two workers never judge the same window twice. At most
 one alert per (task, kind) is open or acknowledged at a time (a partial unique index).
+Every alert that opens or resolves is written to the outbox in the transaction that
+changed it, so a receiver hears of it whoever evaluated.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from sqlalchemy.orm import Session
 from controlplane.alerts import rules
 from controlplane.alerts.rules import Finding, WindowSummary
 from controlplane.audit.service import record
-from controlplane.catalog.service import TaskRuntime
+from controlplane.catalog.service import TaskRuntime, runtimes
 from controlplane.metrics.fields import ALL
 from controlplane.models import Alert, Task, Window, WindowMetrics
 from controlplane.models.base import utcnow
+from controlplane.notify.documents import alert_document
+from controlplane.notify.outbox import add_event
 
 ACTIVE = ("open", "acknowledged")
 
@@ -30,7 +34,7 @@ class AlertEvent:
     alert_id: int
     task: str
     kind: str
-    # opened | resolved
+    # opened | resolved | acknowledged
     change: str
     message: str
 
@@ -93,6 +97,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
         for finding in found:
             event = _apply(session, task, window.window_start, finding)
             if event is not None:
+                add_event(session, kind="alert", task=task.name, document=alert_document(event))
                 events.append(event)
         # The baseline belongs to the stage: windows from before a stage change never count.
         since = task.stage_changed_at
@@ -179,14 +184,21 @@ def list_alerts(
     return [alert_view(alert, name) for alert, name in session.execute(query)]
 
 
-def acknowledge(session: Session, alert_id: int, *, actor: str, note: str | None) -> dict[str, Any]:
-    """Mark an alert as seen by a person; it still resolves by itself when the condition clears."""
+def acknowledge(
+    session: Session, alert_id: int, *, actor: str, note: str | None
+) -> tuple[dict[str, Any], AlertEvent | None]:
+    """Mark an alert as seen by a person (audited); it still resolves by itself when the
+    condition clears. Returns its view, and the change (None when it was not open)."""
     row = session.execute(
-        select(Alert, Task.name).join(Task, Task.id == Alert.task_id).where(Alert.id == alert_id)
+        select(Alert, Task.name)
+        .join(Task, Task.id == Alert.task_id)
+        .where(Alert.id == alert_id)
+        .with_for_update(of=Alert)
     ).one_or_none()
     if row is None:
         raise AlertNotFound(f"no alert {alert_id}")
     alert, task = row
+    event = None
     if alert.state == "open":
         now = utcnow()
         alert.state, alert.acknowledged_at, alert.acknowledged_by = "acknowledged", now, actor
@@ -199,13 +211,12 @@ def acknowledge(session: Session, alert_id: int, *, actor: str, note: str | None
             details={"alert": alert.id, "kind": alert.kind, "note": note},
         )
         session.flush()
-    return alert_view(alert, task)
+        event = AlertEvent(alert.id, task, alert.kind, "acknowledged", alert.message)
+    return alert_view(alert, task), event
 
 
 def evaluate(session: Session, task_id: int) -> list[AlertEvent]:
     """`evaluate_task` for a task id (what a job or a pass holds)."""
-    from controlplane.metrics.service import runtimes
-
     found = runtimes(session).get(task_id)
     if found is None:
         return []

@@ -44,7 +44,12 @@ class Principal:
 
 
 class KeyCommandError(ValueError):
-    """A key command that cannot be done (unknown scope, duplicate name, unknown key)."""
+    """A key command that cannot be done (unknown scope, duplicate name, unknown key);
+    `status` is the HTTP answer it would be."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def generate_key() -> str:
@@ -65,7 +70,7 @@ def create_key(session: Session, *, name: str, scopes: list[str], actor: str) ->
     if not name.strip() or len(name) > 100:
         raise KeyCommandError("name: must be 1 to 100 characters")
     if session.scalar(select(ApiKey.id).where(ApiKey.name == name)) is not None:
-        raise KeyCommandError(f"name: a key named {name!r} already exists")
+        raise KeyCommandError(f"name: a key named {name!r} already exists", 409)
     plaintext = generate_key()
     key = ApiKey(
         name=name,
@@ -92,7 +97,7 @@ def list_keys(session: Session) -> list[ApiKey]:
 def revoke_key(session: Session, *, name: str, actor: str) -> ApiKey:
     key = session.scalar(select(ApiKey).where(ApiKey.name == name))
     if key is None:
-        raise KeyCommandError(f"name: no key named {name!r}")
+        raise KeyCommandError(f"name: no key named {name!r}", 404)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         session.flush()

@@ -2,6 +2,8 @@
 
 An identical config keeps its version; a changed one makes a new version. `stage` in a
 config applies only when the task is created (later stage changes are rollout actions).
+A changed config changes the task's flag: `controlplane.rollout.actions.apply_config`
+composes this with the flag's publication (the catalog knows nothing of flags).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from controlplane.catalog.schemas import (
 from controlplane.compare.comparators import comparator_version
 from controlplane.models import Task, TaskConfigVersion
 from controlplane.models.base import utcnow
-from controlplane.rollout.flags import publish
 
 log = logging.getLogger("shadowplane.catalog")
 
@@ -40,6 +41,9 @@ class Applied:
     created: bool
     stage: str
     config: dict[str, Any]
+    task_id: int = 0
+    # The parsed config (None when unchanged: nothing to publish).
+    parsed: TaskConfig | None = None
 
 
 class TaskConflict(RuntimeError):
@@ -56,7 +60,7 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
         return _create(session, config, document, digest, actor)
     current = repository.config_version(session, task.id, task.config_version)
     if current is not None and current.config_hash == digest:
-        return Applied(task.name, task.config_version, False, False, task.stage, document)
+        return Applied(task.name, task.config_version, False, False, task.stage, document, task.id)
     version = task.config_version + 1
     session.add(
         TaskConfigVersion(
@@ -66,7 +70,6 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
     task.config_version = version
     task.updated_at = utcnow()
     session.flush()
-    publish(session, task, config, f"config version {version}")
     record(
         session,
         actor=actor,
@@ -74,7 +77,7 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
         task=task.name,
         details={"version": version, "previous_version": version - 1, "config_hash": digest},
     )
-    return Applied(task.name, version, True, False, task.stage, document)
+    return Applied(task.name, version, True, False, task.stage, document, task.id, config)
 
 
 def _create(
@@ -93,7 +96,6 @@ def _create(
         )
     )
     session.flush()
-    publish(session, task, config, f"task created in {task.stage}")
     record(
         session,
         actor=actor,
@@ -101,7 +103,7 @@ def _create(
         task=task.name,
         details={"version": 1, "stage": task.stage, "config_hash": digest},
     )
-    return Applied(task.name, 1, True, True, task.stage, document)
+    return Applied(task.name, 1, True, True, task.stage, document, task.id, config)
 
 
 def task_view(session: Session, name: str) -> dict[str, Any] | None:
@@ -220,3 +222,40 @@ class RuntimeCache:
                 task_id, name, stage, version, config, spec, comparator_version(spec["kind"])
             )
         return out, broken
+
+
+# --- the one cache of task configs per process ------------------------------------------
+
+# One RuntimeCache per database (tests and tools may talk to several in one process);
+# ingest, window computation, alerts and rollout all read configs through it.
+_runtimes: dict[str, RuntimeCache] = {}
+_caches_lock = threading.Lock()
+
+
+def runtime_cache(session: Session) -> RuntimeCache:
+    """The process's cache of parsed configs for the session's database."""
+    url = session.get_bind().engine.url.render_as_string(hide_password=False)
+    with _caches_lock:
+        return _runtimes.setdefault(url, RuntimeCache())
+
+
+def task_runtimes(session: Session, names: set[str]) -> dict[str, TaskRuntime]:
+    """The named tasks that exist and whose current config parses, by name."""
+    return runtime_cache(session).runtimes(session, names)
+
+
+def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:
+    """Every task whose current config parses, with that config, by task id."""
+    return load_runtimes(session)[0]
+
+
+def load_runtimes(
+    session: Session,
+) -> tuple[dict[int, tuple[Task, TaskRuntime]], dict[int, tuple[Task, str]]]:
+    """`runtimes`, and the tasks whose current config does not parse, with why, by task id."""
+    tasks = repository.all_tasks(session)
+    parsed, broken = runtime_cache(session).load(session, {t.name for t in tasks})
+    return (
+        {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed},
+        {t.id: (t, broken[t.name]) for t in tasks if t.name in broken},
+    )

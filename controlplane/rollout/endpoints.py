@@ -1,22 +1,28 @@
-"""Rollout endpoints (thin): flags, the gate, stage actions, the kill switch, decisions."""
+"""Rollout endpoints (thin): flags, the gate, stage actions, the kill switch, decisions.
+
+Each action endpoint calls its action in `controlplane.rollout.actions` (which audits and
+announces it); an `ActionError` becomes its HTTP answer in `controlplane.api`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
+from controlplane.catalog import repository as catalog_repository
+from controlplane.catalog import service as catalog
+from controlplane.catalog.schemas import ConfigError, read_documents
+from controlplane.catalog.service import runtimes
 from controlplane.db import session_scope
-from controlplane.http import ORJSONResponse
-from controlplane.metrics.service import runtimes
-from controlplane.models import Decision, Task
-from controlplane.rollout import flags, service
+from controlplane.http import ORJSONResponse, read_body
+from controlplane.metrics.service import latest_closed_rows
+from controlplane.rollout import actions, flags, service
 
 router = APIRouter(prefix="/v1/flags", tags=["flags"])
 
@@ -47,6 +53,63 @@ def one_flag(
     return Response(flags.canonical(document), media_type="application/json")
 
 
+# POST /v1/tasks publishes a flag, and GET /v1/tasks/{task} shows it with the latest
+# metrics: both read above the catalog, so they live here (tagged with the catalog's name).
+catalog_router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+
+@catalog_router.post(
+    "", responses={200: {"description": "unchanged"}, 201: {"description": "new version"}}
+)
+async def apply_task(
+    request: Request, principal: Annotated[Principal, Depends(require("admin"))]
+) -> Response:
+    """Register a task or give it a new config version (JSON, or YAML with a YAML content type)."""
+    body = await read_body(request, request.app.state.settings.max_body_bytes)
+    raw = _parse(body, request.headers.get("content-type", ""))
+
+    (applied,) = await run_in_threadpool(
+        actions.apply_tasks, request.app.state.engine, [raw], actor=principal.name
+    )
+    return ORJSONResponse(
+        {
+            "task": applied.task,
+            "version": applied.version,
+            "changed": applied.changed,
+            "created": applied.created,
+            "stage": applied.stage,
+            "config": applied.config,
+        },
+        status_code=201 if applied.changed else 200,
+    )
+
+
+def _parse(body: bytes, content_type: str) -> Any:
+    try:
+        documents = read_documents(body, yaml_text="yaml" in content_type)
+    except ConfigError as exc:
+        raise HTTPException(422, exc.errors) from None
+    if len(documents) != 1:
+        raise HTTPException(422, [f"(body): holds {len(documents)} documents; send one config"])
+    return documents[0]
+
+
+@catalog_router.get("/{task}")
+def get_task(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
+    """One task: config, stage, version, its flag and its latest closed window (`all`)."""
+    with session_scope(request.app.state.engine) as session:
+        view = catalog.task_view(session, task)
+        if view is None:
+            raise HTTPException(404, f"task {task!r} is not registered")
+        view["flag"] = flags.flag_of(session, task)
+        found = catalog_repository.task_by_name(session, task)
+        rows = latest_closed_rows(session, found.id) if found is not None else []
+        view["latest_window"] = next((r for r in rows if r["bucket"] == "all"), None)
+    return ORJSONResponse(view)
+
+
 tasks_router = APIRouter(prefix="/v1/tasks", tags=["rollout"])
 decisions_router = APIRouter(prefix="/v1/decisions", tags=["rollout"])
 kill_router = APIRouter(prefix="/v1/kill", tags=["rollout"])
@@ -56,6 +119,15 @@ class ActionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=2000)
     force: bool = False
+
+
+class PromoteIn(ActionIn):
+    expected_stage: str | None = Field(
+        None,
+        max_length=100,
+        description="The stage the caller saw: `shadow`, `canary` (any step), "
+        "`canary:<edge percent>` (that step); 409 when the task has moved since.",
+    )
 
 
 class UnblockIn(BaseModel):
@@ -69,23 +141,9 @@ class KillIn(BaseModel):
     reason: str = Field(min_length=1, max_length=2000)
 
 
-def _act(request: Request, task: str, work: Callable[[Session, Task, Any], Any]) -> Any:
-    """Run a stage action on a task in one transaction; errors become their HTTP answers."""
-    try:
-        with session_scope(request.app.state.engine) as session:
-            found = runtimes(session)
-            match = next(((t, rt) for t, rt in found.values() if t.name == task), None)
-            if match is None:
-                raise HTTPException(404, f"task: no task {task!r}")
-            return work(session, match[0], match[1].config)
-    except service.StageError as exc:
-        raise HTTPException(exc.status, exc.detail) from None
-
-
-def _decided(request: Request, decision: Decision, task: str | None) -> ORJSONResponse:
-    view = service.decision_view(decision, task)
-    request.app.state.notifier.decisions([view])
-    return ORJSONResponse(view)
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
 
 
 @tasks_router.get("/{task}/gate")
@@ -93,27 +151,34 @@ def get_gate(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """The promotion gate's verdict per judged bucket over the windows closed in the stage."""
-    return ORJSONResponse(_act(request, task, lambda s, t, c: service.gate(s, t, c)))
+    with session_scope(_engine(request)) as session:
+        match = next((found for found in runtimes(session).values() if found[0].name == task), None)
+        if match is None:
+            raise HTTPException(404, f"task: no task {task!r}")
+        return ORJSONResponse(service.gate(session, match[0], match[1].config))
 
 
 @tasks_router.post("/{task}/promote")
 def promote(
     task: str,
-    body: ActionIn,
+    body: PromoteIn,
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
 ) -> ORJSONResponse:
     """Move the task one stage on (cloud → shadow → canary steps → full); 409 with the gate's
-    verdict or the error-cost veto when blocked; `force` overrides the gate, never the veto."""
-    veto = request.app.state.settings.error_cost_veto
-    decision = _act(
-        request,
-        task,
-        lambda s, t, c: service.promote(
-            s, t, c, actor=who.name, reason=body.reason, force=body.force, veto=veto
-        ),
+    verdict or the error-cost veto when blocked, or when the task is no longer at
+    `expected_stage`; `force` overrides the gate, never the veto."""
+    return ORJSONResponse(
+        actions.promote(
+            _engine(request),
+            task,
+            actor=who.name,
+            reason=body.reason,
+            force=body.force,
+            expected_stage=body.expected_stage,
+            veto=request.app.state.settings.error_cost_veto,
+        )
     )
-    return _decided(request, decision, task)
 
 
 @tasks_router.post("/{task}/rollback")
@@ -124,10 +189,9 @@ def rollback(
     who: Annotated[Principal, Depends(require("admin"))],
 ) -> ORJSONResponse:
     """Send the task back to the cloud now (stage rolled_back), with a reason."""
-    decision = _act(
-        request, task, lambda s, t, c: service.rollback(s, t, c, actor=who.name, reason=body.reason)
+    return ORJSONResponse(
+        actions.rollback(_engine(request), task, actor=who.name, reason=body.reason)
     )
-    return _decided(request, decision, task)
 
 
 @tasks_router.post("/{task}/rearm")
@@ -138,10 +202,7 @@ def rearm(
     who: Annotated[Principal, Depends(require("admin"))],
 ) -> ORJSONResponse:
     """Re-arm a rolled-back task to shadow; its evidence starts over."""
-    decision = _act(
-        request, task, lambda s, t, c: service.rearm(s, t, c, actor=who.name, reason=body.reason)
-    )
-    return _decided(request, decision, task)
+    return ORJSONResponse(actions.rearm(_engine(request), task, actor=who.name, reason=body.reason))
 
 
 @tasks_router.post("/{task}/unblock")
@@ -153,12 +214,8 @@ def unblock(
 ) -> ORJSONResponse:
     """Lift the auto-promotion block a rollback put on an edge model version."""
     return ORJSONResponse(
-        _act(
-            request,
-            task,
-            lambda s, t, c: service.unblock(
-                s, t, model=body.model, actor=who.name, reason=body.reason
-            ),
+        actions.unblock(
+            _engine(request), task, model=body.model, actor=who.name, reason=body.reason
         )
     )
 
@@ -168,7 +225,7 @@ def kill(
     body: KillIn, request: Request, who: Annotated[Principal, Depends(require("admin"))]
 ) -> ORJSONResponse:
     """The global kill switch: every flag says cloud (edge_percent 0, shadow_rate 0) until lifted."""
-    return _switch(request, body, who, killed=True)
+    return ORJSONResponse(actions.kill(_engine(request), actor=who.name, reason=body.reason))
 
 
 @kill_router.post("/lift")
@@ -176,18 +233,7 @@ def lift(
     body: KillIn, request: Request, who: Annotated[Principal, Depends(require("admin"))]
 ) -> ORJSONResponse:
     """Lift the kill switch: every flag goes back to its stage."""
-    return _switch(request, body, who, killed=False)
-
-
-def _switch(request: Request, body: KillIn, who: Principal, *, killed: bool) -> ORJSONResponse:
-    try:
-        with session_scope(request.app.state.engine) as session:
-            decision = service.set_killed(
-                session, runtimes(session), killed=killed, actor=who.name, reason=body.reason
-            )
-    except service.StageError as exc:
-        raise HTTPException(exc.status, exc.detail) from None
-    return _decided(request, decision, None)
+    return ORJSONResponse(actions.lift(_engine(request), actor=who.name, reason=body.reason))
 
 
 @decisions_router.get("")

@@ -5,6 +5,10 @@ and a global revision (DESIGN §2 stage table, §5).
 the task's version and the global revision in the caller's transaction (the one that
 changed the stage or the config), so routers see every change at once and never a flag
 without its cause.
+
+Lock order, everywhere: the flag state row, then the task, then its flag. Every writer of
+a flag takes the flag state first (`lock_state`), so a kill, a promotion, a policy
+decision and a config change queue behind one another instead of deadlocking.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> di
     }
 
 
-def _state(session: Session) -> FlagState:
+def lock_state(session: Session) -> FlagState:
+    """Lock the global flag state row (the first lock of every flag writer) and return it."""
     state = session.get(FlagState, 1, with_for_update=True)
     if state is None:  # the migration seeds it; a hand-made database may lack it
         state = FlagState(id=1, revision=0, killed=False)
@@ -72,9 +77,34 @@ def _state(session: Session) -> FlagState:
 
 def publish(session: Session, task: Task, config: TaskConfig, reason: str) -> Flag | None:
     """Store the task's flag if its routing fields changed; returns the new flag, or None."""
+    state = lock_state(session)
     flag = session.get(Flag, task.id, with_for_update=True)
-    state = _state(session)
     fields = derive(task.stage, task.canary_step, config, state.killed)
+    return _store(session, task, flag, state, fields, reason)
+
+
+def publish_killed(session: Session, task: Task, reason: str) -> Flag | None:
+    """Throw the kill switch on a task whose stored config does not parse: its flag keeps
+    its other fields and routes everything to the cloud. A kill reaches every flag."""
+    state = lock_state(session)
+    flag = session.get(Flag, task.id, with_for_update=True)
+    if flag is None:  # no flag: routers send the task to the cloud already
+        return None
+    fields = {k: flag.document.get(k) for k in ROUTING_FIELDS}
+    fields.update(
+        stage=task.stage, edge_percent=0, shadow_rate=0.0, killed=True, default_route="cloud"
+    )
+    return _store(session, task, flag, state, fields, reason)
+
+
+def _store(
+    session: Session,
+    task: Task,
+    flag: Flag | None,
+    state: FlagState,
+    fields: dict[str, Any],
+    reason: str,
+) -> Flag | None:
     if flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields:
         return None
     state.revision += 1

@@ -11,11 +11,11 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from controlplane.rollout.actions import apply_config
 from controlplane.compare.comparators import REGISTRY, Comparator, Comparison, compare_label
 from controlplane.db import json_text, session_scope
 from controlplane.ingest import service
 from controlplane.models import Result
+from controlplane.rollout.actions import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
 
 DEEP_JSON_TEXT = "[" * 5000 + "]" * 5000  # under compare_max_chars, far deeper than json reads

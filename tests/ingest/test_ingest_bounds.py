@@ -11,9 +11,9 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from controlplane.catalog.service import apply_config
 from controlplane.db import session_scope
 from controlplane.models import Result
+from controlplane.rollout.actions import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
 
 

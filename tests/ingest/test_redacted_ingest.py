@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
 from controlplane.api import create_app
-from controlplane.rollout.actions import apply_config
 from controlplane.client.sticky import sticky_bucket
 from controlplane.compare.comparators import compare
 from controlplane.db import make_engine, session_scope
 from controlplane.ingest import service
 from controlplane.models import Payload
+from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api, make_result
 

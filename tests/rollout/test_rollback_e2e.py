@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.catalog.service import apply_config
 from controlplane.db import session_scope
+from controlplane.rollout.actions import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all
@@ -237,7 +237,7 @@ def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(
         )
         assert created.status_code == 201
     from controlplane.models import Task
-    from controlplane.rollout.service import block
+    from controlplane.rollout.repository import block
 
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "blocked_task").one()
@@ -265,16 +265,16 @@ def test_an_evaluation_reads_only_the_most_recent_windows(
 ) -> None:
     from controlplane.catalog.schemas import parse_config
     from controlplane.models import Task
-    from controlplane.rollout import service
+    from controlplane.rollout import repository
 
     start = rewind(api)
     for k in range(4):
         post_all(api, window_results("quiet_task", start, k, {}, per_bucket=3))
     close(api, start, 3)
-    monkeypatch.setattr(service, "evaluation_windows", lambda config: 2)
+    monkeypatch.setattr(repository, "evaluation_windows", lambda config: 2)
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "quiet_task").one()
-        windows = service.stage_windows(session, task, parse_config(config("quiet_task")))
+        windows = repository.stage_windows(session, task, parse_config(config("quiet_task")))
     first = int(start.timestamp()) // WINDOW
     assert [number for number, _ in windows] == [first + 2, first + 3]
     assert all(rows["all"]["n_results"] == 12 for _, rows in windows)

@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+import controlplane.scheduler
 import workers.jobs
-from controlplane.catalog.service import apply_config
 from controlplane.db import session_scope
 from controlplane.models import Task, Window
+from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
 from tests.test_isolation import LATENESS, WINDOW, config, first_future_window, window_results
@@ -79,12 +80,14 @@ def test_the_retry_of_a_job_whose_evaluation_failed_evaluates_the_window_it_clos
     # The third breaching window closes, and both evaluations meet a dropped connection.
     calls: list[str] = []
     monkeypatch.setattr(
-        workers.jobs, "evaluate", fails_once(workers.jobs.evaluate, calls, "alerts")
+        controlplane.scheduler,
+        "evaluate",
+        fails_once(controlplane.scheduler.evaluate, calls, "alerts"),
     )
     monkeypatch.setattr(
-        workers.jobs,
+        controlplane.scheduler,
         "evaluate_rollout",
-        fails_once(workers.jobs.evaluate_rollout, calls, "rollout"),
+        fails_once(controlplane.scheduler.evaluate_rollout, calls, "rollout"),
     )
     with pytest.raises(OperationalError):
         job(2)

@@ -1,0 +1,86 @@
+"""Sentences and evidence views for decisions (pure): why a rule fired, over which windows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from controlplane.catalog.schemas import ResolvedRule, TaskConfig
+from controlplane.metrics.fields import ALL
+from controlplane.metrics.windows import from_index
+from controlplane.rollout.policy import CellOutcome
+from controlplane.rollout.verdicts import Verdict
+
+
+def window_start(number: int, config: TaskConfig) -> datetime:
+    return from_index(number, config.window_seconds)
+
+
+def rule_name(rule: ResolvedRule) -> str:
+    scope = " per bucket" if rule.scope == "per_bucket" else ""
+    return f"{rule.metric} {rule.op} {rule.threshold:g}{scope}"
+
+
+def verdict_view(v: Verdict, config: TaskConfig) -> dict[str, Any]:
+    return {
+        "window_start": window_start(v.first_window, config).isoformat(),
+        "window_end": (
+            window_start(v.last_window, config) + timedelta(seconds=config.window_seconds)
+        ).isoformat(),
+        "windows": v.windows,
+        "num": v.num,
+        "den": v.den,
+        "estimate": v.estimate,
+        "bound": v.bound,
+        "threshold": v.threshold,
+        "verdict": v.verdict,
+    }
+
+
+def explain(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
+    """One sentence: why the task was rolled back."""
+    firing = outcome.firing
+    assert firing is not None
+    where = "overall" if outcome.cell == ALL else f"on inputs of {outcome.cell} tokens"
+    level = outcome.rule.confidence
+    bound = "estimate" if level == "point" else f"{level:.0%} bound"
+    if firing.how == "consecutive":
+        last = firing.verdicts[-1]
+        return (
+            f"{task} rolled back: {outcome.rule.metric} {where} breached "
+            f"{outcome.rule.op} {outcome.rule.threshold:g} in {len(firing.verdicts)} "
+            f"consecutive windows (last: {last.num}/{last.den} = {last.estimate:.1%}, "
+            f"{bound} {last.bound:.1%})."
+        )
+    if firing.how == "critical":
+        return (
+            f"{task} rolled back: {outcome.rule.metric} {where} crossed its critical line "
+            f"{outcome.rule.critical:g} in one window ({bound} {firing.statistic:.1%})."
+        )
+    return (
+        f"{task} rolled back: the CUSUM of {outcome.rule.metric} {where} reached "
+        f"{firing.statistic:.1f} (h = {outcome.rule.h:g}), evidence that it moved "
+        f"past {outcome.rule.op} {outcome.rule.threshold:g} by {outcome.rule.min_effect:g}."
+    )
+
+
+def notice_sentence(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
+    """What a rule in notify mode would have done."""
+    return explain(task, outcome, config).replace(
+        "rolled back", "would roll back (rule in notify mode)"
+    )
+
+
+def time_range(outcome: CellOutcome, config: TaskConfig) -> tuple[datetime, datetime]:
+    """The time the firing's windows cover."""
+    firing = outcome.firing
+    assert firing is not None
+    first = firing.verdicts[0].first_window if firing.verdicts else firing.at_window
+    start = window_start(first, config)
+    end = window_start(firing.at_window, config) + timedelta(seconds=config.window_seconds)
+    return start, end
+
+
+def promoted_to(stage: str, step: int, config: TaskConfig) -> str:
+    """Where a promotion goes, in words: `canary at 5%`, `shadow`, `full`."""
+    return f"canary at {config.promotion.canary_steps[step]}%" if stage == "canary" else stage

@@ -1,0 +1,148 @@
+"""The rollout's SQL: the stage's windows, the results behind a firing, blocks, decisions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.schemas import TaskConfig
+from controlplane.metrics.fields import ALL, STORED
+from controlplane.metrics.repository import bucket_of
+from controlplane.models import BlockedModel, Decision, Flag, Result, Task, Window, WindowMetrics
+from controlplane.rollout.policy import Windows, judged_buckets
+
+EXAMPLES = 20
+
+
+def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
+    """The closed windows that started in the current stage — the most recent
+    `evaluation_windows(config)` of them — numbered by window index, with the stored metric
+    row of every bucket."""
+    recent = (
+        select(Window.id, Window.window_start)
+        .where(Window.task_id == task.id, Window.closed_at.is_not(None))
+        .order_by(Window.window_start.desc())
+        .limit(evaluation_windows(config))
+    )
+    if task.stage_changed_at is not None:
+        recent = recent.where(Window.window_start >= task.stage_changed_at)
+    ids = dict(session.execute(recent).all())
+    by_window: dict[datetime, dict[str, dict[str, Any]]] = defaultdict(dict)
+    if ids:
+        rows = session.scalars(select(WindowMetrics).where(WindowMetrics.window_id.in_(list(ids))))
+        for metrics in rows:
+            by_window[ids[metrics.window_id]][metrics.bucket] = {
+                name: getattr(metrics, name) for name in STORED
+            }
+    seconds = config.window_seconds
+    return [(int(start.timestamp()) // seconds, by_window[start]) for start in sorted(by_window)]
+
+
+def evaluation_windows(config: TaskConfig) -> int:
+    """How many recent windows an evaluation reads: three times the longest run the rule can
+    span, and never fewer than the gate needs or 100. A pass costs the same in week one
+    and week ten of a canary."""
+    return max(3 * config.rollback.span_windows, config.promotion.min_windows, 100)
+
+
+def in_cell(task: Task, config: TaskConfig, cell: str, start: datetime, end: datetime) -> Any:
+    """The WHERE clauses of a task's results in a cell (bucket or `all`) and time range."""
+    where = [Result.task_id == task.id, Result.ts >= start, Result.ts < end]
+    judged = judged_buckets(config.length_buckets, config.max_input_tokens)
+    bucket = bucket_of(Result.input_tokens, config.length_buckets)
+    where.append(bucket == cell if cell != ALL else bucket.in_(judged))
+    return where
+
+
+def in_time(task: Task, start: datetime, end: datetime) -> Any:
+    return [Result.task_id == task.id, Result.ts >= start, Result.ts < end]
+
+
+def models_seen(session: Session, where: Any) -> list[str]:
+    return sorted(
+        m
+        for m in session.scalars(select(Result.edge_model).where(*where).distinct())
+        if m is not None
+    )
+
+
+def examples(session: Session, where: Any) -> list[str]:
+    bad = or_(
+        Result.outcome.in_(("conflict", "invalid")),
+        Result.edge_error.is_not(None),
+        Result.edge_valid.is_(False),
+        Result.degraded.is_(True),
+    )
+    return list(
+        session.scalars(
+            select(Result.request_id).where(*where, bad).order_by(Result.ts).limit(EXAMPLES)
+        )
+    )
+
+
+def flag_version(session: Session, task_id: int) -> int | None:
+    return session.scalar(select(Flag.version).where(Flag.task_id == task_id))
+
+
+def decided(session: Session, dedupe_key: str) -> bool:
+    """Whether a decision with this key was already made."""
+    return session.scalar(select(Decision.id).where(Decision.dedupe_key == dedupe_key)) is not None
+
+
+def block(session: Session, task: Task, model: str, decision_id: int | None) -> None:
+    """Block auto-promotion while `model` serves the edge (a rollback saw it)."""
+    exists = session.scalar(
+        select(BlockedModel.id).where(
+            BlockedModel.task_id == task.id,
+            BlockedModel.model == model,
+            BlockedModel.lifted_at.is_(None),
+        )
+    )
+    if exists is None:
+        session.add(BlockedModel(task_id=task.id, model=model, decision_id=decision_id))
+        session.flush()
+
+
+def active_block(session: Session, task_id: int, model: str) -> BlockedModel | None:
+    return session.scalars(
+        select(BlockedModel).where(
+            BlockedModel.task_id == task_id,
+            BlockedModel.model == model,
+            BlockedModel.lifted_at.is_(None),
+        )
+    ).one_or_none()
+
+
+def blocked_models(session: Session, task_id: int) -> list[str]:
+    return list(
+        session.scalars(
+            select(BlockedModel.model)
+            .where(BlockedModel.task_id == task_id, BlockedModel.lifted_at.is_(None))
+            .order_by(BlockedModel.model)
+        )
+    )
+
+
+def decisions(session: Session, task: str | None, limit: int) -> list[tuple[Decision, str | None]]:
+    """Decisions newest first, with their task's name (None for kill and lift)."""
+    query = (
+        select(Decision, Task.name)
+        .outerjoin(Task, Task.id == Decision.task_id)
+        .order_by(Decision.id.desc())
+        .limit(limit)
+    )
+    if task is not None:
+        query = query.where(Task.name == task)
+    return [(d, name) for d, name in session.execute(query)]
+
+
+def tasks_in_order(session: Session, *, for_update: bool) -> list[Task]:
+    """Every task, by id (the lock order among tasks)."""
+    query = select(Task).order_by(Task.id)
+    if for_update:
+        query = query.with_for_update()
+    return list(session.scalars(query))
