@@ -198,12 +198,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Webhooks leave through the outbox: a commit that wrote events kicks the runner.
     webhooks: DeliveryThread | None = None
     remove_kicker: Callable[[], None] | None = None
-    if not settings.webhook_url_list:
-        pass
-    elif settings.redis_url is not None:
+    if settings.webhook_url_list and settings.redis_url is not None:
         # The Celery job delivers; this process only wakes it after its own commits.
         remove_kicker = add_kicker(celery_kicker(settings.redis_url))
-    else:
+    elif settings.webhook_url_list:
         # The embedded default: this process delivers, every second and when kicked.
         webhooks = DeliveryThread(app.state.engine, settings)
         webhooks.start()

@@ -9,19 +9,34 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
+from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./shadowplane.db"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SHADOWPLANE_", extra="ignore")
+    # Errors never echo the input: it holds secrets (the webhook secret, database passwords).
+    model_config = SettingsConfigDict(
+        env_prefix="SHADOWPLANE_", extra="ignore", hide_input_in_errors=True
+    )
 
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
     evalsets_dir: str = "evalsets"
+    # Webhook receivers, comma-separated (DESIGN §5); every one needs the secret to sign with.
     webhook_urls: str = ""
     webhook_secret: str | None = None
+    # Seconds a receiver has to answer one POST.
+    webhook_timeout_seconds: float = 5.0
+    # Attempts per delivery before it is marked failed (kept and listed, never dropped);
+    # retries wait webhook_backoff_seconds, doubling on each failure, at most the cap.
+    webhook_max_attempts: int = 12
+    webhook_backoff_seconds: float = 2.0
+    webhook_backoff_max_seconds: float = 600.0
+    # Seconds between delivery passes: the embedded thread's wake-up and the beat entry's
+    # period (an action's commit also wakes them at once).
+    webhook_poll_seconds: float = 1.0
     public_url: str = "http://127.0.0.1:8000"
     max_body_bytes: int = 16 * 1024 * 1024
     max_batch_items: int = 1000
@@ -58,6 +73,42 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def webhook_url_list(self) -> list[str]:
+        return [u.strip() for u in self.webhook_urls.split(",") if u.strip()]
+
+    @model_validator(mode="after")
+    def _webhooks_are_signed(self) -> Settings:
+        urls = self.webhook_url_list
+        if urls and not self.webhook_secret:
+            # Receivers must be able to tell our webhooks from anyone's: no unsigned sending.
+            raise ValueError(
+                "SHADOWPLANE_WEBHOOK_URLS is set but SHADOWPLANE_WEBHOOK_SECRET is not: "
+                "webhooks are signed with the secret; set one (e.g. `openssl rand -hex 32`) "
+                "and give it to the receivers, or unset SHADOWPLANE_WEBHOOK_URLS"
+            )
+        bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(
+                f"SHADOWPLANE_WEBHOOK_URLS: {', '.join(bad)} is not an http:// or https:// URL"
+            )
+        if self.webhook_max_attempts < 1 or self.webhook_timeout_seconds <= 0:
+            raise ValueError(
+                "SHADOWPLANE_WEBHOOK_MAX_ATTEMPTS must be at least 1 and "
+                "SHADOWPLANE_WEBHOOK_TIMEOUT_SECONDS positive"
+            )
+        return self
+
+
+def explain(exc: ValidationError) -> list[str]:
+    """One line per refused setting, named as its environment variable."""
+    lines = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        names = [f"SHADOWPLANE_{str(part).upper()}" for part in error["loc"]]
+        lines.append(f"{'.'.join(names)}: {message}" if names else message)
+    return lines
 
 
 @lru_cache(maxsize=1)

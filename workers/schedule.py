@@ -1,24 +1,33 @@
-"""The beat schedule: one entry, `metrics.plan`, every `SHADOWPLANE_TICK_SECONDS`.
+"""The beat schedule: `metrics.plan` every `SHADOWPLANE_TICK_SECONDS`, and the webhook
+delivery pass every `SHADOWPLANE_WEBHOOK_POLL_SECONDS` (at least a second).
 
 The plan job lists the (task, window) pairs that are due or have new results and queues
-one `metrics.compute_window` job for each, which the workers share.
+one `metrics.compute_window` job for each, which the workers share. The delivery job
+sends the outbox's due webhooks (commits that write events also queue it at once).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from controlplane.notify.delivery import DELIVER_JOB
 from controlplane.settings import Settings
 
 PLAN_JOB = "metrics.plan"
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    deliver_every = max(settings.webhook_poll_seconds, 1.0)
     return {
         "plan-windows": {
             "task": PLAN_JOB,
             "schedule": settings.tick_seconds or 10.0,
             # A plan older than one period is superseded by the next one.
             "options": {"expires": settings.tick_seconds or 10.0},
-        }
+        },
+        "deliver-webhooks": {
+            "task": DELIVER_JOB,
+            "schedule": deliver_every,
+            "options": {"expires": deliver_every},
+        },
     }

@@ -1,10 +1,12 @@
 """The Python client for routing services (DESIGN §2, §5).
 
-For now it holds `sticky_bucket`, the one function every client must compute alike; flag
-polling and the OpenFeature provider arrive with the flag-serving step. It depends on
-nothing but the standard library, so routers can vendor it.
+For now it holds `sticky_bucket`, the one function every client must compute alike, and
+`verify_signature`, which webhook receivers call on every delivery; flag polling and the
+OpenFeature provider arrive with the flag-serving step. It depends on nothing but the
+standard library, so routers can vendor it.
 """
 
 from controlplane.client.sticky import murmur3_32, sticky_bucket
+from controlplane.client.webhooks import verify_signature
 
-__all__ = ["murmur3_32", "sticky_bucket"]
+__all__ = ["murmur3_32", "sticky_bucket", "verify_signature"]

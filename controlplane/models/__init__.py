@@ -4,6 +4,7 @@ from controlplane.models.audit import AuditEntry
 from controlplane.models.auth import ApiKey
 from controlplane.models.base import Base
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
+from controlplane.models.outbox import OutboxEvent, WebhookDelivery
 from controlplane.models.results import Payload, Result
 from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagState
 from controlplane.models.secrets import ServerSecret
@@ -18,12 +19,14 @@ __all__ = [
     "Decision",
     "Flag",
     "FlagState",
+    "OutboxEvent",
     "Payload",
     "Result",
     "ScanMark",
     "ServerSecret",
     "Task",
     "TaskConfigVersion",
+    "WebhookDelivery",
     "Window",
     "WindowMetrics",
 ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import threading
 import time
@@ -13,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from controlplane.client import verify_signature
 from tests.conftest import make_api
 
 SECRET = "s3cret"
@@ -69,7 +68,7 @@ def test_a_decision_is_posted_signed_with_an_explanation_and_links(
         )
         assert answer.status_code == 200  # the unreachable receiver blocks nothing
         body, signature = receiver.wait(1)[0]
-        assert signature == "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert verify_signature(SECRET, {"X-Shadowplane-Signature": signature}, body)
         document = json.loads(body)
         assert (document["task"], document["action"], document["actor"]) == (
             "ticket_classify",
@@ -90,7 +89,7 @@ def test_alerts_are_posted_too(sqlite_url: str, receiver: Receiver) -> None:
     from controlplane.scheduler import run_pass
 
     for api in make_api(sqlite_url, webhook_urls=receiver.url, webhook_secret=SECRET):
-        run_pass(api.engine, datetime.now(UTC) + timedelta(hours=1), api.client.app.state.notifier)  # type: ignore[attr-defined]
+        run_pass(api.engine, datetime.now(UTC) + timedelta(hours=1))
         documents = [json.loads(b) for b, _ in receiver.wait(2)]
         assert {(d["kind"], d["action"], d["rule"]) for d in documents} == {
             ("alert", "alert_opened", "no_traffic")

@@ -182,63 +182,12 @@ def test_beat_and_worker_compute_the_current_window_on_their_own(
     assert found[0]["window_start"].startswith(start.isoformat()[:19])
 
 
-def test_the_worker_delivers_webhooks_queued_on_redis(pg_metrics_api: Api, tmp_path: Path) -> None:
-    import hashlib
-    import hmac
-    import json
-
-    from controlplane.rollout.webhooks import Notifier
-    from tests.rollout.test_webhooks import Receiver
-
-    receiver = Receiver(status=200)
-    broker = redis_url()
-    redis.Redis.from_url(broker).flushdb()
-    env = {
-        **os.environ,
-        "SHADOWPLANE_DATABASE_URL": pg_metrics_api.url,
-        "SHADOWPLANE_REDIS_URL": broker,
-        "SHADOWPLANE_WEBHOOK_SECRET": "k",
-    }
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "1"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        settings = Settings(
-            database_url=pg_metrics_api.url,
-            redis_url=broker,
-            webhook_urls=receiver.url,
-            webhook_secret="k",
-        )
-        # The API's notifier enqueues on Redis (the sender here is this test process).
-        import workers.app
-
-        workers.app.app.conf.broker_url = broker
-        Notifier(settings).announce([{"kind": "decision", "task": "t", "action": "rollback"}])
-        body, signature = receiver.wait(1)[0]
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-        log.close()
-        receiver.close()
-    assert json.loads(body)["action"] == "rollback"
-    assert signature == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
-    # Delivered by the worker's job, not by a fallback in this process.
-    assert "webhooks.deliver" in (tmp_path / "worker.log").read_text()
-
-
 def test_jobs_are_acked_late_and_retried_only_on_transient_errors() -> None:
-    import httpx
     import psycopg
     from sqlalchemy.exc import IntegrityError, OperationalError
 
-    from controlplane.rollout.webhooks import WebhookFailed
     from workers.app import app
-    from workers.jobs import compute_window_job, deliver_webhook, plan_windows
+    from workers.jobs import compute_window_job, deliver_webhooks, plan_windows
 
     assert app.conf.task_acks_late is True and app.conf.task_reject_on_worker_lost is True
     for job in (plan_windows, compute_window_job):
@@ -246,5 +195,6 @@ def test_jobs_are_acked_late_and_retried_only_on_transient_errors() -> None:
         assert not any(issubclass(IntegrityError, kind) for kind in job.autoretry_for)
         assert not any(issubclass(ValueError, kind) for kind in job.autoretry_for)
         assert job.retry_backoff
-    assert set(deliver_webhook.autoretry_for) == {httpx.HTTPError, WebhookFailed}
-    assert deliver_webhook.retry_backoff and deliver_webhook.max_retries >= 5
+    # Webhooks retry per delivery in the outbox (backoff, attempts); the job itself is not
+    # retried: beat runs it again within seconds (tests/notify/test_celery_delivery.py).
+    assert not getattr(deliver_webhooks, "autoretry_for", ())

@@ -1,0 +1,189 @@
+"""The outbox survives crashes: an event committed by a process that dies before sending
+arrives once another runner starts; a runner killed mid-send leaves the delivery to be
+sent again under the same delivery id. A receiver that dedupes acts on each id once."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from controlplane.client import verify_signature
+from controlplane.db import get_engine, session_scope
+from controlplane.models import OutboxEvent, WebhookDelivery
+from controlplane.models.base import utcnow
+from controlplane.notify.delivery import deliver_pending
+from tests.notify.conftest import SECRET, clean_env, webhook_settings
+from tests.notify.receiver import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Writes one event and is killed by the kick its commit sends, before anything is sent. Its
+# delivery thread only wakes when kicked, and the killer is the first kicker.
+COMMIT_THEN_DIE = """
+import os, signal, sys
+from controlplane.client import verify_signature
+from controlplane.db import get_engine, session_scope
+from controlplane.notify.delivery import DeliveryThread, add_kicker
+from controlplane.notify.outbox import add_event
+from controlplane.settings import get_settings
+
+settings = get_settings()
+add_kicker(lambda: os.kill(os.getpid(), signal.SIGKILL))
+engine = get_engine(settings.database_url)
+DeliveryThread(engine, settings).start()
+with session_scope(engine) as session:
+    add_event(session, kind="decision", task="ticket_classify",
+              document={"kind": "decision", "task": "ticket_classify", "action": "rollback"})
+print("still alive")
+"""
+
+# One delivery pass; the test kills it while the receiver holds the request.
+ONE_PASS = """
+from controlplane.db import get_engine
+from controlplane.notify.delivery import deliver_pending
+from controlplane.settings import get_settings
+
+settings = get_settings()
+deliver_pending(get_engine(settings.database_url), settings)
+print("finished")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _python(
+    code: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _rows(url: str) -> list[WebhookDelivery]:
+    with session_scope(get_engine(url)) as session:
+        return list(session.scalars(select(WebhookDelivery)))
+
+
+def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(db_url: str) -> None:
+    receiver = Receiver(statuses=[503])  # the first attempt after the restart fails
+    env = clean_env(
+        SHADOWPLANE_DATABASE_URL=db_url,
+        SHADOWPLANE_WEBHOOK_URLS=receiver.url,
+        SHADOWPLANE_WEBHOOK_SECRET=SECRET,
+        SHADOWPLANE_WEBHOOK_POLL_SECONDS="0.2",
+        SHADOWPLANE_WEBHOOK_BACKOFF_SECONDS="0.2",
+        SHADOWPLANE_TICK_SECONDS="0",
+    )
+    try:
+        crashed = _python(COMMIT_THEN_DIE, {**env, "SHADOWPLANE_WEBHOOK_POLL_SECONDS": "600"})
+        assert crashed.returncode == -9, crashed.stderr
+        assert "still alive" not in crashed.stdout
+        with session_scope(get_engine(db_url)) as session:
+            assert session.scalar(select(OutboxEvent.kind)) == "decision"  # committed
+        assert receiver.received == []
+
+        # Restart: the API's embedded delivery thread finds the event and delivers it.
+        port = _free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "controlplane.cli", "api", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while len(receiver.received) < 2 and time.monotonic() < deadline:
+                assert server.poll() is None, server.stderr.read() if server.stderr else b""
+                time.sleep(0.1)
+            assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            if server.stderr is not None:
+                server.stderr.close()
+        got = receiver.received
+        assert [r.status for r in got] == [503, 200]
+        # The retry after the failure carries the same delivery id, and a signature.
+        assert got[0].delivery_id == got[1].delivery_id
+        assert got[1].document["delivery_id"] == got[1].delivery_id
+        assert verify_signature(SECRET, got[1].headers, got[1].body)
+        assert list(receiver.processed) == [got[0].delivery_id]
+        [row] = _rows(db_url)
+        assert (row.status, row.attempts, row.delivery_id) == ("delivered", 2, got[0].delivery_id)
+
+        # Another runner later sends nothing more: delivered is delivered.
+        again = deliver_pending(
+            get_engine(db_url), webhook_settings(db_url, receiver), now=utcnow() + timedelta(days=1)
+        )
+        assert (again.fanned_out, again.delivered, len(receiver.received)) == (0, 0, 2)
+    finally:
+        receiver.close()
+
+
+def test_a_runner_killed_mid_send_is_followed_by_a_resend_with_the_same_delivery_id(
+    db_url: str,
+) -> None:
+    receiver = Receiver(hang=True)
+    env = clean_env(
+        SHADOWPLANE_DATABASE_URL=db_url,
+        SHADOWPLANE_WEBHOOK_URLS=receiver.url,
+        SHADOWPLANE_WEBHOOK_SECRET=SECRET,
+        SHADOWPLANE_WEBHOOK_TIMEOUT_SECONDS="60",
+    )
+    try:
+        from controlplane.notify.outbox import add_event
+
+        with session_scope(get_engine(db_url)) as session:
+            add_event(session, kind="alert", task="t", document={"kind": "alert", "task": "t"})
+        runner = subprocess.Popen(
+            [sys.executable, "-c", ONE_PASS],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert len(receiver.wait(1, timeout=60)) == 1, runner.communicate(timeout=5)
+        finally:
+            runner.kill()
+            out, _ = runner.communicate(timeout=30)
+        assert runner.returncode == -9 and "finished" not in out
+        receiver.answer()
+        first = receiver.received[0]
+        assert receiver.processed == {}  # it never answered: the sender cannot know
+
+        settings = webhook_settings(db_url, receiver)
+        engine = get_engine(db_url)
+        # While the dead runner's lease lasts, nobody sends it again...
+        assert deliver_pending(engine, settings).delivered == 0
+        assert len(receiver.received) == 1
+        # ...then the next runner does, under the same delivery id, once.
+        later = utcnow() + timedelta(minutes=5)
+        assert deliver_pending(engine, settings, now=later).delivered == 1
+        assert deliver_pending(engine, settings, now=later + timedelta(hours=1)).delivered == 0
+        second = receiver.received[1]
+        assert second.delivery_id == first.delivery_id
+        assert first.document["event_id"] == second.document["event_id"]
+        assert list(receiver.processed) == [first.delivery_id]
+        [row] = _rows(db_url)
+        assert (row.status, row.attempts) == ("delivered", 2)
+    finally:
+        receiver.close()
