@@ -24,6 +24,7 @@ from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics import service
 from controlplane.metrics.fields import ALL, COUNTS, FIELDS, PERCENTILE_FIELDS, RATES
 from controlplane.models.base import utcnow
+from controlplane.notify.repository import delivery_counts
 from controlplane.rollout.flags import flags_document
 from controlplane.timeutil import UTCTime
 
@@ -112,6 +113,7 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
         lags = service.lag(session, now)
         alerts = active_counts(session)
         published = flags_document(session)
+        deliveries = delivery_counts(session)
     families: list[Metric] = []
     start = GaugeMetricFamily(
         "shadowplane_window_start_timestamp_seconds",
@@ -173,6 +175,14 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
     revision = GaugeMetricFamily("shadowplane_flags_revision", "The global flag revision.")
     revision.add_metric([], published["revision"])
     families += [stage, edge_percent, revision]
+    webhooks = GaugeMetricFamily(
+        "shadowplane_webhook_deliveries",
+        "Webhook deliveries waiting to be sent (pending) or given up (failed).",
+        labels=["status"],
+    )
+    for status in ("pending", "failed"):
+        webhooks.add_metric([status], deliveries[status])
+    families.append(webhooks)
     up = GaugeMetricFamily(
         "shadowplane_ingest_counters_up", "1 when the shared ingest counters could be read."
     )
