@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controlplane.auth.service import create_key  # noqa: E402
-from controlplane.catalog.service import RuntimeCache, apply_config  # noqa: E402
+from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
     JSON_RESULT_COLUMNS,
@@ -59,6 +59,7 @@ from controlplane.ingest.repository import (  # noqa: E402
 from controlplane.ingest.service import parse_result, score  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Result  # noqa: E402
+from controlplane.rollout.actions import apply_config  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402
 
 BATCH = 500
@@ -95,7 +96,7 @@ def results(n: int, tag: str) -> list[dict[str, Any]]:
 def db_rows(url: str, items: list[dict[str, Any]]) -> list[list[Any]]:
     """The rows the server would store for these results, as binary-COPY-ready value lists."""
     with session_scope(get_engine(url)) as session:
-        runtime = RuntimeCache().runtimes(session, {"ticket_classify"})["ticket_classify"]
+        runtime = task_runtimes(session, {"ticket_classify"})["ticket_classify"]
     now = datetime.now(UTC)
     out = []
     for item in items:

@@ -45,10 +45,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.ingest import fresh_database, start_services  # noqa: E402
-from controlplane.catalog.service import apply_config  # noqa: E402
+from controlplane.catalog.service import runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
-from controlplane.metrics.service import compute_window, runtimes  # noqa: E402
+from controlplane.metrics.service import compute_window  # noqa: E402
 from controlplane.models import Task  # noqa: E402
+from controlplane.rollout.actions import apply_config  # noqa: E402
 
 WINDOW_SECONDS = 3600
 START = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)

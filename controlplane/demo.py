@@ -24,10 +24,11 @@ import yaml
 
 from controlplane.api import create_app
 from controlplane.auth.service import create_key
-from controlplane.catalog.service import RuntimeCache, apply_config
+from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
 from controlplane.ingest.service import conflict_ids
 from controlplane.migrate import ROOT, upgrade
+from controlplane.rollout.actions import apply_config
 from controlplane.settings import get_settings
 from controlplane.sim.runner import Plan, Totals, stream
 
@@ -166,7 +167,7 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
         "(run longer with --duration)."
     )
     with session_scope(engine) as session:
-        runtimes = RuntimeCache().runtimes(session, set(tasks))
+        runtimes = task_runtimes(session, set(tasks))
         conflicts = {task: conflict_ids(session, runtimes[task].id, limit=1) for task in tasks}
     examples = "\n".join(
         f'  curl -H "Authorization: Bearer $KEY" {base}/v1/results/{task}/{ids[0]}   (a conflict)'

@@ -56,9 +56,7 @@ async def post_results(
         )
         report = in_transaction(
             request.app.state.engine,
-            lambda session: service.ingest(
-                session, valid, list(rejected), request.app.state.tasks, received_at, context
-            ),
+            lambda session: service.ingest(session, valid, list(rejected), received_at, context),
         )
         request.app.state.counters.add(
             accepted=report.accepted, duplicate=report.duplicates, rejected=len(report.rejected)

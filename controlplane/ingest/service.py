@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.service import RuntimeCache, TaskRuntime
+from controlplane.catalog.service import TaskRuntime, task_runtimes
 from controlplane.client.sticky import sticky_bucket
 from controlplane.compare.comparators import Comparison, compare
 from controlplane.compare.jsonutil import loads
@@ -499,12 +499,11 @@ def ingest(
     session: Session,
     valid: list[tuple[int, ResultIn]],
     rejected: list[Rejected],
-    tasks: RuntimeCache,
     received_at: datetime,
     context: IngestContext = DEFAULT_CONTEXT,
 ) -> IngestReport:
     """Score and store validated items; the caller owns (commits) the transaction."""
-    runtimes = tasks.runtimes(session, {item["task"] for _, item in valid}) if valid else {}
+    runtimes = task_runtimes(session, {item["task"] for _, item in valid}) if valid else {}
     seen: set[tuple[str, str]] = set()
     scored: list[Scored] = []
     in_batch_duplicates = 0

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from controlplane.alerts.service import active_counts
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
+from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.http import ORJSONResponse
 from controlplane.ingest.buckets import bucket_labels
@@ -44,7 +45,7 @@ def windows(
 ) -> Response:
     """Windowed metrics, one flat row per window and bucket (Accept: text/csv for CSV)."""
     with session_scope(request.app.state.engine) as session:
-        runtime = request.app.state.tasks.runtimes(session, {task}).get(task)
+        runtime = task_runtimes(session, {task}).get(task)
         if runtime is None:
             raise HTTPException(404, f"task: no task {task!r}")
         allowed = [*bucket_labels(runtime.config.length_buckets), ALL]

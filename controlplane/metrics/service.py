@@ -25,8 +25,7 @@ from typing import Any
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
-from controlplane.catalog import repository as catalog
-from controlplane.catalog.service import RuntimeCache, TaskRuntime
+from controlplane.catalog.service import TaskRuntime, load_runtimes, runtimes
 from controlplane.metrics import repository
 from controlplane.metrics.fields import ALL, FIELDS, metric_fields
 from controlplane.metrics.windows import closes_at, from_index, recent_starts
@@ -36,9 +35,6 @@ from controlplane.models.base import utcnow
 
 RESULTS_SCAN = "results"
 log = logging.getLogger("shadowplane.metrics")
-
-# Parsed configs per database (tests and tools may talk to several in one process).
-_runtimes: dict[str, RuntimeCache] = {}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -72,25 +68,6 @@ class TaskFailure:
 class Plan:
     jobs: list[WindowJob]
     failed: list[TaskFailure] = field(default_factory=list)
-
-
-def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:
-    """Every task whose current config parses, with that config, by task id."""
-    return load_runtimes(session)[0]
-
-
-def load_runtimes(
-    session: Session,
-) -> tuple[dict[int, tuple[Task, TaskRuntime]], dict[int, tuple[Task, str]]]:
-    """`runtimes`, and the tasks whose current config does not parse, with why, by task id."""
-    tasks = catalog.all_tasks(session)
-    url = session.get_bind().engine.url.render_as_string(hide_password=False)
-    cache = _runtimes.setdefault(url, RuntimeCache())
-    parsed, broken = cache.load(session, {t.name for t in tasks})
-    return (
-        {t.id: (t, parsed[t.name]) for t in tasks if t.name in parsed},
-        {t.id: (t, broken[t.name]) for t in tasks if t.name in broken},
-    )
 
 
 def plan(session: Session, now: datetime) -> Plan:
