@@ -23,6 +23,7 @@ from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import ActionError
+from controlplane.exporter import router as exporter_router
 from controlplane.http import (
     BodyGuard,
     BodyRefused,
@@ -34,7 +35,6 @@ from controlplane.http import (
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
 from controlplane.metrics.counters import IngestCounters
-from controlplane.metrics.endpoints import prometheus_router
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
 from controlplane.notify.delivery import DeliveryThread, add_kicker, celery_kicker
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audit_router)
     app.include_router(windows_router)
     app.include_router(alerts_router)
-    app.include_router(prometheus_router)
+    app.include_router(exporter_router)
     app.include_router(flags_router)
     app.include_router(rollout_router)
     app.include_router(decisions_router)
