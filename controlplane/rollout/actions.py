@@ -27,13 +27,13 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
+from controlplane.catalog import repository as catalog_repository
 from controlplane.catalog import service as catalog
 from controlplane.catalog.schemas import ConfigError, TaskConfig, parse_config
 from controlplane.catalog.service import (
     Applied,
     TaskConflict,
     TaskRuntime,
-    load_runtimes,
     runtimes,
 )
 from controlplane.db import in_transaction
@@ -266,6 +266,7 @@ def evaluate_task(
         # About to change the task: take the locks in order, then judge on what they hold.
         flags.lock_state(session)
         session.refresh(task, with_for_update=True)
+        config = config_now(session, task) or config
         if task.stage not in (*ACTIVE_STAGES, "shadow"):
             return out
         judgement = _judge(session, task, config, veto)
@@ -344,15 +345,33 @@ def _run(engine: Engine, work: Callable[[Session], T]) -> T:
     return in_transaction(engine, work)
 
 
+def config_now(session: Session, task: Task) -> TaskConfig | None:
+    """The task's current config, read and parsed now (not through the per-process cache,
+    which may lag a config applied a moment ago): what a flag must be derived from. None
+    when the stored config does not parse."""
+    stored = catalog_repository.config_version(session, task.id, task.config_version)
+    if stored is None:
+        return None
+    try:
+        return parse_config(stored.config)
+    except Exception:  # a ConfigError, or whatever an odd stored document raises
+        return None
+
+
 def _locked_task(session: Session, name: str) -> tuple[Task, TaskConfig]:
     """The flag state, then the named task, locked; its current config. 404 when unknown."""
     flags.lock_state(session)
-    match = next(((t, rt) for t, rt in runtimes(session).values() if t.name == name), None)
-    if match is None:
+    task = catalog_repository.task_by_name(session, name, for_update=True)
+    if task is None:
         raise ActionError(404, f"task: no task {name!r}")
-    task, runtime = match
-    session.refresh(task, with_for_update=True)
-    return task, runtime.config
+    config = config_now(session, task)
+    if config is None:
+        raise ActionError(
+            409,
+            f"config: the stored config version {task.config_version} of {name} does not "
+            "parse; apply a valid config first",
+        )
+    return task, config
 
 
 def _expect(task: Task, config: TaskConfig, expected: str | None) -> None:
@@ -509,12 +528,12 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     state.killed, state.kill_reason = killed, reason if killed else None
     session.flush()
     action = "kill" if killed else "lift"
-    parsed, broken = load_runtimes(session)
     tasks = repository.tasks_in_order(session, for_update=True)
     left_killed = []
     for task in tasks:
-        if task.id in parsed:
-            flags.publish(session, task, parsed[task.id][1].config, f"{action}: {reason}")
+        config = config_now(session, task)
+        if config is not None:
+            flags.publish(session, task, config, f"{action}: {reason}")
         elif killed:
             flags.publish_killed(session, task, f"{action}: {reason}")
         else:

@@ -1,0 +1,153 @@
+"""After a window, once: the in-process pass (`run_pass`) and the Celery path (the plan, then
+`compute_window_job` per window, as a worker runs them) call the same `after_window`, and
+for the same traffic they leave the same rows — alerts, decisions, audit entries, outbox
+events — on two real PostgreSQL databases (ids and processing times set aside)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+import workers.jobs
+from controlplane.db import in_transaction, session_scope
+from controlplane.metrics.service import plan
+from controlplane.models import Alert, AuditEntry, Decision, OutboxEvent, Task
+from controlplane.rollout import actions
+from controlplane.scheduler import run_pass
+from controlplane.settings import Settings
+from tests.conftest import Api, make_api
+from tests.test_isolation import LATENESS, WINDOW, config, first_future_window, window_results
+from tests.windowdata import post_all
+
+pytestmark = pytest.mark.integration
+VETO = 0.7
+
+
+@pytest.fixture
+def two_urls(pg_url: str, pg_template: str) -> Iterator[tuple[str, str]]:
+    """Two fresh migrated databases: the conftest's, and a second cloned the same way."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
+
+    name = f"sp_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
+    second = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    yield pg_url, second
+    from controlplane.db import get_engine
+
+    get_engine(second).dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def setup(api: Api) -> None:
+    """A canary that will breach on long inputs, a shadow task with auto-promotion that
+    will pass its gate, and a task that goes silent (an alert)."""
+    gentle = {"min_windows": 2, "min_samples_per_bucket": 50, "agreement_lower_bound": 0.8}
+    documents = [
+        config("breaching"),
+        {**config("eager"), "promotion": {**gentle, "auto_promote": True, "canary_steps": [50]}},
+        {**config("silent"), "stage": "shadow"},
+    ]
+    actions.apply_tasks(api.engine, documents, actor="test")
+    actions.promote(api.engine, "breaching", actor="test", reason="go", force=True, veto=VETO)
+
+
+def traffic(api: Api, start: datetime, k: int) -> None:
+    post_all(api, window_results("breaching", start, k, long_conflicts=0.4))
+    post_all(api, window_results("eager", start, k, long_conflicts=0.0))
+    if k == 0:
+        post_all(api, window_results("silent", start, k, long_conflicts=0.0))
+
+
+def in_process(api: Api, start: datetime, windows: int) -> None:
+    for k in range(windows):
+        traffic(api, start, k)
+        clock = start + timedelta(seconds=(k + 1) * WINDOW + LATENESS)
+        run_pass(api.engine, clock, veto=VETO)
+
+
+def celery(api: Api, start: datetime, windows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers.jobs, "get_engine", lambda: api.engine)
+    monkeypatch.setattr(
+        workers.jobs,
+        "get_settings",
+        lambda: Settings(database_url=api.url, error_cost_veto=VETO),
+    )
+    for k in range(windows):
+        traffic(api, start, k)
+        clock = start + timedelta(seconds=(k + 1) * WINDOW + LATENESS)
+        # What `plan_windows` queues, run one job at a time as a worker would.
+        planned = in_transaction(api.engine, lambda session, c=clock: plan(session, c))  # type: ignore[misc]
+        for job in planned.jobs:
+            workers.jobs.compute_window_job.run(
+                job.task_id, job.window_start.isoformat(), clock.isoformat()
+            )
+
+
+def rows(api: Api) -> dict[str, Any]:
+    with session_scope(api.engine) as session:
+        names = dict(session.execute(select(Task.id, Task.name)).all())
+        alerts = [
+            (names[a.task_id], a.kind, a.state, a.window_start, a.value, a.baseline, a.message)
+            for a in session.scalars(select(Alert).order_by(Alert.id))
+        ]
+        decisions = [
+            (
+                names.get(d.task_id),
+                d.action,
+                d.actor,
+                d.reason,
+                d.rule,
+                d.bucket,
+                d.stage_before,
+                d.stage_after,
+                d.flag_version_before,
+                d.flag_version_after,
+                d.evidence,
+            )
+            for d in session.scalars(select(Decision).order_by(Decision.id))
+        ]
+        audit = [
+            (a.actor, a.action, a.task, {k: v for k, v in a.details.items() if k != "decision"})
+            for a in session.scalars(select(AuditEntry).order_by(AuditEntry.id))
+        ]
+        events = [
+            (e.kind, e.task, {k: v for k, v in e.document.items() if k != "decision_id"})
+            for e in session.scalars(select(OutboxEvent).order_by(OutboxEvent.id))
+        ]
+    return {"alerts": alerts, "decisions": decisions, "audit": audit, "events": events}
+
+
+def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
+    two_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = first_future_window()
+    windows = 4
+    found = []
+    for url, path in zip(two_urls, ("pass", "celery"), strict=True):
+        for api in make_api(url):
+            setup(api)
+            if path == "pass":
+                in_process(api, start, windows)
+            else:
+                celery(api, start, windows, monkeypatch)
+            found.append(rows(api))
+    by_pass, by_celery = found
+    # The traffic did what it is for: a policy rollback, a policy promotion, an alert.
+    assert ("breaching", "rollback", "policy") in [d[:3] for d in by_pass["decisions"]]
+    assert ("eager", "promote", "policy") in [d[:3] for d in by_pass["decisions"]]
+    assert any(a[0] == "silent" for a in by_pass["alerts"])
+    assert {e[0] for e in by_pass["events"]} >= {"decision", "alert"}
+    assert by_pass == by_celery
