@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -319,12 +320,7 @@ def worker(
 ) -> None:
     """Run a Celery worker for the periodic jobs (needs SHADOWPLANE_REDIS_URL)."""
     _need_redis()
-    from workers.app import QUEUE
-    from workers.app import app as celery
-
-    celery.worker_main(
-        ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "-Q", QUEUE]
-    )
+    _celery("worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}")
 
 
 @app.command()
@@ -336,9 +332,14 @@ def beat(
 ) -> None:
     """Run Celery beat: queues the window plan every SHADOWPLANE_TICK_SECONDS (run exactly one)."""
     _need_redis()
-    from workers.app import app as celery
+    _celery("beat", f"--loglevel={loglevel}", f"--schedule={schedule_file}")
 
-    celery.start(["beat", f"--loglevel={loglevel}", f"--schedule={schedule_file}"])
+
+def _celery(*args: str) -> None:
+    # The Celery app lives in workers/, beside the doors: this process becomes Celery's own
+    # program, which loads the app by name (nothing under controlplane imports workers).
+    # The worker consumes the app's default queue.
+    os.execv(sys.executable, [sys.executable, "-m", "celery", "-A", "workers.app", *args])
 
 
 def _need_redis() -> None:
