@@ -196,7 +196,7 @@ class RollbackConfig(Strict):
     min_samples: int = Field(200, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] = 0.80
     max_pool_windows: int = Field(12, ge=1, le=1000)
-    # An evaluation reads three times this many windows (rollout.service.evaluation_windows).
+    # An evaluation reads three times this many windows (rollout.repository.evaluation_windows).
     max_span_windows: int | None = Field(None, ge=1, le=100_000)
     rules: list[Rule] = Field(DEFAULT_RULES, max_length=100)
 
