@@ -104,6 +104,13 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
+            # PostgreSQL cannot hold NUL in text: a lookup by such a name would fail in the
+            # database (a 500) instead of finding nothing.
+            await _refuse(
+                send, BodyRefused("path or query: must not contain the NUL character"), close=True
+            )
+            return
         declared: int | None = None
         chunked = False
         content_type = b""

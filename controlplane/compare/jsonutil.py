@@ -4,6 +4,7 @@ library when it cannot (orjson refuses integers beyond 64 bits, which JSON allow
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -31,9 +32,9 @@ def short_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str, *, parse_int: Callable[[str], Any] | None = None) -> Any:
     """Parse JSON exactly; raises ValueError when it is not JSON.
 
     The standard library, not orjson: orjson turns integers beyond 64 bits into floats
     without a word, and a stored number must be the number that was sent."""
-    return json.loads(data)
+    return json.loads(data, parse_int=parse_int)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import secrets
 import zlib
 from collections import defaultdict
@@ -92,7 +93,7 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
         return _refuse_impossible(list(enumerate(results)), [], check_nul=b"\\u0000" in body)
     try:
         text = body.decode()  # JSON is UTF-8 (RFC 8259)
-        parsed = loads(text)
+        parsed = loads(text, parse_int=_int_or_unreadable)
     except RecursionError:
         raise BodyError("body: nested too deeply to be read") from None
     except ValueError as exc:
@@ -100,6 +101,17 @@ def validate_body(body: bytes, max_items: int) -> tuple[list[tuple[int, ResultIn
     # From UTF-8 text, a lone surrogate can only come from a \\uD800-\\uDFFF escape.
     escapes = "\\ud" in text or "\\uD" in text
     return validate_items(items_of(parsed, max_items), check_surrogates=escapes)
+
+
+# Python refuses to read an integer of more than 4,300 digits (a guard against slow
+# conversion); such a number in one item must reject that item, not the whole body.
+_MAX_INT_DIGITS = 4300
+
+
+def _int_or_unreadable(digits: str) -> int | float:
+    if len(digits.lstrip("-")) <= _MAX_INT_DIGITS:
+        return int(digits)
+    return math.inf  # refused per item, like any number that is not finite
 
 
 def validate_items(
@@ -330,18 +342,21 @@ class Scored:
     payload: dict[str, Any] | None
 
 
+_NOT_FINITE = "holds a number that is not finite (or has more than 4300 digits)"
+
+
 def _refuse_non_finite(item: ResultIn) -> None:
     # Outputs and texts are mostly strings: those are settled without a call.
     edge, cloud, input_ = item["edge"], item["cloud"], item["input"]
     if edge is not None and type(out := edge["output"]) is not str and holds_non_finite(out):
-        raise ItemError("edge.output", "holds a number that is not finite")
+        raise ItemError("edge.output", _NOT_FINITE)
     if cloud is not None and type(out := cloud["output"]) is not str and holds_non_finite(out):
-        raise ItemError("cloud.output", "holds a number that is not finite")
+        raise ItemError("cloud.output", _NOT_FINITE)
     if input_ is not None and (
         (type(text := input_["text"]) is not str and holds_non_finite(text))
         or (len(input_) > 2 and holds_non_finite(list(input_.values())))
     ):
-        raise ItemError("input", "holds a number that is not finite")
+        raise ItemError("input", _NOT_FINITE)
 
 
 def _compare(task: TaskRuntime, edge: Any, cloud: Any, max_chars: int) -> Comparison:

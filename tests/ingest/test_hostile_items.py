@@ -62,8 +62,10 @@ def bad(request_id: str, replace: dict[str, Any] | None = None, **overrides: Any
     result = make_result(request_id=request_id, **{"ts": now_iso(minutes=-1), **overrides})
     text = orjson.dumps(result)
     for placeholder, raw in (replace or {}).items():
-        assert orjson.dumps(placeholder) in text
-        text = text.replace(orjson.dumps(placeholder), raw.encode())
+        quoted = placeholder.startswith('"')  # the placeholder with its quotes: any value
+        spelt = placeholder.encode() if quoted else orjson.dumps(placeholder)
+        assert spelt in text
+        text = text.replace(spelt, raw.encode())
     return text
 
 
@@ -118,6 +120,15 @@ def careful_path_bad() -> list[tuple[bytes, str]]:
                 replace={"@N@": "NaN"},
             ),
             "edge.confidence: Input should be a finite number",
+        ),
+        # More digits than Python reads (4,300): the whole body was a 422 before.
+        (
+            bad("huge-tokens", input_tokens="@T@", replace={'"@T@"': "1" + "0" * 5000}),
+            "input_tokens: Input should be a finite number",
+        ),
+        (
+            bad("huge-in-input", input={"text": "hi", "n": "@T@"}, replace={'"@T@"': "9" * 5000}),
+            "input: holds a number that is not finite (or has more than 4300 digits)",
         ),
     ]
 
