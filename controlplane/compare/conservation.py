@@ -159,23 +159,15 @@ def negation_counts(words: Counter[str]) -> Counter[str]:
 
 # --- named spans ----------------------------------------------------------------------
 
-# Emails are found from each "@" outwards (redaction.find_spans), in linear time.
-_URL = r"(?P<url>(?:https?://|www\.)[^\s<>\"'“”「」《》，。！？、]+[^\s<>\"'“”「」《》，。！？、.,;:!?)])"
-_PHONE = rf"(?P<phone>{PHONE})"
+# Emails are found from each "@" outwards and URLs once per run of URL characters
+# (redaction.find_spans), in linear time.
+_PHONE = re.compile(rf"(?P<phone>{PHONE})")
 _DIGITS = re.compile(r"[0-9]+")
 # The digit runs inside a token (next to a letter, _ or -): a run standing alone is a
 # number, and skipping it in the regex saves a Python step per run.
 _TOKEN_DIGITS = re.compile(
     r"[0-9](?<![0-9][0-9])(?:(?<=[A-Za-z_-][0-9])[0-9]*|[0-9]*(?=[A-Za-z_-]))(?![0-9])"
 )
-
-
-@lru_cache(maxsize=16)
-def _special(url: bool, digits: bool) -> re.Pattern[str] | None:
-    """URLs and phones in one pattern holding only the parts a text can contain, so most
-    texts skip most of the work."""
-    parts = ([_URL] if url else []) + ([_PHONE] if digits else [])
-    return re.compile("|".join(parts)) if parts else None
 
 
 # A number with a unit or an ordinal ending is a number, not an ID: 3pm, 5th, 10kg, 2x.
@@ -265,7 +257,7 @@ def spans(text: str) -> Spans:
     if email or url or digits:
         pieces: list[str] = []
         copied = 0
-        for kind, start, end in find_spans(text, _special(url, digits), email):
+        for kind, start, end in find_spans(text, _PHONE if digits else None, email, url):
             value = text[start:end]
             named.add(
                 value.lower() if kind == EMAIL else _phone(value) if kind == "phone" else value

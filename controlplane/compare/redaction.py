@@ -149,30 +149,103 @@ class _Emails:
         return at - (run.end() - back)
 
 
-def find_spans(
-    text: str, pattern: re.Pattern[str] | None, emails: bool
-) -> Iterator[tuple[str, int, int]]:
-    """(kind, start, end) of what `(?P<EMAIL>…)|pattern` would find left to right, in
-    linear time: the leftmost match wins, an email where both start at one place. `kind`
-    is the name of the pattern's group that matched, or EMAIL.
+# --- URLs, each run of URL characters read once ----------------------------------------
 
-    `pattern` must not match an empty string. Its matches are searched again only when an
-    email took the place of the one found, so no stretch of text is searched twice."""
-    finder = _Emails(text) if emails else None
-    other = pattern.search(text) if pattern is not None else None
-    email = finder.next(0) if finder is not None else None
+URL = "url"
+# A URL is what `(?:https?://|www\.)[^<_URL_STOP>]+[^<_URL_STOP><_URL_TRAILING>]` matches
+# (URL_PATTERN). From any start in one run of characters outside _URL_STOP, that regex
+# ends at the same place: the run's last character outside _URL_TRAILING. So the end is
+# read once per run, not once per start (a run holding a "www." every few characters,
+# each start reached after an email, would be read again from each).
+_URL_STOP = "\\s<>\"'“”「」《》，。！？、"
+_URL_TRAILING = ".,;:!?)]"
+URL_PATTERN = rf"(?:https?://|www\.)[^{_URL_STOP}]+[^{_URL_STOP}{re.escape(_URL_TRAILING)}]"
+_URL_START = re.compile(r"https?://|www\.")
+_URL_RUN = re.compile(rf"[^{_URL_STOP}]*")
+
+
+class _Urls:
+    """The URLs of one text, met by a scan that resumes at increasing positions."""
+
+    __slots__ = ("_text", "_found", "_searched", "_run_end", "_url_end")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._found: tuple[int, int] | None = None  # the last URL returned
+        self._searched = 0  # no URL starts before this but the one found
+        self._run_end = -1  # the end of the last run read, and of the URL in it
+        self._url_end = -1
+
+    def next(self, pos: int) -> tuple[int, int] | None:
+        """(start, end) of the first URL starting at `pos` or later, or None."""
+        found = self._found
+        if found is not None and found[0] >= pos:
+            return found
+        text = self._text
+        pos = max(pos, self._searched)
+        while start := _URL_START.search(text, pos):
+            begin = start.start()
+            if begin >= self._run_end:
+                run = _URL_RUN.match(text, begin)
+                assert run is not None  # `*` always matches
+                self._run_end = run.end()
+                self._url_end = begin + len(text[begin : run.end()].rstrip(_URL_TRAILING))
+            # One character after the scheme, and a last one not trailing punctuation.
+            if self._url_end >= start.end() + 2:
+                self._found, self._searched = (begin, self._url_end), begin + 1
+                return self._found
+            pos = begin + 1
+        self._found, self._searched = None, len(text) + 1
+        return None
+
+
+class _Pattern:
+    """One pattern's matches, met by a scan that resumes at increasing positions."""
+
+    __slots__ = ("_text", "_pattern", "_found")
+
+    def __init__(self, text: str, pattern: re.Pattern[str]) -> None:
+        self._text = text
+        self._pattern = pattern
+        self._found = pattern.search(text)
+
+    def next(self, pos: int) -> re.Match[str] | None:
+        # Searched again only once the scan has passed where the last match starts: the
+        # pattern's matches are short, so no stretch of text is searched twice over.
+        if self._found is not None and self._found.start() < pos:
+            self._found = self._pattern.search(self._text, pos)
+        return self._found
+
+
+def find_spans(
+    text: str, pattern: re.Pattern[str] | None, emails: bool, urls: bool = False
+) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) of what `(?P<EMAIL>…)|(?P<url>URL_PATTERN)|pattern` would find
+    left to right, in linear time: the leftmost match wins, an email where two start at
+    one place, then a URL. `kind` is EMAIL, URL or the name of the pattern's group that
+    matched.
+
+    `pattern` must not match an empty string, and its matches must be short (it is
+    searched again after an email or URL that passed the start of its match)."""
+    email_finder = _Emails(text) if emails else None
+    url_finder = _Urls(text) if urls else None
+    other_finder = _Pattern(text, pattern) if pattern is not None else None
+    email = email_finder.next(0) if email_finder is not None else None
     pos = 0
     while True:
-        # Each is looked for again only once the scan has passed where it starts.
-        if other is not None and other.start() < pos:
-            assert pattern is not None
-            other = pattern.search(text, pos)
+        # Each finder only moves forward: what it found is kept while it lies ahead.
         if email is not None and email[0] < pos:
-            assert finder is not None
-            email = finder.next(pos)
-        if email is not None and (other is None or email[0] <= other.start()):
+            assert email_finder is not None
+            email = email_finder.next(pos)
+        url = url_finder.next(pos) if url_finder is not None else None
+        other = other_finder.next(pos) if other_finder is not None else None
+        other_start = other.start() if other is not None else len(text) + 1
+        if email is not None and (url is None or email[0] <= url[0]) and email[0] <= other_start:
             yield EMAIL, email[0], email[1]
             pos = email[1]
+        elif url is not None and url[0] <= other_start:
+            yield URL, url[0], url[1]
+            pos = url[1]
         elif other is not None:
             yield other.lastgroup or "", other.start(), other.end()
             pos = other.end()

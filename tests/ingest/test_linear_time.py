@@ -51,6 +51,11 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     # URLs
     "url: www. run": repeat("www."),
     "url: scheme then punctuation": repeat(".", head="http://"),
+    # an email ending inside a URL-like run: the URL is looked for again after each one
+    "url: x@www.aa/ (emails ending inside a run)": repeat("x@www.aa/"),
+    "url: b@www.io, (emails ending inside a run)": repeat("b@www.io,"),
+    "url: www.a@b.cc/ (email and URL starting together)": repeat("www.a@b.cc/"),
+    "url: a@b.c/www. (URLs and emails mixed)": repeat("a@b.c/www."),
     # phones
     "phone: +1 1 1 1": repeat(" 1", head="+1"),
     "phone: (1(1(1": repeat("(1"),
