@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -52,6 +52,17 @@ from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
 STORAGE_RETRY_SECONDS = 5
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+class ReadyOut(BaseModel):
+    """`ok`, or `unavailable` (503) with what failed: database, schema, redis."""
+
+    status: str
+    checks: dict[str, str]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -141,12 +152,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         errors = [_validation_error(e) for e in exc.errors()]
         return ORJSONResponse({"detail": errors}, status_code=422)
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], response_model=HealthOut)
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "Not ready: the checks say why."}},
+    )
     async def readyz() -> ORJSONResponse:
         """Readiness: storage (and Redis, when configured) answer."""
         checks = await run_in_threadpool(_readiness, app)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controlplane.compare.jsonutil import short_repr
 
@@ -41,3 +41,27 @@ class ActionError(Exception):
         super().__init__(detail if isinstance(detail, str) else short_repr(detail, 2000))
         self.status = status
         self.detail = detail
+
+
+class ErrorOut(BaseModel):
+    """Every refusal the API gives: `{"detail": ...}` — a sentence, a list of sentences (one
+    per invalid field), or for a blocked promotion `{"gate": verdict}` / `{"veto": sentence}`."""
+
+    detail: str | list[str] | dict[str, Any]
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    401: "No API key, or an invalid or revoked one (WWW-Authenticate: Bearer).",
+    403: "The key lacks the scope this endpoint needs.",
+    404: "Not found.",
+    409: "The action cannot be done in the current state.",
+    413: "The body is larger than SHADOWPLANE_MAX_BODY_BYTES.",
+    422: "Invalid parameters or body: one sentence per problem.",
+    429: "Past the key's rate (or too many failed keys from this address); Retry-After says when.",
+    503: "Storage unavailable; nothing was stored. Retry-After says when to retry.",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` entries of an endpoint's error answers, each with the ErrorOut body."""
+    return {code: {"model": ErrorOut, "description": ERROR_DESCRIPTIONS[code]} for code in codes}

@@ -20,6 +20,7 @@ from controlplane.alerts.service import active_counts
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.metrics.fields import COUNTS, PERCENTILE_FIELDS, RATES
 from controlplane.metrics.service import lag, latest_closed_rows
 from controlplane.models.base import utcnow
@@ -50,7 +51,17 @@ class _Snapshot(Collector):
         yield from self.families
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The Prometheus text exposition format (0.0.4).",
+            "content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 429, 503),
+    },
+)
 def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -> Response:
     """Prometheus text: latest closed window per task and bucket, ingest counters, job lag."""
     now = utcnow()

@@ -8,9 +8,11 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from controlplane.alerts import actions, service
+from controlplane.alerts.schemas import AlertOut, AlertsOut
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
@@ -20,7 +22,7 @@ class AckIn(BaseModel):
     note: str | None = Field(None, max_length=2000)
 
 
-@router.get("")
+@router.get("", response_model=AlertsOut, responses=error_responses(401, 403, 422, 429, 503))
 def list_alerts(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
@@ -35,7 +37,11 @@ def list_alerts(
         )
 
 
-@router.post("/{alert_id}/ack")
+@router.post(
+    "/{alert_id}/ack",
+    response_model=AlertOut,
+    responses=error_responses(401, 403, 404, 413, 422, 429, 503),
+)
 def acknowledge(
     # Ids are 64-bit: a larger number is no alert, and the database would refuse to compare it.
     alert_id: Annotated[int, Path(ge=1, le=2**63 - 1)],

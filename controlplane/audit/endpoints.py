@@ -7,16 +7,18 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 
 from controlplane.audit import service
+from controlplane.audit.schemas import AuditOut
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 from controlplane.timeutil import UTCTime
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
-@router.get("")
+@router.get("", response_model=AuditOut, responses=error_responses(401, 403, 422, 429, 503))
 def list_audit(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],

@@ -10,13 +10,15 @@ from fastapi import APIRouter, Depends, Request
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.catalog import service
+from controlplane.catalog.schemas import TasksOut
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
-@router.get("")
+@router.get("", response_model=TasksOut, responses=error_responses(401, 403, 429, 503))
 def list_tasks(
     request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:

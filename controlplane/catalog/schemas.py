@@ -11,6 +11,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 import orjson
@@ -416,3 +417,22 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
                 f"invalid Unicode or an integer beyond 64 bits): {exc}"
             ]
         ) from None
+
+
+# --- what the tasks API answers ------------------------------------------------------
+
+
+class TaskOut(BaseModel):
+    """A task: its stage and its current config version (the document as applied)."""
+
+    task: str
+    # cloud | shadow | canary | full | rolled_back
+    stage: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    config: dict[str, Any] | None
+
+
+class TasksOut(BaseModel):
+    tasks: list[TaskOut]

@@ -10,9 +10,10 @@ from fastapi.concurrency import run_in_threadpool
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import in_transaction, session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.ingest import service
-from controlplane.ingest.schemas import IngestReport
+from controlplane.ingest.schemas import IngestReport, ResultOut
 from controlplane.models.base import utcnow
 
 router = APIRouter(prefix="/v1/results", tags=["results"])
@@ -20,7 +21,9 @@ router = APIRouter(prefix="/v1/results", tags=["results"])
 
 @router.post(
     "",
+    # Documented, not re-validated: the endpoint returns the report already rendered.
     response_model=IngestReport,
+    responses=error_responses(401, 403, 413, 422, 429, 503),
     # The body is read and validated by the service (per item, so a bad item never sinks
     # the good ones); this only documents its shape in the OpenAPI schema.
     openapi_extra={
@@ -82,7 +85,11 @@ def _id_hash_key(app: FastAPI) -> bytes:
     return key
 
 
-@router.get("/{task}/{request_id}")
+@router.get(
+    "/{task}/{request_id}",
+    response_model=ResultOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
 def get_result(
     task: str, request_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:

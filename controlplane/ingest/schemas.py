@@ -175,3 +175,70 @@ class IngestReport(BaseModel):
     accepted: int = 0
     duplicates: int = 0
     rejected: list[Rejected] = []
+
+
+# --- what `GET /v1/results/{task}/{request_id}` answers -------------------------------
+
+
+class ResultSideOut(BaseModel):
+    """One side (cloud) of a stored result; `output` and `error_message` are what its payload
+    policy kept (null when nothing was kept)."""
+
+    error: str | None
+    latency_ms: float | None
+    ttfb_ms: float | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost: float | None
+    output: Any
+    error_message: str | None
+
+
+class ResultEdgeOut(ResultSideOut):
+    confidence: float | None
+    valid: bool | None
+
+
+class ComparisonOut(BaseModel):
+    # agree | conflict | invalid, or null when only one side ran
+    outcome: str | None
+    diff: Any
+    comparator: str
+    comparator_version: int
+
+
+class PayloadOut(BaseModel):
+    policy: str
+    keep_probability: float
+    input: Any
+    edge_output: Any
+    cloud_output: Any
+    diff: Any
+    edge_error_message: str | None
+    cloud_error_message: str | None
+
+
+class ResultOut(BaseModel):
+    """A stored result in the shape it was posted, with its bucket, comparison and payload."""
+
+    request_id: str
+    task: str
+    ts: datetime
+    received_at: datetime
+    session_id: str | None
+    user_id: str | None
+    sticky_bucket: int | None
+    input_tokens: int
+    decision: str
+    served: str
+    degraded: bool
+    degrade_reason: str | None
+    flag_version: int | None
+    input_segments: list[int] | None
+    bucket: str
+    config_version: int
+    edge: ResultEdgeOut | None
+    cloud: ResultSideOut | None
+    comparison: ComparisonOut
+    payload: PayloadOut | None

@@ -14,10 +14,12 @@ from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics import service
 from controlplane.metrics.fields import ALL, FIELDS
+from controlplane.metrics.schemas import WindowsOut
 from controlplane.models.base import utcnow
 from controlplane.timeutil import UTCTime
 
@@ -25,7 +27,17 @@ router = APIRouter(prefix="/v1/tasks", tags=["windows"])
 DEFAULT_SPAN = timedelta(hours=24)
 
 
-@router.get("/{task}/windows")
+@router.get(
+    "/{task}/windows",
+    response_model=WindowsOut,
+    responses={
+        200: {
+            "description": "The rows as JSON, or as CSV (one column per field) for Accept: text/csv.",
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 403, 404, 422, 429, 503),
+    },
+)
 def windows(
     task: str,
     request: Request,

@@ -10,13 +10,16 @@ from fastapi import APIRouter, Depends, Query, Request
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.notify import repository
 from controlplane.notify.schemas import DeliveriesOut, DeliveryOut, DeliveryStatus
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
 
-@router.get("/deliveries", response_model=DeliveriesOut)
+@router.get(
+    "/deliveries", response_model=DeliveriesOut, responses=error_responses(401, 403, 422, 429, 503)
+)
 def list_deliveries(
     request: Request,
     _: Annotated[Principal, Depends(require("admin"))],

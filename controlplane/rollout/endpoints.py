@@ -20,14 +20,33 @@ from controlplane.catalog import service as catalog
 from controlplane.catalog.schemas import ConfigError, read_documents
 from controlplane.catalog.service import runtimes
 from controlplane.db import session_scope
+from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.rollout import actions, flags, service
+from controlplane.rollout.schemas import (
+    AppliedOut,
+    DecisionOut,
+    DecisionsOut,
+    FlagOut,
+    FlagsOut,
+    GateOut,
+    TaskDetailOut,
+    UnblockOut,
+)
 
 router = APIRouter(prefix="/v1/flags", tags=["flags"])
 
 
-@router.get("")
+@router.get(
+    "",
+    # Documented, not re-validated: the body is rendered once and answered as bytes.
+    response_model=FlagsOut,
+    responses={
+        304: {"description": "Unchanged since the ETag sent in If-None-Match (no body)."},
+        **error_responses(401, 403, 429, 503),
+    },
+)
 def all_flags(
     request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
 ) -> Response:
@@ -41,7 +60,9 @@ def all_flags(
     return Response(body, media_type="application/json", headers=headers)
 
 
-@router.get("/{task}")
+@router.get(
+    "/{task}", response_model=FlagOut, responses=error_responses(401, 403, 404, 422, 429, 503)
+)
 def one_flag(
     task: str, request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
 ) -> Response:
@@ -59,7 +80,13 @@ catalog_router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
 @catalog_router.post(
-    "", responses={200: {"description": "unchanged"}, 201: {"description": "new version"}}
+    "",
+    response_model=AppliedOut,
+    responses={
+        200: {"description": "Unchanged: the config is the task's current version."},
+        201: {"model": AppliedOut, "description": "A new task, or a new config version."},
+        **error_responses(401, 403, 409, 413, 422, 429, 503),
+    },
 )
 async def apply_task(
     request: Request, principal: Annotated[Principal, Depends(require("admin"))]
@@ -94,7 +121,11 @@ def _parse(body: bytes, content_type: str) -> Any:
     return documents[0]
 
 
-@catalog_router.get("/{task}")
+@catalog_router.get(
+    "/{task}",
+    response_model=TaskDetailOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
 def get_task(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
@@ -146,7 +177,11 @@ def _engine(request: Request) -> Engine:
     return engine
 
 
-@tasks_router.get("/{task}/gate")
+@tasks_router.get(
+    "/{task}/gate",
+    response_model=GateOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
 def get_gate(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
@@ -158,7 +193,11 @@ def get_gate(
         return ORJSONResponse(service.gate(session, match[0], match[1].config))
 
 
-@tasks_router.post("/{task}/promote")
+@tasks_router.post(
+    "/{task}/promote",
+    response_model=DecisionOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
 def promote(
     task: str,
     body: PromoteIn,
@@ -181,7 +220,11 @@ def promote(
     )
 
 
-@tasks_router.post("/{task}/rollback")
+@tasks_router.post(
+    "/{task}/rollback",
+    response_model=DecisionOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
 def rollback(
     task: str,
     body: ActionIn,
@@ -194,7 +237,11 @@ def rollback(
     )
 
 
-@tasks_router.post("/{task}/rearm")
+@tasks_router.post(
+    "/{task}/rearm",
+    response_model=DecisionOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
 def rearm(
     task: str,
     body: ActionIn,
@@ -205,7 +252,11 @@ def rearm(
     return ORJSONResponse(actions.rearm(_engine(request), task, actor=who.name, reason=body.reason))
 
 
-@tasks_router.post("/{task}/unblock")
+@tasks_router.post(
+    "/{task}/unblock",
+    response_model=UnblockOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
 def unblock(
     task: str,
     body: UnblockIn,
@@ -220,7 +271,11 @@ def unblock(
     )
 
 
-@kill_router.post("")
+@kill_router.post(
+    "",
+    response_model=DecisionOut,
+    responses=error_responses(401, 403, 409, 413, 422, 429, 503),
+)
 def kill(
     body: KillIn, request: Request, who: Annotated[Principal, Depends(require("admin"))]
 ) -> ORJSONResponse:
@@ -228,7 +283,11 @@ def kill(
     return ORJSONResponse(actions.kill(_engine(request), actor=who.name, reason=body.reason))
 
 
-@kill_router.post("/lift")
+@kill_router.post(
+    "/lift",
+    response_model=DecisionOut,
+    responses=error_responses(401, 403, 409, 413, 422, 429, 503),
+)
 def lift(
     body: KillIn, request: Request, who: Annotated[Principal, Depends(require("admin"))]
 ) -> ORJSONResponse:
@@ -236,7 +295,9 @@ def lift(
     return ORJSONResponse(actions.lift(_engine(request), actor=who.name, reason=body.reason))
 
 
-@decisions_router.get("")
+@decisions_router.get(
+    "", response_model=DecisionsOut, responses=error_responses(401, 403, 422, 429, 503)
+)
 def decisions(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],

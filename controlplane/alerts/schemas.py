@@ -1,0 +1,31 @@
+"""What the alerts API answers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+AlertState = Literal["open", "acknowledged", "resolved"]
+
+
+class AlertOut(BaseModel):
+    id: int
+    task: str
+    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic
+    kind: str
+    state: AlertState
+    window_start: datetime
+    value: float | None
+    baseline: float | None
+    message: str
+    opened_at: datetime
+    updated_at: datetime
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+    resolved_at: datetime | None
+
+
+class AlertsOut(BaseModel):
+    alerts: list[AlertOut]

@@ -1,0 +1,84 @@
+"""What the windows API answers: one flat row per window and bucket (every field of
+`controlplane.metrics.fields.FIELDS`, in that order; a rate with a zero denominator is null,
+and so is its interval)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+
+class WindowRow(BaseModel):
+    window_start: datetime
+    window_end: datetime
+    bucket: str
+    closed: bool
+    closed_at: datetime | None
+    config_version: int
+    n_results: int
+    n_pairs: int
+    n_edge_runs: int
+    n_edge_attempts: int
+    n_late: int
+    agreement: float | None
+    agreement_num: int
+    agreement_den: int
+    agreement_low: float | None
+    agreement_high: float | None
+    conflict_rate: float | None
+    conflict_rate_num: int
+    conflict_rate_den: int
+    conflict_rate_low: float | None
+    conflict_rate_high: float | None
+    edge_error_rate: float | None
+    edge_error_rate_num: int
+    edge_error_rate_den: int
+    edge_error_rate_low: float | None
+    edge_error_rate_high: float | None
+    edge_fail_rate: float | None
+    edge_fail_rate_num: int
+    edge_fail_rate_den: int
+    edge_fail_rate_low: float | None
+    edge_fail_rate_high: float | None
+    offload_fail_rate: float | None
+    offload_fail_rate_num: int
+    offload_fail_rate_den: int
+    offload_fail_rate_low: float | None
+    offload_fail_rate_high: float | None
+    degrade_rate: float | None
+    degrade_rate_num: int
+    degrade_rate_den: int
+    degrade_rate_low: float | None
+    degrade_rate_high: float | None
+    edge_share: float | None
+    edge_share_num: int
+    edge_share_den: int
+    edge_share_low: float | None
+    edge_share_high: float | None
+    edge_latency_ms_p50: float | None
+    edge_latency_ms_p95: float | None
+    edge_latency_ms_p99: float | None
+    edge_ttfb_ms_p50: float | None
+    edge_ttfb_ms_p95: float | None
+    edge_ttfb_ms_p99: float | None
+    cloud_latency_ms_p50: float | None
+    cloud_latency_ms_p95: float | None
+    cloud_latency_ms_p99: float | None
+    cloud_ttfb_ms_p50: float | None
+    cloud_ttfb_ms_p95: float | None
+    cloud_ttfb_ms_p99: float | None
+    input_tokens_p50: float | None
+    input_tokens_p95: float | None
+    edge_cost: float
+    cloud_cost: float
+    total_cost: float
+    baseline_cost: float
+    cost_per_1k: float | None
+    baseline_cost_per_1k: float | None
+    savings: float
+    net_savings: float | None
+
+
+class WindowsOut(BaseModel):
+    windows: list[WindowRow]

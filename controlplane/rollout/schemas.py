@@ -1,0 +1,104 @@
+"""What the rollout API answers: flags, the gate, decisions, task views and actions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from controlplane.catalog.schemas import TaskOut
+from controlplane.metrics.schemas import WindowRow
+
+
+class FlagOut(BaseModel):
+    """A task's routing flag (DESIGN §2): what is served and what runs beside it."""
+
+    task: str
+    version: int
+    stage: str
+    edge_percent: int
+    sticky_by: Literal["session", "user"]
+    max_input_tokens: int | None
+    shadow_rate: float
+    killed: bool
+    default_route: str
+    updated_at: datetime
+    reason: str
+
+
+class FlagsOut(BaseModel):
+    """Every task's flag by task name, and the global revision (bumped by every change)."""
+
+    revision: int
+    flags: dict[str, FlagOut]
+
+
+class AppliedOut(BaseModel):
+    """A config applied: 201 with `changed` when it made a new version, 200 when unchanged."""
+
+    task: str
+    version: int
+    changed: bool
+    created: bool
+    stage: str
+    config: dict[str, Any]
+
+
+class TaskDetailOut(TaskOut):
+    """One task with its published flag and its latest closed window (bucket `all`)."""
+
+    flag: FlagOut | None
+    latest_window: WindowRow | None
+
+
+class BucketGateOut(BaseModel):
+    results: int
+    pairs: int
+    agreement: float | None
+    agreement_low: float | None
+    edge_fail_rate: float | None
+    edge_fail_rate_high: float | None
+    verdict: Literal["pass", "fail", "no traffic", "insufficient evidence"]
+
+
+class GateOut(BaseModel):
+    """The promotion gate over the windows closed in the stage: passed, or the reasons not."""
+
+    task: str
+    stage: str
+    passed: bool
+    windows: int
+    reasons: list[str]
+    buckets: dict[str, BucketGateOut]
+
+
+class DecisionOut(BaseModel):
+    """A decision: a rollback, promotion, re-arm, kill or lift, with its evidence."""
+
+    id: int
+    # null for the global kill switch (kill, lift)
+    task: str | None
+    action: str
+    actor: str
+    reason: str
+    rule: str | None
+    bucket: str | None
+    stage_before: str | None
+    stage_after: str | None
+    flag_version_before: int | None
+    flag_version_after: int | None
+    created_at: datetime
+    # What the decision rested on (verdicts, the gate, counts), by action.
+    evidence: dict[str, Any]
+
+
+class DecisionsOut(BaseModel):
+    decisions: list[DecisionOut]
+
+
+class UnblockOut(BaseModel):
+    task: str
+    model: str
+    # The models still blocked for the task.
+    blocked: list[str]
