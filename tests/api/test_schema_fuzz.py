@@ -1,5 +1,6 @@
 """Every endpoint of the OpenAPI document, fuzzed by schemathesis (valid and invalid bodies,
-parameters and headers), with an admin key and with no key: nothing answers 500.
+parameters and headers), with an admin key and with no key: nothing answers 500, and every
+answer is one the document names — its status code, its content type and its body's schema.
 
 Bounded: a fixed number of examples per operation and mode, no deadline (shared machines).
 The operations are driven through schemathesis' strategies directly: its pytest plugin
@@ -17,6 +18,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.conftest import Api, make_api
 
@@ -33,8 +40,19 @@ def fuzz_api(sqlite_url: str) -> Iterator[Api]:
     yield from make_api(sqlite_url, **UNLIMITED)
 
 
+# What every answer is checked against: no 5xx, and the status code, content type and body
+# the OpenAPI document declares for the operation.
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
 def server_errors(api: Api, headers: dict[str, str], examples: int) -> list[str]:
-    """Run every operation in both modes; one line per request that answered 5xx."""
+    """Run every operation in both modes; one line per request that answered 5xx or
+    answered something its schema does not describe."""
     schema = schemathesis.openapi.from_asgi("/openapi.json", api.client.app)
     failures: list[str] = []
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -70,13 +88,21 @@ def _fuzz(
         except Exception as exc:  # the test client re-raises what the app did not handle
             out.append(f"{label} → unhandled {exc!r}\n    {case.as_curl_command()}")
             return
-        if response.status_code >= 500:
+        try:
+            case.validate_response(response, checks=CHECKS, headers=headers)
+        except Exception as exc:  # a FailureGroup (or AssertionError) naming each failed check
             out.append(
-                f"{label} → {response.status_code}: {response.text[:300]}\n"
+                f"{label} → {response.status_code}: {_short(exc)}\n"
+                f"    body: {response.text[:300]}\n"
                 f"    {case.as_curl_command()}"
             )
 
     run()
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:600]}"
 
 
 def test_no_endpoint_answers_500_with_an_admin_key(fuzz_api: Api) -> None:
@@ -87,3 +113,106 @@ def test_no_endpoint_answers_500_with_an_admin_key(fuzz_api: Api) -> None:
 def test_no_endpoint_answers_500_without_a_key(fuzz_api: Api) -> None:
     failures = server_errors(fuzz_api, {}, examples=8)
     assert not failures, "\n".join(failures[:20])
+
+
+# The one operation whose 200 is not JSON: the Prometheus text exposition.
+TEXT_ONLY = {("get", "/metrics")}
+
+
+def test_every_success_answer_names_its_schema(fuzz_api: Api) -> None:
+    """Every 200/201 of every operation names a response schema (a `$ref` to a model), so
+    clients generated from /openapi.json know every answer; /metrics is Prometheus text."""
+    document = fuzz_api.client.get("/openapi.json").json()
+    missing = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status in ("200", "201"):
+                answer = operation["responses"].get(status)
+                if answer is None:
+                    continue
+                content = answer.get("content", {})
+                if (method, path) in TEXT_ONLY:
+                    if set(content) != {"text/plain; version=0.0.4"}:
+                        missing.append(f"{method.upper()} {path} {status}: {sorted(content)}")
+                    continue
+                schema = content.get("application/json", {}).get("schema", {})
+                if "$ref" not in schema:
+                    missing.append(f"{method.upper()} {path} {status}: {schema}")
+            if "200" not in operation["responses"] and "201" not in operation["responses"]:
+                missing.append(f"{method.upper()} {path}: no success answer documented")
+    assert not missing, "\n".join(missing)
+    # Every error answer is the one shape the API gives: {"detail": ...}.
+    errors = {
+        (path, method, status)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        for status, answer in operation["responses"].items()
+        if status.startswith("4")
+        and answer.get("content", {}).get("application/json", {}).get("schema")
+        != {"$ref": "#/components/schemas/ErrorOut"}
+    }
+    assert not errors, sorted(errors)
+
+
+def test_answers_carrying_data_match_their_schemas(fuzz_api: Api) -> None:
+    """The fuzzer mostly meets an empty database; here every reading endpoint and every
+    action answers with real rows (results, closed windows, decisions, audit entries,
+    flags), and each answer is validated against the schema its operation declares."""
+    from datetime import datetime
+
+    from controlplane.scheduler import run_pass
+    from tests.conftest import make_result
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", fuzz_api.client.app)
+    client, admin = fuzz_api.client, fuzz_api.headers("admin")
+    posted = [make_result(), make_result(edge={"error": "timeout", "latency_ms": 900.0})]
+    assert fuzz_api.post_results({"results": posted}).status_code == 200
+    run_pass(fuzz_api.engine, datetime.fromisoformat("2026-11-30T03:00:00+00:00"), veto=1.0)
+    task = "ticket_classify"
+    reason = {"reason": "schema test"}
+    calls: list[tuple[str, str, str, dict[str, Any] | None, int]] = [
+        ("POST", "/v1/tasks/{task}/promote", f"/v1/tasks/{task}/promote", reason, 409),
+        ("POST", "/v1/tasks/{task}/rollback", f"/v1/tasks/{task}/rollback", reason, 200),
+        ("POST", "/v1/tasks/{task}/rearm", f"/v1/tasks/{task}/rearm", reason, 200),
+        ("POST", "/v1/kill", "/v1/kill", reason, 200),
+        ("POST", "/v1/kill", "/v1/kill", reason, 409),
+        ("POST", "/v1/kill/lift", "/v1/kill/lift", reason, 200),
+        ("GET", "/v1/tasks", "/v1/tasks", None, 200),
+        ("GET", "/v1/tasks/{task}", f"/v1/tasks/{task}", None, 200),
+        ("GET", "/v1/tasks/{task}/gate", f"/v1/tasks/{task}/gate", None, 200),
+        (
+            "GET",
+            "/v1/tasks/{task}/windows",
+            f"/v1/tasks/{task}/windows?since=2026-11-30T00:00:00Z&until=2026-12-01T00:00:00Z",
+            None,
+            200,
+        ),
+        ("GET", "/v1/flags", "/v1/flags", None, 200),
+        ("GET", "/v1/flags/{task}", f"/v1/flags/{task}", None, 200),
+        (
+            "GET",
+            "/v1/results/{task}/{request_id}",
+            f"/v1/results/{task}/{posted[1]['request_id']}",
+            None,
+            200,
+        ),
+        ("GET", "/v1/results/{task}/{request_id}", f"/v1/results/{task}/nope", None, 404),
+        ("GET", "/v1/decisions", "/v1/decisions", None, 200),
+        ("GET", "/v1/audit", "/v1/audit", None, 200),
+        ("GET", "/v1/alerts", "/v1/alerts", None, 200),
+        ("GET", "/v1/webhooks/deliveries", "/v1/webhooks/deliveries", None, 200),
+        ("GET", "/readyz", "/readyz", None, 200),
+        ("GET", "/healthz", "/healthz", None, 200),
+    ]
+    failures = []
+    for method, template, url, body, status in calls:
+        response = client.request(method, url, json=body, headers=admin)
+        assert response.status_code == status, (url, response.text)
+        try:
+            schema[template][method].validate_response(response)
+        except Exception as exc:
+            failures.append(f"{method} {url} → {response.status_code}: {_short(exc)}")
+    assert not failures, "\n".join(failures)
+    # The data was there: the answers validated above were not empty lists.
+    assert client.get("/v1/decisions", headers=admin).json()["decisions"]
+    assert client.get(f"/v1/tasks/{task}", headers=admin).json()["latest_window"] is not None
