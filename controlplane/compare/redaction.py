@@ -7,6 +7,10 @@ digit runs are replaced by typed, numbered placeholders: `<EMAIL_1>`, `<PHONE_2>
 so the same value gets the same placeholder in its input, both outputs, the diff and the
 error messages: a reviewer still sees that two outputs name the same thing. Values are
 matched in a normal form (digits only for phones and cards, lower case for emails).
+The patterns read a view of the text, one character for one: every decimal digit
+(Arabic-Indic ١٣٨, Devanagari, full-width, mathematical) as its ASCII digit, non-breaking
+spaces as spaces, "＠" as "@"; digit groups may be joined by a space, "-", ".", "/" or a
+zero-width space, and emails may hold accented, Greek or Cyrillic letters.
 
 Masking is idempotent: placeholders are left as they are (only the placeholder shapes,
 `<EMAIL_1>`, `<TRUNCATED_9>`: digits inside other `<…>` are masked). Comparison runs on
@@ -30,6 +34,8 @@ outwards, the scan then resuming past it.
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -47,10 +53,12 @@ _DIGIT = "[0-9０-９]"
 PHONE = (
     # Each branch starts with a plain character, and "not after a digit" is checked once the
     # first digit is consumed: the regex engine then skips fast over text without digits.
-    r"(?:\+|0(?<!\d0)0)\d{1,3}[ -]?(?:\(\d{1,4}\)[ -]?)?\d{1,4}(?:[ -]?\d{2,4}){1,4}(?!\d)"  # international
-    r"|1(?<!\d1)[3-9]\d[ -]?\d{4}[ -]?\d{4}(?!\d)"  # Chinese mobile
-    r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ -]?\d{7,8}(?!\d)"  # Chinese landline
-    r"|(?:\(\d{3}\)|\d(?<!\d\d)\d{2})[ .-]\d{3}[ .-]\d{4}(?!\d)"  # North American, 400 lines
+    # Digit groups are joined by a space (a non-breaking one reads as a space: see
+    # _view), a zero-width space or joiner, "-", "." or "/".
+    r"(?:\+|0(?<!\d0)0)\d{1,3}[ ./\u200b-\u200d\u2060-]?(?:\(\d{1,4}\)[ ./\u200b-\u200d\u2060-]?)?\d{1,4}(?:[ ./\u200b-\u200d\u2060-]?\d{2,4}){1,4}(?!\d)"  # international
+    r"|1(?<!\d1)[3-9]\d[ ./\u200b-\u200d\u2060-]?\d{4}[ ./\u200b-\u200d\u2060-]?\d{4}(?!\d)"  # Chinese mobile
+    r"|(?:\(0\d{2,3}\)|0(?<!\d0)\d{2,3})[ ./\u200b-\u200d\u2060-]?\d{7,8}(?!\d)"  # Chinese landline
+    r"|(?:\(\d{3}\)[ ./\u200b-\u200d\u2060-]?|\d(?<!\d\d)\d{2}[ ./\u200b-\u200d\u2060-])\d{3}[ ./\u200b-\u200d\u2060-]\d{4}(?!\d)"  # North American, 400 lines
 )
 # A placeholder: a number of at most 6 digits (one type of one result never needs more),
 # so "<ID_13800138000>" or "<SO-13800138000>" is no placeholder and its digits are masked.
@@ -65,8 +73,12 @@ _IPV6 = (
 # in groups of four. Like PHONE, each starts with a plain character (fast skipping) and
 # checks what comes before once its first digit is consumed.
 _IDCARD = r"(?P<IDCARD>\d(?<![0-9A-Za-z]\d)\d{16}[\dXx](?![0-9A-Za-z]))"
-_CARD = r"(?P<CARD>\d(?<!\d\d)\d{3}[ -](?:\d{4}[ -]){2}\d{1,7}(?!\d)|\d(?<!\d\d)\d{12,18}(?!\d))"
+_CARD = r"(?P<CARD>\d(?<!\d\d)\d{3}[ ./\u200b-\u200d\u2060-](?:\d{4}[ ./\u200b-\u200d\u2060-]){2}\d{1,7}(?!\d)|\d(?<!\d\d)\d{12,18}(?!\d))"
+# US social security numbers (123-45-6789), masked as numbers.
+_SSN = r"(?P<SSN>\d(?<![\d-]\d)\d{2}-\d{2}-\d{4}(?![\d-]))"
 _PHONE = rf"(?P<PHONE>{PHONE})"
+# Zero-width characters: dropped from the values they hide in (keys).
+_ZERO_WIDTH = re.compile("[\u200b-\u200d\u2060]")
 _DIGIT_RUN = re.compile(f"{_DIGIT}+")
 # The digit runs the ID-and-NUM pass must look at: long ones, and any in a token (next to a
 # letter, _ or -). A short run standing alone ("1 1 1 …") is neither, and skipping it in
@@ -87,20 +99,25 @@ _TOKEN_LETTERS = _LETTERS | {"_", "-"}
 def _pattern(ipv4: bool, ipv6: bool) -> re.Pattern[str]:
     """The first pass but emails, holding only the branches a text can need."""
     parts = [_KEEP] + ([_IPV4] if ipv4 else []) + ([_IPV6] if ipv6 else [])
-    parts += [_IDCARD, _CARD, _PHONE]
+    parts += [_IDCARD, _CARD, _SSN, _PHONE]
     return re.compile("|".join(parts))
 
 
 # --- emails, from each "@" outwards ----------------------------------------------------
 
 EMAIL = "EMAIL"
-# An email is what `[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}`
-# matches. Its local part runs back from the "@" over _LOCAL characters (read on the
-# reversed text); its domain is the run of labels after the "@", up to the last label
-# that starts with two letters (the top-level domain), those letters included.
-_LOCAL_RUN = re.compile(r"[A-Za-z0-9._%+-]*")
-_DOMAIN_RUN = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
-_DOMAIN_END = re.compile(r".*\.[A-Za-z]{2,}")  # backs off from the run's end: linear
+# An email is what `[L0-9._%+-]+@[L0-9-]+(?:\.[L0-9-]+)*\.[L]{2,}` matches, where L is
+# a Latin (accents too: josé, exämple), Greek or Cyrillic letter; zero-width spaces and
+# joiners count as letters of the local part and the domain (dan\u200b@example.com).
+# Its local part runs back from the "@" over _LOCAL characters (read on the reversed
+# text); its domain is the run of labels after the "@", up to the last label that starts
+# with two letters (the top-level domain), those letters included.
+_EMAIL_LETTERS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff"
+_EMAIL_ZERO_WIDTH = "\u200b-\u200d\u2060"
+_LOCAL_RUN = re.compile(rf"[{_EMAIL_LETTERS}{_EMAIL_ZERO_WIDTH}0-9._%+-]*")
+_LABEL = rf"[{_EMAIL_LETTERS}{_EMAIL_ZERO_WIDTH}0-9-]+"
+_DOMAIN_RUN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_DOMAIN_END = re.compile(rf".*\.[{_EMAIL_LETTERS}]{{2,}}")  # backs off from the run's end: linear
 
 
 class _Emails:
@@ -256,6 +273,27 @@ def find_spans(
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
 
 
+@lru_cache(maxsize=1)
+def _view_table() -> dict[int, int]:
+    """Every decimal digit (Unicode category Nd: full-width, Arabic-Indic, Devanagari,
+    mathematical …) to its ASCII digit; non-breaking and narrow spaces to a space; the
+    full-width "＠" to "@". Built on the first text that needs it (a tenth of a second)."""
+    table = {
+        code: ord("0") + unicodedata.decimal(chr(code))
+        for code in range(0x80, sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) == "Nd"
+    }
+    table.update(dict.fromkeys(map(ord, "\u00a0\u2007\u2009\u202f"), ord(" ")))
+    table[ord("＠")] = ord("@")
+    return table
+
+
+def _view(text: str) -> str:
+    """The text as the masker's patterns read it: one character for one, so a match in
+    the view is cut from the text at the same positions (see _view_table)."""
+    return text if text.isascii() else text.translate(_view_table())
+
+
 def token_around(text: str, start: int, end: int) -> tuple[int, int]:
     """The bounds of the ASCII token (letters, digits, _ and -) holding text[start:end]."""
     while start > 0 and text[start - 1] in _TOKEN_CHARS:
@@ -319,7 +357,7 @@ class Masker:
         if len(text) > max_chars:
             marked = _TRUNCATION_MARK.search(text, max(0, len(text) - 40))
             if marked is None or marked.start() > max_chars:
-                cut = _cut(text, max(0, max_chars))
+                cut = _cut(_view(text), max(0, max_chars))
                 return self._mask(text[:cut]) + f"…<{TRUNCATED}_{len(text) - cut}>"
             # Already cut by an earlier masking: masking stays idempotent.
         return self._mask(text)
@@ -327,44 +365,47 @@ class Masker:
     def _mask(self, text: str) -> str:
         """Two passes: emails, IPs, ID cards, cards and phones by pattern; then, from each
         digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
-        if not _DIGIT_RUN.search(text) and "@" not in text:
+        # The patterns read the view (ASCII digits, plain spaces, "@"); what they find is
+        # cut from the text, and keyed in the view (١٣٨… and 138… are one value).
+        view = _view(text)
+        if not _DIGIT_RUN.search(view) and "@" not in view:
             return text
-        first = _pattern("." in text, text.count(":") >= 3)
+        first = _pattern("." in view, view.count(":") >= 3)
         replaced: list[tuple[int, int, str]] = []
-        for kind, start, end in find_spans(text, first, "@" in text):
-            replacement = self._replace(kind, text, start, end)
+        for kind, start, end in find_spans(view, first, "@" in view):
+            replacement = self._replace(kind, view, start, end)
             if replacement is not None:
                 replaced.append((start, end, replacement))
         if not replaced:
-            return self._tokens(text)
+            return self._tokens(text, view)
         # The second pass reads the text between the placeholders, piece by piece: a token
         # never runs into a placeholder ("<" and ">" end it), so this is the masked text's
         # second pass without reading the placeholders again.
         pieces: list[str] = []
         copied = 0
         for start, end, replacement in replaced:
-            pieces += [self._tokens(text[copied:start]), replacement]
+            pieces += [self._tokens(text[copied:start], view[copied:start]), replacement]
             copied = end
-        pieces.append(self._tokens(text[copied:]))
+        pieces.append(self._tokens(text[copied:], view[copied:]))
         return "".join(pieces)
 
-    def _tokens(self, text: str) -> str:
+    def _tokens(self, text: str, view: str) -> str:
         """From the first digit run of each token outwards: the token masked whole when
         it is ID-like, else each long digit run in it. Every token is read once, then
         skipped: reading it again for each of its runs ("1_1_1…") would be quadratic."""
         pieces: list[str] = []
         copied = 0  # text before this is in `pieces`
         pos = 0
-        while match := _TOKEN_DIGIT_RUN.search(text, pos):
+        while match := _TOKEN_DIGIT_RUN.search(view, pos):
             start, end = match.span()
-            left, right = _mask_token_around(text, start, end)
+            left, right = _mask_token_around(view, start, end)
             pos = right
             if right - left < 4:
                 continue  # too short for an ID, a long run or a placeholder's insides ("ID_1")
             if left > 0 and _IS_PLACEHOLDER.fullmatch(text, left - 1, right + 1):
                 continue  # a placeholder: <NUM_2>
-            left, right = trim_token(text, left, right)
-            value = text[left:right]
+            left, right = trim_token(view, left, right)
+            value = view[left:right]
             if (
                 len(value) >= 4
                 and any(c in _LETTERS for c in value)
@@ -373,7 +414,7 @@ class Masker:
                 pieces += [text[copied:left], self._placeholder("ID", value)]
                 copied = right
                 continue
-            for run in _LONG_DIGIT_RUN.finditer(text, start, pos):
+            for run in _LONG_DIGIT_RUN.finditer(view, start, pos):
                 key = run.group().translate(_FULLWIDTH_DIGITS)
                 pieces += [text[copied : run.start()], self._placeholder("NUM", key)]
                 copied = run.end()
@@ -407,8 +448,11 @@ class Masker:
         return out
 
     def _replace(self, kind: str, source: str, start: int, end: int) -> str | None:
-        """The placeholder of a first-pass match, or None to leave it as it is."""
+        """The placeholder of a first-pass match in `source` (the view of the text), or
+        None to leave it as it is."""
         if kind == "KEEP" or not kind:
+            # A placeholder is left as it is. "<NUM_١>" (a placeholder only in the view)
+            # is left too, to the token pass, which reads placeholders in the text.
             return None
         value = source[start:end]
         if kind != EMAIL and (
@@ -420,14 +464,16 @@ class Masker:
             return None
         if kind == "IP6":
             kind = "IP"
-        if kind in ("PHONE", "CARD", "IDCARD"):
+        if kind == "SSN":
+            kind, key = "NUM", re.sub(r"\D", "", value)
+        elif kind in ("PHONE", "CARD", "IDCARD"):
             key = re.sub(r"\D", "", value.translate(_FULLWIDTH_DIGITS))
             if kind == "CARD" and value.isdigit() and not _luhn(value):
                 kind = "NUM"  # a plain digit run that fails the card checksum
             elif kind == "PHONE":
                 key = phone_key(key)
         elif kind == EMAIL:
-            key = value.lower()
+            key = _ZERO_WIDTH.sub("", value).lower()
         else:
             key = value
         return self._placeholder(kind, key)

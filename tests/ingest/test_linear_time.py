@@ -66,6 +66,9 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     "digits: one run": repeat("1"),
     "digits: 1.1.1.1": repeat("1."),
     "digits: full-width": repeat("１"),
+    "digits: Arabic-Indic": repeat("١"),
+    "digits: groups joined by zero-width spaces": repeat("1\u200b"),
+    "email: accented labels, no top-level domain": repeat("é.", head="é@"),
     "digits: unclosed placeholders": repeat("<NUM_1"),
     # capitalised runs
     "capitalised: A A A": repeat("A "),

@@ -26,7 +26,29 @@ CASES = [
     ("order INV-2024-001 and AB12CD34", "order <ID_1> and <ID_2>"),
     ("单号 1234567 与 １２３４５６７", "单号 <NUM_1> 与 <NUM_1>"),
     ("ref 12-3456789 and SO-13800138000", "ref 12-<NUM_1> and <ID_1>"),
+    # Phones and cards with "." or "/" between groups, or none after a bracket; SSN-like.
+    ("call (415)555-0123 or 415.555.0123", "call <PHONE_1> or <PHONE_1>"),
+    ("手机 138.0013.8000 或 138/0013/8000", "手机 <PHONE_1> 或 <PHONE_1>"),
+    ("UK +44.20.7946.0958, card 4111.1111.1111.1111", "UK <PHONE_1>, card <CARD_1>"),
+    ("SSN 123-45-6789", "SSN <NUM_1>"),
+    # Non-breaking, narrow and zero-width spaces between digit groups.
+    ("138\u00a00013\u00a08000 138\u202f0013\u202f8000", "<PHONE_1> <PHONE_1>"),
+    ("138\u200b0013\u200b8000 138\u20600013\u20608000", "<PHONE_1> <PHONE_1>"),
+    # Any decimal digits: Arabic-Indic, Devanagari, mathematical; one value however spelt.
+    (
+        "١٣٨٠٠١٣٨٠٠٠ = १३८००१३८००० = 𝟏𝟑𝟖𝟎𝟎𝟏𝟑𝟖𝟎𝟎𝟎 = 13800138000",
+        "<PHONE_1> = <PHONE_1> = <PHONE_1> = <PHONE_1>",
+    ),
+    ("单号 ١٢٣٤٥٦٧ 与 AB١٢", "单号 <NUM_1> 与 <ID_1>"),
+    # Emails: full-width @, accented local parts and domains, a zero-width space inside.
+    ("ann＠example.com, ann@example.com", "<EMAIL_1>, <EMAIL_1>"),
+    ("josé.müller@example.com and ann@exämple.com", "<EMAIL_1> and <EMAIL_2>"),
+    ("dan\u200b@example.com = dan@example.com", "<EMAIL_1> = <EMAIL_1>"),
     # Left alone: short numbers, dates, times, prices, model names.
+    (
+        "v1.2.3 on 2024.01.15, 3/4/2024, 1.5 or 12/25",
+        "v1.2.3 on 2024.01.15, 3/4/2024, 1.5 or 12/25",
+    ),
     (
         "on 2026-11-30 at 10:30 it cost 35.50 on gpt-4o",
         "on 2026-11-30 at 10:30 it cost 35.50 on gpt-4o",
@@ -37,6 +59,13 @@ CASES = [
 def test_masking_cases() -> None:
     for text, masked in CASES:
         assert mask_text(text) == masked, text
+        assert mask_text(masked) == masked, text
+
+
+def test_a_placeholder_spelt_with_other_digits_is_no_placeholder() -> None:
+    masked = mask_text("<NUM_١٣٨٠٠١> <NUM_1>")
+    assert "١" not in masked and masked.endswith(" <NUM_1>")
+    assert mask_text(masked) == masked
 
 
 def test_the_same_value_gets_the_same_placeholder_across_fields() -> None:
