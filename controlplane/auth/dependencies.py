@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import HTTPException, Request
+from sqlalchemy.exc import SQLAlchemyError
 
 from controlplane.auth.ratelimit import RateLimiter, Refusal
 from controlplane.auth.scopes import grants
@@ -27,7 +28,8 @@ def _too_many(refusal: Refusal) -> HTTPException:
 
 def require(scope: str | None) -> Callable[[Request], Principal]:
     """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key),
-    429 past the key's rate for the scope or after too many failed keys from the address."""
+    429 past the key's rate for the scope, or for an invalid key after too many failed keys
+    from the address (a valid key is never refused for that)."""
 
     def dependency(request: Request) -> Principal:
         key = _bearer(request)
@@ -41,13 +43,22 @@ def require(scope: str | None) -> Callable[[Request], Principal]:
         limiter: RateLimiter = request.app.state.limiter
         # The peer's address. X-Forwarded-For is not trusted: anyone can write it.
         address = request.client.host if request.client else "unknown"
-        blocked = limiter.blocked(address)
-        # An address out of failed attempts reaches no query; keys this process already
-        # holds as valid still pass, so a router behind the same proxy is not locked out.
-        if blocked is not None and not cache.knows(key):
-            raise _too_many(blocked)
-        principal = cache.authenticate(key)
+        # The key first: a valid key is never refused for other people's bad tokens (behind
+        # a proxy every client has its address). A made-up token costs a dictionary lookup
+        # (the cache reads the key table at most once a second for unknown tokens); the
+        # address's budget of failures only turns floods of them into cheap 429s.
+        try:
+            principal = cache.authenticate(key)
+        except SQLAlchemyError:
+            # The database is down and the token is not a key this process knows.
+            blocked = limiter.blocked(address)
+            if blocked is not None:
+                raise _too_many(blocked) from None
+            raise
         if principal is None:
+            blocked = limiter.blocked(address)
+            if blocked is not None:
+                raise _too_many(blocked)
             limiter.failed(address)
             raise HTTPException(
                 401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"}

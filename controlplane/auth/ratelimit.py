@@ -241,7 +241,8 @@ class RateLimiter:
         )
 
     def blocked(self, address: str) -> Refusal | None:
-        """A Refusal while `address` has used up its failed authentications (no I/O)."""
+        """A Refusal while `address` has used up its failed authentications (no I/O). Asked
+        only for a token that is not a valid key: it never refuses a valid key."""
         with self._lock:
             until = self._blocked.get(address)
             if until is None:
@@ -264,9 +265,9 @@ class RateLimiter:
             return
         _, wait = self._buckets.take(f"authfail:{address}", self.failure_rate, 1)
         if wait > 0:
-            # Out of budget: refuse this address locally, before any hash or query, until
-            # the bucket holds a token again. Another replica learns it at its own next
-            # failure from the address, so the whole fleet stays within about the budget.
+            # Out of budget: refuse this address's invalid tokens locally, without counting
+            # them, until the bucket holds a token again. Another replica learns it at its
+            # own next failure from the address, so the fleet stays within about the budget.
             with self._lock:
                 if address not in self._blocked and len(self._blocked) >= MAX_LOCAL_BUCKETS:
                     self._blocked.popitem(last=False)

@@ -1,22 +1,22 @@
 """Creating, listing, revoking and checking API keys.
 
 Keys are 32 random bytes (`sp_` + URL-safe base64). Only their SHA-256 is stored; a
-request's key is hashed and looked up by the unique index (no slow hash on the request
-path), then compared in constant time. Each process caches a key's record for
-`key_cache_seconds` (5 s), so a revoked key stops within 5 s, and known keys keep working
-while the database is down.
+request's key is hashed (no slow hash on the request path) and looked up in the process's
+snapshot of all active keys (KeyCache), read again every `key_cache_seconds` (5 s), so a
+revoked key stops within 5 s, a new key works within about a second, a made-up token costs
+no query, and known keys keep working while the database is down.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
-import hmac
+import math
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -28,11 +28,10 @@ from controlplane.models import ApiKey
 from controlplane.models.base import utcnow
 
 KEY_PREFIX = "sp_"
-# Each process remembers at most this many valid keys, and apart from them at most
-# MAX_CACHED_UNKNOWN_KEYS made-up or revoked ones: a flood of junk tokens only ever pushes
-# out other junk, never a key that must keep working through a database outage.
-MAX_CACHED_KEYS = 10_000
-MAX_CACHED_UNKNOWN_KEYS = 10_000
+# A token this process does not know reads the key table again at most this often: a key
+# created a moment ago works within about a second, and a flood of made-up tokens costs at
+# most one query a second per process.
+MISS_REFRESH_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,84 +104,104 @@ def revoke_key(session: Session, *, name: str, actor: str) -> ApiKey:
     return key
 
 
-@dataclass(slots=True)
-class _Cached:
-    principal: Principal | None  # None: no such key, or revoked
-    fetched_at: float
-
-
 class KeyCache:
-    """Per-process cache of key records, keyed by the key's hash, least recently used out.
+    """This process's snapshot of every active key: its hash → its principal.
 
-    Valid keys and unknown (or revoked) ones are kept in two separate LRUs, so made-up
-    tokens evict each other and never a valid key.
+    The key table is small, so the whole of it is read at once and kept:
+
+    - a token whose hash is in the snapshot is served from memory;
+    - the snapshot is read again once it is `ttl_seconds` old (a revoked key stops within
+      that), by the first request after that;
+    - a token not in the snapshot reads it again at most once every `miss_refresh_seconds`
+      (a key created since is picked up within about a second), and is otherwise refused
+      without any query: a flood of made-up tokens costs one query a second per process,
+      however many addresses it comes from;
+    - while the database cannot be read, the last snapshot keeps serving the keys it holds
+      (known keys keep working through an outage); a token it does not hold cannot be
+      checked, and the database error is raised (the API answers 503). A failed read is
+      tried again at most once every `miss_refresh_seconds`.
     """
 
-    def __init__(self, sessions: sessionmaker[Session], ttl_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        ttl_seconds: float = 5.0,
+        *,
+        miss_refresh_seconds: float = MISS_REFRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessions = sessions
         self._ttl = ttl_seconds
-        self._valid: OrderedDict[str, _Cached] = OrderedDict()
-        self._unknown: OrderedDict[str, _Cached] = OrderedDict()
-        self._lock = threading.Lock()
+        self._miss_refresh = miss_refresh_seconds
+        self._clock = clock
+        # (hash → principal, when it was read): replaced whole, so one read sees both.
+        self._snapshot: tuple[dict[str, Principal], float] = ({}, -math.inf)
+        self._tried_at = -math.inf  # the last read, successful or not
+        self._error: SQLAlchemyError | None = None  # the last read's error; None if it worked
+        # One read at a time: requests that need one meanwhile take its outcome.
+        self._reading = threading.Lock()
 
     def authenticate(self, key: str) -> Principal | None:
         """The key's principal, or None for an unknown or revoked key.
 
-        Raises SQLAlchemyError only when the database is unreachable and the key was never
-        seen by this process (a known key is served from the stale record instead).
+        Raises SQLAlchemyError only when the database cannot be read and the key is not in
+        the last snapshot (a key it holds is served from it instead).
         """
         digest = hash_key(key)
-        now = time.monotonic()
-        cached = self._lookup(digest)
-        if cached is not None and now - cached.fetched_at < self._ttl:
-            return cached.principal
+        now = self._clock()
+        tried_at, error = self._tried_at, self._error
+        keys, loaded_at = self._snapshot
+        # A lookup by the hash of a random 32-byte key: its timing tells nothing usable.
+        principal = keys.get(digest)
+        recently_tried = now - tried_at < self._miss_refresh
+        if now - loaded_at < self._ttl and (principal is not None or recently_tried):
+            return principal
+        if error is not None and recently_tried:
+            # The database failed a moment ago: do not ask it again yet.
+            if principal is not None:
+                return principal
+            raise copy.copy(error)  # a copy: re-raising one object grows its traceback
         try:
-            principal = self._load(digest)
+            # A known key does not wait behind another request's read: it is served as is.
+            read = self._read(tried_at, wait=principal is None)
         except SQLAlchemyError:
-            if cached is not None:
-                return cached.principal
+            if principal is not None:
+                return principal
             raise
-        self._store(digest, _Cached(principal, now))
-        return principal
+        return principal if read is None else read.get(digest)
 
-    def knows(self, key: str) -> bool:
-        """Whether this process holds `key` as valid (fresh or stale), without any query."""
-        digest = hash_key(key)
-        with self._lock:
-            return digest in self._valid
+    def _read(self, tried_at: float, *, wait: bool) -> dict[str, Principal] | None:
+        """The snapshot read again, or as another request read it since `tried_at` (the
+        last read the caller saw); None without `wait` while another request is reading."""
+        if not self._reading.acquire(blocking=wait):
+            return None
+        try:
+            if self._tried_at != tried_at:  # read by another request meanwhile
+                if self._error is not None:
+                    raise copy.copy(self._error)
+                return self._snapshot[0]
+            self._tried_at = started = self._clock()
+            try:
+                keys = self._load()
+            except SQLAlchemyError as exc:
+                self._error = exc
+                raise
+            self._snapshot, self._error = (keys, started), None
+            return keys
+        finally:
+            self._reading.release()
 
-    def _lookup(self, digest: str) -> _Cached | None:
-        with self._lock:
-            for entries in (self._valid, self._unknown):
-                cached = entries.get(digest)
-                if cached is not None:
-                    entries.move_to_end(digest)
-                    return cached
-        return None
-
-    def _store(self, digest: str, entry: _Cached) -> None:
-        entries, other, limit = (
-            (self._valid, self._unknown, MAX_CACHED_KEYS)
-            if entry.principal is not None
-            else (self._unknown, self._valid, MAX_CACHED_UNKNOWN_KEYS)
-        )
-        with self._lock:
-            other.pop(digest, None)  # a key revoked (or created) since it was cached
-            entries[digest] = entry
-            entries.move_to_end(digest)
-            while len(entries) > limit:
-                entries.popitem(last=False)
-
-    def _load(self, digest: str) -> Principal | None:
+    def _load(self) -> dict[str, Principal]:
+        """Every key that is not revoked, by its hash."""
         with self._sessions() as session:
-            row = session.execute(
-                select(ApiKey.name, ApiKey.key_hash, ApiKey.scopes, ApiKey.revoked_at).where(
-                    ApiKey.key_hash == digest
+            rows = session.execute(
+                select(ApiKey.name, ApiKey.key_hash, ApiKey.scopes).where(
+                    ApiKey.revoked_at.is_(None)
                 )
-            ).first()
-        if row is None or not hmac.compare_digest(row.key_hash, digest):
-            return None
-        revoked: datetime | None = row.revoked_at
-        if revoked is not None:
-            return None
-        return Principal(name=row.name, scopes=frozenset(row.scopes), key_id=digest[:16])
+            ).all()
+        return {
+            row.key_hash: Principal(
+                name=row.name, scopes=frozenset(row.scopes), key_id=row.key_hash[:16]
+            )
+            for row in rows
+        }
