@@ -1,4 +1,6 @@
-"""The `shadowplane` command (DESIGN §1). Operators and scripts rely on these names."""
+"""The `shadowplane` command (README.md, "Command line").
+
+Operators and scripts rely on these names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One periodic pass (DESIGN §1), and what a closed window triggers.
+"""One periodic pass (docs/architecture.md), and what a closed window triggers.
 
 `after_window` is the one function everything a computed window that closed (or a closed
 one that counted late results) sets off: its task's alerts, then its rollout rules (the

@@ -24,7 +24,8 @@ class Settings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
     evalsets_dir: str = "evalsets"
-    # Webhook receivers, comma-separated (DESIGN §5); every one needs the secret to sign with.
+    # Webhook receivers, comma-separated (docs/http-api.md); every one needs the secret to
+    # sign with.
     webhook_urls: str = ""
     webhook_secret: str | None = None
     # Seconds a receiver has to answer one POST.
@@ -41,7 +42,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = 16 * 1024 * 1024
     max_batch_items: int = 1000
     error_cost_veto: float = 0.7
-    # How long a process trusts a cached API-key record (DESIGN §5: revoked within 5 s).
+    # How long a process trusts a cached API-key record (a revoked key stops within 5 s).
     key_cache_seconds: float = 5.0
     log_level: str = "INFO"
     # Seconds between passes of the in-process scheduler, which `api` runs when no Redis
@@ -53,7 +54,8 @@ class Settings(BaseSettings):
     # Text fields longer than this are stored and counted but not compared (`too_long`),
     # and under `redacted` only their first `compare_max_chars` are masked and kept.
     compare_max_chars: int = 32_000
-    # Key for the HMAC that replaces session and user ids under `payload_policy: redacted`.
+    # Key for the HMAC that replaces session and user ids under `payload_policy: redacted`
+    # and `none` (only `full` keeps raw ids).
     # Unset: one random key is generated once and kept in the database (shared by replicas).
     id_hash_secret: str | None = None
     # Token buckets per key and scope: sustained requests per second, and the burst.

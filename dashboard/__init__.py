@@ -1,1 +1,1 @@
-"""The Streamlit dashboard (DESIGN §8): it arrives with the dashboard step."""
+"""The Streamlit dashboard (docs/architecture.md): it arrives with the dashboard step."""

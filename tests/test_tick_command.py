@@ -25,7 +25,8 @@ NULL_IN_SHADOW = {
 
 
 def assert_every_field(rows: list[dict[str, Any]]) -> None:
-    """Every field of DESIGN §3 present by name; numbers wherever the bucket had traffic."""
+    """Every metric field (docs/evidence.md) present by name; numbers wherever the bucket had
+    traffic."""
     assert rows
     for row in rows:
         assert tuple(row) == FIELDS

@@ -1,1 +1,2 @@
-"""Celery on Redis (DESIGN §1, §8): the app, one beat schedule, thin jobs calling controlplane."""
+"""Celery on Redis (docs/architecture.md): the app, one beat schedule, thin jobs calling
+controlplane."""

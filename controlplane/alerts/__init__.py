@@ -1,1 +1,2 @@
-"""Alerts on closed windows (DESIGN §3): distribution shift, edge-share jump, input drift, silence."""
+"""Alerts on closed windows (docs/evidence.md): distribution shift, edge-share jump, input
+drift, silence."""

@@ -1,5 +1,5 @@
-"""Rate limits (DESIGN §5): a token bucket per key and scope, and a budget of failed
-authentications per client address.
+"""Rate limits (docs/http-api.md, "Keys, scopes, limits"): a token bucket per key and scope,
+and a budget of failed authentications per client address.
 
 Buckets are shared by replicas through Redis when `redis_url` is set (one atomic Lua script
 per check, on Redis's clock) and kept per process otherwise. Redis must never block a

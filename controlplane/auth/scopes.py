@@ -1,4 +1,5 @@
-"""Scopes (DESIGN §5) and the one rule deciding whether a key's scopes grant a request.
+"""Scopes (docs/http-api.md, "Keys, scopes, limits") and the one rule deciding whether a
+key's scopes grant a request.
 
 `admin` includes every scope. `review` does NOT include `read`: a reviewer sees results
 only through the blind review queue, never which side was the edge.

@@ -1,8 +1,8 @@
-"""The task config (DESIGN §6): parsing, defaults and errors that name field, value and what is allowed.
+"""The task config: parsing, defaults and errors that name field, value and what is allowed.
 
-Only `task` and `comparator` are required; everything else has the default shown in
-DESIGN §6. The stored config is the normalised one (defaults filled in), so an identical
-config always hashes the same.
+Only `task` and `comparator` are required; everything else has the default set below
+(docs/evidence.md explains the fields). The stored config is the normalised one (defaults
+filled in), so an identical config always hashes the same.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Python client for routing services (DESIGN §2, §5).
+"""The Python client for routing services (README.md, "For routing services").
 
 For now it holds `sticky_bucket`, the one function every client must compute alike, and
 `verify_signature`, which webhook receivers call on every delivery; flag polling and the

@@ -1,4 +1,4 @@
-"""`sticky_bucket(task, key) = murmur3_32(utf8(task + ":" + key), seed 0) % 100` (DESIGN §2).
+"""`sticky_bucket(task, key) = murmur3_32(utf8(task + ":" + key), seed 0) % 100`.
 
 The same session (or user) lands in the same bucket for a task on every router and in
 every language; `sticky_bucket_vectors.json` beside this file pins the values. No key

@@ -1,1 +1,1 @@
-"""Ingest: validating, scoring, masking and storing shadow-traffic results (DESIGN §1–§2)."""
+"""Ingest: validating, scoring, masking and storing shadow-traffic results (docs/http-api.md)."""

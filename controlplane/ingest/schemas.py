@@ -1,4 +1,4 @@
-"""What a routing service posts (DESIGN §5) and what it gets back."""
+"""What a routing service posts (docs/http-api.md, "Posting results") and what it gets back."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Windowed metrics per task × window × length bucket (DESIGN §2–§3), and their alerts."""
+"""Windowed metrics per task × window × length bucket (docs/evidence.md), and their alerts."""

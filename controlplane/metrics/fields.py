@@ -1,4 +1,4 @@
-"""The metric fields of DESIGN §3, derived from a stored metric row, under their names.
+"""The metric fields of docs/evidence.md, derived from a stored metric row, under their names.
 
 Stored rows hold counts, sums and percentiles; rates (with `_num`, `_den`, `_low`,
 `_high`, Wilson at z = 1.96), totals, per-1k costs and savings are derived here, so every

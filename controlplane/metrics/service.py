@@ -184,7 +184,7 @@ def window_rows(
     bucket: str | None = None,
     limit: int = 10_000,
 ) -> list[dict[str, Any]]:
-    """Flat rows (DESIGN §5): one per window and bucket, every field of DESIGN §3 by name."""
+    """Flat rows: one per window and bucket, every metric field (docs/evidence.md) by name."""
     query = (
         select(Window, WindowMetrics)
         .join(WindowMetrics, WindowMetrics.window_id == Window.id)

@@ -1,4 +1,4 @@
-"""Window time arithmetic (DESIGN §2): event-time windows aligned to the epoch. Pure."""
+"""Window time arithmetic: event-time windows aligned to the epoch. Pure."""
 
 from __future__ import annotations
 

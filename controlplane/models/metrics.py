@@ -1,4 +1,5 @@
-"""Windowed metrics (DESIGN §2–§3): one row per task window, one per window and bucket, and alerts.
+"""Windowed metrics (docs/evidence.md): one row per task window, one per window and bucket,
+and alerts.
 
 A window row records the bucket boundaries and config version it was computed with and
 when the clock closed it. Metric rows store counts, sums and percentiles; every rate,

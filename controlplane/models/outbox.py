@@ -1,5 +1,5 @@
-"""The webhook outbox (DESIGN §5): events written in the transaction that made them, and one
-delivery per (event, webhook URL) that the delivery runners work through."""
+"""The webhook outbox (docs/http-api.md, "Webhooks"): events written in the transaction that
+made them, and one delivery per (event, webhook URL) that the delivery runners work through."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Rollout state (DESIGN §2, §4, §5): routing flags with the global revision, decisions, blocked models."""
+"""Rollout state (docs/evidence.md, "Rollouts"): routing flags with the global revision,
+decisions, blocked models."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class FlagState(Base):
 
 
 class Decision(Base):
-    """A recorded rollout action (DESIGN §2): append-only, with actor, reason and evidence."""
+    """A recorded rollout action: append-only, with actor, reason and evidence."""
 
     __tablename__ = "decisions"
     __table_args__ = (Index("ix_decisions_task_id_created_at", "task_id", "created_at"),)

@@ -16,18 +16,19 @@ class Task(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    # cloud | shadow | canary | full | rolled_back (DESIGN §2); set from the first config only.
+    # cloud | shadow | canary | full | rolled_back (docs/evidence.md); set from the first
+    # config only.
     stage: Mapped[str] = mapped_column(String(16), default="shadow")
     config_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # The input-length p95 the drift alert compares against (DESIGN §3). Until rollout
-    # stages move (step 4 resets it on each stage change) it is the trailing median.
+    # The input-length p95 the drift alert compares against (docs/evidence.md): the trailing
+    # median, reset (to None) on each stage change by controlplane.rollout.actions.
     input_p95_baseline: Mapped[float | None] = mapped_column(Float)
-    # In canary: which of the config's canary_steps is current (DESIGN §2).
+    # In canary: which of the config's canary_steps is current.
     canary_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When the task entered its stage: verdict history, runs, CUSUM sums and the input
-    # baseline start over from here (DESIGN §4).
+    # baseline start over from here.
     stage_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 

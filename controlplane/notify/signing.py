@@ -1,4 +1,4 @@
-"""The webhook signature (DESIGN §5), as the sender writes it.
+"""The webhook signature (docs/http-api.md, "Webhooks"), as the sender writes it.
 
 `X-Shadowplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, f"{t}." + body)>`;
 receivers check it with `controlplane.client.verify_signature`, which refuses old times.

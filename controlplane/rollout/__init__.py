@@ -1,1 +1,2 @@
-"""Rollout decisions (DESIGN §4): verdicts per closed window, should_rollback, stages and flags."""
+"""Rollout decisions (docs/evidence.md): verdicts per closed window, should_rollback, stages
+and flags."""

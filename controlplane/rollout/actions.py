@@ -1,6 +1,6 @@
-"""Stage changes and the actions that make them (DESIGN §2, §4): the policy firing and
-promoting, people applying configs, promoting, rolling back, re-arming, unblocking,
-killing and lifting.
+"""Stage changes and the actions that make them (docs/evidence.md, "Rollouts"): the policy
+firing and promoting, people applying configs, promoting, rolling back, re-arming,
+unblocking, killing and lifting.
 
 Each action is one function that does all of its job, whichever door calls it (the API,
 the CLI, the scheduler, a Celery job, later the dashboard): validation, one transaction
@@ -111,7 +111,7 @@ def change_stage(
     now = at or utcnow()
     task.stage_changed_at = now
     task.updated_at = now
-    # The input-length baseline is the one of the new stage (DESIGN §3).
+    # The input-length baseline is the one of the new stage (docs/evidence.md).
     task.input_p95_baseline = None
     session.flush()
     flags.publish(session, task, config, reason)

@@ -1,4 +1,5 @@
-"""`should_rollback` (DESIGN §4): a pure function of one rule's verdict history in one cell.
+"""`should_rollback` (docs/evidence.md, "Rollouts"): a pure function of one rule's verdict
+history in one cell.
 
 - `consecutive` (default): `consecutive_windows` consecutive conclusive breaches fire;
   `ok` resets the run, `insufficient` neither counts nor resets, and a run spanning more

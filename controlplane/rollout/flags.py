@@ -1,5 +1,5 @@
 """Routing flags: derived from a task's stage and config, stored with a per-task version
-and a global revision (DESIGN §2 stage table, §5).
+and a global revision (docs/evidence.md, "Rollouts"; docs/http-api.md, "Flags").
 
 `derive` is pure. `publish` stores a task's flag when its routing fields changed, bumping
 the task's version and the global revision in the caller's transaction (the one that
@@ -37,7 +37,7 @@ ROUTING_FIELDS = (
 
 
 def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> dict[str, Any]:
-    """The routing fields of a flag (DESIGN §2): what is served and what runs beside it."""
+    """The routing fields of a flag: what is served and what runs beside it."""
     steps = config.promotion.canary_steps
     edge_percent = {"canary": steps[min(canary_step, len(steps) - 1)] if steps else 0, "full": 100}
     # cloud: nothing runs beside the cloud; every other stage runs the second side at the
@@ -136,7 +136,7 @@ def flag_of(session: Session, task: str) -> dict[str, Any] | None:
 
 
 def flags_document(session: Session) -> dict[str, Any]:
-    """`{"revision": n, "flags": {task: flag}}` (DESIGN §5)."""
+    """`{"revision": n, "flags": {task: flag}}` (docs/http-api.md, "Flags")."""
     revision = session.scalar(select(FlagState.revision).where(FlagState.id == 1)) or 0
     rows = session.execute(
         select(Task.name, Flag.document).join(Flag, Flag.task_id == Task.id).order_by(Task.name)

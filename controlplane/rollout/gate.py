@@ -1,4 +1,4 @@
-"""The promotion gate (DESIGN §4) and the stage order, without I/O.
+"""The promotion gate (docs/evidence.md, "Rollouts") and the stage order, without I/O.
 
 `verdict` judges the last `min_windows` windows closed in the stage, bucket by bucket,
 from their stored metric rows and the rules' outcomes on them; `next_stage` says where a

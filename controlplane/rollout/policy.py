@@ -1,4 +1,4 @@
-"""A task's rollback policy applied to its closed windows (DESIGN §4, §6). Pure.
+"""A task's rollback policy applied to its closed windows (docs/evidence.md). Pure.
 
 Rules judge only the buckets the edge may serve — those holding inputs up to the task's
 `max_input_tokens` (all of them without a cap) — and their `all` is the union of those

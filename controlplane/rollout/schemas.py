@@ -12,7 +12,7 @@ from controlplane.metrics.schemas import WindowRow
 
 
 class FlagOut(BaseModel):
-    """A task's routing flag (DESIGN §2): what is served and what runs beside it."""
+    """A task's routing flag: what is served and what runs beside it."""
 
     task: str
     version: int

@@ -14,7 +14,7 @@ from controlplane.rollout.policy import evaluate
 
 
 def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
-    """The promotion gate (DESIGN §4) over the last `min_windows` windows closed in the stage."""
+    """The promotion gate over the last `min_windows` windows closed in the stage."""
     windows = repository.stage_windows(session, task, config)
     return gates.verdict(task.name, task.stage, config, windows, evaluate(config, windows))
 

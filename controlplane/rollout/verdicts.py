@@ -1,4 +1,4 @@
-"""Verdicts per closed window, rule and cell (DESIGN §4). Pure.
+"""Verdicts per closed window, rule and cell (docs/evidence.md, "Rollouts"). Pure.
 
 A window's verdict is `breach` when a one-sided Wilson bound of the rate at the rule's
 confidence is on the wrong side of the threshold (`<=` rules: the lower bound above it;

@@ -7,9 +7,9 @@ its billed cost (the edge's is priced from tokens). `reply_rewrite` sends Chines
 English reply rewrites, about one in twenty of which drops a negation and one in twenty
 changes a number.
 
-Scenarios (DESIGN §9): `long_tickets` (the edge breaks only on tickets of 2048 tokens
-or more, the regression of DESIGN §4), `edge_outage` (the edge times out and errors; on
-the serving path that is a degrade), `silence` (the router stops sending),
+Scenarios: `long_tickets` (the edge breaks only on tickets of 2048 tokens or more, the
+regression the rollback rule must catch), `edge_outage` (the edge times out and errors;
+on the serving path that is a degrade), `silence` (the router stops sending),
 `traffic_jump` (five times the usual volume).
 
 `served` says whether the edge answered this request (canary or full stage, decided by

@@ -6,11 +6,12 @@ the API could not take (503, connection error) is kept and sent again the next s
 as a router's outbox would; resends are harmless because ingest is idempotent.
 
 Routing follows the flags, polled every second with `If-None-Match` (the key needs the
-`flags:read` scope besides `ingest`), exactly as DESIGN §5 says a router must: killed,
-cloud, rolled_back and shadow serve the cloud; canary serves the edge when the session's
-sticky bucket is under `edge_percent` and the input within `max_input_tokens`; full
-serves the edge within the cap; the other side runs with probability `shadow_rate`
-where the stage table says so. A missing or unreadable flag means cloud, and no second side.
+`flags:read` scope besides `ingest`), exactly as README.md ("For routing services") says a
+router must: killed, cloud, rolled_back and shadow serve the cloud; canary serves the edge
+when the session's sticky bucket is under `edge_percent` and the input within
+`max_input_tokens`; full serves the edge within the cap; the other side runs with
+probability `shadow_rate` where the stage table says so. A missing or unreadable flag means
+cloud, and no second side.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Totals:
 def route(
     flag: dict[str, Any] | None, task: str, key: str | None, tokens: int, draw: float
 ) -> tuple[bool, bool]:
-    """(the edge is on the serving path, the other side runs) for one request (DESIGN §5)."""
+    """(the edge is on the serving path, the other side runs) for one request."""
     if not flag or flag.get("killed"):
         return False, False
     stage = flag.get("stage")

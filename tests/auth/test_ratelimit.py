@@ -1,4 +1,4 @@
-"""Rate limits (DESIGN §5): a token bucket per key and scope, per process or shared by
+"""Rate limits (docs/http-api.md): a token bucket per key and scope, per process or shared by
 replicas through Redis; failed authentications limited per client address (never a valid
 key), with no query per made-up token; a Redis outage blocks nobody."""
 

@@ -50,7 +50,7 @@ def test_a_receiver_gets_signed_webhooks_that_verify_signature_accepts(
     assert got.headers["Content-Type"] == "application/json"
     header = got.headers["X-Shadowplane-Signature"]
     t = _timestamp(header)
-    # The format of DESIGN §5, computed here by hand.
+    # The format docs/http-api.md ("Webhooks") gives, computed here by hand.
     expected = hmac.new(SECRET.encode(), f"{t}.".encode() + got.body, hashlib.sha256).hexdigest()
     assert header == f"t={t},v1={expected}"
     assert verify_signature(SECRET, got.headers, got.body, now=t)

@@ -1,4 +1,5 @@
-"""should_rollback and verdicts: the laws of DESIGN §4, by hypothesis, and units of cusum and pooling."""
+"""should_rollback and verdicts: the laws of docs/evidence.md, by hypothesis, and units of
+cusum and pooling."""
 
 from __future__ import annotations
 
