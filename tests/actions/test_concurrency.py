@@ -248,3 +248,99 @@ def test_every_flag_writer_takes_the_flag_state_before_the_task(api: Api, action
         holder.rollback()
     thread.join(30)
     assert not thread.is_alive()
+
+
+def test_the_policy_rolling_back_while_the_kill_switch_is_thrown_and_lifted(api: Api) -> None:
+    """The policy really fires (it locks the flag state, the task, its flag, and publishes)
+    while kill and lift are hammered at once: a pass per round rolls one canary back on
+    regression traffic in windows already past their lateness. No deadlock, no error but the
+    expected 409s, one rollback per task, and every flag agrees with the last kill or lift."""
+    from datetime import timedelta
+
+    from controlplane.models import FlagState
+    from controlplane.scheduler import run_pass
+    from tests.rollout.test_rollback_e2e import LATENESS, WINDOW, rewind, window_results
+    from tests.rollout.test_rollback_e2e import config as regressing
+    from tests.windowdata import post_all
+
+    rounds = ["racing_a", "racing_b", "racing_c"]
+    for name in rounds:
+        actions.apply_tasks(api.engine, [regressing(name)], actor="test")
+        actions.promote(api.engine, name, actor="test", reason="go", force=True, veto=VETO)
+    start = rewind(api, windows=3 * len(rounds) + 3)
+    total: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    for r, task in enumerate(rounds):
+        first = 3 * r  # each round its own three windows, none seen by an earlier pass
+        for k in range(first, first + 3):
+            post_all(api, window_results(task, start, k, {"2048+": 0.4}))
+        clock = start + timedelta(seconds=(first + 3) * WINDOW + LATENESS)
+        passed = threading.Event()
+        done: Counter[str] = Counter()
+
+        def the_pass(clock: Any = clock, passed: threading.Event = passed) -> Any:
+            try:
+                return run_pass(api.engine, clock, veto=VETO)
+            finally:
+                passed.set()
+
+        def switch(
+            what: str, passed: threading.Event = passed, done: Counter[str] = done
+        ) -> Callable[[], int]:
+            def loop() -> int:
+                refused = 0
+                i = 0
+                # Until the pass is over, and at least a few times each.
+                while not passed.is_set() or i < 5:
+                    try:
+                        getattr(actions, what)(api.engine, actor="test", reason=f"drill {i}")
+                    except ActionError as exc:
+                        assert exc.status == 409, exc.detail
+                        refused += 1
+                    else:
+                        with lock:
+                            done[what] += 1
+                    i += 1
+                return refused
+
+            return loop
+
+        outcomes = race(the_pass, switch("kill"), switch("lift"), switch("kill"), switch("lift"))
+        assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+        report = outcomes[0]
+        assert report.failed == [], report.failed
+        assert [(d["task"], d["action"], d["actor"]) for d in report.decisions] == [
+            (task, "rollback", "policy")
+        ]
+        assert done["kill"] > 0 and done["lift"] > 0, (r, done)
+        total.update(done)
+
+        with session_scope(api.engine) as session:
+            rollbacks = session.scalars(
+                select(Decision)
+                .join(Task, Task.id == Decision.task_id)
+                .where(Task.name == task, Decision.action == "rollback")
+            ).all()
+            assert [d.actor for d in rollbacks] == ["policy"], r
+            switched = session.scalars(
+                select(Decision.action)
+                .where(Decision.action.in_(("kill", "lift")))
+                .order_by(Decision.id)
+            ).all()
+            # Every kill and lift that succeeded wrote its decision, and they alternate
+            # (each needs the other state), so the last one says the state.
+            assert Counter(switched) == total, (Counter(switched), total)
+            assert all(a != b for a, b in zip(switched, switched[1:], strict=False)), switched
+            killed = session.get(FlagState, 1).killed  # type: ignore[union-attr]
+            assert killed == (switched[-1] == "kill")
+            documents = {f.task_id: f.document for f in session.scalars(select(Flag))}
+            assert {d["killed"] for d in documents.values()} == {killed}
+            found = session.scalars(select(Task).where(Task.name == task)).one()
+            assert found.stage == "rolled_back"
+            assert (documents[found.id]["stage"], documents[found.id]["edge_percent"]) == (
+                "rolled_back",
+                0,
+            )
+        for other in rounds[r + 1 :]:
+            assert stage_of(api, other) == ("canary", 0)
