@@ -93,6 +93,12 @@ def list_keys(session: Session) -> list[ApiKey]:
     return list(session.scalars(select(ApiKey).order_by(ApiKey.id)))
 
 
+def is_revoked(session: Session, name: str) -> bool:
+    """Whether the key named `name` exists and is already revoked."""
+    revoked = session.scalar(select(ApiKey.revoked_at).where(ApiKey.name == name))
+    return revoked is not None
+
+
 def revoke_key(session: Session, *, name: str, actor: str) -> ApiKey:
     key = session.scalar(select(ApiKey).where(ApiKey.name == name))
     if key is None:

@@ -76,6 +76,21 @@ def notice_document(notice: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def change_document(
+    *, action: str, task: str | None, actor: str, explanation: str, details: dict[str, Any]
+) -> dict[str, Any]:
+    """A change that is no decision: a task config applied, a model unblocked, a key created
+    or revoked (`action` as in the audit log). Announced, so a receiver hears every change."""
+    return {
+        "kind": "change",
+        "task": task,
+        "action": action,
+        "actor": actor,
+        "explanation": explanation,
+        "details": details,
+    }
+
+
 def links(public_url: str, task: str | None) -> dict[str, str]:
     base = public_url.rstrip("/")
     out = {"decisions": f"{base}/v1/decisions" + (f"?task={task}" if task else "")}

@@ -16,12 +16,12 @@ from controlplane.models import OutboxEvent
 from controlplane.models.base import utcnow
 from controlplane.notify.delivery import kick
 
-KINDS = ("decision", "alert", "notice")
+KINDS = ("decision", "alert", "notice", "change")
 _WROTE = "shadowplane.outbox.wrote"
 
 
 def add_event(session: Session, *, kind: str, task: str | None, document: dict[str, Any]) -> int:
-    """Write one event (kind: decision | alert | notice; document: the webhook body's
+    """Write one event (kind: decision | alert | notice | change; document: the webhook body's
     content, from `notify.documents`) in this transaction; returns its id."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")

@@ -40,7 +40,7 @@ from controlplane.db import in_transaction
 from controlplane.errors import ActionError
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
-from controlplane.notify.documents import decision_document, notice_document
+from controlplane.notify.documents import change_document, decision_document, notice_document
 from controlplane.notify.outbox import add_event
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
@@ -486,7 +486,7 @@ def rearm(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str, An
 
 def unblock(engine: Engine, task: str, *, model: str, actor: str, reason: str) -> dict[str, Any]:
     """Lift the auto-promotion block a rollback put on an edge model version (audited; it
-    changes no stage and no flag, so it is no decision and announces nothing)."""
+    changes no stage and no flag, so it is no decision; it is announced as a change)."""
 
     def work(session: Session) -> dict[str, Any]:
         found, _ = _locked_task(session, task)
@@ -498,12 +498,19 @@ def unblock(engine: Engine, task: str, *, model: str, actor: str, reason: str) -
                 f"{', '.join(repository.blocked_models(session, found.id)) or 'none'}",
             )
         row.lifted_at, row.lifted_by, row.lift_reason = utcnow(), actor, reason
-        record(
+        details = {"model": model, "reason": reason}
+        record(session, actor=actor, action="task.unblock", task=task, details=details)
+        add_event(
             session,
-            actor=actor,
-            action="task.unblock",
+            kind="change",
             task=task,
-            details={"model": model, "reason": reason},
+            document=change_document(
+                action="task.unblock",
+                task=task,
+                actor=actor,
+                explanation=f"{task}: {actor} unblocked edge model {model}: {reason}",
+                details=details,
+            ),
         )
         session.flush()
         return {
@@ -590,11 +597,36 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
     return applied
 
 
+def _announce_applied(session: Session, applied: Applied, actor: str) -> None:
+    if not applied.changed:
+        return
+    what = f"created in {applied.stage}" if applied.created else f"config version {applied.version}"
+    add_event(
+        session,
+        kind="change",
+        task=applied.task,
+        document=change_document(
+            action="task.create" if applied.created else "task.config",
+            task=applied.task,
+            actor=actor,
+            explanation=f"{applied.task}: {what} by {actor}",
+            details={"version": applied.version, "stage": applied.stage},
+        ),
+    )
+
+
 def apply_tasks(engine: Engine, documents: list[Any], *, actor: str) -> list[Applied]:
     """Apply configs in one transaction (all or none). ActionError 422 names what a bad
     config got wrong; 409 when another writer created the same task at that moment."""
+
+    def work(session: Session) -> list[Applied]:
+        applied = [apply_config(session, doc, actor=actor) for doc in documents]
+        for one in applied:
+            _announce_applied(session, one, actor)
+        return applied
+
     try:
-        return _run(engine, lambda s: [apply_config(s, doc, actor=actor) for doc in documents])
+        return _run(engine, work)
     except ConfigError as exc:
         raise ActionError(422, exc.errors) from None
     except TaskConflict as exc:

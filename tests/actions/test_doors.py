@@ -13,9 +13,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +237,7 @@ SPECS: dict[str, Spec] = {
         direct=lambda api, t: actions.unblock(
             api.engine, t, model="small@3", actor=ACTOR, reason=REASON
         ),
-        events=[],
+        events=["change"],
         audit=["task.unblock"],
     ),
     "acknowledge": Spec(
@@ -321,7 +322,10 @@ def test_task_apply_writes_the_same_through_every_door(api: Api, door: str, tmp_
     actions.apply_tasks(api.engine, [config(direct_task)], actor=ACTOR)
     by_function = written(api, before, {direct_task: "<task>", ACTOR: "<actor>"})
     assert [a["action"] for a in by_door["audit"]] == ["task.create"]
-    assert by_door["events"] == []  # a config is no decision: audited, not announced
+    # A config is no decision, but it is a change: audited and announced.
+    assert [(e["kind"], e["document"]["action"]) for e in by_door["events"]] == [
+        ("change", "task.create")
+    ]
     assert by_door == by_function
     flags = api.client.get("/v1/flags", headers=api.headers("flags:read")).json()["flags"]
     assert flags[door_task]["version"] == flags[direct_task]["version"] == 1
@@ -339,6 +343,8 @@ def test_keys_create_and_revoke_write_the_same_through_the_command(api: Api) -> 
     key_actions.revoke_key(api.engine, name="direct-key", actor=ACTOR)
     by_function = written(api, before, names)
     assert [a["action"] for a in by_door["audit"]] == ["key.create", "key.revoke"]
+    assert [e["document"]["action"] for e in by_door["events"]] == ["key.create", "key.revoke"]
+    assert "sp_" not in json.dumps(by_door["events"])  # never the key itself
     assert by_door == by_function
 
 
@@ -359,3 +365,112 @@ def test_a_refused_action_is_refused_alike_through_every_door(api: Api) -> None:
     assert done.returncode == 1 and answer.json()["detail"] in done.stderr
     # Nothing written by either refusal.
     assert written(api, before, {}) == {"audit": [], "events": []}
+
+
+@pytest.fixture
+def other_pg_url(pg_template: str) -> Iterator[str]:
+    """A second fresh PostgreSQL database (the pg_url fixture's, once more)."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from controlplane.db import get_engine
+    from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
+
+    name = f"sp_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
+    url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    yield url
+    get_engine(url).dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _regressed(api: Api, task: str, start: datetime) -> datetime:
+    """The task in canary since an hour before `start`, with three windows from `start` on
+    whose long bucket breaches its rule; returns the clock at which the third one closes."""
+    from sqlalchemy import update
+
+    from tests.rollout.test_rollback_e2e import LATENESS, WINDOW, window_results
+    from tests.rollout.test_rollback_e2e import config as regressing
+    from tests.windowdata import post_all
+
+    actions.apply_tasks(api.engine, [regressing(task)], actor="setup")
+    actions.promote(api.engine, task, actor="setup", reason="setup", force=True, veto=VETO)
+    with session_scope(api.engine) as session:
+        earlier = start - timedelta(hours=1)
+        session.execute(
+            update(Task)
+            .where(Task.name == task)
+            .values(created_at=earlier, stage_changed_at=earlier)
+        )
+    for k in range(3):
+        post_all(api, window_results(task, start, k, {"2048+": 0.4}))
+    return start + timedelta(seconds=3 * WINDOW + LATENESS)
+
+
+def _keys(value: Any, depth: int = 2) -> Any:
+    """The shape of a document: its keys, `depth` levels down (values set aside; a value
+    such as the last window is a dict for the policy and null for a person)."""
+    if isinstance(value, dict) and depth > 0:
+        return {k: _keys(v, depth - 1) for k, v in value.items()}
+    return None
+
+
+@pytest.mark.integration
+def test_a_policy_rollback_writes_the_same_through_the_pass_and_the_tick_command(
+    pg_url: str, other_pg_url: str
+) -> None:
+    """The scheduler is a door too: the same regression, judged by the in-process pass on
+    one database and by `shadowplane tick --now` (a subprocess) on another, writes the same
+    audit entry and the same outbox event; and the policy's webhook body has the shape of a
+    person's rollback through the API."""
+    from contextlib import ExitStack, contextmanager
+
+    from controlplane.scheduler import run_pass
+    from tests.conftest import make_api
+    from tests.rollout.test_rollback_e2e import WINDOW
+
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW + 8 * WINDOW)
+    task = "regressed"
+    names = {task: "<task>"}
+    with ExitStack() as stack:
+        in_process, by_command = (
+            stack.enter_context(contextmanager(make_api)(url)) for url in (pg_url, other_pg_url)
+        )
+        clock = _regressed(in_process, task, start)
+        assert _regressed(by_command, task, start) == clock
+
+        before = marks(in_process)
+        report = run_pass(in_process.engine, clock, veto=VETO)
+        by_pass = written(in_process, before, names)
+        assert [(d["task"], d["action"], d["actor"]) for d in report.decisions] == [
+            (task, "rollback", "policy")
+        ]
+
+        before = marks(by_command)
+        done = cli(by_command, "tick", "--now", clock.isoformat())
+        assert "rollback" in done.stdout and task in done.stdout, done.stdout
+        by_tick = written(by_command, before, names)
+
+        assert [(a["actor"], a["action"]) for a in by_pass["audit"]] == [
+            ("policy", "task.rollback")
+        ]
+        assert [(e["kind"], e["task"]) for e in by_pass["events"]] == [("decision", "<task>")]
+        assert by_pass["audit"][0]["details"].keys() == by_tick["audit"][0]["details"].keys()
+        assert by_pass == by_tick
+
+        # A person's rollback through the API: the same document and body, key for key.
+        create_task(in_process, "by_hand", "canary")
+        before = marks(in_process)
+        _post("/v1/tasks/{task}/rollback", {"reason": REASON})(in_process, "by_hand")
+        by_hand = written(in_process, before, {"by_hand": "<task>"})
+        assert [(e["kind"], e["task"]) for e in by_hand["events"]] == [("decision", "<task>")]
+        policy_event, hand_event = by_pass["events"][0], by_hand["events"][0]
+        assert _keys(policy_event["document"]) == _keys(hand_event["document"])
+        assert _keys(policy_event["body"]) == _keys(hand_event["body"])
+        assert by_pass["audit"][0]["details"].keys() == by_hand["audit"][0]["details"].keys()
+        assert policy_event["document"]["stage_after"] == hand_event["document"]["stage_after"]
