@@ -10,8 +10,10 @@ things for the same traffic.
 `run_pass` is what `shadowplane tick` runs and what the embedded default's in-process
 scheduler runs every few seconds: plan the due windows, compute each in its own
 transaction (one failing window does not hold back the others), then `after_window` once
-for each task with a window that closed (a Celery job runs it for its one window). A task that fails at any stage is logged, named in the report's
-`failed`, and skipped; the others go on, and the next pass tries it again.
+for each task with a window that closed (a Celery job runs it for its one window). A task
+that fails at any stage is logged, named in the report's `failed`, and skipped; the others
+go on, and the next pass tries it again (an evaluation that failed is run again by the next
+pass even when no window of its task closes then).
 """
 
 from __future__ import annotations
@@ -92,17 +94,24 @@ class PassReport:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     failed: list[TaskFailure] = field(default_factory=list)
+    # Tasks whose `after_window` failed: the next pass evaluates them again, window or not.
+    unevaluated: set[int] = field(default_factory=set)
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.windows if c.action == action)
 
 
 def run_pass(
-    engine: Engine, now: datetime | None = None, *, veto: float | None = None
+    engine: Engine,
+    now: datetime | None = None,
+    *,
+    veto: float | None = None,
+    retry: set[int] | frozenset[int] = frozenset(),
 ) -> PassReport:
     """Compute every window that is due or has new results, close those past their lateness,
     then `after_window` (alerts, rollout rules, their outbox events) for each task with a
-    window that closed.
+    window that closed, and for the tasks in `retry` (those whose evaluation failed in the
+    previous pass: `PassReport.unevaluated`).
 
     `veto`: the error-cost veto; the caller's settings (default: this process's)."""
     now = now or utcnow()
@@ -114,7 +123,7 @@ def run_pass(
         names: dict[int, str] = {
             tid: name for tid, name in session.execute(select(Task.id, Task.name).order_by(Task.id))
         }
-    closed: dict[int, None] = {}
+    closed: dict[int, None] = dict.fromkeys(t for t in retry if t in names)
     for job in planned.jobs:
         name = names.get(job.task_id, str(job.task_id))
         try:
@@ -141,6 +150,8 @@ def run_pass(
         report.decisions.extend(done.decisions)
         report.notices.extend(done.notices)
         report.failed.extend(done.failed)
+        if done.failed:
+            report.unevaluated.add(task_id)
     return report
 
 
@@ -156,6 +167,7 @@ class InProcessScheduler:
         self.interval = interval
         self.veto = veto
         self.last: PassReport | None = None
+        self._retry: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-tick", daemon=True)
 
@@ -169,7 +181,8 @@ class InProcessScheduler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.last = run_pass(self.engine, veto=self.veto)
+                self.last = run_pass(self.engine, veto=self.veto, retry=self._retry)
+                self._retry = self.last.unevaluated
             except Exception:  # the database may be down: log, wait, try again
                 log.exception("scheduled pass failed")
             self._stop.wait(self.interval)
