@@ -153,10 +153,10 @@ def test_outputs_and_inputs_must_hold_finite_numbers(api: Api, literal: str) -> 
         ],
     )
     assert {r["request_id"]: r["error"] for r in report["rejected"]} == {
-        "edge-output": "edge.output: holds a number that is not finite",
-        "cloud-output": "cloud.output: holds a number that is not finite",
-        "input-text": "input: holds a number that is not finite",
-        "input-field": "input: holds a number that is not finite",
+        "edge-output": "edge.output: holds a number that is not finite (or has more than 4300 digits)",
+        "cloud-output": "cloud.output: holds a number that is not finite (or has more than 4300 digits)",
+        "input-text": "input: holds a number that is not finite (or has more than 4300 digits)",
+        "input-field": "input: holds a number that is not finite (or has more than 4300 digits)",
     }
     assert stored_ids(api) == {"fine"}
 
