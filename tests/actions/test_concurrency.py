@@ -240,6 +240,8 @@ def test_every_flag_writer_takes_the_flag_state_before_the_task(api: Api, action
                 )
                 if waiting:
                     break
+                # pg_stat_activity is read once per transaction: end it to look again.
+                probe.rollback()
                 time.sleep(0.05)
             assert waiting, "the action never waited for the task"
             with pytest.raises(OperationalError, match="could not obtain lock"):
