@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -68,19 +69,29 @@ def pg_template() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture
-def pg_url(pg_template: str) -> Iterator[str]:
-    """A fresh migrated PostgreSQL database of its own, committed to for real."""
+@contextmanager
+def cloned_database() -> Iterator[str]:
+    """A fresh migrated PostgreSQL database cloned from the template, dropped afterwards
+    (the `pg_template` fixture must be active)."""
     name = f"sp_test_{uuid.uuid4().hex[:12]}"
     admin = _admin_engine()
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
     url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-    yield url
-    get_engine(url).dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield url
+    finally:
+        get_engine(url).dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """A fresh migrated PostgreSQL database of its own, committed to for real."""
+    with cloned_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

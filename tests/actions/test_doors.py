@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,7 +29,7 @@ from controlplane.models import Alert, AuditEntry, OutboxEvent, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import webhook_body
 from controlplane.rollout import actions, repository
-from tests.conftest import Api
+from tests.conftest import Api, cloned_database
 from tests.test_isolation import config
 
 ACTOR = "direct-test"
@@ -370,22 +369,8 @@ def test_a_refused_action_is_refused_alike_through_every_door(api: Api) -> None:
 @pytest.fixture
 def other_pg_url(pg_template: str) -> Iterator[str]:
     """A second fresh PostgreSQL database (the pg_url fixture's, once more)."""
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
-
-    from controlplane.db import get_engine
-    from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
-
-    name = f"sp_test_{uuid.uuid4().hex[:12]}"
-    admin = _admin_engine()
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
-    url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-    yield url
-    get_engine(url).dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with cloned_database() as url:
+        yield url
 
 
 def _regressed(api: Api, task: str, start: datetime) -> datetime:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.engine import make_url
 
 import workers.jobs
 from controlplane.db import in_transaction, session_scope
@@ -20,7 +19,7 @@ from controlplane.models import Alert, AuditEntry, Decision, OutboxEvent, Task
 from controlplane.rollout import actions
 from controlplane.scheduler import run_pass
 from controlplane.settings import Settings
-from tests.conftest import Api, make_api
+from tests.conftest import Api, cloned_database, make_api
 from tests.test_isolation import LATENESS, WINDOW, config, first_future_window, window_results
 from tests.windowdata import post_all
 
@@ -31,24 +30,8 @@ VETO = 0.7
 @pytest.fixture
 def two_urls(pg_url: str, pg_template: str) -> Iterator[tuple[str, str]]:
     """Two fresh migrated databases: the conftest's, and a second cloned the same way."""
-    import uuid
-
-    from sqlalchemy import text
-
-    from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
-
-    name = f"sp_test_{uuid.uuid4().hex[:12]}"
-    admin = _admin_engine()
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
-    second = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-    yield pg_url, second
-    from controlplane.db import get_engine
-
-    get_engine(second).dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with cloned_database() as second:
+        yield pg_url, second
 
 
 def setup(api: Api) -> None:
