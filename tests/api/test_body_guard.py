@@ -104,6 +104,14 @@ def push(port: int, head: bytes, body: Iterator[bytes]) -> tuple[int, bytes]:
                 try:
                     n = sock.send(view)
                 except (BrokenPipeError, ConnectionResetError):
+                    # The server answered and closed while we were sending: its answer may
+                    # already wait in our receive buffer (a race seen on a fresh clone).
+                    try:
+                        sock.setblocking(True)
+                        sock.settimeout(2)
+                        answer = sock.recv(65536)
+                    except OSError:
+                        pass
                     return sent, answer
                 sent += n
                 view = view[n:]
