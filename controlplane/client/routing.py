@@ -1,0 +1,170 @@
+"""The routing rule: one flag and one request in, the side that serves it out.
+
+Every door applies this one function: `FlagClient.route` in routers, the OFREP endpoints
+on the server, the simulator. It is pure and uses the standard library only, so a router
+that copies this folder gets exactly the rule the server evaluates.
+
+    killed, cloud, rolled_back, shadow  -> cloud serves
+    canary  -> edge when sticky_bucket(task, key) < edge_percent and
+               input_tokens <= max_input_tokens (and the router found it eligible)
+    full    -> edge within max_input_tokens (and eligible)
+    the side not served also runs with probability shadow_rate, except in `cloud` and
+    under the kill switch (shadow_rate 0 there)
+    anything missing or unreadable -> cloud
+
+`reason` is the OpenFeature reason, the first that applies: DISABLED (stage cloud, rolled
+back, killed), TARGETING_MATCH (a stage that could serve the edge, but the input's tokens
+are missing or over the cap, or the router found the request ineligible), SPLIT (canary),
+STATIC (shadow, full). A flag this code cannot read gives ERROR; no flag gives UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from controlplane.client.sticky import sticky_bucket
+
+Side = Literal["edge", "cloud"]
+
+STAGES = ("cloud", "shadow", "canary", "full", "rolled_back")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The deterministic part of routing one request (no random draw yet)."""
+
+    served: Side
+    # The probability that the side not served also runs beside it.
+    other_rate: float
+    # edge | cloud | shadow (cloud serves and the edge may run beside it)
+    variant: str
+    reason: str
+    flag_version: int | None
+    # canary needs a sticky key and this request had none (OFREP: TARGETING_KEY_MISSING)
+    key_missing: bool = False
+
+    @property
+    def other(self) -> Side:
+        return "cloud" if self.served == "edge" else "edge"
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a router does with one request."""
+
+    served: Side
+    # Run the other side beside the served one (its answer never reaches the user).
+    run_other: bool
+    flag_version: int | None
+    reason: str
+    variant: str
+
+    @property
+    def other(self) -> Side:
+        return "cloud" if self.served == "edge" else "edge"
+
+
+def _cloud(reason: str, version: int | None, other_rate: float = 0.0, **kw: Any) -> Evaluation:
+    variant = "shadow" if other_rate > 0 else "cloud"
+    return Evaluation("cloud", other_rate, variant, reason, version, **kw)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(value)
+
+
+def evaluate(
+    flag: Mapping[str, Any] | None,
+    task: str,
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    input_tokens: int | None = None,
+    eligible: bool = True,
+    key: str | None = None,
+) -> Evaluation:
+    """The routing rule for one request. `key` overrides the sticky key the flag names
+    (`sticky_by`: session or user), as OFREP's `targetingKey` does."""
+    if flag is None:
+        return _cloud("UNKNOWN", None)
+    try:
+        return _evaluate(flag, task, session_id, user_id, input_tokens, eligible, key)
+    except (TypeError, ValueError, AttributeError):
+        version = flag.get("version") if isinstance(flag, Mapping) else None
+        return _cloud("ERROR", version if isinstance(version, int) else None)
+
+
+def _evaluate(
+    flag: Mapping[str, Any],
+    task: str,
+    session_id: str | None,
+    user_id: str | None,
+    input_tokens: int | None,
+    eligible: bool,
+    key: str | None,
+) -> Evaluation:
+    version = _int(flag.get("version"))
+    stage = flag.get("stage")
+    if stage not in STAGES or flag.get("default_route", "cloud") != "cloud":
+        return _cloud("ERROR", version)
+    if flag.get("killed") is not False and flag.get("killed") is not None:
+        return _cloud("DISABLED", version)
+    rate = flag.get("shadow_rate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        return _cloud("ERROR", version)
+    other_rate = float(rate)
+    if stage == "cloud":
+        return _cloud("DISABLED", version)
+    if stage == "rolled_back":
+        return _cloud("DISABLED", version, other_rate)
+    if stage == "shadow":
+        return _cloud("STATIC", version, other_rate)
+    # canary or full: the edge may serve, within the cap and when the router says so
+    cap = flag.get("max_input_tokens")
+    if cap is not None and _int(cap) is None:
+        return _cloud("ERROR", version)
+    tokens = _int(input_tokens)
+    if not eligible or tokens is None or (cap is not None and tokens > cap):
+        return _cloud("TARGETING_MATCH", version, other_rate)
+    if stage == "full":
+        return Evaluation("edge", other_rate, "edge", "STATIC", version)
+    percent = _int(flag.get("edge_percent"))
+    if percent is None:
+        return _cloud("ERROR", version)
+    if key is None:
+        key = user_id if flag.get("sticky_by") == "user" else session_id
+    bucket = sticky_bucket(task, key)
+    if bucket is None:
+        return _cloud("SPLIT", version, other_rate, key_missing=True)
+    if bucket < percent:
+        return Evaluation("edge", other_rate, "edge", "SPLIT", version)
+    return _cloud("SPLIT", version, other_rate)
+
+
+def route(
+    flag: Mapping[str, Any] | None,
+    task: str,
+    *,
+    draw: float,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    input_tokens: int | None = None,
+    eligible: bool = True,
+) -> Route:
+    """`evaluate`, then the draw in [0, 1) decides whether the other side runs."""
+    e = evaluate(
+        flag,
+        task,
+        session_id=session_id,
+        user_id=user_id,
+        input_tokens=input_tokens,
+        eligible=eligible,
+    )
+    return Route(e.served, draw < e.other_rate, e.flag_version, e.reason, e.variant)
