@@ -6,7 +6,7 @@ OpenFeature provider arrive with the flag-serving step. It depends on nothing bu
 standard library, so routers can vendor it.
 """
 
-from controlplane.client.sticky import murmur3_32, sticky_bucket
-from controlplane.client.webhooks import verify_signature
+from .sticky import murmur3_32, sticky_bucket
+from .webhooks import verify_signature
 
 __all__ = ["murmur3_32", "sticky_bucket", "verify_signature"]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controlplane.client.sticky import sticky_bucket
+from .sticky import sticky_bucket
 
 Side = Literal["edge", "cloud"]
 
