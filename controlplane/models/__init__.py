@@ -6,7 +6,7 @@ from controlplane.models.base import Base
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.outbox import OutboxEvent, WebhookDelivery
 from controlplane.models.results import Payload, Result
-from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagState
+from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagHistory, FlagState
 from controlplane.models.secrets import ServerSecret
 from controlplane.models.tasks import Task, TaskConfigVersion
 
@@ -18,6 +18,7 @@ __all__ = [
     "BlockedModel",
     "Decision",
     "Flag",
+    "FlagHistory",
     "FlagState",
     "OutboxEvent",
     "Payload",

@@ -1,15 +1,25 @@
 """Rollout state (docs/evidence.md, "Rollouts"): routing flags with the global revision,
-decisions, blocked models."""
+every version of every flag, decisions, blocked models."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
-from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
+from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
 
 
 class Flag(Base):
@@ -23,6 +33,26 @@ class Flag(Base):
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     reason: Mapped[str] = mapped_column(Text)
+
+
+class FlagHistory(Base):
+    """Every version of every task's flag, written with the flag (append-only), so a
+    result's `flag_version` can be read back to the routing fields it was served by."""
+
+    __tablename__ = "flag_history"
+    __table_args__ = (UniqueConstraint("task_id", "version"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    # The global revision after this change; null for the versions the migration copied
+    # from `flags` (stored before history was kept, at a revision nobody recorded).
+    revision: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    # The routing fields (controlplane.rollout.flags.ROUTING_FIELDS) of this version.
+    fields: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # The flag's reason: what made this version.
+    cause: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class FlagState(Base):

@@ -6,6 +6,11 @@ the task's version and the global revision in the caller's transaction (the one 
 changed the stage or the config), so routers see every change at once and never a flag
 without its cause.
 
+Every new version is also written to `flag_history` (routing fields and cause) in the
+same transaction, so a result's `flag_version` can be read back (`history`). After the
+commit, the new revision is announced (`controlplane.rollout.flagbus`), so every API
+process's in-process copy reloads at once.
+
 Lock order, everywhere: the flag state row, then the task, then its flag. Every writer of
 a flag takes the flag state first (`lock_state`), so a kill, a promotion, a policy
 decision and a config change queue behind one another instead of deadlocking.
@@ -21,8 +26,9 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.compare.jsonutil import dumps
-from controlplane.models import Flag, FlagState, Task
+from controlplane.models import Flag, FlagHistory, FlagState, Task
 from controlplane.models.base import utcnow
+from controlplane.rollout import flagbus
 
 # The fields routers act on; a change in any of them is a new flag version.
 ROUTING_FIELDS = (
@@ -124,8 +130,38 @@ def _store(
         session.add(flag)
     else:
         flag.version, flag.document, flag.updated_at, flag.reason = version, document, now, reason
+    session.add(
+        FlagHistory(
+            task_id=task.id,
+            version=version,
+            revision=state.revision,
+            fields=dict(fields),
+            cause=reason,
+            created_at=now,
+        )
+    )
     session.flush()
+    flagbus.mark(session, state.revision)
     return flag
+
+
+def history(session: Session, task_id: int) -> list[dict[str, Any]]:
+    """Every version of a task's flag, oldest first: `version`, `revision` (the global
+    revision after the change; null for versions older than the history), `fields` (the
+    routing fields), `cause` and `created_at`."""
+    rows = session.scalars(
+        select(FlagHistory).where(FlagHistory.task_id == task_id).order_by(FlagHistory.version)
+    )
+    return [
+        {
+            "version": row.version,
+            "revision": row.revision,
+            "fields": row.fields,
+            "cause": row.cause,
+            "created_at": row.created_at.isoformat(),
+        }
+        for row in rows
+    ]
 
 
 def flag_of(session: Session, task: str) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ TABLES = {
     "audit_log",
     "blocked_models",
     "decisions",
+    "flag_history",
     "flag_state",
     "flags",
     "outbox_events",
