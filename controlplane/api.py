@@ -48,6 +48,7 @@ from controlplane.rollout.endpoints import router as flags_router
 from controlplane.rollout.endpoints import (
     tasks_router as rollout_router,
 )
+from controlplane.rollout.flagcopy import FlagCopy, NoFlagsYet
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
@@ -81,6 +82,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.limiter = RateLimiter(settings)
     app.state.counters = IngestCounters(settings.redis_url)
     app.state.schema_heads = head_revisions()
+    # Flags are answered from this copy (loaded at start-up, then following the revision).
+    app.state.flag_copy = FlagCopy(
+        engine, redis_url=settings.redis_url, check_seconds=settings.flag_check_seconds
+    )
     # Added first, so it runs inside the log (which then records its 413s and 422s) and
     # before routing, body parsing and authentication.
     app.add_middleware(
@@ -114,6 +119,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def action_refused(_: Request, exc: ActionError) -> ORJSONResponse:
         # An action that cannot be done, whichever it is: its status and why.
         return ORJSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @app.exception_handler(NoFlagsYet)
+    async def no_flags_yet(_: Request, exc: NoFlagsYet) -> ORJSONResponse:
+        # Only before the first copy was ever loaded: afterwards the last one is served.
+        return ORJSONResponse(
+            {"detail": str(exc)},
+            status_code=503,
+            headers={"Retry-After": str(STORAGE_RETRY_SECONDS)},
+        )
 
     @app.exception_handler(RecursionError)
     async def too_deep(request: Request, exc: RecursionError) -> ORJSONResponse:
@@ -203,6 +217,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     settings: Settings = app.state.settings
+    flag_copy: FlagCopy = app.state.flag_copy
+    await run_in_threadpool(flag_copy.start)
     scheduler = None
     if settings.redis_url is None and settings.tick_seconds > 0:
         # The embedded default has no Celery: this process runs the periodic pass itself.
@@ -223,6 +239,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         webhooks.start()
     app.state.webhooks = webhooks
     yield
+    await run_in_threadpool(flag_copy.stop)
     if remove_kicker is not None:
         remove_kicker()
     if webhooks is not None:

@@ -71,6 +71,15 @@ class Settings(BaseSettings):
     rate_admin_burst: int = 50
     # Failed authentications (unknown or revoked keys) allowed per client address per minute.
     auth_failures_per_minute: int = 30
+    # Seconds between the checks each API process makes that its in-process copy of the
+    # flags is current: the Redis revision key when Redis is configured (a published change
+    # reloads it at once anyway), else the database's revision.
+    flag_check_seconds: float = 1.0
+    # GET /v1/flags/stream: a comment line after this many seconds without an event, so
+    # proxies and routers can tell a quiet stream from a dead one.
+    flag_stream_heartbeat_seconds: float = 15.0
+    # Open flag streams one key may hold on one API process; more get 429.
+    flag_streams_per_key: int = 10
 
     @property
     def is_sqlite(self) -> bool:
@@ -99,6 +108,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SHADOWPLANE_WEBHOOK_MAX_ATTEMPTS must be at least 1 and "
                 "SHADOWPLANE_WEBHOOK_TIMEOUT_SECONDS positive"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _flag_timings_are_positive(self) -> Settings:
+        if self.flag_check_seconds <= 0 or self.flag_stream_heartbeat_seconds <= 0:
+            raise ValueError(
+                "SHADOWPLANE_FLAG_CHECK_SECONDS and SHADOWPLANE_FLAG_STREAM_HEARTBEAT_SECONDS "
+                "must be positive"
             )
         return self
 

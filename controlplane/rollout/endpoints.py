@@ -24,6 +24,7 @@ from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.rollout import actions, flags, service
+from controlplane.rollout.flagcopy import FlagCopy
 from controlplane.rollout.schemas import (
     AppliedOut,
     DecisionOut,
@@ -37,41 +38,83 @@ from controlplane.rollout.schemas import (
 
 router = APIRouter(prefix="/v1/flags", tags=["flags"])
 
-
-@router.get(
-    "",
-    # Documented, not re-validated: the body is rendered once and answered as bytes.
-    response_model=FlagsOut,
-    responses={
-        304: {"description": "Unchanged since the ETag sent in If-None-Match (no body)."},
-        **error_responses(401, 403, 429, 503),
+# Answered from the process's copy of the flags (controlplane.rollout.flagcopy): bytes
+# rendered once per revision, never a query. Documented, not re-validated.
+_CACHED: dict[str, Any] = {
+    "ETag": {"description": "A hash of the body alone: the same on every replica."},
+    "X-Shadowplane-Stale": {
+        "description": "Only when storage cannot be reached: whole seconds since this "
+        "process last confirmed its copy of the flags (the answer is that copy)."
     },
-)
-def all_flags(
-    request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
-) -> Response:
-    """Every task's routing flag and the global revision; ETag, and 304 for If-None-Match."""
-    with session_scope(request.app.state.engine) as session:
-        body = flags.canonical(flags.flags_document(session))
-    tag = flags.etag(body)
+}
+_NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
+    304: {
+        "description": "Unchanged since an ETag sent in If-None-Match (no body).",
+        "headers": _CACHED,
+    }
+}
+
+
+def _flag_copy(request: Request) -> FlagCopy:
+    copy: FlagCopy = request.app.state.flag_copy
+    return copy
+
+
+def _conditional(request: Request, body: bytes, tag: str, stale: float | None) -> Response:
     headers = {"ETag": tag, "Cache-Control": "no-cache"}
-    if tag in request.headers.get("if-none-match", ""):
+    if stale is not None:
+        headers["X-Shadowplane-Stale"] = str(int(stale))
+    if matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
 
 
+def matches(if_none_match: str | None, tag: str) -> bool:
+    """Whether an If-None-Match header names `tag`: a list, weak (W/) forms and `*` too."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate == "*" or candidate.removeprefix("W/") == tag:
+            return True
+    return False
+
+
 @router.get(
-    "/{task}", response_model=FlagOut, responses=error_responses(401, 403, 404, 422, 429, 503)
+    "",
+    response_model=FlagsOut,
+    responses={
+        200: {"headers": _CACHED},
+        **_NOT_MODIFIED,
+        **error_responses(401, 403, 429, 503),
+    },
 )
-def one_flag(
+async def all_flags(
+    request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
+) -> Response:
+    """Every task's routing flag and the global revision; ETag, and 304 for If-None-Match."""
+    snapshot = _flag_copy(request).snapshot()
+    return _conditional(request, snapshot.body, snapshot.etag, snapshot.stale_seconds)
+
+
+@router.get(
+    "/{task}",
+    response_model=FlagOut,
+    responses={
+        200: {"headers": _CACHED},
+        **_NOT_MODIFIED,
+        **error_responses(401, 403, 404, 422, 429, 503),
+    },
+)
+async def one_flag(
     task: str, request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
 ) -> Response:
-    """One task's routing flag."""
-    with session_scope(request.app.state.engine) as session:
-        document = flags.flag_of(session, task)
-    if document is None:
+    """One task's routing flag; ETag, and 304 for If-None-Match; 404: route it to the cloud."""
+    snapshot = _flag_copy(request).snapshot()
+    found = snapshot.tasks.get(task)
+    if found is None:
         raise HTTPException(404, f"task: no flag for {task!r}; unknown tasks route to the cloud")
-    return Response(flags.canonical(document), media_type="application/json")
+    return _conditional(request, found[0], found[1], snapshot.stale_seconds)
 
 
 # POST /v1/tasks publishes a flag, and GET /v1/tasks/{task} shows it with the latest

@@ -25,7 +25,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.compare.jsonutil import dumps
 from controlplane.models import Flag, FlagHistory, FlagState, Task
 from controlplane.models.base import utcnow
 from controlplane.rollout import flagbus
@@ -181,8 +180,6 @@ def flags_document(session: Session) -> dict[str, Any]:
 
 
 def etag(body: bytes) -> str:
+    """A strong ETag of a body: a hash of the bytes alone, so every replica that renders the
+    same body answers the same tag."""
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-
-
-def canonical(document: Any) -> bytes:
-    return dumps(document)

@@ -1,0 +1,352 @@
+"""The in-process copy of the flags every API process answers from (docs/http-api.md, "Flags").
+
+A poll never touches storage: `snapshot()` hands out bytes built once per revision — the
+canonical document (sorted keys) and one body per task, each with an ETag that is a hash of
+the body alone, so every replica at the same revision answers the same ETag.
+
+The copy follows the global revision:
+- a commit in this process that made a new revision reloads it at once (flagbus listener);
+- with Redis, writers publish the revision after their commit: a thread here listens and
+  reloads on each message, and every `check_seconds` reads the revision key to confirm the
+  copy (the database is read only when the key differs, when Redis is down, and every
+  `DB_BACKSTOP_SECONDS` in case a writer could not publish);
+- without Redis, or while it is down, that thread reads the database's revision (one row)
+  every `check_seconds`.
+When neither can be reached the last copy is still served, with `stale_seconds` (the time
+since it was last confirmed); only a process that never loaded one answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from controlplane.compare.jsonutil import dumps
+from controlplane.db import session_scope
+from controlplane.models import FlagState
+from controlplane.rollout import flagbus, flags
+from controlplane.rollout.flags import etag
+
+log = logging.getLogger("shadowplane.flags")
+
+# With Redis, the database is still read this often: a revision a writer failed to publish
+# (Redis blinked between its commit and its publish) is found within this time.
+DB_BACKSTOP_SECONDS = 10.0
+# The copy counts as stale once its last confirmation is older than this many check
+# intervals (at least STALE_FLOOR_SECONDS), even before a check has failed: a check stuck
+# on an unanswering network is as good as a failed one.
+STALE_CHECKS = 3
+STALE_FLOOR_SECONDS = 5.0
+
+
+class NoFlagsYet(Exception):
+    """No copy was ever loaded and storage cannot be reached: answer 503."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "flags: this process has not loaded the flags yet and storage is unreachable; "
+            "retry (routers route to the cloud meanwhile)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSnapshot:
+    """One revision of the flags, rendered: treat every field as read-only."""
+
+    revision: int
+    flags: Mapping[str, dict[str, Any]]
+    # The canonical `{"flags": ..., "revision": ...}` and its ETag.
+    body: bytes
+    etag: str
+    # task → (canonical flag body, its ETag)
+    tasks: Mapping[str, tuple[bytes, str]] = field(repr=False)
+    # None while the copy is confirmed; else seconds since it was last confirmed.
+    stale_seconds: float | None = None
+
+    def task_body(self, task: str) -> bytes | None:
+        found = self.tasks.get(task)
+        return found[0] if found is not None else None
+
+    def task_etag(self, task: str) -> str | None:
+        found = self.tasks.get(task)
+        return found[1] if found is not None else None
+
+
+def build(document: Mapping[str, Any]) -> FlagSnapshot:
+    """Render `{"revision": n, "flags": {task: flag}}` once: bodies and ETags."""
+    body = dumps(document)
+    tasks = {}
+    for name, flag in document["flags"].items():
+        task_body = dumps(flag)
+        tasks[name] = (task_body, etag(task_body))
+    return FlagSnapshot(
+        revision=int(document["revision"]),
+        flags=dict(document["flags"]),
+        body=body,
+        etag=etag(body),
+        tasks=tasks,
+    )
+
+
+def load(engine: Engine) -> FlagSnapshot:
+    """Read every flag once (the revision first: a change committed in between makes the
+    next check reload, never hides it)."""
+    with session_scope(engine) as session:
+        return build(flags.flags_document(session))
+
+
+def db_revision(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.scalar(select(FlagState.revision).where(FlagState.id == 1)) or 0)
+
+
+class FlagCopy:
+    """One API process's copy of the flags; `start()` loads it and starts following."""
+
+    def __init__(
+        self, engine: Engine, *, redis_url: str | None = None, check_seconds: float = 1.0
+    ) -> None:
+        self._engine = engine
+        self._redis_url = redis_url
+        self._check_seconds = check_seconds
+        self._stale_after = max(STALE_FLOOR_SECONDS, STALE_CHECKS * check_seconds)
+        self._current: FlagSnapshot | None = None
+        self._confirmed_at = 0.0
+        self._failing = False
+        self._lock = threading.Lock()
+        # Loads that end out of order (this thread's and a committing request's) never
+        # replace a newer read with an older one: each load takes a ticket when it starts.
+        self._tickets = 0
+        self._applied = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._removers: list[Any] = []
+        self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+        self._redis: Any = None
+        self._redis_errors: tuple[type[Exception], ...] = ()
+        self._redis_down_until = 0.0
+        self._last_db_check = 0.0
+        self.closed = False
+
+    # --- the request path: memory only ---------------------------------------------------
+
+    def snapshot(self) -> FlagSnapshot:
+        """The current copy (marked stale when it could not be confirmed lately)."""
+        current = self._current
+        if current is None:
+            raise NoFlagsYet()
+        age = time.monotonic() - self._confirmed_at
+        if self._failing or age > self._stale_after:
+            return replace(current, stale_seconds=age)
+        return current
+
+    async def wait_changed(self, after_revision: int, timeout: float) -> FlagSnapshot:
+        """The copy once its revision is not `after_revision` any more, or after `timeout`
+        seconds (or when the copy stops), whichever comes first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            with self._lock:
+                event = self._waiters.get(loop)
+                if event is None:
+                    event = self._waiters[loop] = asyncio.Event()
+            current = self.snapshot()
+            remaining = deadline - loop.time()
+            if current.revision != after_revision or self.closed or remaining <= 0:
+                return current
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    # --- following the revision ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the copy (a failure is retried every check) and start following."""
+        self._removers.append(flagbus.add_listener(self._committed))
+        if self._redis_url:
+            import redis
+
+            self._redis_errors = (redis.RedisError, OSError, ValueError)
+            self._redis = redis.Redis.from_url(
+                self._redis_url,
+                socket_timeout=flagbus.REDIS_TIMEOUT_SECONDS,
+                socket_connect_timeout=flagbus.REDIS_TIMEOUT_SECONDS,
+            )
+            self._removers.append(flagbus.add_redis(self._redis_url))
+        self._check(hint=None, use_key=False)
+        self._thread = threading.Thread(target=self._run, name="shadowplane-flags", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.closed = True
+        self._stop.set()
+        for remove in self._removers:
+            remove()
+        self._removers.clear()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._notify()
+
+    def reload(self) -> FlagSnapshot:
+        """Read the flags now (raises when storage cannot be reached)."""
+        with self._lock:
+            ticket = self._tickets
+            self._tickets += 1
+        fresh = load(self._engine)
+        with self._lock:
+            current = self._current
+            if ticket > self._applied:
+                self._applied = ticket
+                self._current = fresh
+            self._confirmed_at = time.monotonic()
+            self._last_db_check = self._confirmed_at
+            recovered, self._failing = self._failing, False
+        if recovered:
+            log.warning('{"event": "flags_storage_recovered"}')
+        if current is None or (fresh.revision, fresh.etag) != (current.revision, current.etag):
+            self._notify()
+        return self.snapshot()
+
+    def _committed(self, engine: Engine, revision: int) -> None:
+        # A commit in this process: read it back at once, so this process answers its own
+        # change on the next request (the thread would find it within a check).
+        if engine.url != self._engine.url or self.closed:
+            return
+        current = self._current
+        if current is not None and current.revision == revision:
+            return
+        try:
+            self.reload()
+        except Exception as exc:
+            log.warning("flag copy not reloaded after a commit (%s)", type(exc).__name__)
+
+    def _notify(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, {}
+        for loop, event in waiters.items():
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop has closed: nobody waits on it any more
+                pass
+
+    def _run(self) -> None:
+        pubsub: Any = None
+        next_check = time.monotonic() + self._check_seconds
+        while not self._stop.is_set():
+            hint: int | None = None
+            wait = max(0.0, next_check - time.monotonic())
+            if self._redis is not None and pubsub is None and self._redis_up():
+                pubsub = self._subscribe()
+                if pubsub is not None:
+                    hint = -1  # messages may have been missed before: check now
+            if hint is None and pubsub is not None:
+                try:
+                    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+                    if message is not None and message.get("type") == "message":
+                        hint = int(message["data"])
+                except self._redis_errors as exc:
+                    self._redis_failed(exc)
+                    pubsub = self._close(pubsub)
+            elif hint is None:
+                self._stop.wait(wait)
+            if self._stop.is_set():
+                break
+            current = self._current
+            if hint is not None and current is not None and hint == current.revision:
+                continue  # our own publish, or one we loaded already
+            if hint is not None or time.monotonic() >= next_check:
+                self._check(hint=hint, use_key=hint is None)
+                next_check = time.monotonic() + self._check_seconds
+                if pubsub is not None and not self._redis_up():
+                    pubsub = self._close(pubsub)
+        self._close(pubsub)
+
+    def _check(self, *, hint: int | None, use_key: bool) -> None:
+        """Confirm the copy or reload it: the Redis key when it can say so, else the
+        database. A failure of both marks the copy stale (it is kept and served)."""
+        now = time.monotonic()
+        key: int | None = None
+        key_read = False
+        if use_key and self._redis is not None and self._redis_up():
+            try:
+                raw = self._redis.get(flagbus.KEY)
+                key, key_read = (int(raw) if raw is not None else None), True
+            except self._redis_errors as exc:
+                self._redis_failed(exc)
+        current = self._current
+        if (
+            key_read
+            and current is not None
+            and key == current.revision
+            and now - self._last_db_check < DB_BACKSTOP_SECONDS
+        ):
+            with self._lock:
+                self._confirmed_at = now
+                recovered, self._failing = self._failing, False
+            if recovered:
+                log.warning('{"event": "flags_storage_recovered"}')
+            return
+        try:
+            revision = db_revision(self._engine)
+            if current is None or revision != current.revision:
+                revision = self.reload().revision
+            else:
+                with self._lock:
+                    self._confirmed_at = self._last_db_check = time.monotonic()
+                    recovered, self._failing = self._failing, False
+                if recovered:
+                    log.warning('{"event": "flags_storage_recovered"}')
+        except Exception as exc:
+            if not self._failing:
+                log.warning(
+                    '{"event": "flags_storage_unavailable", "error": "%s", '
+                    '"effect": "serving the last copy of the flags, marked stale"}',
+                    type(exc).__name__,
+                )
+            self._failing = True
+            return
+        if key_read and key != revision:
+            # Redis lost the key (restarted) or a writer could not publish: set it right.
+            try:
+                self._redis.set(flagbus.KEY, revision)
+            except self._redis_errors as exc:
+                self._redis_failed(exc)
+
+    def _redis_up(self) -> bool:
+        return time.monotonic() >= self._redis_down_until
+
+    def _redis_failed(self, exc: Exception) -> None:
+        if self._redis_up():
+            log.warning(
+                '{"event": "flags_redis_unavailable", "error": "%s", '
+                '"effect": "following the database revision until Redis answers"}',
+                type(exc).__name__,
+            )
+        self._redis_down_until = time.monotonic() + flagbus.REDIS_RETRY_SECONDS
+
+    def _subscribe(self) -> Any:
+        pubsub = self._redis.pubsub()
+        try:
+            pubsub.subscribe(flagbus.CHANNEL)
+        except self._redis_errors as exc:
+            self._redis_failed(exc)
+            self._close(pubsub)
+            return None
+        return pubsub
+
+    def _close(self, pubsub: Any) -> Any:
+        """Close a subscription (if any); returns None, the subscription it leaves."""
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # closing a dead connection may fail too; it is gone either way
+                pass
+        return None
