@@ -1,0 +1,537 @@
+"""`shadow_compare`: serve the side the flag chooses, run the other beside it, report the pair.
+
+The served side answers the caller as soon as it is ready; the other side runs in a
+thread pool (asyncio tasks in `async_shadow_compare`) and its outcome is reported when it
+finishes or when its timeout passes, whichever comes first. When the edge serves and
+fails (raises, hangs past `edge_timeout`, or returns what `validate` refuses or what is
+not JSON) the request degrades: the cloud answers and the result says `degraded` with the
+reason. The caller never sees an edge exception. A cloud exception on the serving path is
+the caller's own (it is reported, then raised): there is no answer to fall back to.
+
+Each result carries both timings (`latency_ms`), each side's `error` (`timeout`,
+`exception`, `invalid`) with an `error_message`, the router's `decision` (from
+`eligible`), the flag version it routed by, `served` and `degraded`.
+
+A sync edge that hangs keeps its pool thread until it returns (Python cannot stop a
+thread): give `edge_fn` its own network timeouts too. An async edge is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from .routing import Route, Side
+
+log = logging.getLogger("shadowplane.client")
+
+P = TypeVar("P")
+T = TypeVar("T")
+
+
+class Router(Protocol):
+    """What `shadow_compare` needs from a flag client (`FlagClient` is one)."""
+
+    def route(
+        self,
+        task: str,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        input_tokens: int | None = ...,
+        eligible: bool = ...,
+    ) -> Route: ...
+
+
+class Reporter(Protocol):
+    """What `shadow_compare` needs from a reporter (`ResultReporter` is one)."""
+
+    def report(self, result: Mapping[str, Any]) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """What calling one side gave: its output or exception, and how long it took."""
+
+    output: Any
+    exc: BaseException | None
+    latency_ms: float
+    timed_out: bool = False
+
+
+def _call(fn: Callable[[P], T], payload: P) -> _Raw:
+    started = time.perf_counter()
+    try:
+        output = fn(payload)
+    except BaseException as exc:  # in a pool thread: whatever it raised is the side's error
+        return _Raw(None, exc, _ms(started))
+    return _Raw(output, None, _ms(started))
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _edge_side(raw: _Raw, validate: Callable[[Any], bool] | None) -> dict[str, Any]:
+    if raw.timed_out:
+        return _side(None, "timeout", f"no answer within {raw.latency_ms:g} ms", raw, valid=None)
+    if raw.exc is not None:
+        return _side(None, "exception", _message(raw.exc), raw, valid=None)
+    problem = None
+    if validate is not None:
+        try:
+            if validate(raw.output) is not True:
+                problem = "validate refused the output"
+        except Exception as exc:
+            problem = f"validate raised {_message(exc)}"
+    jsonable = _jsonable(raw.output)
+    if problem is None and not jsonable:
+        problem = f"the output is not JSON ({type(raw.output).__name__})"
+    if problem is not None:
+        return _side(raw.output if jsonable else None, "invalid", problem, raw, valid=False)
+    return _side(raw.output, None, None, raw, valid=True if validate is not None else None)
+
+
+def _cloud_side(raw: _Raw) -> dict[str, Any]:
+    if raw.timed_out:
+        return _side(None, "timeout", f"no answer within {raw.latency_ms:g} ms", raw)
+    if raw.exc is not None:
+        return _side(None, "exception", _message(raw.exc), raw)
+    if not _jsonable(raw.output):
+        message = f"the output is not JSON ({type(raw.output).__name__})"
+        return _side(None, "invalid", message, raw)
+    return _side(raw.output, None, None, raw)
+
+
+def _side(
+    output: Any, error: str | None, message: str | None, raw: _Raw, **extra: Any
+) -> dict[str, Any]:
+    side = {"output": output, "error": error, "error_message": message}
+    side["latency_ms"] = raw.latency_ms
+    side.update((k, v) for k, v in extra.items() if v is not None)
+    return side
+
+
+def _ok(side: dict[str, Any]) -> bool:
+    return side["error"] is None
+
+
+class _Pair:
+    """One request's result: reported once, when the served side and the side beside it
+    are both in (a side that timed out is in, as `error: timeout`)."""
+
+    def __init__(
+        self,
+        reporter: Reporter | None,
+        base: dict[str, Any],
+        edge_fields: Mapping[str, Any] | None,
+        cloud_fields: Mapping[str, Any] | None,
+    ) -> None:
+        self.reporter = reporter
+        self.result = base
+        self.extra: dict[str, Mapping[str, Any]] = {
+            "edge": edge_fields or {},
+            "cloud": cloud_fields or {},
+        }
+        self.waiting: set[str] = set()
+        self.answered = False
+        self.lock = threading.Lock()
+
+    def expect(self, side: Side) -> None:
+        with self.lock:
+            self.waiting.add(side)
+
+    def put(self, name: Side, side: dict[str, Any]) -> None:
+        """The first outcome of a side wins (its finish, or its timeout)."""
+        with self.lock:
+            if name not in self.waiting:
+                return
+            self.waiting.discard(name)
+            self.result[name] = {**self.extra[name], **side}
+            ready = self.answered and not self.waiting
+        if ready:
+            self._report()
+
+    def answer(self, served: Side, degraded: bool = False, reason: str | None = None) -> None:
+        with self.lock:
+            self.result.update(served=served, degraded=degraded, degrade_reason=reason)
+            self.answered = True
+            ready = not self.waiting
+        if ready:
+            self._report()
+
+    def _report(self) -> None:
+        if self.reporter is None:
+            return
+        try:
+            self.reporter.report(self.result)
+        except Exception:  # a reporter must not raise; if one does, the answer still goes out
+            log.exception("shadow_compare: the reporter raised")
+
+
+def _start(
+    router: Router,
+    task: str,
+    reporter: Reporter | None,
+    input_tokens: int,
+    session_id: str | None,
+    user_id: str | None,
+    eligible: bool,
+    request_id: str | None,
+    fields: Mapping[str, Any] | None,
+    edge_fields: Mapping[str, Any] | None,
+    cloud_fields: Mapping[str, Any] | None,
+) -> tuple[Route, _Pair]:
+    route = router.route(
+        task,
+        session_id=session_id,
+        user_id=user_id,
+        input_tokens=input_tokens,
+        eligible=eligible,
+    )
+    base: dict[str, Any] = {
+        **(fields or {}),
+        "request_id": request_id or uuid.uuid4().hex,
+        "task": task,
+        "ts": datetime.now(UTC).isoformat(),
+        "session_id": session_id,
+        "user_id": user_id,
+        "input_tokens": input_tokens,
+        # The router's own verdict before the stage and the canary share gate it.
+        "decision": "edge" if eligible else "cloud",
+        "flag_version": route.flag_version,
+        "served": route.served,
+        "degraded": False,
+        "degrade_reason": None,
+        "edge": None,
+        "cloud": None,
+    }
+    return route, _Pair(reporter, base, edge_fields, cloud_fields)
+
+
+# -- sync ----------------------------------------------------------------------------------
+
+
+class _Deadlines:
+    """One daemon thread that runs callbacks at their time (the other side's timeouts),
+    instead of a timer thread per request."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="shadowplane-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap:
+                    self._cv.wait()
+                when, _, fn = self._heap[0]
+                wait = when - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:
+                log.exception("shadow_compare: a timeout callback failed")
+
+
+_deadlines = _Deadlines()
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _default_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shadowplane-side")
+        return _pool
+
+
+def _beside(
+    pair: _Pair,
+    name: Side,
+    future: Future[_Raw],
+    deadline: float,
+    timeout: float,
+    to_side: Callable[[_Raw], dict[str, Any]],
+) -> None:
+    """Report the side not served when it finishes, or as a timeout at `deadline`."""
+
+    def finished(f: Future[_Raw]) -> None:
+        if not f.cancelled():
+            pair.put(name, to_side(f.result()))
+
+    future.add_done_callback(finished)
+
+    def expired() -> None:
+        future.cancel()  # still queued behind hung calls: never start it
+        pair.put(name, to_side(_Raw(None, None, round(timeout * 1000, 3), timed_out=True)))
+
+    _deadlines.call_at(deadline, expired)
+
+
+def shadow_compare(
+    payload: P,
+    edge_fn: Callable[[P], T],
+    cloud_fn: Callable[[P], T],
+    *,
+    client: Router,
+    task: str,
+    input_tokens: int,
+    reporter: Reporter | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    eligible: bool = True,
+    request_id: str | None = None,
+    edge_timeout: float = 5.0,
+    cloud_timeout: float = 60.0,
+    validate: Callable[[T], bool] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    edge_fields: Mapping[str, Any] | None = None,
+    cloud_fields: Mapping[str, Any] | None = None,
+    executor: Executor | None = None,
+) -> T:
+    """The answer for `payload` from the side `client.route` chooses for this request.
+
+    `eligible` is the router's own verdict (reported as `decision`); `fields` are merged
+    into the result (e.g. `{"input": {"text": ...}}`), `edge_fields` / `cloud_fields` into
+    its sides (e.g. `{"model": "small@3"}`). `edge_timeout` bounds the edge on the serving
+    path and beside it; `cloud_timeout` bounds only a cloud call running beside the edge
+    (for its report). `validate(output)` must return True for an edge answer to be served.
+    """
+    route, pair = _start(
+        client,
+        task,
+        reporter,
+        input_tokens,
+        session_id,
+        user_id,
+        eligible,
+        request_id,
+        fields,
+        edge_fields,
+        cloud_fields,
+    )
+    pool = executor or _default_pool()
+    started = time.monotonic()
+
+    def edge_side(raw: _Raw) -> dict[str, Any]:
+        return _edge_side(raw, validate)
+
+    if route.served == "cloud":
+        pair.expect("cloud")
+        if route.run_other:
+            pair.expect("edge")
+            future = pool.submit(_call, edge_fn, payload)
+            _beside(pair, "edge", future, started + edge_timeout, edge_timeout, edge_side)
+        return _serve_cloud(pair, cloud_fn, payload, None)
+
+    pair.expect("edge")
+    edge = pool.submit(_call, edge_fn, payload)
+    cloud: Future[_Raw] | None = None
+    if route.run_other:
+        pair.expect("cloud")
+        cloud = pool.submit(_call, cloud_fn, payload)
+    try:
+        raw = edge.result(timeout=edge_timeout)
+    except (FutureTimeout, CancelledError):
+        edge.cancel()
+        raw = _Raw(None, None, round(edge_timeout * 1000, 3), timed_out=True)
+    side = edge_side(raw)
+    pair.put("edge", side)
+    if _ok(side):
+        if cloud is not None:
+            _beside(pair, "cloud", cloud, started + cloud_timeout, cloud_timeout, _cloud_side)
+        pair.answer("edge")
+        return raw.output
+    # Degraded: the cloud answers. One already running beside is awaited; one still queued
+    # (behind hung edge calls) is taken back and called here.
+    if cloud is not None and cloud.cancel():
+        cloud = None
+    return _serve_cloud(pair, cloud_fn, payload, cloud, degraded=side["error"])
+
+
+def _serve_cloud(
+    pair: _Pair,
+    cloud_fn: Callable[[P], T],
+    payload: P,
+    running: Future[_Raw] | None,
+    degraded: str | None = None,
+) -> T:
+    pair.expect("cloud")
+    if running is not None:
+        raw = running.result()
+    else:
+        started = time.perf_counter()
+        try:
+            output = cloud_fn(payload)
+        except Exception as exc:
+            raw = _Raw(None, exc, _ms(started))
+        else:
+            raw = _Raw(output, None, _ms(started))
+    pair.put("cloud", _cloud_side(raw))
+    pair.answer("cloud", degraded is not None, degraded)
+    if raw.exc is not None:
+        raise raw.exc
+    return raw.output
+
+
+# -- async ---------------------------------------------------------------------------------
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _keep(coro: Awaitable[None]) -> None:
+    task: asyncio.Task[None] = asyncio.ensure_future(coro)
+    _background.add(task)  # the loop keeps weak references only
+    task.add_done_callback(_background.discard)
+
+
+async def _acall(fn: Callable[[P], Awaitable[T]], payload: P, timeout: float | None = None) -> _Raw:
+    started = time.perf_counter()
+    try:
+        if timeout is None:
+            output = await fn(payload)
+        else:
+            output = await asyncio.wait_for(fn(payload), timeout)
+    except TimeoutError as exc:
+        if timeout is None:  # raised by the side itself, not by our timeout
+            return _Raw(None, exc, _ms(started))
+        return _Raw(None, None, _ms(started), timed_out=True)
+    except Exception as exc:
+        return _Raw(None, exc, _ms(started))
+    return _Raw(output, None, _ms(started))
+
+
+async def _abeside(
+    pair: _Pair,
+    name: Side,
+    pending: Awaitable[_Raw],
+    timeout: float,
+    to_side: Callable[[_Raw], dict[str, Any]],
+) -> None:
+    try:
+        raw = await asyncio.wait_for(pending, max(timeout, 0.0))
+    except TimeoutError:
+        raw = _Raw(None, None, round(timeout * 1000, 3), timed_out=True)
+    pair.put(name, to_side(raw))
+
+
+async def async_shadow_compare(
+    payload: P,
+    edge_fn: Callable[[P], Awaitable[T]],
+    cloud_fn: Callable[[P], Awaitable[T]],
+    *,
+    client: Router,
+    task: str,
+    input_tokens: int,
+    reporter: Reporter | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    eligible: bool = True,
+    request_id: str | None = None,
+    edge_timeout: float = 5.0,
+    cloud_timeout: float = 60.0,
+    validate: Callable[[T], bool] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    edge_fields: Mapping[str, Any] | None = None,
+    cloud_fields: Mapping[str, Any] | None = None,
+) -> T:
+    """`shadow_compare` for coroutines: `edge_fn` and `cloud_fn` are async; the side not
+    served runs as a task on the running loop, and an edge past its timeout is cancelled."""
+    route, pair = _start(
+        client,
+        task,
+        reporter,
+        input_tokens,
+        session_id,
+        user_id,
+        eligible,
+        request_id,
+        fields,
+        edge_fields,
+        cloud_fields,
+    )
+    started = time.monotonic()
+
+    def edge_side(raw: _Raw) -> dict[str, Any]:
+        return _edge_side(raw, validate)
+
+    if route.served == "cloud":
+        pair.expect("cloud")
+        if route.run_other:
+            pair.expect("edge")
+            _keep(_abeside(pair, "edge", _acall(edge_fn, payload), edge_timeout, edge_side))
+        return await _aserve_cloud(pair, _acall(cloud_fn, payload), None)
+
+    pair.expect("edge")
+    cloud: asyncio.Task[_Raw] | None = None
+    if route.run_other:
+        pair.expect("cloud")
+        cloud = asyncio.ensure_future(_acall(cloud_fn, payload))
+    try:
+        raw = await _acall(edge_fn, payload, edge_timeout)
+    except BaseException:  # the caller was cancelled: nothing of this request goes on
+        if cloud is not None:
+            cloud.cancel()
+        raise
+    side = edge_side(raw)
+    pair.put("edge", side)
+    if _ok(side):
+        if cloud is not None:
+            left = cloud_timeout - (time.monotonic() - started)
+            _keep(_abeside(pair, "cloud", cloud, left, _cloud_side))
+        pair.answer("edge")
+        return raw.output
+    if cloud is not None:
+        return await _aserve_cloud(pair, cloud, side["error"])
+    return await _aserve_cloud(pair, _acall(cloud_fn, payload), side["error"])
+
+
+async def _aserve_cloud(pair: _Pair, pending: Awaitable[_Raw], degraded: str | None) -> Any:
+    pair.expect("cloud")
+    raw = await pending
+    pair.put("cloud", _cloud_side(raw))
+    pair.answer("cloud", degraded is not None, degraded)
+    if raw.exc is not None:
+        raise raw.exc
+    return raw.output
