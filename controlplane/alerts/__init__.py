@@ -1,2 +1,2 @@
 """Alerts on closed windows (docs/evidence.md): distribution shift, edge-share jump, input
-drift, silence."""
+drift, silence, and routers that do not follow their flag (sample-ratio mismatch)."""

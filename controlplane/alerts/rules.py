@@ -10,6 +10,8 @@
   from the task's recorded baseline; judged on windows of 20 results or more.
 - `no_traffic`: a task in shadow, canary or full with no results for `silence_windows`
   consecutive windows; a silent router must not look healthy.
+- `srm` (in `controlplane.alerts.srm`, judged on the window's results rather than its
+  `all` row): routers of a canary do not follow the flag they report.
 
 A baseline needs at least min(3, `baseline_windows`) earlier windows; without it, or
 without data in the window, the finding is `None` (no evidence either way) and an open

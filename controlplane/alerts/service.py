@@ -13,15 +13,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, case, false, func, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.alerts import rules
+from controlplane.alerts import rules, srm
 from controlplane.alerts.rules import Finding, WindowSummary
 from controlplane.audit.service import record
+from controlplane.catalog.schemas import AlertsConfig
 from controlplane.catalog.service import TaskRuntime, runtimes
 from controlplane.metrics.fields import ALL
-from controlplane.models import Alert, Task, Window, WindowMetrics
+from controlplane.models import (
+    Alert,
+    FlagHistory,
+    Result,
+    Task,
+    TaskConfigVersion,
+    Window,
+    WindowMetrics,
+)
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import alert_document
 from controlplane.notify.outbox import add_event
@@ -83,6 +92,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
     config = runtime.config.alerts
     depth = max(config.baseline_windows, config.silence_windows)
     events: list[AlertEvent] = []
+    terms: dict[int, srm.Terms] | None = None
     for window, metrics in list(pending):
         current = summary(window.window_start, metrics)
         history = _summaries(session, task.id, window.window_start, depth)
@@ -94,6 +104,11 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
             window_seconds=runtime.config.window_seconds,
             input_baseline=task.input_p95_baseline,
         )
+        if task.stage == "canary":
+            terms = _flag_terms(session, task.id) if terms is None else terms
+            found.append(_srm(session, task, window, terms, config))
+        else:  # the check applies to canary traffic only: an open alert resolves
+            found.append(srm.finding(srm.Tally(), config, stage=task.stage))
         for finding in found:
             event = _apply(session, task, window.window_start, finding)
             if event is not None:
@@ -109,6 +124,80 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
         window.alerts_evaluated = True
     session.flush()
     return events
+
+
+def _flag_terms(session: Session, task_id: int) -> dict[int, srm.Terms]:
+    """What each version of the task's flag told routers, from the flag history."""
+    rows = session.execute(
+        select(FlagHistory.version, FlagHistory.fields).where(FlagHistory.task_id == task_id)
+    )
+    found = {version: srm.terms_of(fields or {}) for version, fields in rows}
+    return {version: t for version, t in found.items() if t is not None}
+
+
+def _srm(
+    session: Session,
+    task: Task,
+    window: Window,
+    terms: dict[int, srm.Terms],
+    config: AlertsConfig,
+) -> Finding:
+    """The sample-ratio finding of a canary window, from its eligible results: the router's
+    decision was edge and ingest stored a sticky bucket. Grouped in the database by what
+    the check reads, so a window of any size costs one small answer."""
+    caps = {v: t.max_input_tokens for v, t in terms.items() if t.max_input_tokens is not None}
+    over: ColumnElement[bool] = (
+        Result.input_tokens > case(caps, value=Result.flag_version, else_=None) if caps else false()
+    )
+    attempt = or_(Result.served == "edge", Result.degraded)
+    over_cap = func.coalesce(over, false())
+    rows = session.execute(
+        select(
+            Result.flag_version,
+            Result.config_version,
+            Result.sticky_bucket,
+            attempt.label("attempt"),
+            func.max(Result.input_tokens),
+            func.count(),
+        )
+        .where(
+            and_(
+                Result.task_id == task.id,
+                Result.ts >= window.window_start,
+                Result.ts < window.window_end,
+                Result.decision == "edge",
+                Result.sticky_bucket.is_not(None),
+            )
+        )
+        # Within a group every result is over its version's cap or none is, so the
+        # group's largest input stands for all of them.
+        .group_by(
+            Result.flag_version, Result.config_version, Result.sticky_bucket, attempt, over_cap
+        )
+    ).all()
+    config_versions = {row[1] for row in rows}
+    keyed_by = {
+        version: (document or {}).get("sticky_by", "session")
+        for version, document in session.execute(
+            select(TaskConfigVersion.version, TaskConfigVersion.config).where(
+                TaskConfigVersion.task_id == task.id,
+                TaskConfigVersion.version.in_(config_versions),
+            )
+        )
+    }
+    requests = (
+        srm.Request(
+            bucket=bucket,
+            input_tokens=tokens,
+            flag_version=flag_version,
+            edge_attempt=bool(on_edge),
+            keyed_by=keyed_by.get(config_version, "session"),
+            count=n,
+        )
+        for flag_version, config_version, bucket, on_edge, tokens, n in rows
+        if bucket is not None  # the query excludes them; this says so to the type checker
+    )
+    return srm.finding(srm.tally(requests, terms), config, stage=task.stage)
 
 
 def _apply(

@@ -127,6 +127,10 @@ class AlertsConfig(Strict):
     edge_share_jump: Fraction = 0.2
     input_p95_drift: Positive = 0.3
     silence_windows: int = Field(3, ge=1, le=1000)
+    # The sample-ratio check (srm): a canary window whose observed edge share departs from
+    # the one its flag versions expect at p below this, with this many eligible requests.
+    srm_p_value: float = Field(0.001, gt=0.0, lt=1.0, allow_inf_nan=False)
+    srm_min_requests: int = Field(200, ge=1, le=MAX_SAMPLES)
 
 
 RuleMetric = Literal[

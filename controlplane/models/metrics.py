@@ -113,7 +113,7 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic
+    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic | srm
     kind: Mapped[str] = mapped_column(String(32))
     # open | acknowledged | resolved
     state: Mapped[str] = mapped_column(String(16))

@@ -1,0 +1,152 @@
+"""The sample-ratio alert end to end: results routed by the real routing rule and posted
+through ingest (ids hashed, buckets stored), windows closed by the pass, the `srm` alert
+opened, kept single, announced and resolved — on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from controlplane.client.routing import route
+from controlplane.client.sticky import sticky_bucket
+from controlplane.db import session_scope
+from controlplane.models import OutboxEvent, Task
+from controlplane.rollout.actions import apply_config
+from controlplane.scheduler import run_pass
+from tests.conftest import Api, make_api
+from tests.windowdata import post_all
+
+WINDOW, LATENESS, CAP = 60, 30, 2000
+
+
+def config(name: str) -> dict[str, Any]:
+    return {
+        "task": name,
+        "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
+        "window_seconds": WINDOW,
+        "allowed_lateness_seconds": LATENESS,
+        "max_input_tokens": CAP,
+        # ids are stored hashed: the check reads the bucket ingest computed from the raw id
+        "payload_policy": "redacted",
+        "promotion": {"canary_steps": [25]},
+    }
+
+
+@pytest.fixture
+def api(db_url: str) -> Iterator[Api]:
+    for api in make_api(db_url):
+        with session_scope(api.engine) as session:
+            apply_config(session, config("srm_task"), actor="test")
+            apply_config(session, config("srm_shadow"), actor="test")
+        yield api
+
+
+def results(
+    task: str, flag: dict[str, Any], start: datetime, k: int, *, rogue: bool, sessions: int = 120
+) -> list[dict[str, Any]]:
+    """One window of a router's results: sessions of a few requests, routed by the flag
+    (a rogue router serves 30% of its sessions from the edge whatever the flag says);
+    some requests ineligible, over the cap, or from a router that had no flag yet."""
+    rng = random.Random(f"{task}-{k}-{rogue}")
+    out = []
+    for j in range(sessions):
+        session = f"s-{k}-{j}"
+        ignored = rogue and (sticky_bucket("rogue", session) or 0) < 30
+        for i in range(rng.randrange(2, 7)):
+            tokens = rng.choice([300, 900, CAP + 500]) if i else 300
+            eligible = rng.random() < 0.9
+            known = rng.random() > 0.03
+            r = route(
+                flag if known else None,
+                task,
+                draw=rng.random(),
+                session_id=session,
+                input_tokens=tokens,
+                eligible=eligible,
+            )
+            served = "edge" if ignored and eligible else r.served
+            degraded = served == "edge" and rng.random() < 0.1
+            out.append(
+                {
+                    "request_id": f"{task}-{k}-{j}-{i}",
+                    "task": task,
+                    "ts": (
+                        start + timedelta(seconds=k * WINDOW + rng.uniform(0, WINDOW - 1))
+                    ).isoformat(),
+                    "session_id": session,
+                    "input_tokens": tokens,
+                    "decision": "edge" if eligible else "cloud",
+                    "served": "cloud" if degraded else served,
+                    "degraded": degraded,
+                    "degrade_reason": "low_confidence" if degraded else None,
+                    "flag_version": r.flag_version,
+                    "edge": {"output": "refund", "model": "small@3"},
+                    "cloud": {"output": "refund", "model": "large@7"},
+                }
+            )
+    return out
+
+
+def srm_alerts(api: Api, task: str) -> list[dict[str, Any]]:
+    response = api.client.get("/v1/alerts", params={"task": task}, headers=api.headers("read"))
+    assert response.status_code == 200, response.text
+    return [a for a in response.json()["alerts"] if a["kind"] == "srm"]
+
+
+def test_a_router_ignoring_its_flag_opens_one_srm_alert_that_resolves_when_it_follows(
+    api: Api,
+) -> None:
+    promoted = api.client.post(
+        "/v1/tasks/srm_task/promote", json={"reason": "canary", "force": True},
+        headers=api.headers(),
+    )  # fmt: skip
+    assert promoted.status_code == 200, promoted.text
+    flag = api.client.get("/v1/flags/srm_task", headers=api.headers("flags:read")).json()
+    assert (flag["stage"], flag["edge_percent"]) == ("canary", 25)
+    shadow_flag = api.client.get("/v1/flags/srm_shadow", headers=api.headers("flags:read")).json()
+    assert shadow_flag["stage"] == "shadow"
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW + 8 * WINDOW)
+    with session_scope(api.engine) as session:
+        earlier = start - timedelta(hours=1)
+        session.execute(update(Task).values(created_at=earlier, stage_changed_at=earlier))
+
+    def window(k: int, *, rogue: bool) -> None:
+        post_all(api, results("srm_task", flag, start, k, rogue=rogue))
+        # A task outside canary is not judged, however its router routes.
+        post_all(api, results("srm_shadow", shadow_flag, start, k, rogue=True))
+        run_pass(api.engine, start + timedelta(seconds=(k + 1) * WINDOW + LATENESS))
+
+    window(0, rogue=False)
+    assert srm_alerts(api, "srm_task") == []
+
+    window(1, rogue=True)
+    [alert] = srm_alerts(api, "srm_task")
+    assert alert["state"] == "open"
+    assert alert["value"] > alert["baseline"] > 0
+    message = alert["message"]
+    for part in ("Routers do not follow their flag", f"v{flag['version']}, edge_percent 25",
+                 "eligible requests", "reported no flag version"):  # fmt: skip
+        assert part in message, message
+
+    window(2, rogue=True)  # still skewed: the same alert, updated
+    [again] = srm_alerts(api, "srm_task")
+    assert again["id"] == alert["id"] and again["state"] == "open"
+
+    window(3, rogue=False)
+    [resolved] = srm_alerts(api, "srm_task")
+    assert resolved["id"] == alert["id"] and resolved["state"] == "resolved"
+    assert srm_alerts(api, "srm_shadow") == []
+
+    with session_scope(api.engine) as session:
+        announced = [
+            (e.task, e.document["action"])
+            for e in session.scalars(select(OutboxEvent).order_by(OutboxEvent.id))
+            if e.kind == "alert" and e.document["rule"] == "srm"
+        ]
+    assert announced == [("srm_task", "alert_opened"), ("srm_task", "alert_resolved")]
