@@ -49,6 +49,7 @@ from controlplane.rollout.endpoints import (
     tasks_router as rollout_router,
 )
 from controlplane.rollout.flagcopy import FlagCopy, NoFlagsYet
+from controlplane.rollout.ofrep import router as ofrep_router
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
 
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(alerts_router)
     app.include_router(exporter_router)
     app.include_router(flags_router)
+    app.include_router(ofrep_router)
     app.include_router(rollout_router)
     app.include_router(decisions_router)
     app.include_router(kill_router)
