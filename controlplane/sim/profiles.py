@@ -12,10 +12,11 @@ regression the rollback rule must catch), `edge_outage` (the edge times out and 
 on the serving path that is a degrade), `silence` (the router stops sending),
 `traffic_jump` (five times the usual volume).
 
-`served` says whether the edge answered this request (canary or full stage, decided by
-the router from its flag); by default the traffic is shadow traffic: the cloud answers
-and the edge runs beside it. When the edge serves and fails (error, low confidence) the
-request degrades to the cloud.
+`decision` is the simulated router's own eligibility rule, before any flag: inputs of up
+to `ELIGIBLE_MAX_TOKENS` tokens could go to the edge (`eligible`). `served` says whether the
+edge answered this request (canary or full stage, decided by the router from its flag); by
+default the traffic is shadow traffic: the cloud answers and the edge runs beside it. When
+the edge serves and fails (error, low confidence) the request degrades to the cloud.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 
 SCENARIOS = ("none", "long_tickets", "edge_outage", "silence", "traffic_jump")
 LONG_TICKET = 2048
+# The simulated routers send nothing longer than this to the edge, whatever the flag says.
+ELIGIBLE_MAX_TOKENS = 4096
 LABELS = ["refund", "exchange", "complaint", "inquiry"]
 CURRENCIES = ["EUR", "USD", "GBP", "JPY"]
 
@@ -252,7 +255,7 @@ def _result(
         "session_id": f"s-{rng.randrange(5000)}",
         "user_id": f"u-{rng.randrange(2000)}",
         "input_tokens": tokens,
-        "decision": "edge" if tokens <= 4096 else "cloud",
+        "decision": "edge" if eligible(tokens) else "cloud",
         "served": "cloud",
         "degraded": False,
         "degrade_reason": None,
@@ -261,6 +264,11 @@ def _result(
         "cloud": cloud,
     }
     return serve(result, edge_serves)
+
+
+def eligible(input_tokens: int) -> bool:
+    """The router's own verdict, before the stage and the canary share gate it."""
+    return input_tokens <= ELIGIBLE_MAX_TOKENS
 
 
 def serve(result: dict[str, Any], edge_serves: bool) -> dict[str, Any]:

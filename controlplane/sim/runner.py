@@ -1,17 +1,17 @@
 """Playing routing services against a running API over HTTP, in real time, as routers would.
 
 Every second each task produces `rate` results (five times that under `traffic_jump`,
-none under `silence`) stamped with the current time, and posts them in batches. A batch
-the API could not take (503, connection error) is kept and sent again the next second,
-as a router's outbox would; resends are harmless because ingest is idempotent.
+none under `silence`) stamped with the current time. They are routed and reported with the
+router SDK, exactly as README.md ("For routing services") tells a router to:
 
-Routing follows the flags, polled every second with `If-None-Match` (the key needs the
-`flags:read` scope besides `ingest`), exactly as README.md ("For routing services") says a
-router must: killed, cloud, rolled_back and shadow serve the cloud; canary serves the edge
-when the session's sticky bucket is under `edge_percent` and the input within
-`max_input_tokens`; full serves the edge within the cap; the other side runs with
-probability `shadow_rate` where the stage table says so. A missing or unreadable flag means
-cloud, and no second side.
+- `FlagClient` keeps the flags (the stream when the API has it, else polling every second;
+  the key needs the `flags:read` scope besides `ingest`) and routes each request by the
+  routing rule, keyed on the session or the user as the flag's `sticky_by` says; without
+  flags (or with stale ones) everything goes to the cloud with no second side;
+- `decision` is this router's own verdict (`profiles.eligible`: inputs it would send to the
+  edge at all), and the flag never serves the edge a request the router found ineligible;
+- `ResultReporter` posts the results in background batches, retrying what the API could not
+  take (a 503, a connection error); resends are harmless because ingest is idempotent.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
-
-from controlplane.client import sticky_bucket
-from controlplane.sim.profiles import GENERATORS, serve
+from controlplane.client import FlagClient, ResultReporter, Route
+from controlplane.sim.profiles import GENERATORS, eligible, serve
 
 MAX_OUTBOX = 200_000
+# Seconds `stream` waits at the end for the reporters to deliver what is queued.
+FLUSH_SECONDS = 60.0
 
 
 @dataclass
@@ -42,55 +42,10 @@ class Totals:
     served_edge: int = 0
     errors: list[str] = field(default_factory=list)
 
-
-def route(
-    flag: dict[str, Any] | None, task: str, key: str | None, tokens: int, draw: float
-) -> tuple[bool, bool]:
-    """(the edge is on the serving path, the other side runs) for one request."""
-    if not flag or flag.get("killed"):
-        return False, False
-    stage = flag.get("stage")
-    beside = draw < float(flag.get("shadow_rate", 0))
-    if stage in ("shadow", "rolled_back"):
-        return False, beside  # the cloud serves, the edge runs in shadow
-    if stage not in ("canary", "full"):
-        return False, False  # cloud, or a stage this router does not know
-    cap = flag.get("max_input_tokens")
-    within = cap is None or tokens <= cap
-    if stage == "full":
-        return within, beside
-    bucket = sticky_bucket(task, key)
-    return within and bucket is not None and bucket < int(flag.get("edge_percent", 0)), beside
-
-
-class FlagPoller:
-    """The flags document, re-read when its ETag changes; None for a task means cloud."""
-
-    def __init__(self, client: httpx.Client) -> None:
-        self.client = client
-        self.etag: str | None = None
-        self.flags: dict[str, dict[str, Any]] = {}
-        self.error: str | None = None
-
-    def poll(self) -> None:
-        headers = {"If-None-Match": self.etag} if self.etag else {}
-        try:
-            response = self.client.get("/v1/flags", headers=headers)
-        except httpx.HTTPError as exc:
-            self.error = f"flags unreadable ({type(exc).__name__}): routing to the cloud"
-            self.flags = {}
-            return
-        if response.status_code == 304:
-            return
-        if response.status_code != 200:
-            self.error = f"flags unreadable (HTTP {response.status_code}): routing to the cloud"
-            self.flags, self.etag = {}, None
-            return
-        self.flags, self.etag, self.error = (
-            response.json()["flags"],
-            response.headers.get("etag"),
-            None,
-        )
+    def note(self, error: str | None) -> None:
+        if error and (not self.errors or self.errors[-1] != error):
+            self.errors.append(error)
+            del self.errors[:-20]
 
 
 @dataclass
@@ -119,30 +74,46 @@ def stream(
     seed: int = 0,
     stop: threading.Event | None = None,
     every_second: Callable[[float, dict[str, Totals]], None] | None = None,
+    flag_stream: bool = True,
 ) -> dict[str, Totals]:
     """Post `rate` results per second per task for `duration` seconds (until `stop` is set)."""
     plan = plan or Plan()
     stop = stop or threading.Event()
     totals = {task: Totals() for task in tasks}
-    outbox: dict[str, list[dict[str, Any]]] = {task: [] for task in tasks}
     rngs = {task: random.Random(f"{task}:{seed}") for task in tasks}
     carry = dict.fromkeys(tasks, 0.0)
     counter = dict.fromkeys(tasks, 0)
+    flags = FlagClient(
+        base_url,
+        key,
+        stream=flag_stream,
+        poll_interval=1.0,
+        max_backoff=5.0,
+        rng=random.Random(f"flags:{seed}"),
+    )
+    # One reporter per task, so each task's counts are its own.
+    reporters = {
+        task: ResultReporter(
+            base_url,
+            key,
+            batch_size=min(batch_size, 1000),
+            flush_interval=0.2,
+            max_queue=MAX_OUTBOX,
+            max_backoff=5.0,
+        )
+        for task in tasks
+    }
+    flags.start()
+    flags.wait_ready(10)  # the first flags, or cloud until they come
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as client:
-        poller = FlagPoller(client)
+    try:
         second = 0
         while not stop.is_set():
             elapsed = time.monotonic() - started
             if elapsed >= duration:
                 break
-            poller.poll()
-            if poller.error:
-                for t in totals.values():
-                    if not t.errors or t.errors[-1] != poller.error:
-                        t.errors.append(poller.error)
             now = datetime.now(UTC)
+            flag_error = flags.status().error
             for task in tasks:
                 scenario = plan.active(task, elapsed)
                 factor = (
@@ -152,70 +123,53 @@ def stream(
                 n, carry[task] = int(carry[task]), carry[task] % 1
                 rng = rngs[task]
                 make = GENERATORS[task]
-                flag = poller.flags.get(task)
                 for _ in range(n):
                     ts = now - timedelta(seconds=rng.random())
                     result = make(rng, counter[task], ts, scenario, False)
-                    edge, other = route(
-                        flag, task, result["session_id"], result["input_tokens"], rng.random()
+                    route = flags.route(
+                        task,
+                        session_id=result["session_id"],
+                        user_id=result["user_id"],
+                        input_tokens=result["input_tokens"],
+                        eligible=eligible(result["input_tokens"]),
                     )
-                    outbox[task].append(_as_routed(serve(result, edge), edge, other, flag))
+                    result = _as_routed(serve(result, route.served == "edge"), route)
+                    reporters[task].report(result)
                     totals[task].served_edge += result["served"] == "edge"
                     counter[task] += 1
                 totals[task].generated += n
-                _send(client, outbox, task, totals[task], batch_size)
+                totals[task].note(flag_error and f"flags: {flag_error}")
+                _count(totals[task], reporters[task])
             if every_second is not None:
                 every_second(elapsed, totals)
             second += 1
             stop.wait(max(0.0, started + second - time.monotonic()))
-        for task in tasks:  # a last try for what is still in the outbox
-            _send(client, outbox, task, totals[task], batch_size)
-            totals[task].dropped += len(outbox[task])
+    finally:
+        flags.close()
+        for task, reporter in reporters.items():  # deliver what is still queued
+            reporter.close(timeout=FLUSH_SECONDS)
+            _count(totals[task], reporter)
     return totals
 
 
-def _as_routed(
-    result: dict[str, Any], edge: bool, other: bool, flag: dict[str, Any] | None
-) -> dict[str, Any]:
+def _as_routed(result: dict[str, Any], route: Route) -> dict[str, Any]:
     """Drop the side that did not run; a degrade keeps both (the edge was tried first)."""
-    result["flag_version"] = flag.get("version") if flag else None
-    if edge or result["degraded"]:
-        if not other and not result["degraded"]:
+    result["flag_version"] = route.flag_version
+    if route.served == "edge" or result["degraded"]:
+        if not route.run_other and not result["degraded"]:
             result["cloud"] = None
-    elif not other:
+    elif not route.run_other:
         result["edge"] = None
     return result
 
 
-def _send(
-    client: httpx.Client,
-    outbox: dict[str, list[dict[str, Any]]],
-    task: str,
-    totals: Totals,
-    batch_size: int,
-) -> None:
-    pending = outbox[task]
-    while pending:
-        batch = pending[:batch_size]
-        try:
-            response = client.post("/v1/results", json={"results": batch})
-        except httpx.HTTPError as exc:
-            totals.errors.append(f"{type(exc).__name__}: {exc}")
-            break
-        if response.status_code != 200:
-            totals.errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
-            if response.status_code in (429, 502, 503, 504):
-                break  # kept: sent again next second
-            del pending[: len(batch)]  # the API refused the batch itself; resending cannot help
-            totals.rejected += len(batch)
-            continue
-        report = response.json()
-        totals.accepted += report["accepted"]
-        totals.duplicates += report["duplicates"]
-        totals.rejected += len(report["rejected"])
-        totals.errors.extend(r["error"] for r in report["rejected"][:3])
-        del pending[: len(batch)]
-    if len(pending) > MAX_OUTBOX:  # the API is gone for long: say how much is dropped
-        totals.dropped += len(pending) - MAX_OUTBOX
-        del pending[: len(pending) - MAX_OUTBOX]
-    del totals.errors[:-20]
+def _count(totals: Totals, reporter: ResultReporter) -> None:
+    new_rejections = reporter.rejected - totals.rejected
+    totals.accepted = reporter.accepted
+    totals.duplicates = reporter.duplicates
+    totals.rejected = reporter.rejected
+    totals.dropped = reporter.dropped
+    totals.note(reporter.last_error)
+    if new_rejections > 0:
+        for rejection in list(reporter.rejections)[-min(new_rejections, 3) :]:
+            totals.note(f"rejected {rejection['request_id']}: {rejection['error']}")

@@ -173,32 +173,59 @@ def test_simulate_names_a_bad_scenario() -> None:
     )
 
 
-def test_routing_follows_the_flag_as_a_router_must() -> None:
+def test_the_simulator_keys_on_sticky_by_and_routes_only_what_it_finds_eligible(
+    live_api: tuple[str, Api],
+) -> None:
+    from controlplane.auth.service import create_key
     from controlplane.client import sticky_bucket
-    from controlplane.sim.runner import route
+    from controlplane.sim.profiles import ELIGIBLE_MAX_TOKENS
+    from controlplane.sim.runner import stream
 
-    canary = {
-        "stage": "canary",
-        "edge_percent": 50,
-        "max_input_tokens": 512,
-        "shadow_rate": 1.0,
-        "killed": False,
+    base, api = live_api
+    with session_scope(api.engine) as session:
+        _, key = create_key(session, name="router", scopes=["ingest", "flags:read"], actor="test")
+    config = {
+        **TICKET,
+        "sticky_by": "user",
+        "promotion": {"canary_steps": [50]},
+        "shadow_rate": 0.0,
     }
-    inside = next(f"s-{i}" for i in range(100) if sticky_bucket("t", f"s-{i}") < 50)  # type: ignore[operator]
-    outside = next(f"s-{i}" for i in range(100) if sticky_bucket("t", f"s-{i}") >= 50)  # type: ignore[operator]
-    assert route(canary, "t", inside, 100, 0.5) == (True, True)
-    assert route(canary, "t", outside, 100, 0.5) == (False, True)
-    assert route(canary, "t", inside, 600, 0.5) == (False, True)  # over the cap
-    assert route(canary, "t", None, 100, 0.5) == (False, True)  # no key: cloud
-    assert route({**canary, "killed": True}, "t", inside, 100, 0.5) == (False, False)
-    assert route({**canary, "stage": "full"}, "t", outside, 100, 0.5) == (True, True)
-    assert route({**canary, "stage": "shadow", "shadow_rate": 0.25}, "t", inside, 100, 0.5) == (
-        False,
-        False,
+    assert api.client.post("/v1/tasks", json=config, headers=api.headers()).status_code == 201
+    promoted = api.client.post(
+        "/v1/tasks/ticket_classify/promote",
+        json={"reason": "sim", "force": True},
+        headers=api.headers(),
     )
-    assert route({**canary, "stage": "rolled_back"}, "t", inside, 100, 0.5) == (False, True)
-    assert route({**canary, "stage": "cloud"}, "t", inside, 100, 0.0) == (False, False)
-    assert route(None, "t", inside, 100, 0.0) == (False, False)
+    assert promoted.status_code == 200  # shadow -> canary at 50%, keyed on the user
+    totals = stream(base, key, ["ticket_classify"], rate=300, duration=2, flag_stream=False)
+    t = totals["ticket_classify"]
+    assert t.accepted == t.generated > 0 and t.dropped == 0 and not t.rejected, t.errors
+    with session_scope(api.engine) as session:
+        rows = session.execute(
+            select(
+                Result.session_id,
+                Result.user_id,
+                Result.input_tokens,
+                Result.decision,
+                Result.served,
+                Result.degraded,
+                Result.edge_ran,
+                Result.cloud_ran,
+            )
+        ).all()
+    assert len(rows) == t.generated
+    by_user_differs = 0
+    for r in rows:
+        eligible = r.input_tokens <= ELIGIBLE_MAX_TOKENS
+        assert r.decision == ("edge" if eligible else "cloud")
+        in_canary = sticky_bucket("ticket_classify", r.user_id) < 50  # type: ignore[operator]
+        edge_on_path = r.served == "edge" or r.degraded
+        assert edge_on_path == (eligible and in_canary), r
+        assert r.edge_ran == edge_on_path and r.cloud_ran == (not edge_on_path or r.degraded)
+        session_in = sticky_bucket("ticket_classify", r.session_id) < 50  # type: ignore[operator]
+        by_user_differs += session_in != in_canary
+    assert by_user_differs > 0  # the session would have routed some of them otherwise
+    assert any(not r.input_tokens <= ELIGIBLE_MAX_TOKENS for r in rows)
 
 
 def test_the_simulator_serves_the_edge_where_the_flag_says(live_api: tuple[str, Api]) -> None:
