@@ -36,7 +36,7 @@ def require(scope: str | None) -> Callable[[Request], Principal]:
         if key is None:
             raise HTTPException(
                 401,
-                "missing API key: send 'Authorization: Bearer <key>'",
+                "missing API key: send 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')",
                 headers={"WWW-Authenticate": "Bearer"},
             )
         cache: KeyCache = request.app.state.keys

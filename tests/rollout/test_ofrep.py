@@ -388,7 +388,8 @@ def test_keys_by_bearer_or_x_api_key_with_the_flags_scope(stages: Api) -> None:
     api = stages
     body = {"context": {"input_tokens": 10}}
     for path in (ONE.format("t_full"), BULK):
-        assert api.client.post(path, json=body).status_code == 401
+        missing = api.client.post(path, json=body)
+        assert missing.status_code == 401 and "'X-API-Key: <key>'" in missing.json()["detail"]
         assert (
             api.client.post(path, json=body, headers={"X-API-Key": "sp_made_up"}).status_code == 401
         )
