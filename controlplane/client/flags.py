@@ -225,6 +225,8 @@ class FlagClient:
                         break
                 delay = self._poll()
                 self._first_attempt.set()
+                if self.stream:  # the stream is tried again when due, between polls
+                    delay = min(delay, max(0.0, self._next_stream_try - time.monotonic()))
                 if self._stop.wait(delay):
                     break
         except _Halt:

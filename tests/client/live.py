@@ -45,6 +45,8 @@ class ApiProcess:
     keys: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    # More SHADOWPLANE_* settings for the process.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def base(self) -> str:
@@ -57,6 +59,7 @@ class ApiProcess:
             SHADOWPLANE_TICK_SECONDS="0",
             SHADOWPLANE_LOG_LEVEL="WARNING",
         )
+        env.update(self.env)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
