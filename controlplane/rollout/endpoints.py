@@ -25,6 +25,7 @@ from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.rollout import actions, flags, service
 from controlplane.rollout.flagcopy import FlagCopy
+from controlplane.rollout.flagstream import BUSY_RETRY_SECONDS, FlagStream, StreamSlots
 from controlplane.rollout.schemas import (
     AppliedOut,
     DecisionOut,
@@ -41,10 +42,14 @@ router = APIRouter(prefix="/v1/flags", tags=["flags"])
 # Answered from the process's copy of the flags (controlplane.rollout.flagcopy): bytes
 # rendered once per revision, never a query. Documented, not re-validated.
 _CACHED: dict[str, Any] = {
-    "ETag": {"description": "A hash of the body alone: the same on every replica."},
+    "ETag": {
+        "description": "A hash of the body alone: the same on every replica.",
+        "schema": {"type": "string"},
+    },
     "X-Shadowplane-Stale": {
         "description": "Only when storage cannot be reached: whole seconds since this "
-        "process last confirmed its copy of the flags (the answer is that copy)."
+        "process last confirmed its copy of the flags (the answer is that copy).",
+        "schema": {"type": "integer"},
     },
 }
 _NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
@@ -95,6 +100,48 @@ async def all_flags(
     """Every task's routing flag and the global revision; ETag, and 304 for If-None-Match."""
     snapshot = _flag_copy(request).snapshot()
     return _conditional(request, snapshot.body, snapshot.etag, snapshot.stale_seconds)
+
+
+@router.get(
+    "/stream",
+    response_class=FlagStream,
+    status_code=200,
+    responses={
+        200: {
+            "description": "Server-Sent Events: `id: <revision>`, `event: flags`, `data:` the "
+            "whole flags document on one line, on connect (unless Last-Event-ID is the "
+            "current revision) and at every new revision; `: heartbeat` comments between.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 403, 429, 503),
+    },
+)
+async def flag_stream(
+    request: Request, principal: Annotated[Principal, Depends(require("flags:read"))]
+) -> Response:
+    """The flags pushed: the document on connect, then one event per revision."""
+    settings = request.app.state.settings
+    copy = _flag_copy(request)
+    first = copy.snapshot()
+    slots: StreamSlots | None = getattr(request.app.state, "flag_stream_slots", None)
+    if slots is None:
+        slots = request.app.state.flag_stream_slots = StreamSlots(settings.flag_streams_per_key)
+    key = principal.key_id or principal.name
+    if not slots.acquire(key):
+        raise HTTPException(
+            429,
+            f"flags stream: key {principal.name!r} already holds {slots.per_key} open streams "
+            "on this process, the most one key may (SHADOWPLANE_FLAG_STREAMS_PER_KEY); close "
+            f"one, or poll GET /v1/flags meanwhile; retry in {BUSY_RETRY_SECONDS} s",
+            headers={"Retry-After": str(BUSY_RETRY_SECONDS)},
+        )
+    return FlagStream(
+        copy,
+        first,
+        request.headers.get("last-event-id"),
+        heartbeat=settings.flag_stream_heartbeat_seconds,
+        release=lambda: slots.release(key),
+    )
 
 
 @router.get(

@@ -81,10 +81,10 @@ class FlagSnapshot:
 
 def build(document: Mapping[str, Any]) -> FlagSnapshot:
     """Render `{"revision": n, "flags": {task: flag}}` once: bodies and ETags."""
-    body = dumps(document)
+    body = dumps(document, sort_keys=True)
     tasks = {}
     for name, flag in document["flags"].items():
-        task_body = dumps(flag)
+        task_body = dumps(flag, sort_keys=True)
         tasks[name] = (task_body, etag(task_body))
     return FlagSnapshot(
         revision=int(document["revision"]),
@@ -249,7 +249,10 @@ class FlagCopy:
                     hint = -1  # messages may have been missed before: check now
             if hint is None and pubsub is not None:
                 try:
-                    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+                    # At most a second at a time, so stop() is not kept waiting.
+                    message = pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=min(wait, 1.0)
+                    )
                     if message is not None and message.get("type") == "message":
                         hint = int(message["data"])
                 except self._redis_errors as exc:

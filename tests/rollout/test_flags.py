@@ -108,3 +108,106 @@ def test_a_task_shows_its_flag_and_latest_closed_window(metrics_api: Api) -> Non
         "/v1/tasks/metrics_task", headers=metrics_api.headers("read")
     ).json()
     assert after["latest_window"]["n_results"] == 4 and after["latest_window"]["agreement"] == 1.0
+
+
+def _tags(api: Api) -> tuple[str, str]:
+    read = api.headers("flags:read")
+    every = api.client.get("/v1/flags", headers=read)
+    one = api.client.get("/v1/flags/ticket_classify", headers=read)
+    assert every.status_code == one.status_code == 200
+    return every.headers["etag"], one.headers["etag"]
+
+
+def test_any_change_is_a_new_etag_and_no_change_answers_304(api: Api) -> None:
+    read, admin = api.headers("flags:read"), api.headers()
+    changes = [
+        ("/v1/tasks/ticket_classify/promote", {"reason": "gate passed", "force": True}),
+        ("/v1/tasks", {**TICKET_TASK, "shadow_rate": 0.5}),
+        ("/v1/tasks/ticket_classify/rollback", {"reason": "agreement fell"}),
+        ("/v1/kill", {"reason": "incident"}),
+        ("/v1/kill/lift", {"reason": "over"}),
+    ]
+    seen = [_tags(api)]
+    for path, body in changes:
+        unchanged = seen[-1]
+        for url, tag in zip(("/v1/flags", "/v1/flags/ticket_classify"), unchanged, strict=True):
+            again = api.client.get(url, headers={**read, "If-None-Match": tag})
+            assert again.status_code == 304 and again.content == b""
+            assert again.headers["etag"] == tag and "x-shadowplane-stale" not in again.headers
+        assert api.client.post(path, json=body, headers=admin).status_code in (200, 201)
+        seen.append(_tags(api))
+        for url, tag in zip(("/v1/flags", "/v1/flags/ticket_classify"), unchanged, strict=True):
+            # The change is answered at once, in full, to a poll holding the old tag.
+            moved = api.client.get(url, headers={**read, "If-None-Match": tag})
+            assert moved.status_code == 200 and moved.headers["etag"] != tag
+    assert len({every for every, _ in seen}) == len({one for _, one in seen}) == len(seen)
+
+
+def test_if_none_match_takes_lists_weak_tags_and_a_star(api: Api) -> None:
+    read = api.headers("flags:read")
+    tag, one_tag = _tags(api)
+    for header in (
+        tag,
+        f'"nope", {tag}',
+        f"W/{tag}",
+        f'W/"nope",W/{tag}',
+        "*",
+    ):
+        assert (
+            api.client.get("/v1/flags", headers={**read, "If-None-Match": header}).status_code
+            == 304
+        ), header
+    for header in ('"nope"', tag.strip('"'), f"{tag}x", ""):
+        assert (
+            api.client.get("/v1/flags", headers={**read, "If-None-Match": header}).status_code
+            == 200
+        ), header
+    assert (
+        api.client.get(
+            "/v1/flags/ticket_classify", headers={**read, "If-None-Match": f"W/{one_tag}"}
+        ).status_code
+        == 304
+    )
+    # A tag of the whole document is not the tag of one flag.
+    assert (
+        api.client.get(
+            "/v1/flags/ticket_classify", headers={**read, "If-None-Match": tag}
+        ).status_code
+        == 200
+    )
+
+
+def test_bodies_are_canonical_and_the_etag_hashes_the_body_alone(api: Api) -> None:
+    import hashlib
+    import json
+
+    from controlplane.compare.jsonutil import dumps
+
+    read = api.headers("flags:read")
+    every = api.client.get("/v1/flags", headers=read)
+    assert every.content == dumps(json.loads(every.content), sort_keys=True)
+    assert every.content.startswith(b'{"flags":{"invoice_extract":{"default_route":"cloud"')
+    assert every.headers["etag"] == f'"{hashlib.sha256(every.content).hexdigest()[:32]}"'
+    one = api.client.get("/v1/flags/ticket_classify", headers=read)
+    assert one.content == dumps(
+        json.loads(every.content)["flags"]["ticket_classify"], sort_keys=True
+    )
+    assert one.headers["etag"] == f'"{hashlib.sha256(one.content).hexdigest()[:32]}"'
+
+
+def test_a_process_that_never_loaded_the_flags_answers_503(api: Api) -> None:
+    from controlplane.rollout.flagcopy import FlagCopy
+
+    app = api.client.app
+    loaded = app.state.flag_copy  # type: ignore[attr-defined]
+    # As if storage had been down since this process started: no copy was ever loaded.
+    app.state.flag_copy = FlagCopy(api.engine)  # type: ignore[attr-defined]
+    try:
+        read = api.headers("flags:read")
+        for url in ("/v1/flags", "/v1/flags/ticket_classify", "/v1/flags/stream"):
+            response = api.client.get(url, headers=read)
+            assert response.status_code == 503, url
+            assert response.headers["Retry-After"] == "5"
+            assert "has not loaded the flags yet" in response.json()["detail"]
+    finally:
+        app.state.flag_copy = loaded  # type: ignore[attr-defined]

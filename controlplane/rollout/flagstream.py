@@ -1,0 +1,137 @@
+"""`GET /v1/flags/stream`: the flags pushed as Server-Sent Events (docs/http-api.md, "Flags").
+
+Each event is one revision, and always the whole document:
+
+    id: <revision>
+    event: flags
+    data: <the canonical flags document, on one line>
+
+so a router that misses revisions (two changes inside one reload, a reconnect) loses
+nothing: the next event it reads is complete. The document is sent on connect unless
+`Last-Event-ID` already names the current revision; a comment line (`: heartbeat`) is sent
+after `heartbeat` seconds without an event. A stream reads only the process's in-process
+copy, so open streams cost no database connection and never slow polling down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
+
+from controlplane.rollout.flagcopy import FlagCopy, FlagSnapshot
+
+# A client that has not read an event in this many seconds is dropped (its socket is full).
+SEND_TIMEOUT_SECONDS = 30.0
+# How long a stream waits for a change before it looks at the copy again (it is woken by
+# every change and by shutdown; this only bounds a wait).
+WAIT_SLICE_SECONDS = 60.0
+# On shutdown, how long a stream may take to end by itself before it is cancelled.
+SHUTDOWN_GRACE_SECONDS = 2.0
+# What a refused stream is told to wait: streams end only when routers close them.
+BUSY_RETRY_SECONDS = 10
+
+
+def event(snapshot: FlagSnapshot) -> bytes:
+    return b"id: %d\nevent: flags\ndata: %s\n\n" % (snapshot.revision, snapshot.body)
+
+
+def _heartbeat() -> ServerSentEvent:
+    return ServerSentEvent(comment="heartbeat", sep="\n")
+
+
+async def events(
+    copy: FlagCopy, first: FlagSnapshot, last_event_id: str | None, stopping: anyio.Event
+) -> AsyncIterator[bytes]:
+    """The document now (unless the client has it), then one event per new revision, until
+    the server shuts down (`stopping`): then the stream ends with a complete response."""
+    current = first
+    if last_event_id is None or last_event_id.strip() != str(current.revision):
+        yield event(current)
+    while not copy.closed:
+        latest = await _next(copy, current.revision, stopping)
+        if latest is None or copy.closed:
+            return
+        if latest.revision != current.revision:
+            yield event(latest)
+        current = latest
+
+
+async def _next(copy: FlagCopy, revision: int, stopping: anyio.Event) -> FlagSnapshot | None:
+    """The copy after a change (or a while), or None once the server is shutting down."""
+    changed = asyncio.ensure_future(copy.wait_changed(revision, WAIT_SLICE_SECONDS))
+    shutdown = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({changed, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (changed, shutdown):
+            waiting.cancel()
+    return None if stopping.is_set() or not changed.done() else changed.result()
+
+
+class StreamSlots:
+    """Open streams per key, in one process: at most `per_key` each."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str) -> bool:
+        with self._lock:
+            held = self._open.get(key, 0)
+            if held >= self.per_key:
+                return False
+            self._open[key] = held + 1
+            return True
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            held = self._open.get(key, 0) - 1
+            if held > 0:
+                self._open[key] = held
+            else:
+                self._open.pop(key, None)
+
+    def held(self, key: str) -> int:
+        with self._lock:
+            return self._open.get(key, 0)
+
+
+class FlagStream(EventSourceResponse):
+    """The event stream of `events`; `release` runs when it ends, however it ends (the
+    client left, the server shuts down, a send timed out)."""
+
+    def __init__(
+        self,
+        copy: FlagCopy,
+        first: FlagSnapshot,
+        last_event_id: str | None,
+        *,
+        heartbeat: float,
+        release: Callable[[], None],
+    ) -> None:
+        stopping = anyio.Event()
+        super().__init__(
+            events(copy, first, last_event_id, stopping),
+            ping=heartbeat,
+            ping_message_factory=_heartbeat,
+            sep="\n",
+            send_timeout=SEND_TIMEOUT_SECONDS,
+            headers={"Cache-Control": "no-cache"},
+            # On shutdown the library sets `stopping`; the generator returns at once and
+            # the response ends complete (cancelled only if that takes longer than this).
+            shutdown_event=stopping,
+            shutdown_grace_period=SHUTDOWN_GRACE_SECONDS,
+        )
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
