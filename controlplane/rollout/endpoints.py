@@ -30,6 +30,7 @@ from controlplane.rollout.schemas import (
     AppliedOut,
     DecisionOut,
     DecisionsOut,
+    FlagHistoryOut,
     FlagOut,
     FlagsOut,
     GateOut,
@@ -162,6 +163,22 @@ async def one_flag(
     if found is None:
         raise HTTPException(404, f"task: no flag for {task!r}; unknown tasks route to the cloud")
     return _conditional(request, found[0], found[1], snapshot.stale_seconds)
+
+
+@router.get(
+    "/{task}/history",
+    response_model=FlagHistoryOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
+def flag_history(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
+    """Every version of one task's flag, oldest first: routing fields, cause and time."""
+    with session_scope(request.app.state.engine) as session:
+        found = catalog_repository.task_by_name(session, task)
+        if found is None:
+            raise HTTPException(404, f"task: no task {task!r}")
+        return ORJSONResponse({"task": task, "versions": flags.history(session, found.id)})
 
 
 # POST /v1/tasks publishes a flag, and GET /v1/tasks/{task} shows it with the latest

@@ -34,6 +34,24 @@ class FlagsOut(BaseModel):
     flags: dict[str, FlagOut]
 
 
+class FlagVersionOut(BaseModel):
+    """One version of a task's flag: the routing fields it had and what made it."""
+
+    version: int
+    # The global revision after this change; null for versions older than the history.
+    revision: int | None
+    fields: dict[str, Any]
+    cause: str
+    created_at: datetime
+
+
+class FlagHistoryOut(BaseModel):
+    """Every version of a task's flag, oldest first: a result's `flag_version` read back."""
+
+    task: str
+    versions: list[FlagVersionOut]
+
+
 class AppliedOut(BaseModel):
     """A config applied: 201 with `changed` when it made a new version, 200 when unchanged."""
 

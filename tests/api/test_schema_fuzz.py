@@ -203,6 +203,7 @@ def test_answers_carrying_data_match_their_schemas(fuzz_api: Api) -> None:
         ),
         ("GET", "/v1/flags", "/v1/flags", None, 200),
         ("GET", "/v1/flags/{task}", f"/v1/flags/{task}", None, 200),
+        ("GET", "/v1/flags/{task}/history", f"/v1/flags/{task}/history", None, 200),
         (
             "GET",
             "/v1/results/{task}/{request_id}",

@@ -235,3 +235,27 @@ def test_the_migration_copies_current_flags_on_postgresql() -> None:
     with _empty_postgresql_database() as url:
         _seed_old_database(url)
         _assert_backfilled(url)
+
+
+def test_the_history_is_read_over_http(api: Api) -> None:
+    admin = api.headers()
+    api.client.post(
+        "/v1/tasks/ticket_classify/rollback", json={"reason": "agreement fell"}, headers=admin
+    )
+    answer = api.client.get("/v1/flags/ticket_classify/history", headers=api.headers("read"))
+    assert answer.status_code == 200
+    body = answer.json()
+    with session_scope(api.engine) as session:
+        assert body == {
+            "task": "ticket_classify",
+            "versions": flags.history(session, _task_id(api, "ticket_classify")),
+        }
+    assert [(v["version"], v["fields"]["stage"]) for v in body["versions"]] == [
+        (1, "shadow"),
+        (2, "rolled_back"),
+    ]
+    # A human's read: the routers' scope does not open it.
+    routers = api.client.get("/v1/flags/ticket_classify/history", headers=api.headers("flags:read"))
+    assert routers.status_code == 403
+    missing = api.client.get("/v1/flags/nope/history", headers=api.headers("read"))
+    assert missing.status_code == 404 and "nope" in missing.json()["detail"]
