@@ -138,8 +138,11 @@ def _evaluate(
     percent = _int(flag.get("edge_percent"))
     if percent is None:
         return _cloud("ERROR", version)
+    sticky_by = flag.get("sticky_by", "session")
+    if sticky_by not in ("session", "user"):
+        return _cloud("ERROR", version)
     if key is None:
-        key = user_id if flag.get("sticky_by") == "user" else session_id
+        key = user_id if sticky_by == "user" else session_id
     bucket = sticky_bucket(task, key)
     if bucket is None:
         return _cloud("SPLIT", version, other_rate, key_missing=True)
