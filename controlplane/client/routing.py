@@ -16,6 +16,12 @@ that copies this folder gets exactly the rule the server evaluates.
 back, killed), TARGETING_MATCH (a stage that could serve the edge, but the input's tokens
 are missing or over the cap, or the router found the request ineligible), SPLIT (canary),
 STATIC (shadow, full). A flag this code cannot read gives ERROR; no flag gives UNKNOWN.
+
+Reading is strict, because a guess can only err towards the edge: `version` is a whole
+number from 1, `edge_percent` a whole number in 0..100 (canary and full), `shadow_rate` a
+number in [0, 1], `max_input_tokens` absent or a whole number from 0, `sticky_by` session
+or user, `killed` exactly false; `input_tokens` a whole number from 0 (512.0 reads as 512;
+512.9, -5, true and strings do not), `eligible` exactly True. Anything else is cloud.
 """
 
 from __future__ import annotations
@@ -72,12 +78,18 @@ def _cloud(reason: str, version: int | None, other_rate: float = 0.0, **kw: Any)
     return Evaluation("cloud", other_rate, variant, reason, version, **kw)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: Any, low: int = 0, high: int | None = None) -> int | None:
+    """A whole number in [low, high], or None: booleans, strings, fractions, NaN and
+    out-of-range values are unreadable (and unreadable means cloud)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        value = int(value)
+    if value < low or (high is not None and value > high):
         return None
-    return int(value)
+    return value
 
 
 def evaluate(
@@ -110,15 +122,17 @@ def _evaluate(
     eligible: bool,
     key: str | None,
 ) -> Evaluation:
-    version = _int(flag.get("version"))
+    version = _int(flag.get("version"), low=1)
+    if version is None:
+        return _cloud("ERROR", None)
     stage = flag.get("stage")
     if stage not in STAGES or flag.get("default_route", "cloud") != "cloud":
         return _cloud("ERROR", version)
-    if flag.get("killed") is not False and flag.get("killed") is not None:
+    if flag.get("killed", False) is not False:  # killed, or a value that might mean it
         return _cloud("DISABLED", version)
     rate = flag.get("shadow_rate", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-        return _cloud("ERROR", version)
+        return _cloud("ERROR", version)  # NaN fails the comparison too
     other_rate = float(rate)
     if stage == "cloud":
         return _cloud("DISABLED", version)
@@ -127,23 +141,21 @@ def _evaluate(
     if stage == "shadow":
         return _cloud("STATIC", version, other_rate)
     # canary or full: the edge may serve, within the cap and when the router says so
+    percent = _int(flag.get("edge_percent"), high=100)
     cap = flag.get("max_input_tokens")
-    if cap is not None and _int(cap) is None:
-        return _cloud("ERROR", version)
-    tokens = _int(input_tokens)
-    if not eligible or tokens is None or (cap is not None and tokens > cap):
-        return _cloud("TARGETING_MATCH", version, other_rate)
-    if stage == "full":
-        return Evaluation("edge", other_rate, "edge", "STATIC", version)
-    percent = _int(flag.get("edge_percent"))
-    if percent is None:
+    if percent is None or (cap is not None and _int(cap) is None):
         return _cloud("ERROR", version)
     sticky_by = flag.get("sticky_by", "session")
     if sticky_by not in ("session", "user"):
         return _cloud("ERROR", version)
+    tokens = _int(input_tokens)
+    if eligible is not True or tokens is None or (cap is not None and tokens > cap):
+        return _cloud("TARGETING_MATCH", version, other_rate)
+    if stage == "full":
+        return Evaluation("edge", other_rate, "edge", "STATIC", version)
     if key is None:
         key = user_id if sticky_by == "user" else session_id
-    bucket = sticky_bucket(task, key)
+    bucket = sticky_bucket(task, key) if isinstance(key, str) else None
     if bucket is None:
         return _cloud("SPLIT", version, other_rate, key_missing=True)
     if bucket < percent:
