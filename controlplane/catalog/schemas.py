@@ -31,6 +31,12 @@ from controlplane.errors import describe_errors
 
 # Matched with fullmatch: `$` would also match before a trailing newline ("abc\n").
 TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")
+# Words a route spells where it otherwise takes a task's name: a task so named could never
+# be reached by name (GET /v1/flags/stream is the event stream, never that task's flag).
+# tests/catalog/test_reserved_names.py checks every route against this list.
+RESERVED_TASK_NAMES = {
+    "stream": "GET /v1/flags/stream is the flags' event stream, never the flag of a task so named",
+}
 
 # Bounds. A config is typed by a person; a typo must be refused with its bound named, never
 # accepted and left to stop planning (`1e12` seconds of lateness overflowed every pass).
@@ -286,6 +292,10 @@ class TaskConfig(Strict):
             raise ValueError(
                 "must start with a lowercase letter and hold only a-z, 0-9, '_', '.', '-' "
                 "(at most 100 characters)"
+            )
+        if name in RESERVED_TASK_NAMES:
+            raise ValueError(
+                f"{name!r} is reserved: {RESERVED_TASK_NAMES[name]}; choose another name"
             )
         return name
 
