@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import SQLAlchemyError
 
 from controlplane.auth.ratelimit import RateLimiter, Refusal
@@ -26,12 +27,31 @@ def _too_many(refusal: Refusal) -> HTTPException:
     return HTTPException(429, refusal.detail, headers={"Retry-After": str(refusal.retry_after)})
 
 
-def require(scope: str | None) -> Callable[[Request], Principal]:
+def require(scope: str | None) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key),
     429 past the key's rate for the scope, or for an invalid key after too many failed keys
-    from the address (a valid key is never refused for that)."""
+    from the address (a valid key is never refused for that).
 
-    def dependency(request: Request) -> Principal:
+    A key this process knows, within a rate it can check in memory, is answered on the
+    event loop; anything that may need a query or Redis goes to a worker thread."""
+
+    async def dependency(request: Request) -> Principal:
+        key = _bearer(request)
+        if key is not None:
+            principal = request.app.state.keys.known(key)
+            if principal is not None and (scope is None or grants(principal.scopes, scope)):
+                limiter: RateLimiter = request.app.state.limiter
+                decided, refusal = limiter.check_key_in_memory(
+                    principal.key_id, principal.name, scope or ANY_KEY_BUCKET
+                )
+                if decided:
+                    request.state.key_name = principal.name
+                    if refusal is not None:
+                        raise _too_many(refusal)
+                    return principal
+        return await run_in_threadpool(checked, request)
+
+    def checked(request: Request) -> Principal:
         key = _bearer(request)
         if key is None:
             raise HTTPException(

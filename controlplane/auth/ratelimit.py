@@ -240,6 +240,26 @@ class RateLimiter:
             f"retry in {seconds} s",
         )
 
+    def check_key_in_memory(
+        self, key_id: str, key_name: str, scope: str
+    ) -> tuple[bool, Refusal | None]:
+        """`check_key` if it can be answered without I/O (this process's own buckets, or a
+        lease still held): (True, its answer); else (False, None) and nothing is taken —
+        call `check_key`, which may ask Redis, from a thread."""
+        rate = self.rates[scope]
+        if rate.unlimited:
+            return True, None
+        if not self._shared:
+            return True, self.check_key(key_id, key_name, scope)
+        bucket = f"rate:{scope}:{key_id}"
+        now = time.monotonic()
+        with self._lock:
+            lease = self._leases.get(bucket)
+            if lease is not None and lease[0] > 0 and now < lease[1]:
+                self._leases[bucket] = (lease[0] - 1, lease[1])
+                return True, None
+        return False, None
+
     def blocked(self, address: str) -> Refusal | None:
         """A Refusal while `address` has used up its failed authentications (no I/O). Asked
         only for a token that is not a valid key: it never refuses a valid key."""

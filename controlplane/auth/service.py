@@ -176,6 +176,14 @@ class KeyCache:
             raise
         return principal if read is None else read.get(digest)
 
+    def known(self, key: str) -> Principal | None:
+        """The key's principal when the current snapshot holds it, without any query (None:
+        unknown to the snapshot, or the snapshot is due to be read again)."""
+        keys, loaded_at = self._snapshot
+        if self._clock() - loaded_at >= self._ttl:
+            return None
+        return keys.get(hash_key(key))
+
     def _read(self, tried_at: float, *, wait: bool) -> dict[str, Principal] | None:
         """The snapshot read again, or as another request read it since `tried_at` (the
         last read the caller saw); None without `wait` while another request is reading."""

@@ -128,7 +128,8 @@ class FlagCopy:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._removers: list[Any] = []
-        self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+        # One future per event loop that waits for a change (streams), done at the next one.
+        self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
         self._redis: Any = None
         self._redis_errors: tuple[type[Exception], ...] = ()
         self._redis_down_until = 0.0
@@ -147,24 +148,29 @@ class FlagCopy:
             return replace(current, stale_seconds=age)
         return current
 
+    def next_change(self) -> asyncio.Future[None]:
+        """A future of the running loop, done at the copy's next change (or when it stops).
+        Shared by every waiter of the loop: await it through `asyncio.wait`, never cancel it.
+        Take it before looking at `snapshot()`, so no change falls between the two."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            change = self._waiters.get(loop)
+            if change is None or change.done():
+                change = self._waiters[loop] = loop.create_future()
+        return change
+
     async def wait_changed(self, after_revision: int, timeout: float) -> FlagSnapshot:
         """The copy once its revision is not `after_revision` any more, or after `timeout`
         seconds (or when the copy stops), whichever comes first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            with self._lock:
-                event = self._waiters.get(loop)
-                if event is None:
-                    event = self._waiters[loop] = asyncio.Event()
+            change = self.next_change()
             current = self.snapshot()
             remaining = deadline - loop.time()
             if current.revision != after_revision or self.closed or remaining <= 0:
                 return current
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                pass
+            await asyncio.wait((change,), timeout=remaining)
 
     # --- following the revision ----------------------------------------------------------
 
@@ -231,9 +237,9 @@ class FlagCopy:
     def _notify(self) -> None:
         with self._lock:
             waiters, self._waiters = self._waiters, {}
-        for loop, event in waiters.items():
+        for loop, change in waiters.items():
             try:
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(_resolve, change)
             except RuntimeError:  # that loop has closed: nobody waits on it any more
                 pass
 
@@ -353,3 +359,8 @@ class FlagCopy:
             except Exception:  # closing a dead connection may fail too; it is gone either way
                 pass
         return None
+
+
+def _resolve(change: asyncio.Future[None]) -> None:
+    if not change.done():
+        change.set_result(None)

@@ -27,8 +27,8 @@ from controlplane.rollout.flagcopy import FlagCopy, FlagSnapshot
 
 # A client that has not read an event in this many seconds is dropped (its socket is full).
 SEND_TIMEOUT_SECONDS = 30.0
-# How long a stream waits for a change before it looks at the copy again (it is woken by
-# every change and by shutdown; this only bounds a wait).
+# How long a stream waits before it looks at the copy again (it is woken by every change
+# and by shutdown; this only bounds a wait).
 WAIT_SLICE_SECONDS = 60.0
 # On shutdown, how long a stream may take to end by itself before it is cancelled.
 SHUTDOWN_GRACE_SECONDS = 2.0
@@ -52,25 +52,22 @@ async def events(
     current = first
     if last_event_id is None or last_event_id.strip() != str(current.revision):
         yield event(current)
-    while not copy.closed:
-        latest = await _next(copy, current.revision, stopping)
-        if latest is None or copy.closed:
-            return
-        if latest.revision != current.revision:
-            yield event(latest)
-        current = latest
-
-
-async def _next(copy: FlagCopy, revision: int, stopping: anyio.Event) -> FlagSnapshot | None:
-    """The copy after a change (or a while), or None once the server is shutting down."""
-    changed = asyncio.ensure_future(copy.wait_changed(revision, WAIT_SLICE_SECONDS))
+    # One task per stream, for its whole life; a change wakes it through the copy's shared
+    # future, so a rollback fanned out to many streams creates no task per stream.
     shutdown = asyncio.ensure_future(stopping.wait())
     try:
-        await asyncio.wait({changed, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+        while not copy.closed and not stopping.is_set():
+            change = copy.next_change()
+            latest = copy.snapshot()
+            if latest.revision != current.revision:
+                yield event(latest)
+                current = latest
+                continue
+            await asyncio.wait(
+                (change, shutdown), timeout=WAIT_SLICE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
     finally:
-        for waiting in (changed, shutdown):
-            waiting.cancel()
-    return None if stopping.is_set() or not changed.done() else changed.result()
+        shutdown.cancel()
 
 
 class StreamSlots:
