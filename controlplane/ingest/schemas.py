@@ -16,6 +16,9 @@ Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Times, costs and confidences are finite: JSON has no Infinity, yet Python's parser reads
 # `Infinity`, `NaN` and an overflowing `1e999` as floats.
 Measure = Annotated[float | None, Field(default=None, ge=0, allow_inf_nan=False)]
+# The longest session or user id stored (characters): the sticky keys a bucket is computed
+# from. OFREP holds an evaluation context's keys to the same length.
+MAX_ID_LENGTH = 200
 
 # Results are validated into TypedDicts rather than models: at tens of thousands of
 # results a second, building a model instance per side costs a third of the API's CPU.
@@ -53,8 +56,8 @@ class ResultIn(TypedDict):
     request_id: Annotated[str, Field(min_length=1, max_length=200)]
     task: Annotated[str, Field(min_length=1, max_length=100)]
     ts: NotRequired[Annotated[datetime | None, Field(default=None)]]
-    session_id: NotRequired[Annotated[str | None, Field(default=None, max_length=200)]]
-    user_id: NotRequired[Annotated[str | None, Field(default=None, max_length=200)]]
+    session_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
+    user_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
     input_tokens: Count
     decision: Side
     served: Side

@@ -20,13 +20,15 @@ import orjson
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.client.routing import evaluate
 from controlplane.compare.jsonutil import dumps, short_repr
 from controlplane.errors import ErrorOut, error_responses
-from controlplane.http import read_body
+from controlplane.http import BodyRefused, BodyTooLarge, read_body
+from controlplane.ingest.schemas import MAX_ID_LENGTH
 from controlplane.rollout.flagcopy import FlagSnapshot, NoFlagsYet
 from controlplane.rollout.flags import etag
 
@@ -35,6 +37,17 @@ router = APIRouter(prefix="/ofrep/v1", tags=["ofrep"])
 # When no copy of the flags was ever loaded and storage is down (nothing to answer from).
 NO_FLAGS_RETRY_SECONDS = 5
 STALE_HEADER = "X-Shadowplane-Stale"
+
+# What one evaluation may cost the event loop every request shares. Parsing JSON holds the
+# interpreter (a body at the API's 16 MiB limit takes about a second when it is all small
+# attributes), and the sticky bucket is pure Python, linear in the key (seconds for a key
+# of megabytes). So an evaluation body is held to 64 KiB, far above any context routing
+# reads (which also bounds its attributes to a few thousand: no count is needed), and
+# targetingKey, session_id and user_id to MAX_ID_LENGTH characters, the longest id ingest
+# stores. A single evaluation is then one parse of at most 64 KiB and one hash of at most a
+# few hundred bytes, done on the loop. The bulk one hashes once per canary task, as many as
+# there are tasks, so it runs in the threadpool, where the loop keeps its turns.
+MAX_EVALUATION_BODY_BYTES = 64 * 1024
 
 MetadataValue = bool | int | float | str
 
@@ -94,11 +107,20 @@ _CONTEXT_SCHEMA: dict[str, Any] = {
     "properties": {
         "targetingKey": {
             "type": "string",
+            "maxLength": MAX_ID_LENGTH,
             "description": "The sticky key: the session id, or the user id for a flag with "
             "sticky_by user. Needed in canary only.",
         },
-        "session_id": {"type": "string", "description": "Used when targetingKey is absent."},
-        "user_id": {"type": "string", "description": "Used when targetingKey is absent."},
+        "session_id": {
+            "type": "string",
+            "maxLength": MAX_ID_LENGTH,
+            "description": "Used when targetingKey is absent.",
+        },
+        "user_id": {
+            "type": "string",
+            "maxLength": MAX_ID_LENGTH,
+            "description": "Used when targetingKey is absent.",
+        },
         "input_tokens": {
             "type": "integer",
             "minimum": 0,
@@ -158,6 +180,24 @@ def _responses(answers: dict[int | str, dict[str, Any]]) -> dict[int | str, dict
     }
 
 
+class EvaluationTooLarge(BodyRefused):
+    status = 413
+
+
+async def read_evaluation_body(request: Request) -> bytes:
+    """The body of an evaluation request, refused (413) past MAX_EVALUATION_BODY_BYTES (or
+    the API's own limit, when lower) before any of it is parsed."""
+    limit = min(MAX_EVALUATION_BODY_BYTES, request.app.state.settings.max_body_bytes)
+    try:
+        return await read_body(request, limit)
+    except BodyTooLarge:
+        raise EvaluationTooLarge(
+            f"body: larger than the {limit}-byte limit of an evaluation request; send the "
+            f"context routing reads (targetingKey, session_id and user_id hold at most "
+            f"{MAX_ID_LENGTH} characters each)"
+        ) from None
+
+
 class Refused(Exception):
     """A request that cannot be evaluated: an OFREP error code and the field and reason."""
 
@@ -208,6 +248,12 @@ def read_context(body: bytes) -> Context:
             return None
         if not isinstance(value, str):
             problems.append(f"context.{name}: must be a string (got {short_repr(value, 60)})")
+            return None
+        if len(value) > MAX_ID_LENGTH:
+            problems.append(
+                f"context.{name}: at most {MAX_ID_LENGTH} characters, the longest session or "
+                f"user id ingest stores (got {len(value)})"
+            )
             return None
         return value
 
@@ -378,7 +424,7 @@ async def evaluate_one(
     key: str, request: Request, _: Annotated[Principal, Depends(_ofrep_reader)]
 ) -> Response:
     """OFREP single evaluation: edge or cloud for one task and one request's context."""
-    body = await read_body(request, request.app.state.settings.max_body_bytes)
+    body = await read_evaluation_body(request)
     snapshot = _snapshot(request)
     headers = _headers(snapshot)
     try:
@@ -417,20 +463,26 @@ async def evaluate_all(
     request: Request, _: Annotated[Principal, Depends(_ofrep_reader)]
 ) -> Response:
     """OFREP bulk evaluation: every task for one context; ETag, and 304 for If-None-Match."""
-    body = await read_body(request, request.app.state.settings.max_body_bytes)
+    body = await read_evaluation_body(request)
     snapshot = _snapshot(request)
     headers = _headers(snapshot)
     try:
         context = read_context(body)
     except Refused as exc:
         return _json({"errorCode": exc.code, "errorDetails": exc.details}, 400, headers)
-    flags = [evaluate_flag(task, snapshot.flags[task], context) for task in sorted(snapshot.flags)]
-    # Over the canonical answer: the same flags and context give the same ETag on every replica.
-    answer = dumps({"flags": flags}, sort_keys=True)
+    # Off the event loop: its work grows with the number of tasks (MAX_EVALUATION_BODY_BYTES).
+    answer = await run_in_threadpool(evaluate_every_flag, snapshot, context)
     headers["ETag"] = etag(answer)
     if _matches(request.headers.get("if-none-match"), headers["ETag"]):
         return Response(status_code=304, headers=headers)
     return Response(answer, media_type="application/json", headers=headers)
+
+
+def evaluate_every_flag(snapshot: FlagSnapshot, context: Context) -> bytes:
+    """The canonical bulk answer: the same flags and context give the same bytes (and so
+    the same ETag) on every replica."""
+    flags = [evaluate_flag(task, snapshot.flags[task], context) for task in sorted(snapshot.flags)]
+    return dumps({"flags": flags}, sort_keys=True)
 
 
 def _matches(if_none_match: str | None, tag: str) -> bool:
