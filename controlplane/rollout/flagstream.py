@@ -8,8 +8,16 @@ Each event is one revision, and always the whole document:
 
 so a router that misses revisions (two changes inside one reload, a reconnect) loses
 nothing: the next event it reads is complete. The document is sent on connect unless
-`Last-Event-ID` already names the current revision; a comment line (`: heartbeat`) is sent
-after `heartbeat` seconds without an event. A stream reads only the process's in-process
+`Last-Event-ID` already names the current revision. Every `heartbeat` seconds a heartbeat
+event says what the process holds and how old it is:
+
+    event: heartbeat
+    data: {"revision": <revision>, "stale_seconds": <whole seconds, or null when fresh>}
+
+(no `id:`, so it never moves `Last-Event-ID`). A router ages its copy by `stale_seconds`: a
+replica cut off from storage keeps its streams open but its routers still go to the cloud
+after their `max_staleness`, as polling routers do from `X-Shadowplane-Stale`; a heartbeat
+naming a newer revision than the router holds tells it to fetch the flags. A stream reads only the process's in-process
 copy, so open streams cost no database connection and never slow polling down.
 """
 
@@ -40,8 +48,15 @@ def event(snapshot: FlagSnapshot) -> bytes:
     return b"id: %d\nevent: flags\ndata: %s\n\n" % (snapshot.revision, snapshot.body)
 
 
-def _heartbeat() -> ServerSentEvent:
-    return ServerSentEvent(comment="heartbeat", sep="\n")
+def heartbeat(snapshot: FlagSnapshot) -> ServerSentEvent:
+    stale = snapshot.stale_seconds
+    seconds = "null" if stale is None else str(int(stale))
+    data = f'{{"revision":{snapshot.revision},"stale_seconds":{seconds}}}'
+    return ServerSentEvent(data=data, event="heartbeat", sep="\n")
+
+
+def _heartbeats(copy: FlagCopy) -> Callable[[], ServerSentEvent]:
+    return lambda: heartbeat(copy.snapshot())
 
 
 async def events(
@@ -116,7 +131,7 @@ class FlagStream(EventSourceResponse):
         super().__init__(
             events(copy, first, last_event_id, stopping),
             ping=heartbeat,
-            ping_message_factory=_heartbeat,
+            ping_message_factory=_heartbeats(copy),
             sep="\n",
             send_timeout=SEND_TIMEOUT_SECONDS,
             headers={"Cache-Control": "no-cache"},

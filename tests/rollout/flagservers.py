@@ -155,7 +155,7 @@ class RedisServer:
 
 @dataclass
 class Message:
-    """One server-sent message: an event (id, event, data) or a comment (a heartbeat)."""
+    """One server-sent message: an event (id, event, data) or a comment."""
 
     id: str | None = None
     event: str | None = None
@@ -203,12 +203,12 @@ class EventReader:
             raise AssertionError(f"no message on the stream within {timeout} s") from None
 
     def next_event(self, timeout: float = WAIT) -> Message:
-        """The next event, skipping heartbeats."""
+        """The next flags event, skipping heartbeats."""
         deadline = time.monotonic() + timeout
         while True:
             message = self.next(max(0.0, deadline - time.monotonic()))
             assert isinstance(message, Message), f"the stream ended: {message!r}"
-            if message.comment is None:
+            if message.comment is None and message.event != "heartbeat":
                 return message
 
     def close(self) -> None:

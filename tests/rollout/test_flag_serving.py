@@ -5,6 +5,7 @@ the flags answers 503 until the database is back."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -14,7 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.rollout.flagservers import ApiServer, RedisServer, seed, wait_until
+from tests.rollout.flagservers import (
+    ApiServer,
+    EventReader,
+    Message,
+    RedisServer,
+    seed,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +104,10 @@ def test_two_api_processes_answer_identical_etags(pg_url: str, tmp_path: Path) -
 def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> None:
     keys = seed(pg_url)
     redis = RedisServer(tmp_path).start()
-    settings = {"SHADOWPLANE_REDIS_URL": redis.url}
+    settings = {
+        "SHADOWPLANE_REDIS_URL": redis.url,
+        "SHADOWPLANE_FLAG_STREAM_HEARTBEAT_SECONDS": "0.3",
+    }
     try:
         with servers(
             ApiServer(pg_url, tmp_path / "a.log", settings),
@@ -112,6 +123,8 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
             wait_until(lambda: b.stage("ticket_classify") == "shadow", "b (Redis down)")
             last = _same_everywhere(a, b)
             assert "x-shadowplane-stale" not in b.get().headers
+            stream = EventReader(two.base, keys["flags:read"])
+            stream.next_event()
 
             with postgresql_stopped():
                 stale = wait_until(
@@ -132,6 +145,14 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
                     lambda: int(b.get().headers.get("x-shadowplane-stale", -1)) > first,
                     "the staleness to grow",
                 )
+                # A streaming router hears it too: heartbeats carry the copy's age, so
+                # its routers age their copy as polling routers do.
+                while True:
+                    beat = stream.next()
+                    assert isinstance(beat, Message) and beat.event == "heartbeat", beat
+                    if json.loads(beat.data or "")["stale_seconds"] is not None:
+                        break
+            stream.close()
             wait_until(
                 lambda: "x-shadowplane-stale" not in b.get().headers,
                 "the copy to be confirmed once the database is back",

@@ -96,7 +96,7 @@ def test_last_event_id_resumes_without_resending_what_the_client_has(
     current = EventReader(api.base, keys["flags:read"], last_event_id=str(revision))
     try:
         # Nothing to resend: the first message is a heartbeat, not the document.
-        assert current.next() == Message(comment="heartbeat")
+        assert current.next() == _beat(revision)
     finally:
         current.close()
     behind = EventReader(api.base, keys["flags:read"], last_event_id=str(revision - 1))
@@ -113,9 +113,14 @@ def test_a_quiet_stream_sends_heartbeats(server: tuple[ApiServer, dict[str, str]
     stream = EventReader(api.base, keys["flags:read"])
     try:
         stream.next_event()
+        revision = _flags(api, keys["flags:read"]).json()["revision"]
         beats = [stream.next() for _ in range(3)]
-        assert beats == [Message(comment="heartbeat")] * 3
-        assert stream.raw[4:6] == [": heartbeat", ""]
+        assert beats == [_beat(revision)] * 3
+        assert stream.raw[4:7] == [
+            "event: heartbeat",
+            f'data: {{"revision":{revision},"stale_seconds":null}}',
+            "",
+        ]
     finally:
         stream.close()
 
@@ -170,10 +175,16 @@ def test_streams_end_cleanly_when_the_server_shuts_down(
         # Heartbeats may come first; then the end of a complete response, not a broken one.
         while True:
             message = stream.next()
-            if message == Message(comment="heartbeat"):
+            if isinstance(message, Message) and message.event == "heartbeat":
                 continue
             assert message is None, f"the stream broke instead of ending: {message!r}"
             break
         assert "ASGI callable returned without completing response" not in api.log()
     finally:
         stream.close()
+
+
+def _beat(revision: int, stale_seconds: int | None = None) -> Message:
+    """A heartbeat: the revision the process holds and how stale it is (null: fresh)."""
+    stale = "null" if stale_seconds is None else str(stale_seconds)
+    return Message(event="heartbeat", data=f'{{"revision":{revision},"stale_seconds":{stale}}}')
