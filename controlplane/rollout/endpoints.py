@@ -70,20 +70,9 @@ def _conditional(request: Request, body: bytes, tag: str, stale: float | None) -
     headers = {"ETag": tag, "Cache-Control": "no-cache"}
     if stale is not None:
         headers["X-Shadowplane-Stale"] = str(int(stale))
-    if matches(request.headers.get("if-none-match"), tag):
+    if flags.matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
-
-
-def matches(if_none_match: str | None, tag: str) -> bool:
-    """Whether an If-None-Match header names `tag`: a list, weak (W/) forms and `*` too."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        candidate = candidate.strip()
-        if candidate == "*" or candidate.removeprefix("W/") == tag:
-            return True
-    return False
 
 
 @router.get(

@@ -30,7 +30,7 @@ from controlplane.errors import ErrorOut, error_responses
 from controlplane.http import BodyRefused, BodyTooLarge, read_body
 from controlplane.ingest.schemas import MAX_ID_LENGTH
 from controlplane.rollout.flagcopy import FlagSnapshot, NoFlagsYet
-from controlplane.rollout.flags import etag
+from controlplane.rollout.flags import etag, matches
 
 router = APIRouter(prefix="/ofrep/v1", tags=["ofrep"])
 
@@ -473,7 +473,7 @@ async def evaluate_all(
     # Off the event loop: its work grows with the number of tasks (MAX_EVALUATION_BODY_BYTES).
     answer = await run_in_threadpool(evaluate_every_flag, snapshot, context)
     headers["ETag"] = etag(answer)
-    if _matches(request.headers.get("if-none-match"), headers["ETag"]):
+    if matches(request.headers.get("if-none-match"), headers["ETag"]):
         return Response(status_code=304, headers=headers)
     return Response(answer, media_type="application/json", headers=headers)
 
@@ -483,14 +483,3 @@ def evaluate_every_flag(snapshot: FlagSnapshot, context: Context) -> bytes:
     the same ETag) on every replica."""
     flags = [evaluate_flag(task, snapshot.flags[task], context) for task in sorted(snapshot.flags)]
     return dumps({"flags": flags}, sort_keys=True)
-
-
-def _matches(if_none_match: str | None, tag: str) -> bool:
-    """RFC 9110's weak comparison: `*`, or any listed tag equal with or without `W/`."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        candidate = candidate.strip()
-        if candidate == "*" or candidate.removeprefix("W/") == tag:
-            return True
-    return False
