@@ -183,3 +183,15 @@ def etag(body: bytes) -> str:
     """A strong ETag of a body: a hash of the bytes alone, so every replica that renders the
     same body answers the same tag."""
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def matches(if_none_match: str | None, tag: str) -> bool:
+    """Whether an If-None-Match header names `tag` (RFC 9110's weak comparison): `*`, or any
+    listed tag equal with or without `W/`."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate == "*" or candidate.removeprefix("W/") == tag:
+            return True
+    return False
