@@ -7,15 +7,30 @@ back off exponentially with jitter (honouring `Retry-After`); 401 and 403 stop i
 in `status()` and in the log. `route` only reads memory: it never waits on the network.
 
 When in doubt, cloud: a task the copy does not hold routes to the cloud, and once the copy
-was last confirmed more than `max_staleness` seconds ago every task does. With
+was last confirmed more than `max_staleness` seconds ago every task does. The copy is
+confirmed only by the server's word on its own age: `X-Shadowplane-Stale` on a poll, the
+`stale_seconds` of a stream heartbeat event; a comment heartbeat (older servers) only
+keeps the connection open and, once the copy is `poll_interval` old, brings a poll. With
 `cache_path` the copy is also kept in a file (written atomically) that the next start
 reads back with its age, so a router restarted during an outage routes as before.
+
+The copy never goes back: a document (poll, stream or cache) whose revision is lower than
+the one held — a replica behind the others — is ignored and confirms nothing. A server
+whose revisions restart lower (a restored database) is therefore never followed: delete
+the cache file and restart the routers.
+
+What is read is bounded: a flags document (poll body or stream event) larger than
+`max_document_bytes` is refused without being read further, and a stream with no complete
+event or heartbeat for `stream_read_timeout` seconds is dropped. Either counts as a failed
+fetch: the last good copy stays, the client backs off and polls, and `status().error`
+says why.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import socket
@@ -30,14 +45,18 @@ from typing import Any
 import httpx
 
 from .routing import Route, route
-from .sse import COMMENT, events
+from .sse import COMMENT, Event, EventReader, StreamTooLarge
 
 log = logging.getLogger("shadowplane.client")
 
 FLAGS_PATH = "/v1/flags"
 STREAM_PATH = "/v1/flags/stream"
-# The server sends a heartbeat every 15 s: a stream silent for this long is dead.
+# The server sends a heartbeat every 15 s: a stream with no complete event or heartbeat
+# for three of them is dead (silent, or trickling bytes that never finish an event).
 STREAM_READ_TIMEOUT = 45.0
+# The flags document of hundreds of tasks is a few hundred KiB: anything far larger is not
+# the API's answer, and must not fill the router's memory.
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
 # A server without the stream (404, 405, 501) is asked again this much later.
 NO_STREAM_RETRY = 600.0
 CACHE_FORMAT = 1
@@ -88,6 +107,7 @@ class FlagClient:
         max_backoff: float = 120.0,
         stream_retry: float = 30.0,
         stream_read_timeout: float = STREAM_READ_TIMEOUT,
+        max_document_bytes: int = MAX_DOCUMENT_BYTES,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -95,6 +115,10 @@ class FlagClient:
             raise ValueError(f"poll_interval: must be positive seconds, got {poll_interval!r}")
         if max_staleness <= 0:
             raise ValueError(f"max_staleness: must be positive seconds, got {max_staleness!r}")
+        if max_document_bytes < 1024:
+            raise ValueError(
+                f"max_document_bytes: must be at least 1024, got {max_document_bytes!r}"
+            )
         self.base_url = base_url.rstrip("/")
         self.stream = stream
         self.poll_interval = poll_interval
@@ -104,6 +128,7 @@ class FlagClient:
         self.max_backoff = max(max_backoff, poll_interval)
         self.stream_retry = stream_retry
         self.stream_read_timeout = stream_read_timeout
+        self.max_document_bytes = max_document_bytes
         self._rng = rng or random.Random()
         self._clock = clock
         self._http = httpx.Client(
@@ -242,27 +267,38 @@ class FlagClient:
     def _poll(self) -> float:
         """One `GET /v1/flags`; the seconds until the next one."""
         headers = {"If-None-Match": self._etag} if self._etag else {}
+        # One read waits at most `timeout`; the whole body at most three times that.
+        deadline = time.monotonic() + 3 * self.timeout
         try:
-            response = self._http.get(FLAGS_PATH, headers=headers)
+            with self._http.stream("GET", FLAGS_PATH, headers=headers) as response:
+                code = response.status_code
+                if code in (401, 403):
+                    self._halt(code, FLAGS_PATH, _detail(response))
+                if code == 304:
+                    self._confirm(_stale_seconds(response))
+                    return self._next_poll()
+                if code == 200:
+                    body = _read_capped(response, self.max_document_bytes, deadline)
+                    etag = response.headers.get("etag")
+                    problem = self._accept(body, etag, _stale_seconds(response))
+                    if problem is None:
+                        return self._next_poll()
+                    return self._failed(f"GET {FLAGS_PATH}: {problem}")
+                return self._failed(
+                    f"GET {FLAGS_PATH}: HTTP {code}", retry_after=_retry_after(response)
+                )
+        except _BodyProblem as exc:
+            return self._failed(f"GET {FLAGS_PATH}: {exc}")
         except httpx.HTTPError as exc:
             return self._failed(f"GET {FLAGS_PATH}: {type(exc).__name__}: {exc}")
-        code = response.status_code
-        if code in (401, 403):
-            self._halt(code, FLAGS_PATH, response)
-        if code == 304:
-            self._confirm(_stale_seconds(response))
-            return self._next_poll()
-        if code == 200:
-            etag = response.headers.get("etag")
-            problem = self._accept(response.content, etag, _stale_seconds(response))
-            if problem is None:
-                return self._next_poll()
-            return self._failed(f"GET {FLAGS_PATH}: {problem}")
-        return self._failed(f"GET {FLAGS_PATH}: HTTP {code}", retry_after=_retry_after(response))
 
     def _follow_stream(self) -> None:
         """Listen to the stream until it ends; then poll until `_next_stream_try`."""
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        headers = {
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+            "Cache-Control": "no-cache",
+        }
         if self._revision is not None:
             headers["Last-Event-ID"] = str(self._revision)
         timeout = httpx.Timeout(self.timeout, read=self.stream_read_timeout)
@@ -271,8 +307,7 @@ class FlagClient:
             with self._http.stream("GET", STREAM_PATH, headers=headers, timeout=timeout) as r:
                 code = r.status_code
                 if code in (401, 403):
-                    r.read()
-                    self._halt(code, STREAM_PATH, r)
+                    self._halt(code, STREAM_PATH, _detail(r))
                 kind = r.headers.get("content-type", "")
                 if code in (404, 405, 501) or (code == 200 and "text/event-stream" not in kind):
                     self._stream_ended(
@@ -287,23 +322,48 @@ class FlagClient:
                     self._mode = "stream"
                 if self._stop.is_set():
                     return
-                if "Last-Event-ID" in headers:
-                    # The server sends the document at once unless we hold its revision.
-                    self._confirm(0.0)
-                for event in events(r.iter_lines()):
-                    if event.event == COMMENT:
-                        self._confirm(0.0)
-                    elif event.event == "flags":
-                        problem = self._accept(event.data.encode(), None, 0.0)
+                # Connecting confirms nothing: only the server's word on its copy's age does.
+                # The document sent on connect is as old as the response says.
+                stale = _stale_seconds(r)
+                reader = EventReader(
+                    max_line=self.max_document_bytes + 64, max_event=self.max_document_bytes
+                )
+                heard = time.monotonic()
+                for chunk in r.iter_bytes():
+                    if self._stop.is_set():
+                        return
+                    for event in reader.feed(chunk):
+                        heard = time.monotonic()
+                        problem = self._on_event(event, stale)
                         if problem is not None:
-                            self._stream_ended(f"GET {STREAM_PATH}: {problem}")
+                            self._stream_ended(f"GET {STREAM_PATH}: {problem}", delivered=delivered)
                             return
-                        delivered = True
-                        self._stream_failures = 0
+                        if event.event == "flags":
+                            stale = 0.0  # a later document is a change the server just read
+                            delivered = True
+                            self._stream_failures = 0
+                    if time.monotonic() - heard > self.stream_read_timeout:
+                        self._stream_ended(
+                            f"GET {STREAM_PATH}: no complete event or heartbeat in "
+                            f"{self.stream_read_timeout:g} s",
+                            delivered=delivered,
+                        )
+                        return
                 if not self._stop.is_set():
+                    retry = reader.retry
                     self._stream_ended(
-                        f"GET {STREAM_PATH}: the server closed the stream", delivered=delivered
+                        f"GET {STREAM_PATH}: the server closed the stream",
+                        delivered=delivered,
+                        # The server's `retry:`, within 1 s and max_backoff.
+                        delay=None
+                        if retry is None
+                        else min(max(retry / 1000, 1.0), self.max_backoff),
                     )
+        except StreamTooLarge as exc:
+            self._stream_ended(
+                f"GET {STREAM_PATH}: {exc}, larger than max_document_bytes allows",
+                delivered=delivered,
+            )
         except httpx.HTTPError as exc:
             if not self._stop.is_set():
                 self._stream_ended(
@@ -313,6 +373,35 @@ class FlagClient:
             self._response = None
             with self._lock:
                 self._mode = "polling"
+
+    def _on_event(self, event: Event, stale: float | None) -> str | None:
+        """Act on one stream event; a problem string ends the stream."""
+        if event.event == "flags":
+            return self._accept(event.data.encode(), None, stale)
+        if event.event == "heartbeat":
+            beat = _heartbeat(event.data)
+            if beat is None:
+                return "a heartbeat event that is not {revision: int, stale_seconds: int | null}"
+            revision, stale_seconds = beat
+            held = self._revision
+            if held is None or revision > held:
+                self._poll()  # the server has a revision we never heard of: fetch it
+            elif revision < held:
+                return (
+                    f"the stream's server is at revision {revision}, behind the held "
+                    f"revision {held}"
+                )
+            else:
+                self._confirm(stale_seconds)
+            return None
+        if event.event == COMMENT:
+            # An older server's `: heartbeat` says nothing of its copy's age: it keeps the
+            # connection open, and once the copy is due a poll, the poll (304 with
+            # X-Shadowplane-Stale) confirms it.
+            age = self._age()
+            if age is None or age >= min(self.poll_interval, self.max_staleness / 3):
+                self._poll()
+        return None
 
     def _stream_ended(
         self, why: str, *, delay: float | None = None, delivered: bool = False
@@ -332,8 +421,9 @@ class FlagClient:
 
     # -- state --------------------------------------------------------------------------
 
-    def _accept(self, body: bytes, etag: str | None, stale_seconds: float) -> str | None:
-        """Take a flags document; a problem string when it cannot be read (nothing changes)."""
+    def _accept(self, body: bytes, etag: str | None, stale_seconds: float | None) -> str | None:
+        """Take a flags document; a problem string when it cannot be read or is older than
+        the copy held (nothing changes then, and nothing is confirmed)."""
         try:
             document = json.loads(body)
         except ValueError:
@@ -347,15 +437,32 @@ class FlagClient:
         if isinstance(revision, bool) or not isinstance(revision, int):
             return "the flags document has no integer 'revision'"
         with self._lock:
-            changed = revision != self._revision or flags != self._flags
-            self._flags, self._revision, self._etag = flags, revision, etag
+            held = self._revision
+            behind = held is not None and revision < held
+            if not behind:
+                changed = revision != held or flags != self._flags
+                self._flags, self._revision, self._etag = flags, revision, etag
+        if behind:
+            return (
+                f"revision {revision} is older than the held revision {held} (a server "
+                f"behind the others?); keeping {held}, not confirmed"
+            )
         if changed:
             log.info("flags: revision %d, %d tasks", revision, len(flags))
         self._confirm(stale_seconds, changed=changed)
         return None
 
-    def _confirm(self, stale_seconds: float, *, changed: bool = False) -> None:
-        """The server says our copy is its current one (which is `stale_seconds` old)."""
+    def _confirm(self, stale_seconds: float | None, *, changed: bool = False) -> None:
+        """The server says our copy is its current one (which is `stale_seconds` old;
+        None: it did not say in a form we read, so nothing is confirmed)."""
+        if stale_seconds is None:
+            self._set_error(
+                "the server's age of its copy (X-Shadowplane-Stale) is unreadable; "
+                "not counted as confirmed"
+            )
+            self._first_attempt.set()
+            self._save_cache(force=changed)
+            return
         with self._lock:
             self._confirmed_at = self._clock() - stale_seconds
             self._source = "server"
@@ -383,8 +490,7 @@ class FlagClient:
         self._set_error(why)
         return delay
 
-    def _halt(self, code: int, path: str, response: httpx.Response) -> None:
-        detail = _detail(response)
+    def _halt(self, code: int, path: str, detail: str) -> None:
         why = (
             f"GET {path}: HTTP {code} ({detail}): this key cannot read flags (it needs the "
             "flags:read scope); stopped asking"
@@ -404,8 +510,12 @@ class FlagClient:
             self._error = why
 
     def _age(self) -> float | None:
+        """Seconds since the copy was confirmed; infinite when that cannot be told."""
         confirmed = self._confirmed_at
-        return None if confirmed is None else max(0.0, self._clock() - confirmed)
+        if confirmed is None:
+            return None
+        age = self._clock() - confirmed
+        return max(0.0, age) if math.isfinite(age) else math.inf
 
     def _next_poll(self) -> float:
         return self.poll_interval * self._rng.uniform(0.9, 1.1)
@@ -433,9 +543,11 @@ class FlagClient:
             return
         with self._lock:
             age = self._age()
+            if age is None or not math.isfinite(age):
+                return  # nothing the server confirmed: nothing to keep
             document = {
                 "format": CACHE_FORMAT,
-                "confirmed_at": time.time() - (age or 0.0),
+                "confirmed_at": time.time() - age,
                 "revision": self._revision,
                 "etag": self._etag,
                 "flags": self._flags,
@@ -459,55 +571,70 @@ class FlagClient:
         self._saved_at = time.monotonic()
 
     def _load_cache(self) -> None:
-        if self.cache_path is None:
+        path = self.cache_path
+        if path is None:
             return
+        document: Any = None
         try:
-            document = json.loads(self.cache_path.read_text(encoding="utf-8"))
+            size = path.stat().st_size
+            if size > self.max_document_bytes + 65536:
+                problem: str | None = f"{size} bytes, larger than max_document_bytes allows"
+            else:
+                document = json.loads(path.read_text(encoding="utf-8"))
+                problem = _cache_problem(document, time.time())
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            log.warning(
-                "flags: cache_path %s unreadable (%s); starting without it", self.cache_path, exc
-            )
-            return
-        problem = _cache_problem(document)
+            problem = f"unreadable ({exc})"
         if problem is not None:
-            log.warning("flags: cache_path %s: %s; starting without it", self.cache_path, problem)
+            # Its age cannot be told, so it cannot be routed by: the cloud until the server
+            # answers.
+            why = f"cache_path {path}: {problem}; started without it"
+            log.warning("flags: %s", why)
+            self._error = why
             return
-        age = time.time() - document["confirmed_at"]
-        if age < -300:  # written in the future: a clock that jumped; trust nothing
-            log.warning(
-                "flags: cache_path %s was written %.0f s in the future; ignoring it",
-                self.cache_path,
-                -age,
-            )
-            return
+        age = max(0.0, time.time() - document["confirmed_at"])
         self._flags = document["flags"]
         self._revision = document["revision"]
-        self._etag = document["etag"] if isinstance(document["etag"], str) else None
-        self._confirmed_at = self._clock() - max(age, 0.0)
+        self._etag = document.get("etag")
+        self._confirmed_at = self._clock() - age
         self._source = "cache"
         log.info(
             "flags: revision %s from %s, %.0f s old%s",
             self._revision,
-            self.cache_path,
+            path,
             age,
             " (stale: cloud until the server answers)" if age > self.max_staleness else "",
         )
 
 
-def _cache_problem(document: Any) -> str | None:
+def _cache_problem(document: Any, now: float) -> str | None:
     if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT:
         return f"not a format {CACHE_FORMAT} flags cache"
     confirmed = document.get("confirmed_at")
     if isinstance(confirmed, bool) or not isinstance(confirmed, int | float):
         return "confirmed_at: not a number"
+    try:
+        finite = math.isfinite(confirmed)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
+        return "confirmed_at: not a finite number; its age is unknown"
+    if confirmed > now + 1:
+        return (
+            f"confirmed_at: {confirmed - now:.0f} s in the future (a clock set back, or a "
+            "damaged file); its age is unknown"
+        )
     flags = document.get("flags")
-    if not isinstance(flags, dict) or not all(isinstance(v, dict) for v in flags.values()):
+    if not isinstance(flags, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in flags.items()
+    ):
         return "flags: not an object of flag objects"
     revision = document.get("revision")
-    if isinstance(revision, bool) or not isinstance(revision, int):
-        return "revision: not an integer"
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        return "revision: not a whole number"
+    if document.get("etag") is not None and not isinstance(document.get("etag"), str):
+        return "etag: neither a string nor null"
     return None
 
 
@@ -520,18 +647,71 @@ def _retry_after(response: httpx.Response) -> float | None:
     return seconds if 0 <= seconds < 86_400 else None
 
 
-def _stale_seconds(response: httpx.Response) -> float:
-    """The server's own copy is this old (`X-Shadowplane-Stale`, when its storage is down)."""
-    try:
-        return max(0.0, float(response.headers.get("x-shadowplane-stale", "0")))
-    except ValueError:
+def _stale_seconds(response: httpx.Response) -> float | None:
+    """The server's own copy is this old (`X-Shadowplane-Stale`, when its storage is down);
+    0 without the header, None when the header is unreadable."""
+    value = response.headers.get("x-shadowplane-stale")
+    if value is None:
         return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _heartbeat(data: str) -> tuple[int, float] | None:
+    """`{"revision": <int>, "stale_seconds": <int or null>}` as (revision, seconds old)."""
+    try:
+        beat = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(beat, dict):
+        return None
+    revision, stale = beat.get("revision"), beat.get("stale_seconds")
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        return None
+    if stale is None:
+        return revision, 0.0
+    if isinstance(stale, bool) or not isinstance(stale, int | float):
+        return None
+    try:
+        seconds = float(stale)
+    except OverflowError:
+        return None
+    return (revision, seconds) if math.isfinite(seconds) and seconds >= 0 else None
+
+
+class _BodyProblem(Exception):
+    """A response body too large or too slow to read."""
+
+
+def _read_capped(response: httpx.Response, limit: int, deadline: float) -> bytes:
+    """The body, read only while it stays within `limit` bytes and `deadline`."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _BodyProblem(
+            f"the body is {declared} bytes, over the {limit}-byte cap (max_document_bytes); "
+            "not read"
+        )
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise _BodyProblem(
+                f"the body is over the {limit}-byte cap (max_document_bytes); not read further"
+            )
+        if time.monotonic() > deadline:
+            raise _BodyProblem("the body took too long to arrive (3 x timeout)")
+    return bytes(body)
 
 
 def _detail(response: httpx.Response) -> str:
+    """The `detail` of an error answer, read with a small cap."""
+    reason = response.reason_phrase or "no detail"
     try:
-        body = response.json()
-    except ValueError:
-        return response.reason_phrase or "no detail"
+        body = json.loads(_read_capped(response, 65536, time.monotonic() + 5))
+    except (_BodyProblem, httpx.HTTPError, ValueError):
+        return reason
     detail = body.get("detail") if isinstance(body, Mapping) else None
-    return str(detail)[:200] if detail else response.reason_phrase or "no detail"
+    return str(detail)[:200] if detail else reason
