@@ -1,25 +1,33 @@
 """`ResultReporter`: results posted in the background, in batches, without ever blocking
 or failing the request that produced them.
 
-`report(result)` serialises the result and puts it on a bounded queue; it returns False
-and counts the result in `dropped` when the queue is full or the result is not JSON. One
-daemon thread posts batches of up to `batch_size` (at most 1000, the API's limit) to
-`POST /v1/results`, waiting at most `flush_interval` seconds for a batch to fill. 429, 5xx
-and network errors are retried with exponential backoff and jitter (`Retry-After`
-honoured): the API stores each `(task, request_id)` once, so a resent batch is safe. A
-batch the API refuses with another 4xx is dropped, counted and logged; resending it
-cannot help. `close(timeout)` sends what is queued before it returns.
+`report(result)` serialises the result once (`json.dumps` on the caller's thread: the one
+cost the caller pays, in proportion to the result's size) and puts the bytes on a queue
+bounded in count (`max_queue`) and in bytes (`max_queue_bytes`; the batch in flight holds
+at most `max_body_bytes` more). It returns False and counts the result in `dropped` (the
+reason in `drop_reasons`) when the result is not JSON, is larger than `max_result_bytes`
+(by default what fits in one request of `max_body_bytes`, the API's body limit), when the
+queue is full, or when the reporter is closed or its thread has stopped. It holds no lock
+during I/O and never waits on the network.
+
+One daemon thread posts batches of up to `batch_size` results (at most 1000, the API's
+limit) and `max_body_bytes` to `POST /v1/results`, waiting at most `flush_interval`
+seconds for a batch to fill. 429, 5xx, network errors and answers that are not the API's
+are retried with exponential backoff and jitter (`Retry-After` honoured): the API stores
+each `(task, request_id)` once, so a resent batch is safe. A batch the API refuses with
+another 4xx is dropped, counted and logged; resending it cannot help. Whatever goes wrong
+with one batch is logged and counted, and the thread goes on. `close(timeout)` sends what
+is queued before it returns.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
 import random
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +37,12 @@ log = logging.getLogger("shadowplane.client")
 
 RESULTS_PATH = "/v1/results"
 MAX_BATCH = 1000
+# The API's default SHADOWPLANE_MAX_BODY_BYTES: a larger request is refused with 413.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_QUEUE_BYTES = 64 * 1024 * 1024
+_ENVELOPE = len(b'{"results":[]}')
+# The API's answer lists at most 1000 rejected items: anything far larger is not its answer.
+ANSWER_BYTES = 4 * 1024 * 1024
 
 
 class ResultReporter:
@@ -42,6 +56,9 @@ class ResultReporter:
         batch_size: int = 200,
         flush_interval: float = 1.0,
         max_queue: int = 10_000,
+        max_queue_bytes: int = MAX_QUEUE_BYTES,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_result_bytes: int | None = None,
         timeout: float = 10.0,
         max_backoff: float = 30.0,
         rng: random.Random | None = None,
@@ -53,10 +70,29 @@ class ResultReporter:
             )
         if max_queue < 1:
             raise ValueError(f"max_queue: must be at least 1, got {max_queue!r}")
+        if max_body_bytes <= _ENVELOPE:
+            raise ValueError(f"max_body_bytes: must be over {_ENVELOPE}, got {max_body_bytes!r}")
+        largest = max_body_bytes - _ENVELOPE
+        if max_result_bytes is None:
+            max_result_bytes = largest
+        if not 1 <= max_result_bytes <= largest:
+            raise ValueError(
+                f"max_result_bytes: must be 1 to {largest} (one result must fit in a request "
+                f"of max_body_bytes), got {max_result_bytes!r}"
+            )
+        if max_queue_bytes < 1:
+            raise ValueError(f"max_queue_bytes: must be at least 1, got {max_queue_bytes!r}")
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         self.max_backoff = max_backoff
-        self._queue: queue.Queue[bytes] = queue.Queue(max_queue)
+        self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
+        self.max_body_bytes = max_body_bytes
+        self.max_result_bytes = max_result_bytes
+        # The serialised results waiting, and their size; guarded by `_ready`.
+        self._items: deque[bytes] = deque()
+        self._bytes = 0
+        self._ready = threading.Condition(threading.Lock())
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={
@@ -72,6 +108,7 @@ class ResultReporter:
         self._duplicates = 0
         self._rejected = 0
         self._dropped = 0
+        self._drop_reasons: Counter[str] = Counter()
         self._inflight = 0
         self._last_error: str | None = None
         self._last_drop_log = 0.0
@@ -86,27 +123,49 @@ class ResultReporter:
 
     def report(self, result: Mapping[str, Any]) -> bool:
         """Queue one result; False (counted in `dropped`) when it cannot be queued. Never
-        blocks on the network and never raises."""
+        blocks on the network and never raises; serialising the result is its only cost."""
         try:
             if self._closing.is_set():
-                self._drop(1, "the reporter is closed")
+                self._drop(1, "closed", "the reporter is closed")
+                return False
+            if not self._thread.is_alive():
+                self._drop(1, "stopped", "the sending thread has stopped (see the log)")
                 return False
             try:
                 item = json.dumps(
                     result, separators=(",", ":"), ensure_ascii=False, allow_nan=False
                 ).encode()
-            except (TypeError, ValueError) as exc:
-                self._drop(1, f"a result is not JSON ({exc})")
+            except Exception as exc:  # TypeError, ValueError, RecursionError ...
+                self._drop(1, "not_json", f"a result is not JSON ({exc})")
                 return False
-            try:
-                self._queue.put_nowait(item)
-            except queue.Full:
-                self._drop(1, f"the queue is full ({self._queue.maxsize} results waiting)")
+            size = len(item)
+            if size > self.max_result_bytes:
+                self._drop(
+                    1,
+                    "too_large",
+                    f"a result of {size} bytes is over max_result_bytes ({self.max_result_bytes})",
+                )
+                return False
+            with self._ready:
+                if len(self._items) >= self.max_queue:
+                    full = f"the queue is full ({len(self._items)} results waiting, max_queue)"
+                elif self._bytes + size > self.max_queue_bytes:
+                    full = (
+                        f"the queue is full ({self._bytes} bytes waiting, max_queue_bytes "
+                        f"{self.max_queue_bytes})"
+                    )
+                else:
+                    full = None
+                    self._items.append(item)
+                    self._bytes += size
+                    self._ready.notify()
+            if full is not None:
+                self._drop(1, "queue_full", full)
                 return False
             return True
         except Exception as exc:  # the caller's request must never fail on reporting
             try:
-                self._drop(1, f"{type(exc).__name__}: {exc}")
+                self._drop(1, "error", f"{type(exc).__name__}: {exc}")
             except Exception:
                 pass
             return False
@@ -130,13 +189,26 @@ class ResultReporter:
 
     @property
     def dropped(self) -> int:
-        """Results never delivered: queue full, not JSON, a refused batch, or unsent at close."""
+        """Results never delivered: queue full, not JSON, too large, a refused batch, or
+        unsent at close."""
         return self._dropped
+
+    @property
+    def drop_reasons(self) -> dict[str, int]:
+        """`dropped` by reason: closed, stopped, not_json, too_large, queue_full, refused,
+        failed (a batch the thread could not handle), unsent (at close), error."""
+        with self._lock:
+            return dict(self._drop_reasons)
 
     @property
     def pending(self) -> int:
         """Results queued or being sent."""
-        return self._queue.qsize() + self._inflight
+        return len(self._items) + self._inflight
+
+    @property
+    def queued_bytes(self) -> int:
+        """The size of the results waiting in the queue."""
+        return self._bytes
 
     @property
     def last_error(self) -> str | None:
@@ -150,6 +222,8 @@ class ResultReporter:
         reached the API (stored, duplicate, or rejected item by item)."""
         dropped_before = self._dropped
         self._closing.set()
+        with self._ready:
+            self._ready.notify_all()
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._abort.set()
@@ -170,37 +244,51 @@ class ResultReporter:
             while True:
                 batch = self._collect()
                 if batch:
-                    self._send(batch)
+                    try:
+                        self._send(batch)
+                    except Exception as exc:  # one bad batch must not stop the reporting
+                        log.exception("results: sending a batch failed")
+                        with self._lock:
+                            lost, self._inflight = self._inflight, 0
+                        self._last_error = f"sending a batch failed: {type(exc).__name__}: {exc}"
+                        self._drop(lost, "failed", self._last_error)
                 elif self._closing.is_set():
                     break
-        except Exception:
-            log.exception("results: the sender failed")
+        except BaseException:  # SystemExit from a hook, ...: the thread ends, and says so
+            log.exception("results: the sender stopped; report() now answers False")
         finally:
             self._drain()
 
     def _collect(self) -> list[bytes]:
-        """The next batch: waits for a first result, then up to `flush_interval` for more."""
+        """The next batch: waits for a first result, then up to `flush_interval` for more,
+        within `batch_size` results and `max_body_bytes`."""
         batch: list[bytes] = []
+        size = _ENVELOPE
         deadline = None
-        while len(batch) < self.batch_size:
-            if self._closing.is_set():
-                wait = 0.0
-            elif deadline is None:
-                wait = 0.1  # wake now and then to see `close`
-            else:
-                wait = deadline - time.monotonic()
-            try:
-                batch.append(
-                    self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-                )
-            except queue.Empty:
-                if batch or self._closing.is_set():
+        with self._ready:
+            while len(batch) < self.batch_size:
+                if self._items:
+                    item = self._items[0]
+                    if batch and size + 1 + len(item) > self.max_body_bytes:
+                        break
+                    self._items.popleft()
+                    self._bytes -= len(item)
+                    with self._lock:  # `pending` counts it throughout
+                        self._inflight += 1
+                    batch.append(item)
+                    size += len(item) + (1 if len(batch) > 1 else 0)
+                    if deadline is None:
+                        deadline = time.monotonic() + self.flush_interval
+                    continue
+                if self._closing.is_set():
                     break
-                continue
-            if deadline is None:
-                deadline = time.monotonic() + self.flush_interval
-        with self._lock:
-            self._inflight = len(batch)
+                if deadline is None:
+                    self._ready.wait(0.5)  # woken by report() and close()
+                    continue
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    break
+                self._ready.wait(wait)
         return batch
 
     def _send(self, batch: list[bytes]) -> None:
@@ -208,25 +296,34 @@ class ResultReporter:
         body = b'{"results":[' + b",".join(batch) + b"]}"
         while True:
             if self._abort.is_set():
-                self._finish(batch, dropped=f"{len(batch)} results unsent at close")
+                self._finish(batch, dropped=f"{len(batch)} results unsent at close", kind="unsent")
                 return
             retry_after = None
             try:
-                response = self._http.post(RESULTS_PATH, content=body)
+                with self._http.stream("POST", RESULTS_PATH, content=body) as response:
+                    code, answer = response.status_code, _read_answer(response)
             except httpx.HTTPError as exc:
                 problem = f"POST {RESULTS_PATH}: {type(exc).__name__}: {exc}"
             else:
-                code = response.status_code
-                if code == 200 and self._counted(batch, response):
+                text = answer.decode("utf-8", "replace")[:200]
+                if code == 200 and self._counted(batch, answer):
                     return
                 if code == 413 and len(batch) > 1:  # over the body limit: halves go alone
                     half = len(batch) // 2
                     self._send(batch[:half])
                     self._send(batch[half:])
                     return
-                problem = f"POST {RESULTS_PATH}: HTTP {code}: {response.text[:200]}"
+                if code == 200:
+                    problem = (
+                        f"POST {RESULTS_PATH}: HTTP 200 with an answer that is not the API's: "
+                        f"{text}"
+                    )
+                else:
+                    problem = f"POST {RESULTS_PATH}: HTTP {code}: {text}"
                 if code != 200 and code != 429 and code < 500:
-                    self._finish(batch, dropped=f"{len(batch)} results refused: {problem}")
+                    self._finish(
+                        batch, dropped=f"{len(batch)} results refused: {problem}", kind="refused"
+                    )
                     return
                 retry_after = _retry_after(response)
             failures += 1
@@ -241,13 +338,15 @@ class ResultReporter:
             self._last_error = problem
             self._abort.wait(delay)
 
-    def _counted(self, batch: list[bytes], response: httpx.Response) -> bool:
+    def _counted(self, batch: list[bytes], body: bytes) -> bool:
         try:
-            answer = response.json()
-            accepted, duplicates = int(answer["accepted"]), int(answer["duplicates"])
-            rejected = list(answer["rejected"])
-        except (ValueError, KeyError, TypeError):
+            answer = json.loads(body)
+            accepted, duplicates = _count(answer["accepted"]), _count(answer["duplicates"])
+            rejected = answer["rejected"]
+        except Exception:
             return False  # not the API's answer: send again (dedupe makes it safe)
+        if accepted is None or duplicates is None or not isinstance(rejected, list):
+            return False
         for item in rejected:
             if isinstance(item, Mapping):
                 self.rejections.append(
@@ -255,10 +354,10 @@ class ResultReporter:
                 )
         if rejected:
             log.warning(
-                "results: the API rejected %d of %d results, e.g. %s",
+                "results: the API rejected %d of %d results, e.g. %.300s",
                 len(rejected),
                 len(batch),
-                self.rejections[-1],
+                rejected[0],
             )
         with self._lock:
             self._accepted += accepted
@@ -270,31 +369,31 @@ class ResultReporter:
             self._last_error = None
         return True
 
-    def _finish(self, batch: list[bytes], dropped: str | None = None) -> None:
+    def _finish(
+        self, batch: list[bytes], dropped: str | None = None, kind: str = "refused"
+    ) -> None:
         with self._lock:
             self._inflight = max(0, self._inflight - len(batch))
         if dropped is not None:
             self._last_error = dropped
-            self._drop(len(batch), dropped)
+            self._drop(len(batch), kind, dropped)
 
     def _drain(self) -> None:
         """At exit: whatever is still queued will never be sent."""
-        left = 0
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-            left += 1
+        with self._ready:
+            left = len(self._items)
+            self._items.clear()
+            self._bytes = 0
         with self._lock:
             left += self._inflight
             self._inflight = 0
         if left:
-            self._drop(left, f"{left} results unsent at close")
+            self._drop(left, "unsent", f"{left} results unsent at close")
 
-    def _drop(self, n: int, why: str) -> None:
+    def _drop(self, n: int, kind: str, why: str) -> None:
         with self._lock:
             self._dropped += n
+            self._drop_reasons[kind] += n
             dropped = self._dropped
             now = time.monotonic()
             loud = now - self._last_drop_log >= 10 or n > 1
@@ -304,9 +403,26 @@ class ResultReporter:
             log.warning("results: dropped %d (%d in all): %s", n, dropped, why)
 
 
+def _read_answer(response: httpx.Response) -> bytes:
+    """The answer's body up to ANSWER_BYTES (the API's is far smaller); b"" past that."""
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > ANSWER_BYTES:
+            return b""
+    return bytes(body)
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     try:
         seconds = float(response.headers.get("retry-after", ""))
     except ValueError:
         return None
     return seconds if 0 <= seconds < 3600 else None
+
+
+def _count(value: Any) -> int | None:
+    """A count from the API's answer: a whole number from 0, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
