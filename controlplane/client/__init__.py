@@ -4,7 +4,8 @@
                      polling); `route(task, ...)` answers from memory, cloud when in doubt
     ResultReporter   results posted in background batches; never blocks or raises
     shadow_compare   serve the chosen side, run the other beside it, report the pair
-                     (`async_shadow_compare` for coroutines)
+                     (`async_shadow_compare` for coroutines; `shadow_stats` counts
+                     calls refused because their pool was held by hung calls)
     resolve          both sides on the serving path: equal -> edge, different -> cloud,
                      irreversible -> need_confirm
     evaluate, route  the routing rule itself, pure (every door of the control plane uses it)
@@ -19,7 +20,7 @@ from .flags import FlagClient, FlagStatus
 from .reporter import ResultReporter
 from .resolve import Resolution, resolve
 from .routing import Evaluation, Route, evaluate, route
-from .shadow import async_shadow_compare, shadow_compare
+from .shadow import async_shadow_compare, shadow_compare, shadow_stats
 from .sticky import murmur3_32, sticky_bucket
 from .webhooks import verify_signature
 
@@ -36,6 +37,7 @@ __all__ = [
     "resolve",
     "route",
     "shadow_compare",
+    "shadow_stats",
     "sticky_bucket",
     "verify_signature",
 ]

@@ -13,7 +13,12 @@ Each result carries both timings (`latency_ms`), each side's `error` (`timeout`,
 `eligible`), the flag version it routed by, `served` and `degraded`.
 
 A sync edge that hangs keeps its pool thread until it returns (Python cannot stop a
-thread): give `edge_fn` its own network timeouts too. An async edge is cancelled.
+thread): give `edge_fn` its own network timeouts too. The default pools never queue: when
+all `SERVING_THREADS` are held (by hung edges) a serving edge is not called and the cloud
+answers at once (`degraded`, edge `error: busy`); when all `BESIDE_THREADS` are held the
+side beside is not run (the result names it under `skipped`). `shadow_stats()` counts both.
+An async edge past its timeout is cancelled and not waited for; whatever it raises,
+`BaseException` included, is its error, never the caller's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -158,6 +164,7 @@ class _Pair:
             "cloud": cloud_fields or {},
         }
         self.waiting: set[str] = set()
+        self.skipped: dict[str, str] = {}
         self.answered = False
         self.lock = threading.Lock()
 
@@ -184,9 +191,17 @@ class _Pair:
         if ready:
             self._report()
 
+    def skip(self, name: Side, why: str) -> None:
+        """The side beside was not run (`why`); it is named under `skipped`."""
+        with self.lock:
+            self.skipped[name] = why
+
     def _report(self) -> None:
         if self.reporter is None:
             return
+        skipped = {k: v for k, v in self.skipped.items() if self.result.get(k) is None}
+        if skipped:
+            self.result["skipped"] = skipped
         try:
             self.reporter.report(self.result)
         except Exception:  # a reporter must not raise; if one does, the answer still goes out
@@ -274,16 +289,103 @@ class _Deadlines:
 
 
 _deadlines = _Deadlines()
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+
+# Threads for edge calls on the serving path, and for the side run beside the served one.
+SERVING_THREADS = 32
+BESIDE_THREADS = 32
 
 
-def _default_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="shadowplane-side")
-        return _pool
+class _Gate:
+    """A thread pool that never queues: with every thread held, a call is refused at once
+    (a queued call would keep its payload until a hung call returns, i.e. maybe never)."""
+
+    def __init__(self, prefix: str, threads: int) -> None:
+        self.prefix = prefix
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[[P], T], payload: P) -> Future[_Raw] | None:
+        with self._lock:
+            if self._busy >= self.threads:
+                return None
+            self._busy += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.prefix)
+            pool = self._pool
+        try:
+            future = pool.submit(self._run, fn, payload)
+        except RuntimeError:  # the interpreter is shutting down
+            self._release()
+            return None
+        future.add_done_callback(self._if_cancelled)
+        return future
+
+    def busy(self) -> str:
+        return f"all {self.threads} {self.prefix} threads are held (hung calls?)"
+
+    @property
+    def in_flight(self) -> int:
+        return self._busy
+
+    def _run(self, fn: Callable[[P], T], payload: P) -> _Raw:
+        try:
+            return _call(fn, payload)
+        finally:
+            self._release()
+
+    def _if_cancelled(self, future: Future[_Raw]) -> None:
+        if future.cancelled():  # taken back before it ran: `_run` never will
+            self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._busy -= 1
+
+
+class _Given:
+    """The caller's executor: its queue and its threads are the caller's to bound."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    def submit(self, fn: Callable[[P], T], payload: P) -> Future[_Raw] | None:
+        return self.executor.submit(_call, fn, payload)
+
+    def busy(self) -> str:
+        return "the executor refused the call"
+
+
+_serving = _Gate("shadowplane-edge", SERVING_THREADS)
+_beside_pool = _Gate("shadowplane-side", BESIDE_THREADS)
+_stats_lock = threading.Lock()
+_stats: Counter[str] = Counter()
+_last_busy_log = 0.0
+
+
+def shadow_stats() -> dict[str, int]:
+    """Calls refused because every thread of their default pool was held: `busy_serving`
+    (the cloud answered at once instead of the edge), `skipped_beside` (the side beside
+    was not run); and the calls running now (`serving_in_flight`, `beside_in_flight`)."""
+    with _stats_lock:
+        stats = {"busy_serving": _stats["busy_serving"], "skipped_beside": _stats["skipped_beside"]}
+    stats["serving_in_flight"] = _serving.in_flight
+    stats["beside_in_flight"] = _beside_pool.in_flight
+    return stats
+
+
+def _count_busy(kind: str, task: str, why: str) -> None:
+    global _last_busy_log
+    with _stats_lock:
+        _stats[kind] += 1
+        n = _stats[kind]
+        now = time.monotonic()
+        loud = now - _last_busy_log >= 10
+        if loud:
+            _last_busy_log = now
+    if loud:
+        log.warning("shadow_compare: %s (task %s); %s: %d so far", why, task, kind, n)
 
 
 def _beside(
@@ -351,7 +453,8 @@ def shadow_compare(
         edge_fields,
         cloud_fields,
     )
-    pool = executor or _default_pool()
+    serving: _Gate | _Given = _Given(executor) if executor is not None else _serving
+    beside: _Gate | _Given = _Given(executor) if executor is not None else _beside_pool
     started = time.monotonic()
 
     def edge_side(raw: _Raw) -> dict[str, Any]:
@@ -360,17 +463,30 @@ def shadow_compare(
     if route.served == "cloud":
         pair.expect("cloud")
         if route.run_other:
-            pair.expect("edge")
-            future = pool.submit(_call, edge_fn, payload)
-            _beside(pair, "edge", future, started + edge_timeout, edge_timeout, edge_side)
+            future = beside.submit(edge_fn, payload)
+            if future is None:
+                pair.skip("edge", f"not run: {beside.busy()}")
+                _count_busy("skipped_beside", task, beside.busy())
+            else:
+                pair.expect("edge")
+                _beside(pair, "edge", future, started + edge_timeout, edge_timeout, edge_side)
         return _serve_cloud(pair, cloud_fn, payload, None)
 
     pair.expect("edge")
-    edge = pool.submit(_call, edge_fn, payload)
+    edge = serving.submit(edge_fn, payload)
+    if edge is None:  # every thread held by hung edges: do not wait for one, answer now
+        why = serving.busy()
+        _count_busy("busy_serving", task, why)
+        pair.put("edge", _side(None, "busy", f"not run: {why}", _Raw(None, None, 0.0)))
+        return _serve_cloud(pair, cloud_fn, payload, None, degraded="busy")
     cloud: Future[_Raw] | None = None
     if route.run_other:
-        pair.expect("cloud")
-        cloud = pool.submit(_call, cloud_fn, payload)
+        cloud = beside.submit(cloud_fn, payload)
+        if cloud is None:
+            pair.skip("cloud", f"not run: {beside.busy()}")
+            _count_busy("skipped_beside", task, beside.busy())
+        else:
+            pair.expect("cloud")
     try:
         raw = edge.result(timeout=edge_timeout)
     except (FutureTimeout, CancelledError):
@@ -426,34 +542,69 @@ def _keep(coro: Awaitable[None]) -> None:
     task.add_done_callback(_background.discard)
 
 
-async def _acall(fn: Callable[[P], Awaitable[T]], payload: P, timeout: float | None = None) -> _Raw:
+async def _acall(fn: Callable[[P], Awaitable[T]], payload: P) -> _Raw:
+    """The cloud on the serving path, in the caller's task: its BaseExceptions are the
+    caller's own."""
     started = time.perf_counter()
     try:
-        if timeout is None:
-            output = await fn(payload)
-        else:
-            output = await asyncio.wait_for(fn(payload), timeout)
-    except TimeoutError as exc:
-        if timeout is None:  # raised by the side itself, not by our timeout
-            return _Raw(None, exc, _ms(started))
-        return _Raw(None, None, _ms(started), timed_out=True)
+        output = await fn(payload)
     except Exception as exc:
         return _Raw(None, exc, _ms(started))
     return _Raw(output, None, _ms(started))
 
 
+async def _arun(fn: Callable[[P], Awaitable[T]], payload: P) -> _Raw:
+    """One side in a task of its own: whatever it raises is its error (BaseException too,
+    so SystemExit or KeyboardInterrupt from a model client never reaches the loop), except
+    the cancellation of this task by shadow_compare."""
+    started = time.perf_counter()
+    try:
+        output = await fn(payload)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # ours: its timeout passed, or the caller was cancelled
+        return _Raw(None, exc, _ms(started))  # raised by the side itself
+    except BaseException as exc:
+        return _Raw(None, exc, _ms(started))
+    return _Raw(output, None, _ms(started))
+
+
+def _spawn(fn: Callable[[P], Awaitable[T]], payload: P) -> asyncio.Task[_Raw]:
+    task: asyncio.Task[_Raw] = asyncio.ensure_future(_arun(fn, payload))
+    _running.add(task)  # the loop keeps weak references only
+    task.add_done_callback(_running.discard)
+    return task
+
+
+_running: set[asyncio.Task[_Raw]] = set()
+
+
+async def _within(task: asyncio.Task[_Raw], timeout: float) -> _Raw:
+    """The task's outcome, or a timeout after `timeout` seconds: then the task is cancelled
+    and left to end by itself, never waited for (it may ignore the cancellation)."""
+    started = time.perf_counter()
+    try:
+        await asyncio.wait({task}, timeout=max(timeout, 0.0))
+    except asyncio.CancelledError:  # the caller's own cancellation
+        task.cancel()
+        raise
+    if not task.done():
+        task.cancel()
+        return _Raw(None, None, round(timeout * 1000, 3), timed_out=True)
+    if task.cancelled():  # by someone else than us (the loop shutting down)
+        return _Raw(None, asyncio.CancelledError(), _ms(started))
+    return task.result()
+
+
 async def _abeside(
     pair: _Pair,
     name: Side,
-    pending: Awaitable[_Raw],
+    task: asyncio.Task[_Raw],
     timeout: float,
     to_side: Callable[[_Raw], dict[str, Any]],
 ) -> None:
-    try:
-        raw = await asyncio.wait_for(pending, max(timeout, 0.0))
-    except TimeoutError:
-        raw = _Raw(None, None, round(timeout * 1000, 3), timed_out=True)
-    pair.put(name, to_side(raw))
+    pair.put(name, to_side(await _within(task, timeout)))
 
 
 async def async_shadow_compare(
@@ -500,17 +651,17 @@ async def async_shadow_compare(
         pair.expect("cloud")
         if route.run_other:
             pair.expect("edge")
-            _keep(_abeside(pair, "edge", _acall(edge_fn, payload), edge_timeout, edge_side))
+            _keep(_abeside(pair, "edge", _spawn(edge_fn, payload), edge_timeout, edge_side))
         return await _aserve_cloud(pair, _acall(cloud_fn, payload), None)
 
     pair.expect("edge")
     cloud: asyncio.Task[_Raw] | None = None
     if route.run_other:
         pair.expect("cloud")
-        cloud = asyncio.ensure_future(_acall(cloud_fn, payload))
+        cloud = _spawn(cloud_fn, payload)
     try:
-        raw = await _acall(edge_fn, payload, edge_timeout)
-    except BaseException:  # the caller was cancelled: nothing of this request goes on
+        raw = await _within(_spawn(edge_fn, payload), edge_timeout)
+    except asyncio.CancelledError:  # the caller was cancelled: nothing of this request goes on
         if cloud is not None:
             cloud.cancel()
         raise

@@ -10,17 +10,22 @@ edge is still blocked, never by a clock.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from controlplane.client import FlagClient, async_shadow_compare, shadow_compare
+from controlplane.client import FlagClient, async_shadow_compare, shadow_compare, shadow_stats
+from controlplane.client.shadow import BESIDE_THREADS, SERVING_THREADS
+
+T = TypeVar("T")
 
 WAIT = 30.0  # generous bound for a background event that must happen
 
@@ -451,3 +456,205 @@ def test_async_edge_serves_and_a_hung_cloud_beside_it_is_reported_as_a_timeout(
     asyncio.run(main())
     r = reports.one()
     assert (r["served"], r["edge"]["output"], r["cloud"]["error"]) == ("edge", "edge:hi", "timeout")
+
+
+# -- whatever an async edge does, the caller gets the cloud in the cloud's time --------------
+
+
+class EdgeOwnBase(BaseException):
+    """A BaseException of the edge's own making (not an Exception)."""
+
+
+def _run_catching(main: Callable[[], Coroutine[Any, Any, T]]) -> T | str:
+    """`asyncio.run(main())`, or what escaped it (so a failure cannot end the test run)."""
+    try:
+        return asyncio.run(main())
+    except BaseException as exc:
+        return f"escaped: {type(exc).__name__}"
+
+
+@pytest.mark.parametrize(
+    "raised", [asyncio.CancelledError, SystemExit, KeyboardInterrupt, EdgeOwnBase, TimeoutError]
+)
+def test_whatever_an_async_serving_edge_raises_the_caller_gets_the_cloud_answer(
+    tmp_path: Path, raised: type[BaseException]
+) -> None:
+    async def edge(payload: str) -> str:
+        raise raised("from the edge")
+
+    reports = Collected()
+
+    async def main() -> str:
+        return await async_shadow_compare(
+            "hi", edge, acloud, client=_flags(tmp_path, "full", 0.0), reporter=reports, **KW
+        )
+
+    assert _run_catching(main) == "cloud:hi"
+    r = reports.one()
+    # The edge's own TimeoutError is its exception, not our timeout.
+    assert (r["served"], r["degraded"], r["degrade_reason"]) == ("cloud", True, "exception")
+    assert r["edge"]["error_message"] == f"{raised.__name__}: from the edge"
+
+
+@pytest.mark.parametrize("raised", [asyncio.CancelledError, SystemExit, EdgeOwnBase])
+def test_whatever_an_async_edge_beside_raises_the_pair_is_reported(
+    tmp_path: Path, raised: type[BaseException]
+) -> None:
+    async def edge(payload: str) -> str:
+        raise raised("from the edge")
+
+    reports = Collected()
+
+    async def main() -> str:
+        answer = await async_shadow_compare(
+            "hi", edge, acloud, client=_flags(tmp_path, "shadow", 1.0), reporter=reports, **KW
+        )
+        for _ in range(1000):
+            if reports.results:
+                break
+            await asyncio.sleep(0.01)
+        return answer
+
+    assert _run_catching(main) == "cloud:hi"
+    r = reports.one()
+    assert (r["served"], r["degraded"], r["edge"]["error"]) == ("cloud", False, "exception")
+    assert r["edge"]["error_message"] == f"{raised.__name__}: from the edge"
+
+
+def test_an_async_edge_that_ignores_its_cancellation_does_not_hold_the_caller(
+    tmp_path: Path,
+) -> None:
+    reports = Collected()
+
+    async def main() -> tuple[str, bool, bool]:
+        release, cancelled = asyncio.Event(), asyncio.Event()
+        finished: list[bool] = []
+
+        async def stubborn(payload: str) -> str:
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.set()  # ... and goes on regardless
+            await asyncio.wait_for(release.wait(), WAIT)
+            finished.append(True)
+            return "edge, late"
+
+        answer = await async_shadow_compare(
+            "hi",
+            stubborn,
+            acloud,
+            client=_flags(tmp_path, "full", 0.0),
+            reporter=reports,
+            edge_timeout=0.2,
+            **KW,
+        )
+        held = not finished  # answered while the edge still runs
+        for _ in range(1000):
+            if cancelled.is_set():
+                break
+            await asyncio.sleep(0.01)
+        asked = cancelled.is_set() and not finished  # cancelled, and it ignored that
+        release.set()
+        for _ in range(1000):
+            if finished:
+                break
+            await asyncio.sleep(0.01)
+        return answer, held, asked
+
+    assert _run_catching(main) == ("cloud:hi", True, True)
+    r = reports.one()  # once: the late edge is not reported again
+    assert (r["degraded"], r["degrade_reason"], r["edge"]["latency_ms"]) == (True, "timeout", 200.0)
+
+
+# -- hung sync calls never queue work ---------------------------------------------------------
+
+
+class Payload:
+    """A request's payload; weakly referenced to see who still holds it."""
+
+    def __init__(self) -> None:
+        self.blob = bytearray(64 * 1024)
+
+
+def _idle(kind: str) -> None:
+    """Wait until earlier tests' held calls have returned."""
+    deadline = time.monotonic() + WAIT
+    while shadow_stats()[kind] > 0:
+        assert time.monotonic() < deadline, f"{kind} stayed above 0"
+        time.sleep(0.01)
+
+
+def test_hung_edges_beside_never_queue_payloads_and_later_sides_are_skipped(
+    tmp_path: Path, release: threading.Event
+) -> None:
+    _idle("beside_in_flight")
+    before = shadow_stats()["skipped_beside"]
+    started: list[int] = []
+
+    def hung_edge(payload: Payload) -> str:
+        started.append(1)
+        release.wait()
+        return "edge, late"
+
+    alive: weakref.WeakSet[Payload] = weakref.WeakSet()
+    reports = Collected()
+    flags = _flags(tmp_path, "shadow", 1.0)  # the cloud serves, the edge runs beside
+    n = BESIDE_THREADS * 3
+    for _ in range(n):
+        payload = Payload()
+        alive.add(payload)
+        answer = shadow_compare(
+            payload,
+            hung_edge,
+            lambda p: "cloud",
+            client=flags,
+            reporter=reports,
+            edge_timeout=0.05,
+            **KW,
+        )
+        assert answer == "cloud"
+        del payload
+    deadline = time.monotonic() + WAIT
+    while len(reports.results) < n:  # the held edges are reported at their timeout
+        assert time.monotonic() < deadline, len(reports.results)
+        time.sleep(0.01)
+    gc.collect()
+    # Only the calls that hold a thread keep their payload; nothing waits in a queue.
+    assert len(alive) <= BESIDE_THREADS and len(started) <= BESIDE_THREADS
+    skipped = [r for r in reports.results if r["edge"] is None]
+    assert len(skipped) == n - len(started) >= n - BESIDE_THREADS
+    assert all(r["skipped"]["edge"].startswith("not run: all 32") for r in skipped)
+    assert all(r["cloud"]["output"] == "cloud" for r in reports.results)
+    timed_out = [r for r in reports.results if r["edge"] is not None]
+    assert all(r["edge"]["error"] == "timeout" for r in timed_out)
+    assert shadow_stats()["skipped_beside"] - before == len(skipped)
+    release.set()
+    _idle("beside_in_flight")
+
+
+def test_with_every_serving_thread_held_by_hung_edges_the_cloud_answers_at_once(
+    tmp_path: Path, release: threading.Event
+) -> None:
+    _idle("serving_in_flight")
+    calls: list[int] = []
+
+    def hung_edge(payload: str) -> str:
+        calls.append(1)
+        release.wait()
+        return "edge, late"
+
+    flags = _flags(tmp_path, "full", 0.0)
+    for _ in range(SERVING_THREADS):
+        assert shadow_compare("x", hung_edge, cloud, client=flags, edge_timeout=0.01, **KW)
+    reports = Collected()
+    # Waiting for a thread could take the whole edge_timeout: it is not waited for.
+    answer = shadow_compare(
+        "hi", hung_edge, cloud, client=flags, reporter=reports, edge_timeout=WAIT, **KW
+    )
+    assert answer == "cloud:hi" and len(calls) <= SERVING_THREADS
+    r = reports.one()
+    assert (r["served"], r["degraded"], r["degrade_reason"]) == ("cloud", True, "busy")
+    assert r["edge"]["error"] == "busy" and r["edge"]["error_message"].startswith("not run")
+    assert shadow_stats()["busy_serving"] >= 1
+    release.set()
+    _idle("serving_in_flight")
