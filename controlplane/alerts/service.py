@@ -142,9 +142,9 @@ def _srm(
     terms: dict[int, srm.Terms],
     config: AlertsConfig,
 ) -> Finding:
-    """The sample-ratio finding of a canary window, from its eligible results: the router's
-    decision was edge and ingest stored a sticky bucket. Grouped in the database by what
-    the check reads, so a window of any size costs one small answer."""
+    """The sample-ratio finding of a canary window, from all its results (the router's
+    decision, the stored sticky bucket or none, the flag version or none). Grouped in the
+    database by what the check reads, so a window of any size costs one small answer."""
     caps = {v: t.max_input_tokens for v, t in terms.items() if t.max_input_tokens is not None}
     over: ColumnElement[bool] = (
         Result.input_tokens > case(caps, value=Result.flag_version, else_=None) if caps else false()
@@ -156,6 +156,7 @@ def _srm(
             Result.flag_version,
             Result.config_version,
             Result.sticky_bucket,
+            Result.decision,
             attempt.label("attempt"),
             func.max(Result.input_tokens),
             func.count(),
@@ -165,14 +166,17 @@ def _srm(
                 Result.task_id == task.id,
                 Result.ts >= window.window_start,
                 Result.ts < window.window_end,
-                Result.decision == "edge",
-                Result.sticky_bucket.is_not(None),
             )
         )
         # Within a group every result is over its version's cap or none is, so the
         # group's largest input stands for all of them.
         .group_by(
-            Result.flag_version, Result.config_version, Result.sticky_bucket, attempt, over_cap
+            Result.flag_version,
+            Result.config_version,
+            Result.sticky_bucket,
+            Result.decision,
+            attempt,
+            over_cap,
         )
     ).all()
     config_versions = {row[1] for row in rows}
@@ -193,9 +197,9 @@ def _srm(
             edge_attempt=bool(on_edge),
             keyed_by=keyed_by.get(config_version, "session"),
             count=n,
+            eligible=decision == "edge",
         )
-        for flag_version, config_version, bucket, on_edge, tokens, n in rows
-        if bucket is not None  # the query excludes them; this says so to the type checker
+        for flag_version, config_version, bucket, decision, on_edge, tokens, n in rows
     )
     return srm.finding(srm.tally(requests, terms), config, stage=task.stage)
 

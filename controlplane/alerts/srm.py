@@ -4,20 +4,25 @@ A router that ignores its flag for some of its traffic skews every metric of a c
 edge is judged on requests it was never meant to see), so the SRE must hear about it
 (docs/evidence.md, "Windows, metrics and alerts").
 
-Per closed window of a task in canary, the requests judged are the *eligible* ones: the
-router's `decision` was `edge`, ingest stored a sticky bucket (the request had the key the
-task's `sticky_by` names), the flag version it reports is known, was keyed the way ingest
-keyed the bucket, and the input is within that version's `max_input_tokens`. Each of them
-is expected on the edge when its bucket is below that version's `edge_percent`, so the
-expected edge share of the window is the fraction of eligible requests whose bucket says
-edge. A chi-square goodness-of-fit test (1 degree of freedom) compares the observed edge
-attempts (`served == "edge"` or `degraded`) with that share. Expecting per request from
-the stored bucket, rather than `edge_percent` alone, means the sessions a window happens to
-hold cannot raise the alarm: a faithful router meets the expectation exactly, however its
-traffic clusters into sessions.
+Per closed window of a task in canary, every request is judged against the routing rule
+(`controlplane.client.routing`) under the flag version it reports, which decides its side
+exactly. It is expected on the cloud when it reports no flag version or one the flag history
+does not know (no flag, or an unreadable one: cloud), when that version keeps every request
+on the cloud (a stage other than canary or full, or the kill switch), when the router
+itself found it ineligible (`decision` cloud), when its input is over the version's
+`max_input_tokens`, and in canary when ingest stored no sticky bucket (the request had no
+key the version's `sticky_by` names); otherwise on the edge in full, and in canary when its
+bucket is below the version's `edge_percent`. The expected edge share of the window is the
+fraction of requests so expected on the edge. A chi-square goodness-of-fit test (1 degree
+of freedom) compares the observed edge attempts (`served == "edge"` or `degraded`) with
+that share. Expecting per request, rather than from `edge_percent` alone, means the
+sessions a window happens to hold cannot raise the alarm: a faithful router meets the
+expectation exactly, however its traffic clusters into sessions; a router that sends the
+edge what the rule keeps on the cloud for any reason moves the share.
 
-Requests that report no flag version, or one the flag history does not know, are not
-judged; they are counted and named in the sentence.
+Only requests whose bucket was computed from another key than their version's `sticky_by`
+(the task's `sticky_by` changed in between) are not judged when their side depends on the
+bucket; they are counted and named in the sentence.
 """
 
 from __future__ import annotations
@@ -30,8 +35,19 @@ from typing import Any
 
 from controlplane.alerts.rules import Finding
 from controlplane.catalog.schemas import AlertsConfig
+from controlplane.client.routing import STAGES
 
 KIND = "srm"
+
+# Why a request that the rule keeps on the cloud whatever its bucket is on the cloud, in
+# the rule's order, and how the sentence names the ones tried on the edge anyway.
+CLOUD_BECAUSE = {
+    "unversioned": "with no flag version or one the flag history does not know",
+    "held": "under a flag version that keeps every request on the cloud",
+    "ineligible": "the router itself reported as ineligible (decision cloud)",
+    "over_cap": "over their version's max_input_tokens",
+    "keyless": "without the sticky key their version splits by",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +58,18 @@ class Terms:
     max_input_tokens: int | None
     # session | user: the key routers bucketed on under this version
     sticky_by: str = "session"
+    # canary splits by bucket; full sends every eligible request within the cap to the
+    # edge; any other stage, or the kill switch, keeps every request on the cloud
+    stage: str = "canary"
+    killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request whose router found it eligible and whose bucket ingest stored."""
+    """One request (or `count` alike) of a canary window, as ingest stored it."""
 
-    bucket: int
+    # the sticky bucket ingest computed; None without the key the task's sticky_by names
+    bucket: int | None
     input_tokens: int
     flag_version: int | None
     # served by the edge, or tried there and degraded to the cloud
@@ -57,11 +78,13 @@ class Request:
     keyed_by: str = "session"
     # how many such requests (a query may group them)
     count: int = 1
+    # the router's own verdict: `decision` edge (False: it reported cloud)
+    eligible: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """What a window's eligible requests did against what their flag versions expect."""
+    """What a window's requests did against what the rule expects of each."""
 
     n: int = 0
     observed_edge: int = 0
@@ -69,12 +92,16 @@ class Tally:
     # expected on the cloud but tried on the edge / expected on the edge but kept on the cloud
     to_edge: int = 0
     to_cloud: int = 0
-    # not judged
+    # of to_edge: (reason, requests) for those the rule keeps on the cloud whatever their
+    # bucket (CLOUD_BECAUSE), in the rule's order; the rest went outside their bucket
+    misrouted: tuple[tuple[str, int], ...] = ()
+    # judged as expected on the cloud: reporting no flag version, or one not known
     no_version: int = 0
     unknown: tuple[tuple[int, int], ...] = ()  # (version, requests)
     over_cap: int = 0
+    # not judged
     rekeyed: int = 0
-    # (version, edge_percent, eligible requests) of the versions judged
+    # (version, edge_percent, requests) of the versions known
     versions: tuple[tuple[int, int, int], ...] = ()
 
     @property
@@ -89,56 +116,86 @@ class Tally:
     def n_unknown(self) -> int:
         return sum(count for _, count in self.unknown)
 
+    @property
+    def outside_bucket(self) -> int:
+        """Tried on the edge although their bucket under their version says cloud."""
+        return self.to_edge - sum(count for _, count in self.misrouted)
+
 
 def terms_of(fields: Mapping[str, Any]) -> Terms | None:
     """A flag version's terms from its stored routing fields; None when they do not read
-    (its requests are then counted as reporting an unknown version)."""
+    (the rule sends such a flag's requests to the cloud, as for an unknown version)."""
     percent, cap = fields.get("edge_percent"), fields.get("max_input_tokens")
     sticky_by = fields.get("sticky_by", "session")
+    stage, killed = fields.get("stage"), fields.get("killed", False)
     if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
         return None
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)):
         return None
-    if sticky_by not in ("session", "user"):
+    if sticky_by not in ("session", "user") or stage not in STAGES:
         return None
-    return Terms(percent, cap, sticky_by)
+    # The rule reads anything but false (or no value) as killed.
+    return Terms(percent, cap, sticky_by, stage, killed is not False and killed is not None)
+
+
+def expectation(r: Request, terms: Mapping[int, Terms]) -> tuple[bool, str | None] | None:
+    """What the routing rule does with `r` under the version it reports: (edge?, why it
+    is on the cloud whatever its bucket, a CLOUD_BECAUSE key, or None); None when its side
+    depends on a bucket computed from another key than its version's."""
+    t = terms.get(r.flag_version) if r.flag_version is not None else None
+    if t is None:
+        return False, "unversioned"
+    if t.killed or t.stage not in ("canary", "full"):
+        return False, "held"
+    if not r.eligible:
+        return False, "ineligible"
+    if t.max_input_tokens is not None and r.input_tokens > t.max_input_tokens:
+        return False, "over_cap"
+    if t.stage == "full":
+        return True, None
+    if t.sticky_by != r.keyed_by:
+        # Routed on another key than the stored bucket (or its absence) was computed from:
+        # the bucket says nothing about this request.
+        return None
+    if r.bucket is None:
+        return False, "keyless"
+    return r.bucket < t.edge_percent, None
 
 
 def tally(requests: Iterable[Request], terms: Mapping[int, Terms]) -> Tally:
-    """Count the eligible requests, what they did and what their flag versions expect."""
+    """Count the requests, what they did and what the rule expects of each."""
     n = observed = expected = to_edge = to_cloud = no_version = over_cap = rekeyed = 0
     unknown: Counter[int] = Counter()
     per_version: Counter[int] = Counter()
+    misrouted: Counter[str] = Counter()
     for r in requests:
         c = r.count
-        if r.flag_version is None:
-            no_version += c
-            continue
-        t = terms.get(r.flag_version)
-        if t is None:
-            unknown[r.flag_version] += c
-            continue
-        if t.sticky_by != r.keyed_by:
-            # Routed on another key than the stored bucket was computed from (the task's
-            # sticky_by changed in between): the bucket says nothing about this request.
+        judged = expectation(r, terms)
+        if judged is None:
             rekeyed += c
             continue
-        if t.max_input_tokens is not None and r.input_tokens > t.max_input_tokens:
-            over_cap += c
-            continue
+        on_edge, why = judged
+        if r.flag_version is None:
+            no_version += c
+        elif r.flag_version not in terms:
+            unknown[r.flag_version] += c
+        else:
+            per_version[r.flag_version] += c
+        over_cap += c * (why == "over_cap")
         n += c
-        per_version[r.flag_version] += c
-        on_edge = r.bucket < t.edge_percent
         expected += c * on_edge
         observed += c * r.edge_attempt
         to_edge += c * (r.edge_attempt and not on_edge)
         to_cloud += c * (on_edge and not r.edge_attempt)
+        if r.edge_attempt and why is not None:
+            misrouted[why] += c
     return Tally(
         n,
         observed,
         expected,
         to_edge,
         to_cloud,
+        tuple((why, misrouted[why]) for why in CLOUD_BECAUSE if misrouted[why]),
         no_version,
         tuple(sorted(unknown.items())),
         over_cap,
@@ -176,7 +233,18 @@ def _versions(t: Tally) -> str:
     return "; ".join((["…"] if len(t.versions) > 5 else []) + shown)
 
 
-def _not_judged(t: Tally) -> str:
+def _misrouted(t: Tally) -> str:
+    """Which requests went to the edge against the rule, and which stayed off it."""
+    if not t.to_edge:
+        went = "None went to the edge where the rule says cloud"
+    else:
+        parts = [f"{t.outside_bucket} outside their bucket"] if t.outside_bucket else []
+        parts += [f"{count} {CLOUD_BECAUSE[why]}" for why, count in t.misrouted]
+        went = f"{t.to_edge} went to the edge where the rule says cloud ({', '.join(parts)})"
+    return f"{went}; {t.to_cloud} stayed on the cloud inside their bucket"
+
+
+def _unversioned(t: Tally) -> str:
     parts = []
     if t.no_version:
         parts.append(f"{t.no_version} reported no flag version")
@@ -185,36 +253,56 @@ def _not_judged(t: Tally) -> str:
             ", …" if len(t.unknown) > 5 else ""
         )
         parts.append(f"{t.n_unknown} reported a version the flag history does not know ({listed})")
-    if t.rekeyed:
-        parts.append(f"{t.rekeyed} were routed on another sticky key than the stored bucket's")
     if not parts:
         return ""
-    return " Not judged: " + "; ".join(parts) + "."
+    return " " + " and ".join(parts) + ": the rule keeps them on the cloud."
+
+
+def _not_judged(t: Tally) -> str:
+    if not t.rekeyed:
+        return ""
+    return f" Not judged: {t.rekeyed} were routed on another sticky key than the stored bucket's."
 
 
 def finding(t: Tally, config: AlertsConfig, *, stage: str) -> Finding:
-    """The `srm` finding of one window: fires when the observed edge share departs from
-    the expected one at p < `srm_p_value` with `srm_min_requests` eligible requests or
-    more. Outside canary the check does not apply (an open alert resolves); with fewer
-    requests there is no evidence either way."""
+    """The `srm` finding of one window, judged with `srm_min_requests` requests or more:
+    fires when the observed edge share departs from the expected one at p < `srm_p_value`,
+    or when any request the rule keeps on the cloud whatever its bucket was tried on the
+    edge (the expectation is exact: a faithful router never does that, so one is proof).
+    Outside canary the check does not apply (an open alert resolves); with fewer requests
+    there is no evidence either way."""
     if stage != "canary":
         return Finding(KIND, False)
     observed, expected = t.observed_share, t.expected_share
     if t.n < config.srm_min_requests or observed is None or expected is None:
         return Finding(KIND, None)
     statistic, p = chi_square(t.observed_edge, t.n, expected)
-    firing = p < config.srm_p_value
+    skewed = p < config.srm_p_value
+    misrouted = sum(count for _, count in t.misrouted)
+    firing = skewed or misrouted > 0
+    versions = f" ({_versions(t)})" if t.versions else ""
+    if skewed:
+        verdict = "; every metric of this canary is skewed while this lasts."
+    elif misrouted:
+        those = "that request" if misrouted == 1 else f"those {misrouted} requests"
+        verdict = (
+            f"; the share passes, but the rule keeps {those} on the cloud whatever the "
+            "bucket: a router that follows its flag never sends one to the edge."
+        )
+    else:
+        verdict = "."
     return Finding(
         KIND,
         firing,
         observed,
         expected,
         f"Routers {'do not follow' if firing else 'follow'} their flag: the edge was tried "
-        f"for {observed:.1%} of {t.n} eligible requests, where their sticky buckets under the "
-        f"flag versions they report ({_versions(t)}) put {expected:.1%} on the edge "
-        f"(chi-square {statistic:.1f}, {_p(p)}; alert at p < {config.srm_p_value:g} with at "
-        f"least {config.srm_min_requests} requests). {t.to_edge} went to the edge outside "
-        f"their bucket, {t.to_cloud} stayed on the cloud inside it"
-        + ("; every metric of this canary is skewed while this lasts." if firing else ".")
+        f"for {observed:.1%} of {t.n} requests, where the routing rule under the flag "
+        f"versions they report{versions} puts {expected:.1%} on the edge (chi-square "
+        f"{statistic:.1f}, {_p(p)}; alert at p < {config.srm_p_value:g} with at least "
+        f"{config.srm_min_requests} requests, or on any request sent to the edge that the "
+        f"rule keeps on the cloud whatever its bucket). {_misrouted(t)}"
+        + verdict
+        + _unversioned(t)
         + _not_judged(t),
     )

@@ -134,7 +134,7 @@ class AlertsConfig(Strict):
     input_p95_drift: Positive = 0.3
     silence_windows: int = Field(3, ge=1, le=1000)
     # The sample-ratio check (srm): a canary window whose observed edge share departs from
-    # the one its flag versions expect at p below this, with this many eligible requests.
+    # the one its flag versions expect at p below this, with this many requests or more.
     srm_p_value: float = Field(0.001, gt=0.0, lt=1.0, allow_inf_nan=False)
     srm_min_requests: int = Field(200, ge=1, le=MAX_SAMPLES)
 

@@ -47,16 +47,27 @@ def api(db_url: str) -> Iterator[Api]:
 
 
 def results(
-    task: str, flag: dict[str, Any], start: datetime, k: int, *, rogue: bool, sessions: int = 120
+    task: str,
+    flag: dict[str, Any],
+    start: datetime,
+    k: int,
+    *,
+    rogue: bool,
+    sessions: int = 120,
+    misroute: str | None = None,
 ) -> list[dict[str, Any]]:
     """One window of a router's results: sessions of a few requests, routed by the flag
     (a rogue router serves 30% of its sessions from the edge whatever the flag says);
-    some requests ineligible, over the cap, or from a router that had no flag yet."""
-    rng = random.Random(f"{task}-{k}-{rogue}")
+    some requests ineligible, over the cap, or from a router that had no flag yet; 5% of
+    sessions send no session id. `misroute` makes the router otherwise faithful send to
+    the edge what the rule keeps on the cloud: `ineligible` (what it reported decision
+    cloud for), `keyless` (requests without a session id), or report no flag version
+    (`unversioned`)."""
+    rng = random.Random(f"{task}-{k}-{rogue}-{misroute}")
     out = []
     for j in range(sessions):
-        session = f"s-{k}-{j}"
-        ignored = rogue and (sticky_bucket("rogue", session) or 0) < 30
+        session = None if j % 20 == 0 else f"s-{k}-{j}"
+        ignored = rogue and session is not None and (sticky_bucket("rogue", session) or 0) < 30
         for i in range(rng.randrange(2, 7)):
             tokens = rng.choice([300, 900, CAP + 500]) if i else 300
             eligible = rng.random() < 0.9
@@ -70,6 +81,11 @@ def results(
                 eligible=eligible,
             )
             served = "edge" if ignored and eligible else r.served
+            if misroute == "ineligible" and not eligible and known:
+                served = "edge"
+            if misroute == "keyless" and session is None and eligible and known:
+                served = "edge"
+            version = None if misroute == "unversioned" else r.flag_version
             degraded = served == "edge" and rng.random() < 0.1
             out.append(
                 {
@@ -84,7 +100,7 @@ def results(
                     "served": "cloud" if degraded else served,
                     "degraded": degraded,
                     "degrade_reason": "low_confidence" if degraded else None,
-                    "flag_version": r.flag_version,
+                    "flag_version": version,
                     "edge": {"output": "refund", "model": "small@3"},
                     "cloud": {"output": "refund", "model": "large@7"},
                 }
@@ -131,7 +147,8 @@ def test_a_router_ignoring_its_flag_opens_one_srm_alert_that_resolves_when_it_fo
     assert alert["value"] > alert["baseline"] > 0
     message = alert["message"]
     for part in ("Routers do not follow their flag", f"v{flag['version']}, edge_percent 25",
-                 "eligible requests", "reported no flag version"):  # fmt: skip
+                 " requests, where the routing rule", "reported no flag version",
+                 "went to the edge where the rule says cloud"):  # fmt: skip
         assert part in message, message
 
     window(2, rogue=True)  # still skewed: the same alert, updated
@@ -150,3 +167,40 @@ def test_a_router_ignoring_its_flag_opens_one_srm_alert_that_resolves_when_it_fo
             if e.kind == "alert" and e.document["rule"] == "srm"
         ]
     assert announced == [("srm_task", "alert_opened"), ("srm_task", "alert_resolved")]
+
+
+def test_requests_the_rule_keeps_on_the_cloud_sent_to_the_edge_open_the_alert(api: Api) -> None:
+    """Once never judged: a router serving from the edge what it reported ineligible,
+    canary requests without a session id, or reporting no flag version."""
+    promoted = api.client.post(
+        "/v1/tasks/srm_task/promote", json={"reason": "canary", "force": True},
+        headers=api.headers(),
+    )  # fmt: skip
+    assert promoted.status_code == 200, promoted.text
+    flag = api.client.get("/v1/flags/srm_task", headers=api.headers("flags:read")).json()
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW + 10 * WINDOW)
+    with session_scope(api.engine) as session:
+        earlier = start - timedelta(hours=1)
+        session.execute(update(Task).values(created_at=earlier, stage_changed_at=earlier))
+
+    def window(k: int, misroute: str | None) -> None:
+        post_all(api, results("srm_task", flag, start, k, rogue=False, misroute=misroute))
+        run_pass(api.engine, start + timedelta(seconds=(k + 1) * WINDOW + LATENESS))
+
+    window(0, None)
+    assert srm_alerts(api, "srm_task") == []
+    seen: set[int] = set()
+    cases = [("ineligible", "the router itself reported as ineligible (decision cloud)"),
+             ("keyless", "without the sticky key their version splits by"),
+             ("unversioned", "with no flag version or one the flag history does not know")]  # fmt: skip
+    for k, (misroute, words) in enumerate(cases, start=1):
+        window(2 * k - 1, misroute)
+        [alert] = [a for a in srm_alerts(api, "srm_task") if a["state"] == "open"]
+        assert alert["id"] not in seen
+        seen.add(alert["id"])
+        assert "Routers do not follow their flag" in alert["message"], alert["message"]
+        assert words in alert["message"], alert["message"]
+        window(2 * k, None)  # following again: resolved
+        assert [a for a in srm_alerts(api, "srm_task") if a["state"] == "open"] == []
+    assert {a["id"] for a in srm_alerts(api, "srm_task")} == seen
