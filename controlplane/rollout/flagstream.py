@@ -67,6 +67,9 @@ async def events(
     current = first
     if last_event_id is None or last_event_id.strip() != str(current.revision):
         yield event(current)
+    if current.stale_seconds is not None:
+        # A copy that could not be confirmed lately says so at once, not a heartbeat later.
+        yield heartbeat(current).encode()
     # One task per stream, for its whole life; a change wakes it through the copy's shared
     # future, so a rollback fanned out to many streams creates no task per stream.
     shutdown = asyncio.ensure_future(stopping.wait())

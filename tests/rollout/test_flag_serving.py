@@ -152,6 +152,14 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
                     assert isinstance(beat, Message) and beat.event == "heartbeat", beat
                     if json.loads(beat.data or "")["stale_seconds"] is not None:
                         break
+                # A stream opened now says so at once, right after the document.
+                late = EventReader(two.base, keys["flags:read"])
+                assert isinstance(document := late.next(), Message), document
+                assert document.event == "flags"
+                beat = late.next()
+                assert isinstance(beat, Message) and beat.event == "heartbeat", beat
+                assert json.loads(beat.data or "")["stale_seconds"] is not None
+                late.close()
             stream.close()
             wait_until(
                 lambda: "x-shadowplane-stale" not in b.get().headers,
