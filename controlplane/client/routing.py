@@ -21,7 +21,8 @@ Reading is strict, because a guess can only err towards the edge: `version` is a
 number from 1, `edge_percent` a whole number in 0..100 (canary and full), `shadow_rate` a
 number in [0, 1], `max_input_tokens` absent or a whole number from 0, `sticky_by` session
 or user, `killed` exactly false; `input_tokens` a whole number from 0 (512.0 reads as 512;
-512.9, -5, true and strings do not), `eligible` exactly True. Anything else is cloud.
+512.9, -5, true and strings do not), `eligible` exactly True, a sticky key a string of at
+most MAX_KEY_LENGTH characters. Anything else is cloud.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ from .sticky import sticky_bucket
 Side = Literal["edge", "cloud"]
 
 STAGES = ("cloud", "shadow", "canary", "full", "rolled_back")
+
+# The longest session or user id Shadowplane stores (a longer one is refused at ingest and
+# by OFREP). A longer sticky key is no key: the request goes to the cloud, and hashing it
+# can never cost the router more than this many characters.
+MAX_KEY_LENGTH = 200
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,8 @@ def _evaluate(
         return Evaluation("edge", other_rate, "edge", "STATIC", version)
     if key is None:
         key = user_id if sticky_by == "user" else session_id
-    bucket = sticky_bucket(task, key) if isinstance(key, str) else None
+    readable = isinstance(key, str) and len(key) <= MAX_KEY_LENGTH
+    bucket = sticky_bucket(task, key) if readable else None
     if bucket is None:
         return _cloud("SPLIT", version, other_rate, key_missing=True)
     if bucket < percent:

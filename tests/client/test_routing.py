@@ -182,3 +182,10 @@ def test_raising_edge_percent_only_moves_keys_from_cloud_to_edge(
         assert before == set()
     if high == 100 and tokens is not None and (cap is None or tokens <= cap):
         assert after == set(keys)
+
+
+def test_the_longest_sticky_key_is_the_longest_id_ingest_stores() -> None:
+    from controlplane.client.routing import MAX_KEY_LENGTH
+    from controlplane.ingest.schemas import MAX_ID_LENGTH
+
+    assert MAX_KEY_LENGTH == MAX_ID_LENGTH
