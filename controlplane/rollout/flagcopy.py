@@ -212,11 +212,8 @@ class FlagCopy:
             if ticket > self._applied:
                 self._applied = ticket
                 self._current = fresh
-            self._confirmed_at = time.monotonic()
-            self._last_db_check = self._confirmed_at
-            recovered, self._failing = self._failing, False
-        if recovered:
-            log.warning('{"event": "flags_storage_recovered"}')
+            self._last_db_check = time.monotonic()
+        self._confirmed(self._last_db_check)
         if current is None or (fresh.revision, fresh.etag) != (current.revision, current.etag):
             self._notify()
         return self.snapshot()
@@ -291,36 +288,23 @@ class FlagCopy:
             except self._redis_errors as exc:
                 self._redis_failed(exc)
         current = self._current
-        if (
-            key_read
-            and current is not None
-            and key == current.revision
-            and now - self._last_db_check < DB_BACKSTOP_SECONDS
-        ):
-            with self._lock:
-                self._confirmed_at = now
-                recovered, self._failing = self._failing, False
-            if recovered:
-                log.warning('{"event": "flags_storage_recovered"}')
-            return
+        vouched = key_read and current is not None and key == current.revision
+        if vouched:
+            self._confirmed(now)
+            if now - self._last_db_check < DB_BACKSTOP_SECONDS:
+                return
         try:
             revision = db_revision(self._engine)
             if current is None or revision != current.revision:
                 revision = self.reload().revision
             else:
-                with self._lock:
-                    self._confirmed_at = self._last_db_check = time.monotonic()
-                    recovered, self._failing = self._failing, False
-                if recovered:
-                    log.warning('{"event": "flags_storage_recovered"}')
+                self._last_db_check = time.monotonic()
+                self._confirmed(self._last_db_check)
         except Exception as exc:
-            if not self._failing:
-                log.warning(
-                    '{"event": "flags_storage_unavailable", "error": "%s", '
-                    '"effect": "serving the last copy of the flags, marked stale"}',
-                    type(exc).__name__,
-                )
-            self._failing = True
+            # With Redis vouching for the copy, a database out of reach only delays the
+            # backstop: nobody can change a flag without it.
+            if not vouched:
+                self._storage_failed(exc)
             return
         if key_read and key != revision:
             # Redis lost the key (restarted) or a writer could not publish: set it right.
@@ -328,6 +312,22 @@ class FlagCopy:
                 self._redis.set(flagbus.KEY, revision)
             except self._redis_errors as exc:
                 self._redis_failed(exc)
+
+    def _confirmed(self, at: float) -> None:
+        with self._lock:
+            self._confirmed_at = at
+            recovered, self._failing = self._failing, False
+        if recovered:
+            log.warning('{"event": "flags_storage_recovered"}')
+
+    def _storage_failed(self, exc: Exception) -> None:
+        if not self._failing:
+            log.warning(
+                '{"event": "flags_storage_unavailable", "error": "%s", '
+                '"effect": "serving the last copy of the flags, marked stale"}',
+                type(exc).__name__,
+            )
+        self._failing = True
 
     def _redis_up(self) -> bool:
         return time.monotonic() >= self._redis_down_until

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.rollout.flagcopy import DB_BACKSTOP_SECONDS
 from tests.rollout.flagservers import (
     ApiServer,
     EventReader,
@@ -117,6 +119,16 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
             _same_everywhere(a, b)
             a.act("/v1/tasks/ticket_classify/rollback", "through Redis")
             wait_until(lambda: b.stage("ticket_classify") == "rolled_back", "b (Redis up)")
+
+            # The database alone down, Redis up: Redis vouches for the copy (nobody can
+            # change a flag without the database), past the database backstop too.
+            with postgresql_stopped():
+                deadline = time.monotonic() + DB_BACKSTOP_SECONDS + 3
+                while time.monotonic() < deadline:
+                    answer = b.get()
+                    assert answer.status_code == 200
+                    assert "x-shadowplane-stale" not in answer.headers
+                    time.sleep(0.5)
 
             redis.stop()
             a.act("/v1/tasks/ticket_classify/rearm", "Redis is down")
