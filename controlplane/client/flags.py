@@ -110,6 +110,7 @@ class FlagClient:
         max_document_bytes: int = MAX_DOCUMENT_BYTES,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         if poll_interval <= 0:
             raise ValueError(f"poll_interval: must be positive seconds, got {poll_interval!r}")
@@ -131,6 +132,9 @@ class FlagClient:
         self.max_document_bytes = max_document_bytes
         self._rng = rng or random.Random()
         self._clock = clock
+        # How the thread waits between fetches: by default a wait `close()` cuts short;
+        # tests pass their own to see the waits asked for without spending them.
+        self._sleep = sleep
         self._http = httpx.Client(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": "shadowplane-client"},
@@ -252,7 +256,7 @@ class FlagClient:
                 self._first_attempt.set()
                 if self.stream:  # the stream is tried again when due, between polls
                     delay = min(delay, max(0.0, self._next_stream_try - time.monotonic()))
-                if self._stop.wait(delay):
+                if self._wait(delay):
                     break
         except _Halt:
             pass
@@ -263,6 +267,13 @@ class FlagClient:
             self._set_error("the background thread failed (see the log)")
         finally:
             self._first_attempt.set()
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait `seconds` before the next fetch; True once the client is closing."""
+        if self._sleep is None:
+            return self._stop.wait(seconds)
+        self._sleep(seconds)
+        return self._stop.is_set()
 
     def _poll(self) -> float:
         """One `GET /v1/flags`; the seconds until the next one."""
