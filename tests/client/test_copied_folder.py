@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import controlplane.client
-from tests.client.live import ApiProcess
+from tests.liveapi import ApiServer
 
 ROUTER = r"""
 import json, sys
@@ -57,7 +57,7 @@ print(json.dumps({"served": route.served, "version": route.flag_version, "answer
 
 @pytest.mark.integration  # installs httpx from the package index into a fresh virtualenv
 def test_the_client_folder_works_alone_in_a_fresh_venv_with_only_httpx(
-    live_api: ApiProcess, tmp_path: Path
+    live_api: ApiServer, tmp_path: Path
 ) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

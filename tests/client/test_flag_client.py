@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.client import FlagClient
-from tests.client.live import ApiProcess, free_port, wait_until
+from tests.liveapi import ApiServer, free_port, wait_until
 
 TICKET = "ticket_classify"  # promoted to full below: the edge serves within 512 tokens
 INVOICE = "invoice_extract"  # stays in shadow: the cloud serves, the edge runs beside
@@ -31,7 +31,7 @@ class Clock:
         return self.now
 
 
-def _to_full(api: ApiProcess) -> int:
+def _to_full(api: ApiServer) -> int:
     for _ in range(3):  # shadow -> canary 5 -> canary 25 -> full, forced past the gate
         answer = api.call(
             "POST", f"/v1/tasks/{TICKET}/promote", json={"reason": "test", "force": True}
@@ -40,18 +40,18 @@ def _to_full(api: ApiProcess) -> int:
     return int(api.call("GET", f"/v1/flags/{TICKET}", scope="flags").json()["version"])
 
 
-def _client(api: ApiProcess, **kw: object) -> FlagClient:
+def _client(api: ApiServer, **kw: object) -> FlagClient:
     options: dict[str, object] = {
         "stream": False,
-        "poll_interval": 0.2,
-        "max_backoff": 0.5,
+        "poll_interval": 0.05,
+        "max_backoff": 0.1,
         **kw,
     }
     return FlagClient(api.base, api.keys["flags"], **options)  # type: ignore[arg-type]
 
 
 def test_a_client_whose_api_goes_down_keeps_its_flags_until_max_staleness_then_routes_to_the_cloud(
-    live_api: ApiProcess,
+    live_api: ApiServer,
 ) -> None:
     live_api.start()
     version = _to_full(live_api)
@@ -86,14 +86,14 @@ def test_a_client_whose_api_goes_down_keeps_its_flags_until_max_staleness_then_r
         assert (status.state, status.tasks, status.revision) == ("stale", 2, status.revision)
         assert status.age_seconds is not None and status.age_seconds >= 60
 
-        live_api.start()  # back: the next poll (backoff capped at 0.5 s) makes it current
+        live_api.start()  # back: the next poll (backoff capped at 0.1 s) makes it current
         wait_until(lambda: flags.status().state == "ok", "the client to recover")
         assert flags.status().error is None
         assert flags.route(TICKET, session_id="s-1", input_tokens=100).served == "edge"
 
 
 def test_a_client_started_while_the_api_is_down_routes_everything_to_the_cloud(
-    live_api: ApiProcess,
+    live_api: ApiServer,
 ) -> None:
     with _client(live_api) as flags:  # nothing listens on the port yet
         assert flags.wait_ready(30) is False
@@ -107,8 +107,8 @@ def test_a_client_started_while_the_api_is_down_routes_everything_to_the_cloud(
         assert (shadow.served, shadow.run_other, shadow.variant) == ("cloud", True, "shadow")
 
 
-def test_a_polling_client_hears_a_rollback_within_a_poll(live_api: ApiProcess) -> None:
-    live_api.start()
+def test_a_polling_client_hears_a_rollback_within_a_poll(shared_api: ApiServer) -> None:
+    live_api = shared_api  # the only test here that changes its flags
     version = _to_full(live_api)
     with _client(live_api) as flags:
         assert flags.wait_ready(30)
@@ -133,7 +133,7 @@ def test_a_polling_client_hears_a_rollback_within_a_poll(live_api: ApiProcess) -
 
 
 def test_the_cache_file_is_written_atomically_and_reloaded_at_start_with_its_age(
-    live_api: ApiProcess, tmp_path: Path
+    live_api: ApiServer, tmp_path: Path
 ) -> None:
     cache = tmp_path / "router" / "flags.json"
     live_api.start()
@@ -176,12 +176,12 @@ def test_the_cache_file_is_written_atomically_and_reloaded_at_start_with_its_age
 
 @pytest.mark.parametrize("scope", ["bad", "ingest"])
 def test_a_key_that_cannot_read_flags_stops_the_client_and_says_so(
-    live_api: ApiProcess, scope: str, caplog: pytest.LogCaptureFixture
+    shared_api: ApiServer, scope: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    live_api.start()
+    live_api = shared_api
     key = "sp_not_a_key" if scope == "bad" else live_api.keys["ingest"]
     caplog.set_level(logging.ERROR, logger="shadowplane.client")
-    flags = FlagClient(live_api.base, key, stream=False, poll_interval=0.2)
+    flags = FlagClient(live_api.base, key, stream=False, poll_interval=0.05)
     with flags:
         assert flags.wait_ready(30) is False
         status = flags.status()

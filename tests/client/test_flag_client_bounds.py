@@ -19,7 +19,7 @@ import pytest
 
 from controlplane.client import FlagClient
 from tests.client.fake import Exchange, FakeServer, document
-from tests.client.live import free_port, wait_until
+from tests.liveapi import free_port, wait_until
 
 MiB = 1024 * 1024
 HOUR = 3600.0

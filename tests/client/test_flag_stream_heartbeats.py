@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.client import FlagClient
 from tests.client.fake import Exchange, FakeServer, document
-from tests.client.live import wait_until
+from tests.liveapi import wait_until
 
 HOUR = 3600.0
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from controlplane.client import FlagClient, ResultReporter, shadow_compare
 from controlplane.db import get_engine, session_scope
 from controlplane.models import Result
-from tests.client.live import ApiProcess, free_port, wait_until
+from tests.liveapi import ApiServer, free_port, wait_until
 
 
 def _result(i: int, run: str, **overrides: Any) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _result(i: int, run: str, **overrides: Any) -> dict[str, Any]:
     return {**result, **overrides}
 
 
-def _stored(api: ApiProcess) -> tuple[int, int]:
+def _stored(api: ApiServer) -> tuple[int, int]:
     engine = get_engine(api.database_url)
     with session_scope(engine) as session:
         n, distinct = session.execute(
@@ -44,12 +44,12 @@ def _stored(api: ApiProcess) -> tuple[int, int]:
 
 
 def test_the_api_down_for_a_while_then_back_stores_every_result_exactly_once(
-    live_api_db: ApiProcess,
+    live_api_db: ApiServer,
 ) -> None:
     api, run = live_api_db, uuid.uuid4().hex[:8]
     api.start()
     reporter = ResultReporter(
-        api.base, api.keys["ingest"], batch_size=50, flush_interval=0.05, max_backoff=0.5
+        api.base, api.keys["ingest"], batch_size=50, flush_interval=0.05, max_backoff=0.1
     )
     assert all(reporter.report(_result(i, run)) for i in range(100))
     wait_until(lambda: reporter.accepted == 100, "the first 100 to be stored")
@@ -91,10 +91,10 @@ def test_report_never_waits_on_the_network_and_counts_what_it_drops(
 
 
 def test_refused_batches_are_dropped_and_rejected_items_counted(
-    live_api: ApiProcess, caplog: pytest.LogCaptureFixture
+    shared_api: ApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="shadowplane.client")
-    live_api.start()
+    live_api = shared_api
     with ResultReporter(live_api.base, "sp_wrong_key", flush_interval=0.01) as refused:
         assert refused.report(_result(0, "bad"))
         wait_until(lambda: refused.dropped == 1, "the 401 batch to be dropped")
@@ -111,9 +111,9 @@ def test_refused_batches_are_dropped_and_rejected_items_counted(
 
 
 def test_shadow_compare_with_the_real_client_and_reporter_stores_what_it_served(
-    live_api: ApiProcess,
+    shared_api: ApiServer,
 ) -> None:
-    live_api.start()
+    live_api = shared_api  # the only test here that changes its flags
     for _ in range(3):  # to full, with verification beside every request
         live_api.call(
             "POST", "/v1/tasks/ticket_classify/promote", json={"reason": "t", "force": True}

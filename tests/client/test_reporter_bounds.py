@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.client import ResultReporter
 from tests.client.fake import Exchange, FakeServer
-from tests.client.live import free_port, wait_until
+from tests.liveapi import free_port, wait_until
 
 KiB, MiB = 1024, 1024 * 1024
 

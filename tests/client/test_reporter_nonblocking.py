@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from controlplane.client import ResultReporter
-from tests.client.live import wait_until
+from tests.liveapi import wait_until
 
 
 class Silent:

@@ -17,14 +17,7 @@ import httpx
 import pytest
 
 from controlplane.rollout.flagcopy import DB_BACKSTOP_SECONDS
-from tests.rollout.flagservers import (
-    ApiServer,
-    EventReader,
-    Message,
-    RedisServer,
-    seed,
-    wait_until,
-)
+from tests.liveapi import ApiServer, EventReader, Message, RedisServer, seed, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +41,9 @@ def postgresql_stopped() -> Iterator[None]:
 @contextmanager
 def servers(*apis: ApiServer) -> Iterator[tuple[ApiServer, ...]]:
     try:
-        yield tuple(api.start() for api in apis)
+        for api in apis:  # all start at once, then each is waited for
+            api.launch()
+        yield tuple(api.wait_ready() for api in apis)
     finally:
         for api in apis:
             api.stop()
@@ -57,7 +52,7 @@ def servers(*apis: ApiServer) -> Iterator[tuple[ApiServer, ...]]:
 class Poller:
     def __init__(self, api: ApiServer, keys: dict[str, str]) -> None:
         self.api = api
-        self.read = {"Authorization": f"Bearer {keys['flags:read']}"}
+        self.read = {"Authorization": f"Bearer {keys['flags']}"}
         self.admin = {"Authorization": f"Bearer {keys['admin']}"}
 
     def get(self, path: str = "/v1/flags", etag: str | None = None) -> httpx.Response:
@@ -89,7 +84,8 @@ def _same_everywhere(a: Poller, b: Poller) -> str:
 
 def test_two_api_processes_answer_identical_etags(pg_url: str, tmp_path: Path) -> None:
     keys = seed(pg_url)
-    with servers(ApiServer(pg_url, tmp_path / "a.log"), ApiServer(pg_url, tmp_path / "b.log")) as (
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    with servers(ApiServer(pg_url, a_log), ApiServer(pg_url, b_log)) as (
         one,
         two,
     ):
@@ -112,8 +108,8 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
     }
     try:
         with servers(
-            ApiServer(pg_url, tmp_path / "a.log", settings),
-            ApiServer(pg_url, tmp_path / "b.log", settings),
+            ApiServer(pg_url, tmp_path / "a.log", settings=settings),
+            ApiServer(pg_url, tmp_path / "b.log", settings=settings),
         ) as (one, two):
             a, b = Poller(one, keys), Poller(two, keys)
             _same_everywhere(a, b)
@@ -135,7 +131,7 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
             wait_until(lambda: b.stage("ticket_classify") == "shadow", "b (Redis down)")
             last = _same_everywhere(a, b)
             assert "x-shadowplane-stale" not in b.get().headers
-            stream = EventReader(two.base, keys["flags:read"])
+            stream = EventReader(two.base, keys["flags"])
             stream.next_event()
 
             with postgresql_stopped():
@@ -165,7 +161,7 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
                     if json.loads(beat.data or "")["stale_seconds"] is not None:
                         break
                 # A stream opened now says so at once, right after the document.
-                late = EventReader(two.base, keys["flags:read"])
+                late = EventReader(two.base, keys["flags"])
                 assert isinstance(document := late.next(), Message), document
                 assert document.event == "flags"
                 beat = late.next()
@@ -210,20 +206,18 @@ def test_no_copy_and_the_database_down_answers_503_until_it_is_back(
 def test_with_redis_a_change_reaches_other_replicas_and_their_streams_when_published(
     pg_url: str, tmp_path: Path
 ) -> None:
-    from tests.rollout.flagservers import EventReader
-
     keys = seed(pg_url)
     redis = RedisServer(tmp_path).start()
     # No replica checks on its own for ten minutes: only the publish can tell them.
     settings = {"SHADOWPLANE_REDIS_URL": redis.url, "SHADOWPLANE_FLAG_CHECK_SECONDS": "600"}
     try:
         with servers(
-            ApiServer(pg_url, tmp_path / "a.log", settings),
-            ApiServer(pg_url, tmp_path / "b.log", settings),
+            ApiServer(pg_url, tmp_path / "a.log", settings=settings),
+            ApiServer(pg_url, tmp_path / "b.log", settings=settings),
         ) as (one, two):
             a, b = Poller(one, keys), Poller(two, keys)
             _same_everywhere(a, b)
-            stream = EventReader(two.base, keys["flags:read"])
+            stream = EventReader(two.base, keys["flags"])
             try:
                 first = stream.next_event()
                 a.act("/v1/tasks/ticket_classify/rollback", "published")

@@ -7,10 +7,6 @@ the Retry-After date of a 429."""
 from __future__ import annotations
 
 import math
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +27,7 @@ from controlplane.auth.service import create_key
 from controlplane.client.sticky import sticky_bucket
 from controlplane.db import get_engine, session_scope
 from controlplane.rollout.actions import apply_config
+from tests.liveapi import ApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +66,6 @@ class Server:
         return openfeature.get_client(domain)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def serve(url: str, log: Path, **settings: str) -> Iterator[Server]:
     engine = get_engine(url)
     with session_scope(engine) as session:
@@ -82,47 +73,12 @@ def serve(url: str, log: Path, **settings: str) -> Iterator[Server]:
         _, admin_key = create_key(session, name="ops", scopes=["admin"], actor="test")
         for name in (CANARY, FULL):
             apply_config(session, config(name), actor="test")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    env.update(SHADOWPLANE_DATABASE_URL=url, SHADOWPLANE_TICK_SECONDS="0", **settings)
-    port = _free_port()
-    # The request log goes to a file: a pipe nobody reads fills up and stalls the server.
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "controlplane.cli",
-                "api",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
-    base = f"http://127.0.0.1:{port}"
+    process = ApiServer(url, log, settings=settings).start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the API did not become ready"
-            time.sleep(0.2)
-        yield Server(base, flags_key, admin_key)
+        yield Server(process.base, flags_key, admin_key)
     finally:
         openfeature.clear_providers()
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
+        process.stop()
 
 
 @pytest.fixture
@@ -148,7 +104,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "the answer did not change"
-        time.sleep(0.1)
+        time.sleep(0.02)
 
 
 def test_the_openfeature_client_routes_as_the_flags_say(server: Server) -> None:
