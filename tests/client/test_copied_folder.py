@@ -59,12 +59,16 @@ print(json.dumps({"served": route.served, "version": route.flag_version, "answer
 def test_the_client_folder_works_alone_in_a_fresh_venv_with_only_httpx(
     live_api: ApiServer, tmp_path: Path
 ) -> None:
+    live_api.launch()  # it comes up while the virtualenv is made
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # Not even pip in it: this test's pip installs httpx (and what httpx needs) into it.
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "httpx"],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "httpx"],
         check=True,
         timeout=600,
         env=env,
@@ -78,7 +82,7 @@ def test_the_client_folder_works_alone_in_a_fresh_venv_with_only_httpx(
     )
     (router / "router.py").write_text(ROUTER, encoding="utf-8")
 
-    live_api.start()
+    live_api.wait_ready()
     for _ in range(3):  # to full: the edge serves within the cap
         live_api.call(
             "POST", "/v1/tasks/ticket_classify/promote", json={"reason": "t", "force": True}
