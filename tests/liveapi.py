@@ -147,15 +147,7 @@ class ApiServer:
 
     def stop(self) -> int | None:
         """SIGTERM, then wait; returns the exit code (None if it had to be killed)."""
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        proc.signal(signal.SIGTERM)
-        code = proc.wait(30)
-        if code is None:
-            proc.signal(signal.SIGKILL)
-            proc.wait(WAIT)
-        return code
+        return stop_all(self)[0]
 
     def kill(self) -> None:
         """Gone at once, open connections and all (SIGKILL), like a crashed host."""
@@ -170,6 +162,24 @@ class ApiServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+
+
+def stop_all(*apis: ApiServer) -> list[int | None]:
+    """`stop` them all at once (each shutdown may wait on its own timers); their exit codes."""
+    procs = []
+    for api in apis:
+        proc, api.proc = api.proc, None
+        if proc is not None:
+            proc.signal(signal.SIGTERM)
+        procs.append(proc)
+    codes: list[int | None] = []
+    for proc in procs:
+        code = proc.wait(30) if proc is not None else None
+        if proc is not None and code is None:
+            proc.signal(signal.SIGKILL)
+            proc.wait(WAIT)
+        codes.append(code)
+    return codes
 
 
 class _Process:

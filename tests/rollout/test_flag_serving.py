@@ -17,7 +17,15 @@ import httpx
 import pytest
 
 from controlplane.rollout.flagcopy import DB_BACKSTOP_SECONDS
-from tests.liveapi import ApiServer, EventReader, Message, RedisServer, seed, wait_until
+from tests.liveapi import (
+    ApiServer,
+    EventReader,
+    Message,
+    RedisServer,
+    seed,
+    stop_all,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +56,7 @@ def servers(*apis: ApiServer) -> Iterator[tuple[ApiServer, ...]]:
             api.launch()
         yield tuple(api.wait_ready() for api in apis)
     finally:
-        for api in apis:
-            api.stop()
+        stop_all(*apis)
 
 
 class Poller:
