@@ -23,6 +23,7 @@ from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import ActionError
+from controlplane.evalsets.endpoints import router as evalsets_router
 from controlplane.exporter import router as exporter_router
 from controlplane.http import (
     BodyGuard,
@@ -39,6 +40,8 @@ from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
 from controlplane.notify.delivery import DeliveryThread, add_kicker, celery_kicker
 from controlplane.notify.endpoints import router as webhooks_router
+from controlplane.review.accuracy_endpoints import router as accuracy_router
+from controlplane.review.endpoints import router as review_router
 from controlplane.rollout.endpoints import (
     catalog_router,
     decisions_router,
@@ -111,6 +114,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(decisions_router)
     app.include_router(kill_router)
     app.include_router(webhooks_router)
+    app.include_router(review_router)
+    app.include_router(accuracy_router)
+    app.include_router(evalsets_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 

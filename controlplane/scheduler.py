@@ -1,9 +1,10 @@
 """One periodic pass (docs/architecture.md), and what a closed window triggers.
 
 `after_window` is the one function everything a computed window that closed (or a closed
-one that counted late results) sets off: its task's alerts, then its rollout rules (the
-review sampler of a later step comes after them), each in a transaction of its own that
-also writes the outbox events announcing what changed. The in-process pass and the Celery
+one that counted late results) sets off: its task's alerts, the review sampler (items from
+the windows that closed), route accuracy from the labels (and its `new_failure_class`
+alerts), then its rollout rules, each in a transaction of its own that also writes the
+outbox events announcing what changed. The in-process pass and the Celery
 job (`workers.jobs.compute_window_job`) both call it, so the two paths decide the same
 things for the same traffic.
 
@@ -32,6 +33,8 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
+from controlplane.review.accuracy import refresh_route_accuracy
+from controlplane.review.sampler import sample_closed_windows
 from controlplane.rollout.actions import evaluate_rollout
 from controlplane.settings import get_settings
 
@@ -48,6 +51,7 @@ class AfterWindow:
     alerts: list[AlertEvent] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
+    sampled: int = 0
     failed: list[TaskFailure] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
 
@@ -66,6 +70,22 @@ def after_window(
     except Exception as exc:
         log.exception("task %s: alert evaluation failed", label)
         done.failed.append(TaskFailure(label, "alerts", _why(exc)))
+        done.errors.append(exc)
+    try:
+        done.sampled = in_transaction(
+            engine, partial(sample_closed_windows, task_id=task_id, now=now)
+        )
+    except Exception as exc:
+        log.exception("task %s: review sampling failed", label)
+        done.failed.append(TaskFailure(label, "review", _why(exc)))
+        done.errors.append(exc)
+    try:
+        done.alerts.extend(
+            in_transaction(engine, partial(refresh_route_accuracy, task_id=task_id, now=now))
+        )
+    except Exception as exc:
+        log.exception("task %s: route accuracy failed", label)
+        done.failed.append(TaskFailure(label, "route_accuracy", _why(exc)))
         done.errors.append(exc)
     try:
         outcome = in_transaction(
@@ -93,6 +113,7 @@ class PassReport:
     alerts: list[AlertEvent] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
+    sampled: int = 0
     failed: list[TaskFailure] = field(default_factory=list)
     # Tasks whose `after_window` failed: the next pass evaluates them again, window or not.
     unevaluated: set[int] = field(default_factory=set)
@@ -149,6 +170,7 @@ def run_pass(
         report.alerts.extend(done.alerts)
         report.decisions.extend(done.decisions)
         report.notices.extend(done.notices)
+        report.sampled += done.sampled
         report.failed.extend(done.failed)
         if done.failed:
             report.unevaluated.add(task_id)

@@ -148,7 +148,10 @@ RuleMetric = Literal[
     "degrade_rate",
     "edge_share",
     "route_acc",
+    "failure_class",
 ]
+# A failure class a reviewer names on a label ("amount", "wrong_language"): short and plain.
+FAILURE_CLASS = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 Detector = Literal["consecutive", "cusum"]
 # A rule's defaults for what the policy does not set: the CUSUM's shift to detect, and its
 # decision interval (log-likelihood units).
@@ -173,6 +176,25 @@ class Rule(Strict):
     # The CUSUM's decision interval, in log-likelihood units: 5 is the usual choice, and past
     # a few hundred the detector can no longer fire within any sensible time.
     h: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
+    # `failure_class` rules only: the class whose weighted share of labelled edge answers
+    # the rule judges (written `class:` in a config).
+    failure_class: str | None = Field(None, alias="class")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _class_only_for_failure_class(self) -> Rule:
+        if self.metric == "failure_class":
+            if self.failure_class is None:
+                raise ValueError("a failure_class rule needs `class` (the failure class it judges)")
+            if not FAILURE_CLASS.fullmatch(self.failure_class):
+                raise ValueError(
+                    "class: must start with a lowercase letter and hold only a-z, 0-9, "
+                    "'_', '.', '-' (at most 64 characters)"
+                )
+        elif self.failure_class is not None:
+            raise ValueError(f"class: only a failure_class rule names a class, not {self.metric}")
+        return self
 
 
 DEFAULT_RULES = [
@@ -199,6 +221,7 @@ class ResolvedRule:
     critical: float | None
     min_effect: float
     h: float
+    failure_class: str | None = None
 
 
 class RollbackConfig(Strict):
@@ -231,6 +254,7 @@ class RollbackConfig(Strict):
                 critical=rule.critical,
                 min_effect=rule.min_effect or DEFAULT_MIN_EFFECT,
                 h=rule.h or DEFAULT_H,
+                failure_class=rule.failure_class,
             )
             for rule in self.rules
         ]
@@ -242,6 +266,9 @@ class PromotionConfig(Strict):
     min_windows: int = Field(12, ge=1, le=10_000)
     canary_steps: list[Annotated[int, Field(gt=0, lt=100)]] = Field([5, 25], max_length=20)
     auto_promote: bool = False
+    # `unblock` of an edge model a rollback blocked needs a stored run of that model on the
+    # current `regression` eval set at or above this accuracy (unless forced).
+    regression_min_accuracy: Fraction = 0.95
 
     @field_validator("canary_steps")
     @classmethod
@@ -351,7 +378,7 @@ def allowed_fields(loc: tuple[Any, ...], raw: Any) -> list[str]:
         model = _field_model(model, part, value)
         if model is None:
             return []
-    return sorted(model.model_fields)
+    return sorted(info.alias or name for name, info in model.model_fields.items())
 
 
 def _field_model(model: Any, field: str, value: Any) -> Any:
@@ -401,7 +428,7 @@ def parse_config(raw: Any) -> TaskConfig:
 
 def config_document(config: TaskConfig) -> dict[str, Any]:
     """The normalised config as stored: every default filled in, JSON-ready."""
-    return config.model_dump(mode="json")
+    return config.model_dump(mode="json", by_alias=True)
 
 
 def config_hash(document: dict[str, Any]) -> str:

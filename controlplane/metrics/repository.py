@@ -390,6 +390,7 @@ def lock_window(
             length_buckets=boundaries,
             config_version=version,
             alerts_evaluated=False,
+            review_sampled=False,
         )
         .on_conflict_do_nothing(index_elements=["task_id", "window_start"])
     )

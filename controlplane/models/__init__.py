@@ -3,9 +3,11 @@
 from controlplane.models.audit import AuditEntry
 from controlplane.models.auth import ApiKey
 from controlplane.models.base import Base
+from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.outbox import OutboxEvent, WebhookDelivery
 from controlplane.models.results import Payload, Result
+from controlplane.models.review import ReviewItem, ReviewLabel, ReviewSkip, RouteAccuracyWindow
 from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagHistory, FlagState
 from controlplane.models.secrets import ServerSecret
 from controlplane.models.tasks import Task, TaskConfigVersion
@@ -17,12 +19,18 @@ __all__ = [
     "Base",
     "BlockedModel",
     "Decision",
+    "EvalItem",
+    "EvalRun",
     "Flag",
     "FlagHistory",
     "FlagState",
     "OutboxEvent",
     "Payload",
     "Result",
+    "ReviewItem",
+    "ReviewLabel",
+    "ReviewSkip",
+    "RouteAccuracyWindow",
     "ScanMark",
     "ServerSecret",
     "Task",

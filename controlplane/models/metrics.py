@@ -46,6 +46,8 @@ class Window(Base):
     # closed window never change again, later results only raise n_late.
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     alerts_evaluated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set once the review sampler has drawn this closed window's items.
+    review_sampled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class WindowMetrics(Base):

@@ -42,9 +42,11 @@ from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document, decision_document, notice_document
 from controlplane.notify.outbox import add_event
+from controlplane.review.sampler import queue_regression
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.explain import (
+    breach_ranges,
     explain,
     notice_sentence,
     promoted_to,
@@ -325,6 +327,17 @@ def _fire(
     )
     for model in models:
         repository.block(session, task, model, decision.id)
+    # The breaching windows' results become the `regression` layer's review items, in this
+    # transaction: a rollback and its evidence for the next model are one fact.
+    queue_regression(
+        session,
+        task,
+        config,
+        decision_id=decision.id,
+        rule=rule_name(outcome.rule),
+        cell=outcome.cell,
+        ranges=breach_ranges(outcome, config),
+    )
     return decision
 
 

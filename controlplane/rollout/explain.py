@@ -81,6 +81,20 @@ def time_range(outcome: CellOutcome, config: TaskConfig) -> tuple[datetime, date
     return start, end
 
 
+def breach_ranges(outcome: CellOutcome, config: TaskConfig) -> list[tuple[datetime, datetime]]:
+    """The time each breaching verdict of the firing covers (a pool: all its windows)."""
+    firing = outcome.firing
+    assert firing is not None
+    return [
+        (
+            window_start(v.first_window, config),
+            window_start(v.last_window, config) + timedelta(seconds=config.window_seconds),
+        )
+        for v in firing.verdicts
+        if v.verdict == "breach"
+    ]
+
+
 def promoted_to(stage: str, step: int, config: TaskConfig) -> str:
     """Where a promotion goes, in words: `canary at 5%`, `shadow`, `full`."""
     return f"canary at {config.promotion.canary_steps[step]}%" if stage == "canary" else stage

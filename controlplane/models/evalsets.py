@@ -1,0 +1,64 @@
+"""Eval sets (docs/evalsets.md): labelled items copied out of review into self-contained eval
+items (results are pruned, eval items are not), and stored runs of edge models on them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+
+
+class EvalItem(Base):
+    """One eval item. Append-only; `item_id` = sha256(task + NFKC, whitespace-collapsed input),
+    so the same input enters a task's eval sets once; `seq` gives the stable export order."""
+
+    __tablename__ = "eval_items"
+    __table_args__ = (
+        UniqueConstraint("item_id"),
+        Index("ix_eval_items_task_id_layer_seq", "task_id", "layer", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    item_id: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    # boundary | anomaly | regression
+    layer: Mapped[str] = mapped_column(String(16))
+    input: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    expected: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    edge_output: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    cloud_output: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    bucket: Mapped[str] = mapped_column(String(32))
+    failure_class: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # result, labels, reviewers, comparator version, flag version, window, and for
+    # `regression` the rule and window that fired.
+    provenance: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    review_item_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EvalRun(Base):
+    """A run of an edge model on one layer of a task's eval set, scored against `expected`."""
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (Index("ix_eval_runs_task_id_model", "task_id", "model"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    layer: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    # The content hash of the layer's export the run was scored on (manifest's hash), and
+    # how many of its items the run answered.
+    set_hash: Mapped[str] = mapped_column(String(64))
+    n_items: Mapped[int] = mapped_column(Integer)
+    n_correct: Mapped[int] = mapped_column(Integer)
+    accuracy: Mapped[float | None] = mapped_column(Float)
+    # bucket → {"n", "correct", "accuracy"}
+    per_bucket: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    actor: Mapped[str] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
