@@ -8,8 +8,9 @@ from collections.abc import Sequence
 Z95 = 1.959963984540054
 
 
-def wilson(num: int, den: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval of num/den; None when den is 0."""
+def wilson(num: float, den: float, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of num/den; None when den is 0. Counts may be fractional
+    (a weighted estimate times its effective sample size)."""
     if den <= 0:
         return None
     p = num / den

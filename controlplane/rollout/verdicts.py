@@ -27,19 +27,20 @@ VerdictKind = Literal["breach", "ok", "insufficient"]
 
 @dataclass(frozen=True, slots=True)
 class CellWindow:
-    """One closed window's counts for one rule and cell; `window` numbers windows in order."""
+    """One closed window's counts for one rule and cell; `window` numbers windows in order.
+    Label-based metrics count in effective labels, so num and den may be fractional."""
 
     window: int
-    num: int
-    den: int
+    num: float
+    den: float
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     first_window: int
     last_window: int
-    num: int
-    den: int
+    num: float
+    den: float
     estimate: float | None
     bound: float | None
     threshold: float
@@ -56,7 +57,7 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(confidence)
 
 
-def one_sided_bound(num: int, den: int, op: Op, confidence: Confidence) -> float | None:
+def one_sided_bound(num: float, den: float, op: Op, confidence: Confidence) -> float | None:
     """The bound a breach is judged on: for `<=` rules the lower Wilson bound (the rate is at
     least this), for `>=` rules the upper one (the rate is at most this); None without data."""
     if confidence == "point":
