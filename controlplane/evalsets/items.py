@@ -1,0 +1,309 @@
+"""What an eval item is (pure): its id, its expected answer, its exported line, the JSONL and
+CSV renderings, the manifest, and the JSON Schema of one line.
+
+The export is deterministic: canonical JSON (sorted keys, compact, UTF-8), items in `seq`
+order, no clock anywhere, so the same database content gives the same bytes on every
+machine and backend.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from controlplane.compare.jsonutil import dumps
+
+LAYERS = ("boundary", "anomaly", "regression")
+FORMATS = ("jsonl", "csv")
+# Resolved consensus verdicts whose expected answer must come from a reviewer's correction.
+NEEDS_CORRECTION = ("both_wrong", "unclear", "wrong")
+SCHEMA_ID = "https://shadowplane.dev/evalsets/schema.json"
+
+
+def input_text(value: Any) -> str:
+    """The text an item's identity is taken from: `input.text` when the input holds one
+    (what routers send), the string itself, else the input as canonical JSON."""
+    if isinstance(value, Mapping) and isinstance(value.get("text"), str):
+        return str(value["text"])
+    if isinstance(value, str):
+        return value
+    return canonical(value).decode()
+
+
+def normalise(text: str) -> str:
+    """NFKC, whitespace runs collapsed to one space, trimmed."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def item_id(task: str, value: Any) -> str:
+    """sha256 of the task and the normalised input text: the same input enters a task's
+    eval sets once, whichever result or layer brought it."""
+    digest = hashlib.sha256()
+    digest.update(task.encode())
+    digest.update(b"\x00")
+    digest.update(normalise(input_text(value)).encode())
+    return digest.hexdigest()
+
+
+def canonical(value: Any) -> bytes:
+    """Canonical JSON: sorted keys, compact, UTF-8."""
+    return dumps(value, sort_keys=True)
+
+
+def expected_answer(
+    resolved: str, *, corrected: Any, edge_output: Any, cloud_output: Any
+) -> tuple[bool, Any]:
+    """The answer an eval item expects, from its reviewers' consensus: a reviewer's
+    correction when one was given, else the right side's output (the cloud's, the
+    reference, when both were right; a single item shows the cloud answer). `both_wrong`,
+    `unclear` and `wrong` need a correction: (False, None) without one."""
+    if corrected is not None:
+        return True, corrected
+    if resolved == "edge_correct":
+        return True, edge_output
+    if resolved in ("cloud_correct", "both_correct", "correct"):
+        return True, cloud_output
+    return False, None
+
+
+def line(item: Any, task: str) -> dict[str, Any]:
+    """An eval item (`models.EvalItem`) as one exported line."""
+    return {
+        "id": item.item_id,
+        "task": task,
+        "layer": item.layer,
+        "input": item.input,
+        "expected": item.expected,
+        "edge_output": item.edge_output,
+        "cloud_output": item.cloud_output,
+        "bucket": item.bucket,
+        "failure_class": item.failure_class,
+        "tags": list(item.tags or []),
+        "provenance": item.provenance,
+    }
+
+
+def jsonl(lines: Iterable[Mapping[str, Any]]) -> bytes:
+    """Lines as JSONL: one canonical JSON object per line, each ending in a newline."""
+    return b"".join(canonical(dict(x)) + b"\n" for x in lines)
+
+
+CSV_COLUMNS = (
+    "id",
+    "task",
+    "layer",
+    "bucket",
+    "failure_class",
+    "tags",
+    "input",
+    "expected",
+    "edge_output",
+    "cloud_output",
+    "provenance",
+)
+_CSV_TEXT = ("id", "task", "layer", "bucket", "failure_class")
+
+
+def csv_bytes(lines: Iterable[Mapping[str, Any]]) -> bytes:
+    """Lines as CSV: plain columns as text, the JSON ones as canonical JSON."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for x in lines:
+        writer.writerow(
+            [
+                ("" if x[c] is None else str(x[c])) if c in _CSV_TEXT else canonical(x[c]).decode()
+                for c in CSV_COLUMNS
+            ]
+        )
+    return out.getvalue().encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest(files: Sequence[tuple[str, str, str, str, int, str]], schema_hash: str) -> bytes:
+    """The manifest: per file (path, task, layer, format, count, sha256) and the schema's hash."""
+    document = {
+        "schema": {"path": "schema.json", "sha256": schema_hash},
+        "files": [
+            {
+                "path": path,
+                "task": task,
+                "layer": layer,
+                "format": fmt,
+                "count": count,
+                "sha256": digest,
+            }
+            for path, task, layer, fmt, count, digest in sorted(files)
+        ],
+    }
+    return dumps(document, sort_keys=True) + b"\n"
+
+
+_JSON_VALUE: dict[str, Any] = {}  # any JSON value
+_LABEL = {
+    "type": "object",
+    "required": ["reviewer", "verdict", "resolved"],
+    "properties": {
+        "id": {"type": "integer"},
+        "reviewer": {"type": "string", "minLength": 1},
+        "verdict": {
+            "enum": [
+                "a_correct",
+                "b_correct",
+                "both_correct",
+                "both_wrong",
+                "unclear",
+                "correct",
+                "wrong",
+            ]
+        },
+        "resolved": {
+            "enum": [
+                "edge_correct",
+                "cloud_correct",
+                "both_correct",
+                "both_wrong",
+                "unclear",
+                "correct",
+                "wrong",
+            ]
+        },
+        "failure_class": {"type": ["string", "null"]},
+        "corrected": _JSON_VALUE,
+        "note": {"type": ["string", "null"]},
+        "counted": {
+            "description": "Whether the consensus read this label (each reviewer's newest)",
+            "type": "boolean",
+        },
+    },
+    "additionalProperties": False,
+}
+_STAMP = {"type": "string", "format": "date-time"}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": SCHEMA_ID,
+    "title": "Shadowplane eval item (one line of <task>/<layer>.jsonl)",
+    "type": "object",
+    "required": [
+        "id",
+        "task",
+        "layer",
+        "input",
+        "expected",
+        "edge_output",
+        "cloud_output",
+        "bucket",
+        "failure_class",
+        "tags",
+        "provenance",
+    ],
+    "additionalProperties": False,
+    "properties": {
+        "id": {
+            "description": "sha256 (hex) of the task and the NFKC-normalised, "
+            "whitespace-collapsed input text",
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$",
+        },
+        "task": {"type": "string", "minLength": 1},
+        "layer": {"enum": list(LAYERS)},
+        "input": {"description": "The input as the payload policy kept it", **_JSON_VALUE},
+        "expected": {
+            "description": "The right side's output, or a reviewer's correction",
+            **_JSON_VALUE,
+        },
+        "edge_output": _JSON_VALUE,
+        "cloud_output": _JSON_VALUE,
+        "bucket": {"description": "Length bucket of the input", "type": "string"},
+        "failure_class": {"type": ["string", "null"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "provenance": {
+            "type": "object",
+            "required": [
+                "result_id",
+                "request_id",
+                "review_item_id",
+                "policy",
+                "reason",
+                "kind",
+                "inclusion_probability",
+                "consensus",
+                "labels",
+                "reviewers",
+                "comparator",
+                "comparator_version",
+                "config_version",
+                "flag_version",
+                "window_start",
+                "result_ts",
+                "decision",
+                "served",
+                "outcome",
+            ],
+            "properties": {
+                "result_id": {
+                    "description": "The result's id when it was sampled (results are pruned; "
+                    "the item keeps its own copy)",
+                    "type": ["integer", "null"],
+                },
+                "request_id": {"type": "string", "minLength": 1},
+                "review_item_id": {"type": "integer"},
+                "policy": {
+                    "description": "The task's payload policy: under `redacted` the text "
+                    "is the masked text",
+                    "enum": ["full", "redacted"],
+                },
+                "reason": {"type": "string"},
+                "kind": {"enum": ["pair", "single"]},
+                "inclusion_probability": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                "consensus": {"type": "string"},
+                "labels": {"type": "array", "minItems": 1, "items": _LABEL},
+                "reviewers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "string", "minLength": 1},
+                },
+                "comparator": {"type": "string"},
+                "comparator_version": {"type": "integer"},
+                "config_version": {"type": "integer"},
+                "flag_version": {"type": ["integer", "null"]},
+                "window_start": _STAMP,
+                "result_ts": _STAMP,
+                "decision": {"enum": ["edge", "cloud"]},
+                "served": {"enum": ["edge", "cloud"]},
+                "outcome": {"enum": ["agree", "conflict", "invalid", None]},
+                "edge_error": {"type": ["string", "null"]},
+                "edge_model": {"type": ["string", "null"]},
+                "cloud_model": {"type": ["string", "null"]},
+                "regression": {
+                    "description": "For the regression layer: the rollback that queued it",
+                    "type": "object",
+                    "required": ["decision_id", "rule", "cell", "window_start", "window_end"],
+                    "properties": {
+                        "decision_id": {"type": "integer"},
+                        "rule": {"type": "string"},
+                        "cell": {"type": "string"},
+                        "window_start": _STAMP,
+                        "window_end": _STAMP,
+                    },
+                },
+            },
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def schema_bytes() -> bytes:
+    """schema.json as exported (and as the repository's evalsets/schema.json holds it)."""
+    import json
+
+    return (json.dumps(SCHEMA, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()

@@ -1,0 +1,137 @@
+"""All SQL of eval sets: review items waiting to be backfilled, their labels, eval items by
+task and layer, stored runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.db import dialect_insert
+from controlplane.models import Task
+from controlplane.models.evalsets import EvalItem, EvalRun
+from controlplane.models.review import ReviewItem, ReviewLabel
+
+
+def tasks_by_name(session: Session, name: str | None) -> list[Task]:
+    query = select(Task).order_by(Task.name)
+    if name is not None:
+        query = query.where(Task.name == name)
+    return list(session.scalars(query))
+
+
+def done_items_not_backfilled(
+    session: Session, task_id: int, layer: str | None
+) -> list[ReviewItem]:
+    """Done review items of the task with no eval item of their own yet, oldest first."""
+    query = (
+        select(ReviewItem)
+        .where(
+            ReviewItem.task_id == task_id,
+            ReviewItem.state == "done",
+            ~select(EvalItem.seq)
+            .where(EvalItem.review_item_id == ReviewItem.id)
+            .correlate(ReviewItem)
+            .exists(),
+        )
+        .order_by(ReviewItem.id)
+    )
+    if layer is not None:
+        query = query.where(ReviewItem.layer == layer)
+    return list(session.scalars(query))
+
+
+def labels_of(session: Session, item_ids: Sequence[int]) -> dict[int, list[ReviewLabel]]:
+    """Every label of the items, by item, oldest first."""
+    out: dict[int, list[ReviewLabel]] = defaultdict(list)
+    for start in range(0, len(item_ids), 1000):
+        chunk = list(item_ids[start : start + 1000])
+        for label in session.scalars(
+            select(ReviewLabel).where(ReviewLabel.item_id.in_(chunk)).order_by(ReviewLabel.id)
+        ):
+            out[label.item_id].append(label)
+    return out
+
+
+def existing_ids(session: Session, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), 1000):
+        chunk = list(ids[start : start + 1000])
+        found.update(session.scalars(select(EvalItem.item_id).where(EvalItem.item_id.in_(chunk))))
+    return found
+
+
+def insert_item(session: Session, values: dict[str, Any]) -> bool:
+    """Insert one eval item unless its id exists (a concurrent backfill got there first)."""
+    statement = (
+        dialect_insert(session, EvalItem)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["item_id"])
+        .returning(EvalItem.seq)
+    )
+    return session.execute(statement).first() is not None
+
+
+def items(
+    session: Session,
+    task_id: int,
+    layer: str,
+    *,
+    after: int = 0,
+    limit: int | None = None,
+) -> list[EvalItem]:
+    """A layer's items in export order (`seq`), after a cursor."""
+    query = (
+        select(EvalItem)
+        .where(EvalItem.task_id == task_id, EvalItem.layer == layer, EvalItem.seq > after)
+        .order_by(EvalItem.seq)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.scalars(query))
+
+
+def items_by_ids(session: Session, ids: Sequence[str]) -> list[tuple[EvalItem, str]]:
+    """Eval items with those ids and their task's name."""
+    out: list[tuple[EvalItem, str]] = []
+    for start in range(0, len(ids), 1000):
+        chunk = list(ids[start : start + 1000])
+        rows = session.execute(
+            select(EvalItem, Task.name)
+            .join(Task, Task.id == EvalItem.task_id)
+            .where(EvalItem.item_id.in_(chunk))
+        ).all()
+        out.extend((item, name) for item, name in rows)
+    return out
+
+
+def counts(session: Session) -> list[tuple[str, int, str, int]]:
+    """(task name, task id, layer, item count) of every non-empty layer, by task and layer."""
+    rows = session.execute(
+        select(Task.name, Task.id, EvalItem.layer, func.count())
+        .join(Task, Task.id == EvalItem.task_id)
+        .group_by(Task.name, Task.id, EvalItem.layer)
+        .order_by(Task.name, EvalItem.layer)
+    ).all()
+    return [(name, tid, layer, n) for name, tid, layer, n in rows]
+
+
+def add_run(session: Session, run: EvalRun) -> EvalRun:
+    session.add(run)
+    session.flush()
+    return run
+
+
+def runs(
+    session: Session, task_id: int, *, model: str | None = None, layer: str | None = None
+) -> list[EvalRun]:
+    """Stored runs of the task, newest first."""
+    query = select(EvalRun).where(EvalRun.task_id == task_id).order_by(EvalRun.id.desc())
+    if model is not None:
+        query = query.where(EvalRun.model == model)
+    if layer is not None:
+        query = query.where(EvalRun.layer == layer)
+    return list(session.scalars(query))

@@ -1,0 +1,417 @@
+"""Eval sets (docs/evalsets.md): backfill labelled review items into eval items, read a
+layer in export order, write the deterministic export, score and store runs.
+
+Services only flush; `actions` owns the transactions, the audit entries and the outbox.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.service import runtimes
+from controlplane.evalsets import items as evalitems
+from controlplane.evalsets import repository, scoring
+from controlplane.models import Task
+from controlplane.models.evalsets import EvalItem, EvalRun
+from controlplane.models.review import ReviewItem, ReviewLabel
+from controlplane.review.labels import consensus
+
+
+class NotFound(LookupError):
+    """No such task or layer; the message says which."""
+
+
+class Refused(ValueError):
+    """A request that cannot be served as asked; the message names the field and why."""
+
+
+# --- backfill ------------------------------------------------------------------------
+
+
+@dataclass
+class Backfilled:
+    """What a backfill did: items added per task and layer (their ids in export order), and
+    the done review items it left out and why."""
+
+    added: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # Labelled both_wrong / unclear / wrong without a correction: no expected answer yet.
+    needs_correction: int = 0
+    # Same normalised input as an eval item already in the task's sets.
+    duplicates: int = 0
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for layers in self.added.values() for ids in layers.values())
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "added": self.count,
+            "tasks": {
+                task: {layer: len(ids) for layer, ids in sorted(layers.items())}
+                for task, layers in sorted(self.added.items())
+            },
+            "needs_correction": self.needs_correction,
+            "duplicates": self.duplicates,
+        }
+
+
+def _stamp(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _label_view(label: ReviewLabel) -> dict[str, Any]:
+    return {
+        "id": label.id,
+        "reviewer": label.reviewer,
+        "verdict": label.verdict,
+        "resolved": label.resolved,
+        "failure_class": label.failure_class,
+        "corrected": label.corrected,
+        "note": label.note,
+    }
+
+
+def eval_values(
+    task: Task, item: ReviewItem, labels: Sequence[ReviewLabel]
+) -> dict[str, Any] | None:
+    """The eval item a done review item becomes (column values), or None when its labels
+    give no expected answer (both_wrong / unclear / wrong without a correction)."""
+    agreed = consensus(labels)
+    if agreed is None:
+        return None
+    ok, expected = evalitems.expected_answer(
+        agreed.resolved,
+        corrected=agreed.corrected,
+        edge_output=item.edge_output,
+        cloud_output=item.cloud_output,
+    )
+    if not ok:
+        return None
+    counted = set(agreed.label_ids)
+    provenance: dict[str, Any] = {
+        "result_id": item.result_id,
+        "request_id": item.request_id,
+        "review_item_id": item.id,
+        "policy": item.policy,
+        "reason": item.reason,
+        "kind": item.kind,
+        "inclusion_probability": item.inclusion_probability,
+        "consensus": agreed.resolved,
+        # Every label, superseded ones too (labels are never edited); `counted` marks the
+        # votes the consensus read.
+        "labels": [{**_label_view(x), "counted": x.id in counted} for x in labels],
+        "reviewers": list(agreed.reviewers),
+        "comparator": item.comparator,
+        "comparator_version": item.comparator_version,
+        "config_version": item.config_version,
+        "flag_version": item.flag_version,
+        "window_start": _stamp(item.window_start),
+        "result_ts": _stamp(item.result_ts),
+        "decision": item.decision,
+        "served": item.served,
+        "outcome": item.outcome,
+        "edge_error": item.edge_error,
+        "edge_model": item.edge_model,
+        "cloud_model": item.cloud_model,
+    }
+    if item.layer == "regression" and item.provenance:
+        provenance["regression"] = item.provenance
+    tags = sorted({item.reason, item.kind, f"consensus:{agreed.resolved}"})
+    return {
+        "item_id": evalitems.item_id(task.name, item.input),
+        "task_id": task.id,
+        "layer": item.layer,
+        "input": item.input,
+        "expected": expected,
+        "edge_output": item.edge_output,
+        "cloud_output": item.cloud_output,
+        "bucket": item.bucket,
+        "failure_class": agreed.failure_class,
+        "tags": tags,
+        "provenance": provenance,
+        "review_item_id": item.id,
+    }
+
+
+def backfill(session: Session, *, task: str | None = None, layer: str | None = None) -> Backfilled:
+    """Turn every done review item (of the task, of the layer) that has no eval item yet
+    into one, oldest first; skip those whose input is already in the task's eval sets and
+    those whose labels need a correction first. Safe to run again: it adds only what is new."""
+    if layer is not None and layer not in evalitems.LAYERS:
+        raise Refused(f"layer: {layer!r} is not one of {', '.join(evalitems.LAYERS)}")
+    tasks = repository.tasks_by_name(session, task)
+    if task is not None and not tasks:
+        raise NotFound(f"task: no task {task!r}")
+    report = Backfilled()
+    for one in tasks:
+        candidates = repository.done_items_not_backfilled(session, one.id, layer)
+        if not candidates:
+            continue
+        labels = repository.labels_of(session, [c.id for c in candidates])
+        values = []
+        for candidate in candidates:
+            v = eval_values(one, candidate, labels.get(candidate.id, []))
+            if v is None:
+                report.needs_correction += 1
+            else:
+                values.append(v)
+        taken = repository.existing_ids(session, [v["item_id"] for v in values])
+        for v in values:
+            if v["item_id"] in taken or not repository.insert_item(session, v):
+                report.duplicates += 1
+                continue
+            taken.add(v["item_id"])
+            report.added.setdefault(one.name, {}).setdefault(v["layer"], []).append(v["item_id"])
+    return report
+
+
+# --- reading a layer ------------------------------------------------------------------
+
+
+def task_named(session: Session, name: str) -> Task:
+    found = repository.tasks_by_name(session, name)
+    if not found:
+        raise NotFound(f"task: no task {name!r}")
+    return found[0]
+
+
+def _layer(layer: str) -> str:
+    if layer not in evalitems.LAYERS:
+        raise NotFound(f"layer: {layer!r} is not one of {', '.join(evalitems.LAYERS)}")
+    return layer
+
+
+def layer_items(session: Session, task: Task, layer: str) -> list[EvalItem]:
+    return repository.items(session, task.id, _layer(layer))
+
+
+def layer_lines(session: Session, task: Task, layer: str) -> list[dict[str, Any]]:
+    """The layer's exported lines, in export order."""
+    return [evalitems.line(x, task.name) for x in layer_items(session, task, layer)]
+
+
+def layer_bytes(session: Session, task: Task, layer: str) -> bytes:
+    """The layer's JSONL export, byte for byte."""
+    return evalitems.jsonl(layer_lines(session, task, layer))
+
+
+def layer_hash(session: Session, task: Task, layer: str) -> str:
+    """sha256 of the layer's JSONL export (the manifest's hash of that file)."""
+    return evalitems.sha256(layer_bytes(session, task, layer))
+
+
+def page(
+    session: Session, task: Task, layer: str, *, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of a layer's lines after the cursor, and the next cursor (None at the end)."""
+    found = repository.items(session, task.id, _layer(layer), after=after, limit=limit + 1)
+    more = len(found) > limit
+    found = found[:limit]
+    lines = [evalitems.line(x, task.name) for x in found]
+    return lines, (found[-1].seq if more and found else None)
+
+
+def sets(session: Session) -> dict[str, Any]:
+    """Every task's non-empty layers with their counts and content hashes, and the hash of
+    the manifest a JSONL export of them all would write."""
+    rows = []
+    files = []
+    for name, task_id, layer, n in repository.counts(session):
+        digest = evalitems.sha256(
+            evalitems.jsonl(
+                evalitems.line(x, name) for x in repository.items(session, task_id, layer)
+            )
+        )
+        rows.append({"task": name, "layer": layer, "count": n, "sha256": digest})
+        files.append((f"{name}/{layer}.jsonl", name, layer, "jsonl", n, digest))
+    manifest = evalitems.manifest(files, evalitems.sha256(evalitems.schema_bytes()))
+    return {"sets": rows, "manifest_sha256": evalitems.sha256(manifest)}
+
+
+# --- the export ------------------------------------------------------------------------
+
+
+@dataclass
+class Exported:
+    directory: Path
+    files: list[tuple[str, int, str]]  # path (relative), count, sha256
+    manifest: Path
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write atomically: readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _count(data: bytes, fmt: str) -> int:
+    if fmt == "jsonl":
+        return data.count(b"\n")
+    import csv
+    import io
+
+    return max(0, sum(1 for _ in csv.reader(io.StringIO(data.decode()))) - 1)
+
+
+def export(
+    session: Session, directory: Path, *, task: str | None = None, fmt: str = "jsonl"
+) -> Exported:
+    """Write `<dir>/<task>/<layer>.<fmt>` for every non-empty layer (of one task, or of all),
+    `<dir>/schema.json`, and `<dir>/manifest.json` listing every export file the folder
+    holds (count and sha256 each). The same database content writes the same bytes."""
+    if fmt not in evalitems.FORMATS:
+        raise Refused(f"format: {fmt!r} is not one of {', '.join(evalitems.FORMATS)}")
+    chosen = (
+        [task_named(session, task)] if task is not None else repository.tasks_by_name(session, None)
+    )
+    written = []
+    render = evalitems.jsonl if fmt == "jsonl" else evalitems.csv_bytes
+    for one in chosen:
+        for layer in evalitems.LAYERS:
+            lines = layer_lines(session, one, layer)
+            if not lines:
+                continue
+            data = render(lines)
+            relative = f"{one.name}/{layer}.{fmt}"
+            _write(directory / relative, data)
+            written.append((relative, len(lines), evalitems.sha256(data)))
+    schema = evalitems.schema_bytes()
+    _write(directory / "schema.json", schema)
+    files = []
+    for path in sorted(directory.glob("*/*.*")):
+        layer, _, suffix = path.name.partition(".")
+        if layer not in evalitems.LAYERS or suffix not in evalitems.FORMATS or not path.is_file():
+            continue
+        data = path.read_bytes()
+        files.append(
+            (
+                f"{path.parent.name}/{path.name}",
+                path.parent.name,
+                layer,
+                suffix,
+                _count(data, suffix),
+                evalitems.sha256(data),
+            )
+        )
+    _write(directory / "manifest.json", evalitems.manifest(files, evalitems.sha256(schema)))
+    return Exported(directory, written, directory / "manifest.json")
+
+
+# --- runs ------------------------------------------------------------------------------
+
+
+def comparator_spec(session: Session, task: Task) -> dict[str, Any]:
+    found = runtimes(session).get(task.id)
+    if found is None:
+        raise Refused(f"task: the current config of {task.name} does not parse; apply a valid one")
+    return found[1].comparator_spec
+
+
+def scoring_items(found: Sequence[EvalItem]) -> list[scoring.Item]:
+    return [scoring.Item(x.item_id, x.layer, x.bucket, x.expected) for x in found]
+
+
+def score_run(
+    session: Session,
+    task: Task,
+    layer: str,
+    outputs: dict[str, Any],
+    *,
+    model: str,
+    actor: str,
+    note: str | None = None,
+) -> EvalRun:
+    """Score a run of `model` on the task's layer (it must answer exactly the layer's items)
+    and store it with the layer's content hash."""
+    found = layer_items(session, task, layer)
+    if not found:
+        raise Refused(
+            f"layer: {task.name} has no {layer} eval items yet; backfill labelled items first"
+        )
+    try:
+        scoring.same_items(
+            [x.item_id for x in found], outputs, what="the run", against=f"{task.name}/{layer}"
+        )
+    except scoring.RunError as exc:
+        raise Refused(f"lines: {exc}") from None
+    result = scoring.score(
+        comparator_spec(session, task), scoring_items(found), scoring.Run(outputs, model)
+    )
+    digest = evalitems.sha256(evalitems.jsonl(evalitems.line(x, task.name) for x in found))
+    return repository.add_run(
+        session,
+        EvalRun(
+            task_id=task.id,
+            layer=layer,
+            model=model,
+            set_hash=digest,
+            n_items=result.total.n,
+            n_correct=result.total.correct,
+            accuracy=result.total.accuracy,
+            per_bucket={b: s.view() for b, s in result.per_bucket.items()},
+            actor=actor,
+            note=note,
+        ),
+    )
+
+
+def run_view(run: EvalRun, task: str, current_hash: str | None = None) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "task": task,
+        "layer": run.layer,
+        "model": run.model,
+        "set_sha256": run.set_hash,
+        "current": None if current_hash is None else run.set_hash == current_hash,
+        "n": run.n_items,
+        "correct": run.n_correct,
+        "accuracy": run.accuracy,
+        "per_bucket": run.per_bucket,
+        "actor": run.actor,
+        "note": run.note,
+        "created_at": run.created_at,
+    }
+
+
+def list_runs(session: Session, task: Task, *, model: str | None = None) -> list[dict[str, Any]]:
+    hashes: dict[str, str] = {}
+    out = []
+    for run in repository.runs(session, task.id, model=model):
+        if run.layer not in hashes:
+            hashes[run.layer] = layer_hash(session, task, run.layer)
+        out.append(run_view(run, task.name, hashes[run.layer]))
+    return out
+
+
+def compare_items(session: Session, ids: Sequence[str]) -> tuple[Task, list[EvalItem]]:
+    """The eval items a run's ids name (all of one task); Refused names ids no eval set holds."""
+    rows = repository.items_by_ids(session, list(ids))
+    known = {item.item_id for item, _ in rows}
+    if unknown := set(ids) - known:
+        raise Refused(f"id: {scoring._named(unknown)} are in no eval set of this database")
+    names = sorted({name for _, name in rows})
+    if len(names) > 1:
+        raise Refused(
+            f"id: the runs hold items of several tasks ({', '.join(names)}); one task a run"
+        )
+    by_task: dict[str, list[EvalItem]] = defaultdict(list)
+    for item, name in rows:
+        by_task[name].append(item)
+    found = sorted(by_task[names[0]], key=lambda x: x.seq)
+    return task_named(session, names[0]), found
