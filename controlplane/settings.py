@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
-from pydantic import ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./shadowplane.db"
@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     flag_stream_heartbeat_seconds: float = 15.0
     # Open flag streams one key may hold on one API process; more get 429.
     flag_streams_per_key: int = 10
+    # Seconds a reviewer holds a claimed review item; past it the item returns to the queue
+    # and a label from them is refused (409).
+    review_lease_seconds: float = Field(600.0, gt=0, le=7 * 86400)
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,0 +1,182 @@
+"""Reviewers' actions, whichever door calls them: claim the next item (blind), label it,
+release or skip it, and the queue's counts. Each runs in one transaction; labels, skips
+and releases write an audit entry with it (they are not announced to webhooks). A claim
+is not audited: it changes nothing but who holds a lease for a few minutes.
+
+`ActionError(status, detail)` says why an action cannot be done: 404 no such task or
+item, 409 the reviewer does not hold the item's lease, 422 a label that does not fit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from controlplane.audit.service import record
+from controlplane.catalog.service import task_runtimes
+from controlplane.db import in_transaction, session_scope
+from controlplane.errors import ActionError
+from controlplane.models import Task
+from controlplane.models.base import utcnow
+from controlplane.review import blind, queue, repository
+from controlplane.settings import get_settings
+
+NO_QUEUE = (
+    "no review queue: payload_policy is none, so no text is kept to review; route accuracy "
+    "stays insufficient (set payload_policy to full or redacted to review)"
+)
+
+
+def _task_id(session: Session, task: str | None) -> int | None:
+    if task is None:
+        return None
+    found = repository.task_by_name(session, task)
+    if found is None:
+        raise ActionError(404, f"task: no task named {task[:200]!r}")
+    return found.id
+
+
+def claim(
+    engine: Engine,
+    task: str | None,
+    reviewer: str,
+    now: datetime | None = None,
+    *,
+    lease_seconds: float | None = None,
+) -> dict[str, Any] | None:
+    """Claim the next item for the reviewer (of one task, or any) and return its blind
+    view; None when the queue holds nothing for them."""
+    now = now or utcnow()
+    seconds = lease_seconds if lease_seconds is not None else get_settings().review_lease_seconds
+
+    def work(session: Session) -> dict[str, Any] | None:
+        item = queue.claim(session, _task_id(session, task), reviewer, now, seconds)
+        if item is None:
+            return None
+        name = session.scalar(select(Task.name).where(Task.id == item.task_id))
+        return blind.view(item, name or "")
+
+    return in_transaction(engine, work)
+
+
+def label(
+    engine: Engine,
+    item_id: int,
+    reviewer: str,
+    *,
+    verdict: str,
+    failure_class: str | None = None,
+    corrected: Any = None,
+    note: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Label the item the reviewer holds (audited). Answers the label's id and where the
+    item stands: `done`, or `queued` when it waits for more reviewers."""
+    now = now or utcnow()
+
+    def work(session: Session) -> dict[str, Any]:
+        item = repository.locked_item(session, item_id)
+        task = session.get(Task, item.task_id) if item is not None else None
+        per_item = 1
+        if task is not None:
+            runtime = task_runtimes(session, {task.name}).get(task.name)
+            per_item = runtime.config.review.reviewers_per_item if runtime else 1
+        done = queue.label(
+            session,
+            item_id,
+            reviewer,
+            verdict=verdict,
+            failure_class=failure_class,
+            corrected=corrected,
+            note=note,
+            now=now,
+            reviewers_per_item=per_item,
+        )
+        record(
+            session,
+            actor=reviewer,
+            action="review.label",
+            task=task.name if task else None,
+            details={
+                "item": item_id,
+                "label": done.label.id,
+                "verdict": verdict,
+                "resolved": done.label.resolved,
+                "failure_class": failure_class,
+                "corrected": corrected is not None,
+                "state": done.item.state,
+                "reviews_needed": done.item.reviews_needed,
+            },
+        )
+        return {
+            "item": item_id,
+            "label": done.label.id,
+            "state": done.item.state,
+            "reviews_needed": done.item.reviews_needed,
+            "reviewers": done.reviewers,
+        }
+
+    return in_transaction(engine, work)
+
+
+def release(
+    engine: Engine,
+    item_id: int,
+    reviewer: str,
+    *,
+    skip: bool = False,
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Give the item back (audited); with `skip` (or a reason) it is never offered to this
+    reviewer again."""
+    now = now or utcnow()
+    skip = skip or reason is not None
+
+    def work(session: Session) -> dict[str, Any]:
+        item = queue.release(session, item_id, reviewer, skip=skip, reason=reason, now=now)
+        name = session.scalar(select(Task.name).where(Task.id == item.task_id))
+        record(
+            session,
+            actor=reviewer,
+            action="review.skip" if skip else "review.release",
+            task=name,
+            details={"item": item_id, "reason": reason},
+        )
+        return {"item": item_id, "skipped": skip, "state": item.state}
+
+    return in_transaction(engine, work)
+
+
+def queue_overview(
+    engine: Engine, task: str | None = None, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Per task: items queued (free to claim), claimed (under a lease), labelled today
+    (UTC), done; a task under `payload_policy: none` is listed with why it has no queue."""
+    now = now or utcnow()
+    day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    with session_scope(engine) as session:
+        query = select(Task.id, Task.name).order_by(Task.name)
+        if task is not None:
+            query = query.where(Task.name == task)
+        tasks = list(session.execute(query))
+        if task is not None and not tasks:
+            raise ActionError(404, f"task: no task named {task[:200]!r}")
+        counts = repository.queue_counts(session, [tid for tid, _ in tasks], now, day_start)
+        configs = task_runtimes(session, {name for _, name in tasks})
+    out = []
+    for tid, name in tasks:
+        runtime = configs.get(name)
+        none = runtime is not None and runtime.config.payload_policy == "none"
+        out.append(
+            {
+                "task": name,
+                **counts[tid],
+                "has_queue": not none,
+                "note": NO_QUEUE if none else None,
+            }
+        )
+    return out

@@ -1,0 +1,166 @@
+"""The review queue inside a transaction: claim an item under a lease, label it, release or
+skip it. The caller owns the transaction (controlplane.review.actions).
+
+An item is claimable when it is queued, nobody holds an unexpired lease on it, and the
+reviewer has neither labelled nor skipped it. A reviewer who asks again while holding a
+lease gets the same item back with the lease renewed (a reloaded page does not grab a
+second item). A label needs the reviewer's unexpired lease: a lease that expired may
+already be someone else's, so a late label is refused (409) instead of silently counted.
+
+When an item has labels from `reviews_needed` different reviewers it is done — unless
+their votes disagree and it has not had its extra reviewer yet: then it needs one more
+(`reviews_needed` + 1) and goes back to the queue for someone who has not seen it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.schemas import FAILURE_CLASS
+from controlplane.errors import ActionError
+from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip
+from controlplane.review import repository
+from controlplane.review.labels import LabelError, consensus, resolve, votes
+
+# Bounds on what a label carries (the API bounds its body the same way).
+MAX_NOTE = 2000
+MAX_REASON = 500
+
+
+def claim(
+    session: Session,
+    task_id: int | None,
+    reviewer: str,
+    now: datetime,
+    lease_seconds: float,
+) -> ReviewItem | None:
+    """The item the reviewer now holds (lease until now + lease_seconds), or None when
+    nothing is claimable."""
+    expires = now + timedelta(seconds=lease_seconds)
+    held = repository.held_item(session, task_id, reviewer, now)
+    if held is not None:
+        held.lease_expires_at = expires
+        session.flush()
+        return held
+    # On PostgreSQL the row is locked and skipped by other claimers, so the first candidate
+    # is ours. On SQLite (one writer at a time) the conditional UPDATE decides; a lost race
+    # moves on to the next candidate.
+    for _ in range(20):
+        item = repository.next_claimable(session, task_id, reviewer, now)
+        if item is None:
+            return None
+        if repository.take_lease(session, item.id, task_id, reviewer, now, expires):
+            session.refresh(item)
+            return item
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    label: ReviewLabel
+    item: ReviewItem
+    reviewers: int
+    disagreement: bool
+
+
+def check_lease(item: ReviewItem | None, item_id: int, reviewer: str, now: datetime) -> ReviewItem:
+    """The item if the reviewer holds its unexpired lease; else 404 or 409 saying why."""
+    if item is None:
+        raise ActionError(404, f"review item {item_id}: no such item")
+    if item.claimed_by != reviewer:
+        raise ActionError(
+            409,
+            f"review item {item_id}: you do not hold its lease (it expired or was never "
+            "yours); claim an item again with GET /v1/review/next",
+        )
+    if item.lease_expires_at is None or item.lease_expires_at <= now:
+        expired = item.lease_expires_at.isoformat() if item.lease_expires_at else "unknown"
+        raise ActionError(
+            409,
+            f"review item {item_id}: your lease expired at {expired}; claim an item again "
+            "with GET /v1/review/next",
+        )
+    return item
+
+
+def label(
+    session: Session,
+    item_id: int,
+    reviewer: str,
+    *,
+    verdict: str,
+    failure_class: str | None,
+    corrected: Any,
+    note: str | None,
+    now: datetime,
+    reviewers_per_item: int,
+) -> Labelled:
+    """Store the reviewer's label on the item they hold, free the lease, and mark the item
+    done or send it to one more reviewer."""
+    item = check_lease(repository.locked_item(session, item_id), item_id, reviewer, now)
+    try:
+        resolved = resolve(verdict, kind=item.kind, a_is_edge=item.a_is_edge)
+    except LabelError as exc:
+        raise ActionError(422, str(exc)) from None
+    if failure_class is not None and not FAILURE_CLASS.fullmatch(failure_class):
+        raise ActionError(
+            422,
+            "failure_class: must start with a lowercase letter and hold only a-z, 0-9, "
+            f"'_', '.', '-' (at most 64 characters), got {failure_class[:80]!r}",
+        )
+    if note is not None and len(note) > MAX_NOTE:
+        raise ActionError(422, f"note: at most {MAX_NOTE} characters, got {len(note)}")
+    new = ReviewLabel(
+        item_id=item.id,
+        task_id=item.task_id,
+        reviewer=reviewer,
+        verdict=verdict,
+        resolved=resolved,
+        failure_class=failure_class,
+        corrected=corrected,
+        note=note,
+        created_at=now,
+    )
+    session.add(new)
+    session.flush()
+    item.claimed_by = None
+    item.lease_expires_at = None
+    labels = repository.item_labels(session, item.id)
+    voters = len(votes(labels))
+    agreed = consensus(labels)
+    disagreement = agreed is not None and agreed.disagreement
+    if voters >= item.reviews_needed:
+        # One extra reviewer, once: the item's own count says whether it had it.
+        if disagreement and item.reviews_needed <= reviewers_per_item:
+            item.reviews_needed = voters + 1
+        else:
+            item.state = "done"
+            item.done_at = now
+    session.flush()
+    return Labelled(new, item, voters, disagreement)
+
+
+def release(
+    session: Session,
+    item_id: int,
+    reviewer: str,
+    *,
+    skip: bool,
+    reason: str | None,
+    now: datetime,
+) -> ReviewItem:
+    """Free the item the reviewer holds; a skip also records that they passed on it (with
+    the reason), so it is never offered to them again."""
+    item = check_lease(repository.locked_item(session, item_id), item_id, reviewer, now)
+    if reason is not None and len(reason) > MAX_REASON:
+        raise ActionError(422, f"reason: at most {MAX_REASON} characters, got {len(reason)}")
+    item.claimed_by = None
+    item.lease_expires_at = None
+    if skip:
+        session.add(ReviewSkip(item_id=item.id, reviewer=reviewer, reason=reason, created_at=now))
+    session.flush()
+    return item

@@ -1,0 +1,135 @@
+"""The review queue's SQL: claimable items, leases, labels, skips and counts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip, Task
+
+
+def task_by_name(session: Session, name: str) -> Task | None:
+    return session.scalars(select(Task).where(Task.name == name)).one_or_none()
+
+
+def held_item(
+    session: Session, task_id: int | None, reviewer: str, now: datetime
+) -> ReviewItem | None:
+    """The queued item whose unexpired lease the reviewer holds (locked), if any."""
+    query = (
+        select(ReviewItem)
+        .where(
+            ReviewItem.state == "queued",
+            ReviewItem.claimed_by == reviewer,
+            ReviewItem.lease_expires_at > now,
+        )
+        .order_by(ReviewItem.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    if task_id is not None:
+        query = query.where(ReviewItem.task_id == task_id)
+    return session.scalars(query).first()
+
+
+def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[object]:
+    """Conditions of an item the reviewer may claim: queued, its lease free or expired,
+    not labelled and not skipped by them."""
+    conditions: list[object] = [
+        ReviewItem.state == "queued",
+        or_(ReviewItem.claimed_by.is_(None), ReviewItem.lease_expires_at <= now),
+        ~exists().where(ReviewLabel.item_id == ReviewItem.id, ReviewLabel.reviewer == reviewer),
+        ~exists().where(ReviewSkip.item_id == ReviewItem.id, ReviewSkip.reviewer == reviewer),
+    ]
+    if task_id is not None:
+        conditions.append(ReviewItem.task_id == task_id)
+    return conditions
+
+
+def next_claimable(
+    session: Session, task_id: int | None, reviewer: str, now: datetime
+) -> ReviewItem | None:
+    """The oldest item the reviewer may claim, locked. On PostgreSQL rows other claimers
+    hold locked are skipped (FOR UPDATE SKIP LOCKED), so concurrent claimers never wait
+    on each other or take the same item."""
+    query = (
+        select(ReviewItem)
+        .where(*claimable(task_id, reviewer, now))  # type: ignore[arg-type]
+        .order_by(ReviewItem.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(query).first()
+
+
+def take_lease(
+    session: Session,
+    item_id: int,
+    task_id: int | None,
+    reviewer: str,
+    now: datetime,
+    expires: datetime,
+) -> bool:
+    """Give the reviewer the item's lease if it is still claimable (on SQLite, where rows
+    are not locked, the conditions are checked again by the UPDATE itself)."""
+    done = session.execute(
+        update(ReviewItem)
+        .where(ReviewItem.id == item_id, *claimable(task_id, reviewer, now))  # type: ignore[arg-type]
+        .values(claimed_by=reviewer, lease_expires_at=expires)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(done.rowcount)  # type: ignore[attr-defined]
+
+
+def locked_item(session: Session, item_id: int) -> ReviewItem | None:
+    return session.scalars(
+        select(ReviewItem)
+        .where(ReviewItem.id == item_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def item_labels(session: Session, item_id: int) -> list[ReviewLabel]:
+    return list(
+        session.scalars(
+            select(ReviewLabel).where(ReviewLabel.item_id == item_id).order_by(ReviewLabel.id)
+        )
+    )
+
+
+def queue_counts(
+    session: Session, task_ids: list[int], now: datetime, day_start: datetime
+) -> dict[int, dict[str, int]]:
+    """Per task: queued items (not held), items held under an unexpired lease, labels given
+    since `day_start`, and items done."""
+    counts = {tid: {"queued": 0, "claimed": 0, "labelled_today": 0, "done": 0} for tid in task_ids}
+    if not task_ids:
+        return counts
+    held = and_(ReviewItem.claimed_by.is_not(None), ReviewItem.lease_expires_at > now)
+    rows = session.execute(
+        select(
+            ReviewItem.task_id,
+            func.sum(_flag(and_(ReviewItem.state == "queued", ~held))),
+            func.sum(_flag(and_(ReviewItem.state == "queued", held))),
+            func.sum(_flag(ReviewItem.state == "done")),
+        )
+        .where(ReviewItem.task_id.in_(task_ids))
+        .group_by(ReviewItem.task_id)
+    )
+    for tid, queued, claimed, done in rows:
+        counts[tid].update(queued=int(queued or 0), claimed=int(claimed or 0), done=int(done or 0))
+    labelled = session.execute(
+        select(ReviewLabel.task_id, func.count())
+        .where(ReviewLabel.task_id.in_(task_ids), ReviewLabel.created_at >= day_start)
+        .group_by(ReviewLabel.task_id)
+    )
+    for tid, n in labelled:
+        counts[tid]["labelled_today"] = int(n)
+    return counts
+
+
+def _flag(condition: ColumnElement[bool]) -> ColumnElement[int]:
+    return case((condition, 1), else_=0)
