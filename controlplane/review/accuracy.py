@@ -1,15 +1,186 @@
-"""Route accuracy from labels (docs/review.md). TODO(route-accuracy helper): fill in."""
+"""Route-accuracy windows from labels (docs/route-accuracy.md), and the `new_failure_class`
+alert.
+
+A task's route accuracy has its own windows of `review.route_acc_window_seconds` by result
+time (epoch-aligned). While a window is open — until its end plus
+`route_acc_lateness_seconds`, since people label late — every pass recomputes it from the
+labels of the items drawn from its results; the first pass at or after that moment
+computes it once more and closes it, and it never changes again. The rollback rules on
+`route_acc` and `failure_class` read only closed windows.
+
+Only items whose reviewers are done (state `done`) count; a pair's verdict is the
+consensus of its reviewers (`labels.consensus`), its weight 1/inclusion probability.
+Single-answer items (edge errors, invalid outputs) have no route to judge; the failure
+classes their labels name are still the task's classes (listed with share 0 unless a pair
+gives them one).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import defaultdict
+from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.alerts import failure_classes
+from controlplane.alerts.service import AlertEvent
+from controlplane.catalog.service import runtimes
+from controlplane.metrics.windows import window_start
+from controlplane.models import ReviewItem, ReviewLabel, RouteAccuracyWindow, Task
+from controlplane.review.estimate import LabelledPair, RouteAccuracy, route_accuracy
+from controlplane.review.labels import consensus
 
-def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> list[Any]:
+
+def _open_since(session: Session, task_id: int) -> datetime | None:
+    """The end of the newest closed window: results before it belong to frozen windows."""
+    return session.scalar(
+        select(func.max(RouteAccuracyWindow.window_end)).where(
+            RouteAccuracyWindow.task_id == task_id, RouteAccuracyWindow.closed_at.is_not(None)
+        )
+    )
+
+
+def _items(
+    session: Session, task_id: int, since: datetime | None
+) -> tuple[list[ReviewItem], dict[int, list[ReviewLabel]]]:
+    """The task's review items with results from `since` on, and their labels by item."""
+    where: list[Any] = [ReviewItem.task_id == task_id]
+    if since is not None:
+        where.append(ReviewItem.result_ts >= since)
+    items = list(session.scalars(select(ReviewItem).where(*where).order_by(ReviewItem.id)))
+    labels: dict[int, list[ReviewLabel]] = defaultdict(list)
+    if items:
+        found = session.scalars(
+            select(ReviewLabel)
+            .join(ReviewItem, ReviewItem.id == ReviewLabel.item_id)
+            .where(*where)
+            .order_by(ReviewLabel.id)
+        )
+        for label in found:
+            labels[label.item_id].append(label)
+    return items, labels
+
+
+def window_accuracy(items: list[ReviewItem], labels: dict[int, list[ReviewLabel]]) -> RouteAccuracy:
+    """The route accuracy of one window's items."""
+    pairs = []
+    named: set[str] = set()
+    for item in items:
+        mine = labels.get(item.id, [])
+        named.update(lab.failure_class for lab in mine if lab.failure_class)
+        if item.kind != "pair" or item.state != "done":
+            continue
+        verdict = consensus(mine)
+        if verdict is None:
+            continue
+        pairs.append(
+            LabelledPair(
+                decision=item.decision,
+                resolved=verdict.resolved,
+                inclusion_probability=item.inclusion_probability,
+                failure_class=verdict.failure_class,
+            )
+        )
+    return route_accuracy(pairs, other_classes=sorted(named))
+
+
+def _known_classes(session: Session, task_id: int) -> set[str]:
+    """Every failure class the task's route-accuracy windows have recorded."""
+    known: set[str] = set()
+    for classes in session.scalars(
+        select(RouteAccuracyWindow.failure_classes).where(RouteAccuracyWindow.task_id == task_id)
+    ):
+        known.update(classes or {})
+    return known
+
+
+def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> list[AlertEvent]:
     """Recompute the task's open route-accuracy windows from its labels, close those past
-    `route_acc_lateness_seconds`, and raise `new_failure_class` alerts; returns the alert
-    events (controlplane.alerts.service.AlertEvent)."""
-    return []
+    `route_acc_lateness_seconds`, and raise `new_failure_class` alerts (written to the
+    outbox here); returns the alert events."""
+    found = runtimes(session).get(task_id)
+    if found is None:
+        return []
+    task, runtime = found
+    # One refresh of a task at a time: the windows and the alert are read, then written.
+    session.execute(select(Task.id).where(Task.id == task.id).with_for_update())
+    review = runtime.config.review
+    seconds, lateness = review.route_acc_window_seconds, review.route_acc_lateness_seconds
+
+    def closed(start: datetime) -> bool:
+        return start + timedelta(seconds=seconds + lateness) <= now
+
+    since = _open_since(session, task.id)
+    items, labels = _items(session, task.id, since)
+    by_window: dict[datetime, list[ReviewItem]] = defaultdict(list)
+    for item in items:
+        by_window[window_start(item.result_ts, seconds)].append(item)
+    stored = {
+        row.window_start: row
+        for row in session.scalars(
+            select(RouteAccuracyWindow).where(
+                RouteAccuracyWindow.task_id == task.id,
+                RouteAccuracyWindow.closed_at.is_(None),
+            )
+        )
+    }
+    known = _known_classes(session, task.id)
+    events: list[AlertEvent] = []
+    for start in sorted(by_window.keys() | stored.keys()):
+        accuracy = window_accuracy(by_window.get(start, []), labels)
+        row = stored.get(start)
+        if row is None:
+            row = RouteAccuracyWindow(task_id=task.id, window_start=start)
+            session.add(row)
+        row.window_end = start + timedelta(seconds=seconds)
+        row.n_labels, row.n_unclear = accuracy.n_labels, accuracy.n_unclear
+        row.estimate, row.n_effective = accuracy.estimate, accuracy.n_effective
+        row.low, row.high = accuracy.low, accuracy.high
+        row.missed_offload, row.wrong_offload = accuracy.missed_offload, accuracy.wrong_offload
+        row.failure_classes = accuracy.failure_classes
+        row.config_version = task.config_version
+        row.computed_at = now
+        if closed(start):
+            row.closed_at = now
+        new = sorted(set(accuracy.failure_classes) - known)
+        if new:
+            known.update(new)
+            events.append(failure_classes.open_new_classes(session, task, start, new))
+    session.flush()
+    resolved = failure_classes.resolve_closed(session, task, closed)
+    if resolved is not None:
+        events.append(resolved)
+    return events
+
+
+def window_view(row: RouteAccuracyWindow) -> dict[str, Any]:
+    return {
+        "window_start": row.window_start,
+        "window_end": row.window_end,
+        "closed": row.closed_at is not None,
+        "closed_at": row.closed_at,
+        "estimate": row.estimate,
+        "n_effective": row.n_effective,
+        "low": row.low,
+        "high": row.high,
+        "missed_offload": row.missed_offload,
+        "wrong_offload": row.wrong_offload,
+        "n_labels": row.n_labels,
+        "n_unclear": row.n_unclear,
+        "failure_classes": row.failure_classes or {},
+        "config_version": row.config_version,
+        "computed_at": row.computed_at,
+    }
+
+
+def list_windows(session: Session, task_id: int, limit: int) -> list[dict[str, Any]]:
+    """The task's route-accuracy windows, newest first."""
+    rows = session.scalars(
+        select(RouteAccuracyWindow)
+        .where(RouteAccuracyWindow.task_id == task_id)
+        .order_by(RouteAccuracyWindow.window_start.desc())
+        .limit(limit)
+    )
+    return [window_view(row) for row in rows]

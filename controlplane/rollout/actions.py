@@ -189,7 +189,7 @@ class _Judgement:
 def _judge(session: Session, task: Task, config: TaskConfig, veto: float) -> _Judgement:
     """What the rules say about the task now (reads only)."""
     windows = repository.stage_windows(session, task, config)
-    outcomes = evaluate(config, windows)
+    outcomes = evaluate(config, windows, repository.stage_label_windows(session, task, config))
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
     if not fired or task.stage == "shadow":
         judgement = _Judgement([])
@@ -305,7 +305,7 @@ def _fire(
         "how": firing.how,
         "detector": outcome.rule.detector,
         "confidence": outcome.rule.confidence,
-        "windows": [verdict_view(v, config) for v in firing.verdicts],
+        "windows": [verdict_view(v, config, outcome.rule.metric) for v in firing.verdicts],
         "statistic": firing.statistic,
         "models": models,
         "examples": repository.examples(session, where),

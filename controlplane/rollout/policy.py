@@ -5,9 +5,15 @@ Rules judge only the buckets the edge may serve — those holding inputs up to t
 buckets. A rule's `scope: per_bucket` judges every such bucket and `all`; `scope: all`
 judges `all`. Each rule may override the policy's `min_samples`, `confidence` and
 `detector`, and set `critical`, `mode`, `min_effect` and `h` (resolved on the schema:
-`RollbackConfig.resolved_rules`). `route_acc` comes from
-human labels (a later step): until labels exist every verdict is `insufficient`, so it
-never fires.
+`RollbackConfig.resolved_rules`).
+
+`route_acc` and `failure_class` come from human labels (docs/route-accuracy.md): they read
+the task's closed route-accuracy windows (numbered by start // `route_acc_window_seconds`)
+instead of the metric windows, count in effective labels (den = Kish's effective size,
+num = the weighted estimate × that size) and judge the task as a whole (`all`; a
+`per_bucket` scope judges `all` too, the labels are not split by bucket). Verdicts,
+pooling and detectors are the same as for every rule. Without closed windows they never
+fire.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ from controlplane.rollout.verdicts import CellWindow, Verdict, verdicts
 
 # window number → bucket → stored metric row (counts as in WindowMetrics)
 Windows = Sequence[tuple[int, Mapping[str, Mapping[str, Any]]]]
+# route-accuracy window number → its row (`estimate`, `n_effective`, `failure_classes`)
+LabelWindows = Sequence[tuple[int, Mapping[str, Any]]]
+# The rules judged on route-accuracy windows.
+LABEL_METRICS = ("route_acc", "failure_class")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +55,28 @@ def judged_buckets(boundaries: Sequence[int], max_input_tokens: int | None) -> l
     return [label for label, lo in zip(labels, starts, strict=True) if lo <= max_input_tokens]
 
 
+def label_series(labelled: LabelWindows, rule: ResolvedRule) -> list[CellWindow]:
+    """A label rule's (num, den) per closed route-accuracy window, in effective labels."""
+    out = []
+    for number, row in labelled:
+        size = float(row.get("n_effective") or 0.0)
+        if rule.metric == "route_acc":
+            share = row.get("estimate")
+        else:
+            share = (row.get("failure_classes") or {}).get(rule.failure_class or "", 0.0)
+        if share is None or size <= 0:
+            out.append(CellWindow(number, 0.0, 0.0))
+        else:
+            out.append(CellWindow(number, float(share) * size, size))
+    return out
+
+
 def cell_series(
     windows: Windows, metric: str, cell: str, judged: Sequence[str]
 ) -> list[CellWindow]:
     """A cell's (num, den) per closed window; `all` sums the judged buckets."""
-    if metric == "route_acc":
-        return [CellWindow(number, 0, 0) for number, _ in windows]
+    if metric in LABEL_METRICS:
+        raise ValueError(f"{metric} is judged on route-accuracy windows (label_series)")
     num_key, den_key = RATES[metric]
     out = []
     for number, rows in windows:
@@ -66,17 +92,25 @@ def cell_series(
     return out
 
 
-def evaluate(config: TaskConfig, windows: Windows) -> list[CellOutcome]:
-    """Verdicts and firing of every rule (not `off`) in every judged cell."""
+def evaluate(
+    config: TaskConfig, windows: Windows, labelled: LabelWindows = ()
+) -> list[CellOutcome]:
+    """Verdicts and firing of every rule (not `off`) in every judged cell; `labelled` are
+    the closed route-accuracy windows of the stage, for the label rules."""
     policy = config.rollback
     judged = judged_buckets(config.length_buckets, config.max_input_tokens)
     out = []
     for index, rule in enumerate(policy.resolved_rules()):
         if rule.mode == "off":
             continue
-        cells = [*judged, ALL] if rule.scope == "per_bucket" else [ALL]
+        by_label = rule.metric in LABEL_METRICS
+        cells = [*judged, ALL] if rule.scope == "per_bucket" and not by_label else [ALL]
         for cell in cells:
-            series = cell_series(windows, rule.metric, cell, judged)
+            series = (
+                label_series(labelled, rule)
+                if by_label
+                else cell_series(windows, rule.metric, cell, judged)
+            )
             found = verdicts(
                 series,
                 op=rule.op,

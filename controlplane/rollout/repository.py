@@ -12,8 +12,17 @@ from sqlalchemy.orm import Session
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.metrics.fields import ALL, STORED
 from controlplane.metrics.repository import bucket_of
-from controlplane.models import BlockedModel, Decision, Flag, Result, Task, Window, WindowMetrics
-from controlplane.rollout.policy import Windows, judged_buckets
+from controlplane.models import (
+    BlockedModel,
+    Decision,
+    Flag,
+    Result,
+    RouteAccuracyWindow,
+    Task,
+    Window,
+    WindowMetrics,
+)
+from controlplane.rollout.policy import LabelWindows, Windows, judged_buckets
 
 EXAMPLES = 20
 
@@ -40,6 +49,34 @@ def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
             }
     seconds = config.window_seconds
     return [(int(start.timestamp()) // seconds, by_window[start]) for start in sorted(by_window)]
+
+
+def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> LabelWindows:
+    """The closed route-accuracy windows that started in the current stage — the most
+    recent `evaluation_windows(config)` of them — numbered by start //
+    `route_acc_window_seconds`, oldest first: what the label rules judge."""
+    query = (
+        select(
+            RouteAccuracyWindow.window_start,
+            RouteAccuracyWindow.estimate,
+            RouteAccuracyWindow.n_effective,
+            RouteAccuracyWindow.failure_classes,
+        )
+        .where(RouteAccuracyWindow.task_id == task.id, RouteAccuracyWindow.closed_at.is_not(None))
+        .order_by(RouteAccuracyWindow.window_start.desc())
+        .limit(evaluation_windows(config))
+    )
+    if task.stage_changed_at is not None:
+        query = query.where(RouteAccuracyWindow.window_start >= task.stage_changed_at)
+    seconds = config.review.route_acc_window_seconds
+    rows = sorted(session.execute(query).all(), key=lambda row: row[0])
+    return [
+        (
+            int(start.timestamp()) // seconds,
+            {"estimate": estimate, "n_effective": size, "failure_classes": classes or {}},
+        )
+        for start, estimate, size, classes in rows
+    ]
 
 
 def evaluation_windows(config: TaskConfig) -> int:

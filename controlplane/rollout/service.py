@@ -16,7 +16,9 @@ from controlplane.rollout.policy import evaluate
 def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
     """The promotion gate over the last `min_windows` windows closed in the stage."""
     windows = repository.stage_windows(session, task, config)
-    return gates.verdict(task.name, task.stage, config, windows, evaluate(config, windows))
+    labelled = repository.stage_label_windows(session, task, config)
+    outcomes = evaluate(config, windows, labelled)
+    return gates.verdict(task.name, task.stage, config, windows, outcomes)
 
 
 def decision_view(decision: Decision, task: str | None) -> dict[str, Any]:
