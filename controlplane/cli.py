@@ -27,9 +27,11 @@ app = typer.Typer(
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Task configs.", no_args_is_help=True)
 alerts_app = typer.Typer(help="Alerts.", no_args_is_help=True)
+evalset_app = typer.Typer(help="Eval sets: backfill, export, compare runs.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(alerts_app, name="alerts")
+app.add_typer(evalset_app, name="evalset")
 
 
 @app.callback()
@@ -267,6 +269,86 @@ def alerts_ack(
 
     view = _do(lambda e: acknowledge(e, alert_id, actor=_actor(), note=note))
     typer.echo(f"alert {view['id']} ({view['task']} {view['kind']}): {view['state']}")
+
+
+@evalset_app.command("backfill")
+def evalset_backfill(
+    task: Annotated[str | None, typer.Option(help="Only this task (default: every task).")] = None,
+    layer: Annotated[
+        str | None, typer.Option(help="Only this layer: boundary, anomaly or regression.")
+    ] = None,
+) -> None:
+    """Turn labelled review items into eval items in the database (idempotent)."""
+    from controlplane.evalsets.actions import backfill
+
+    done = _do(lambda e: backfill(e, task=task, layer=layer, actor=_actor()))
+    typer.echo(
+        f"added {done['added']} eval items; {done['duplicates']} duplicates of items already "
+        f"in, {done['needs_correction']} waiting for a correction"
+    )
+    for name, layers in done["tasks"].items():
+        typer.echo(f"  {name}: " + ", ".join(f"{n} {lay}" for lay, n in layers.items()))
+
+
+@evalset_app.command("export")
+def evalset_export(
+    task: Annotated[str | None, typer.Option(help="Only this task (default: every task).")] = None,
+    format: Annotated[str, typer.Option("--format", help="jsonl or csv.")] = "jsonl",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder to write (default: SHADOWPLANE_EVALSETS_DIR, ./evalsets)."),
+    ] = None,
+) -> None:
+    """Write <dir>/<task>/<layer>.<format>, schema.json and manifest.json (same data, same bytes)."""
+    from controlplane.db import get_engine, session_scope
+    from controlplane.evalsets import service
+
+    directory = out or Path(get_settings().evalsets_dir)
+    try:
+        with session_scope(get_engine(get_settings().database_url)) as session:
+            done = service.export(session, directory, task=task, fmt=format)
+    except (service.NotFound, service.Refused) as exc:
+        raise _fail(str(exc)) from None
+    for path, count, digest in done.files:
+        typer.echo(f"{directory / path}: {count} items, sha256 {digest}")
+    typer.echo(f"{done.manifest}: {len(done.files)} files written")
+
+
+@evalset_app.command("compare")
+def evalset_compare(
+    a: Annotated[Path, typer.Argument(help="Run A: JSONL, one line per item (id, output, model).")],
+    b: Annotated[Path, typer.Argument(help="Run B, on the same items.")],
+) -> None:
+    """Score two runs of one eval set with the task's comparator, side by side per layer and
+    bucket, with B - A and its paired 95% interval; refuses runs on different items."""
+    from controlplane.db import get_engine, session_scope
+    from controlplane.evalsets import scoring, service
+
+    try:
+        runs = [scoring.read_run(p.read_bytes().splitlines(), source=str(p)) for p in (a, b)]
+        scoring.same_items(runs[0].outputs, runs[1].outputs, what=str(b), against=str(a))
+        with session_scope(get_engine(get_settings().database_url)) as session:
+            found, items = service.compare_items(session, list(runs[0].outputs))
+            spec = service.comparator_spec(session, found)
+            rows = scoring.compare_runs(spec, service.scoring_items(items), *runs)
+    except OSError as exc:
+        raise _fail(f"{exc.filename}: {exc.strerror}") from None
+    except (scoring.RunError, service.NotFound, service.Refused) as exc:
+        raise _fail(str(exc)) from None
+    names = [r.model or str(p) for r, p in zip(runs, (a, b), strict=True)]
+    typer.echo(f"{found.name}: A = {names[0]}, B = {names[1]}; {len(items)} items")
+    typer.echo(f"{'layer':<11}{'bucket':<11}{'n':>6}{'A':>8}{'B':>8}{'B - A':>8}  95% interval")
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    for r in rows:
+        interval = "-" if r["low"] is None else f"[{r['low']:+.3f}, {r['high']:+.3f}]"
+        diff = "-" if r["diff"] is None else f"{r['diff']:+.3f}"
+        typer.echo(
+            f"{r['layer']:<11}{r['bucket']:<11}{r['n']:>6}{pct(r['a']):>8}{pct(r['b']):>8}"
+            f"{diff:>8}  {interval}"
+        )
 
 
 @app.command()

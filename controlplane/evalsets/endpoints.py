@@ -2,6 +2,137 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.db import session_scope
+from controlplane.errors import error_responses
+from controlplane.evalsets import actions, service
+from controlplane.evalsets.schemas import (
+    BackfillIn,
+    BackfillOut,
+    EvalItemsOut,
+    EvalSetsOut,
+    Layer,
+    RunIn,
+    RunOut,
+    RunsOut,
+)
+from controlplane.http import ORJSONResponse
 
 router = APIRouter(prefix="/v1/evalsets", tags=["evalsets"])
+NDJSON = "application/x-ndjson"
+TaskName = Annotated[str, Path(min_length=1, max_length=100)]
+
+
+@router.post(
+    "/backfill",
+    response_model=BackfillOut,
+    responses=error_responses(401, 403, 404, 413, 422, 429, 503),
+)
+def backfill(
+    request: Request,
+    principal: Annotated[Principal, Depends(require("review"))],
+    body: BackfillIn | None = None,
+) -> ORJSONResponse:
+    """Backfill labelled review items into eval items (idempotent); answers what it added."""
+    body = body or BackfillIn()
+    return ORJSONResponse(
+        actions.backfill(
+            request.app.state.engine, task=body.task, layer=body.layer, actor=principal.name
+        )
+    )
+
+
+@router.get("", response_model=EvalSetsOut, responses=error_responses(401, 403, 429, 503))
+def list_sets(
+    request: Request, _: Annotated[Principal, Depends(require("review"))]
+) -> ORJSONResponse:
+    """Every task's eval set layers with counts and content hashes, and the manifest's hash."""
+    with session_scope(request.app.state.engine) as session:
+        return ORJSONResponse(service.sets(session))
+
+
+@router.get(
+    "/{task}/runs",
+    response_model=RunsOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
+def list_runs(
+    task: TaskName,
+    request: Request,
+    _: Annotated[Principal, Depends(require("review"))],
+    model: Annotated[str | None, Query(max_length=200)] = None,
+) -> ORJSONResponse:
+    """Stored runs of the task, newest first; `current` says whether each was on the layer as it is now."""
+    with session_scope(request.app.state.engine) as session:
+        try:
+            found = service.task_named(session, task)
+        except service.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        return ORJSONResponse({"runs": service.list_runs(session, found, model=model)})
+
+
+@router.get(
+    "/{task}/{layer}",
+    response_model=EvalItemsOut,
+    responses={
+        200: {
+            "description": "A page of items, or for Accept: application/x-ndjson the layer's "
+            "exported JSONL, byte for byte.",
+            "content": {NDJSON: {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 403, 404, 422, 429, 503),
+    },
+)
+def layer_items(
+    task: TaskName,
+    layer: Layer,
+    request: Request,
+    _: Annotated[Principal, Depends(require("review"))],
+    after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Cursor from `next`.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """A layer's items in export order, paged (Accept: application/x-ndjson: the whole export)."""
+    with session_scope(request.app.state.engine) as session:
+        try:
+            found = service.task_named(session, task)
+            if NDJSON in request.headers.get("accept", ""):
+                return Response(service.layer_bytes(session, found, layer), media_type=NDJSON)
+            lines, cursor = service.page(session, found, layer, after=after, limit=limit)
+        except service.NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+    return ORJSONResponse({"items": lines, "next": cursor})
+
+
+@router.post(
+    "/{task}/runs",
+    response_model=RunOut,
+    responses=error_responses(401, 403, 404, 413, 422, 429, 503),
+)
+def store_run(
+    task: TaskName,
+    body: RunIn,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("review"))],
+) -> ORJSONResponse:
+    """Score and store a run of an edge model version on one layer (every item answered once)."""
+    outputs = {}
+    for number, line in enumerate(body.lines):
+        if line.id in outputs:
+            raise HTTPException(422, f"lines.{number}.id: {line.id} is given twice")
+        outputs[line.id] = line.output
+    return ORJSONResponse(
+        actions.store_run(
+            request.app.state.engine,
+            task,
+            layer=body.layer,
+            model=body.model,
+            outputs=outputs,
+            actor=principal.name,
+            note=body.note,
+        )
+    )

@@ -1,0 +1,78 @@
+"""Eval set request and answer bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Layer = Literal["boundary", "anomaly", "regression"]
+# A run answers every item of a layer: bounded by the body limit, and by this count.
+MAX_RUN_LINES = 100_000
+
+
+class BackfillIn(BaseModel):
+    task: str | None = Field(None, min_length=1, max_length=100)
+    layer: Layer | None = None
+
+
+class BackfillOut(BaseModel):
+    added: int
+    tasks: dict[str, dict[str, int]] = Field(description="Items added per task and layer.")
+    needs_correction: int = Field(
+        description="Done items labelled both_wrong, unclear or wrong without a correction: "
+        "they enter once a reviewer gives the expected answer."
+    )
+    duplicates: int = Field(description="Done items whose input is already in the task's sets.")
+
+
+class EvalSetOut(BaseModel):
+    task: str
+    layer: str
+    count: int
+    sha256: str = Field(description="sha256 of the layer's JSONL export.")
+
+
+class EvalSetsOut(BaseModel):
+    sets: list[EvalSetOut]
+    manifest_sha256: str = Field(
+        description="sha256 of the manifest.json a JSONL export of every set writes."
+    )
+
+
+class EvalItemsOut(BaseModel):
+    items: list[dict[str, Any]] = Field(description="Exported lines (evalsets/schema.json).")
+    next: int | None = Field(description="Cursor for the next page (`after`); null at the end.")
+
+
+class RunLine(BaseModel):
+    id: str = Field(min_length=64, max_length=64)
+    output: Any = None
+
+
+class RunIn(BaseModel):
+    model: str = Field(min_length=1, max_length=200, description="The edge model version.")
+    layer: Layer = "regression"
+    lines: list[RunLine] = Field(max_length=MAX_RUN_LINES)
+    note: str | None = Field(None, max_length=2000)
+
+
+class RunOut(BaseModel):
+    id: int
+    task: str
+    layer: str
+    model: str
+    set_sha256: str
+    current: bool | None = Field(description="Whether the run was on the layer as it is now.")
+    n: int
+    correct: int
+    accuracy: float | None
+    per_bucket: dict[str, dict[str, Any]]
+    actor: str
+    note: str | None
+    created_at: datetime
+
+
+class RunsOut(BaseModel):
+    runs: list[RunOut]
