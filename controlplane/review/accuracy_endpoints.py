@@ -1,7 +1,162 @@
-"""Route accuracy, reviewer agreement and comparator calibration of a task (read)."""
+"""Route accuracy, reviewer agreement and comparator calibration of a task (read; thin)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.catalog.service import TaskRuntime, task_runtimes
+from controlplane.db import session_scope
+from controlplane.errors import error_responses
+from controlplane.http import ORJSONResponse
+from controlplane.review import accuracy, agreement, calibration
 
 router = APIRouter(prefix="/v1/tasks", tags=["review"])
+
+NO_LABELS = (
+    "payload_policy is none: no text is kept, so nothing is reviewed and route accuracy "
+    "stays insufficient (set payload_policy to full or redacted to review)"
+)
+
+
+class RouteAccuracyWindowOut(BaseModel):
+    window_start: datetime
+    window_end: datetime
+    closed: bool
+    closed_at: datetime | None
+    # The weighted route accuracy, Kish's effective sample size and the Wilson interval.
+    estimate: float | None
+    n_effective: float
+    low: float | None
+    high: float | None
+    # Weighted shares: decided cloud while the edge was right; decided edge while it was wrong.
+    missed_offload: float | None
+    wrong_offload: float | None
+    # Pairs counted, and left out as unclear.
+    n_labels: int
+    n_unclear: int
+    # failure class → weighted share of the counted pairs with that class on a wrong edge answer
+    failure_classes: dict[str, float]
+    config_version: int
+    computed_at: datetime
+
+
+class RouteAccuracyOut(BaseModel):
+    task: str
+    window_seconds: int
+    lateness_seconds: int
+    note: str | None
+    windows: list[RouteAccuracyWindowOut]
+
+
+class PairKappaOut(BaseModel):
+    reviewers: list[str]
+    items: int
+    observed: float
+    kappa: float | None
+
+
+class AgreementOut(BaseModel):
+    task: str
+    # Items with votes from two or more reviewers, and those reviewers.
+    items: int
+    reviewers: list[str]
+    # Krippendorff's alpha (nominal); Cohen's kappa when exactly two reviewers share items.
+    alpha: float | None
+    kappa: float | None
+    unanimous: float | None
+    pairs: list[PairKappaOut]
+    note: str | None
+
+
+class ShareOut(BaseModel):
+    n: int
+    estimate: float | None
+    n_effective: float
+    low: float | None
+    high: float | None
+
+
+class CheckOut(BaseModel):
+    check: str
+    conflict_precision: ShareOut
+
+
+class ComparatorCalibrationOut(BaseModel):
+    comparator: str
+    conflict_precision: ShareOut
+    agree_miss_rate: ShareOut
+    checks: list[CheckOut]
+
+
+class CalibrationOut(BaseModel):
+    task: str
+    note: str | None
+    comparators: list[ComparatorCalibrationOut]
+
+
+def _runtime(session: Session, task: str) -> TaskRuntime:
+    found = task_runtimes(session, {task}).get(task)
+    if found is None:
+        raise HTTPException(404, f"task: no task {task[:200]!r}")
+    return found
+
+
+def _note(runtime: TaskRuntime) -> str | None:
+    return NO_LABELS if runtime.config.payload_policy == "none" else None
+
+
+TASK_ERRORS = error_responses(401, 403, 404, 422, 429, 503)
+
+
+@router.get("/{task}/route-accuracy", response_model=RouteAccuracyOut, responses=TASK_ERRORS)
+def route_accuracy(
+    task: str,
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> ORJSONResponse:
+    """The task's route-accuracy windows from labels, newest first."""
+    with session_scope(request.app.state.engine) as session:
+        runtime = _runtime(session, task)
+        review = runtime.config.review
+        body: dict[str, Any] = {
+            "task": runtime.name,
+            "window_seconds": review.route_acc_window_seconds,
+            "lateness_seconds": review.route_acc_lateness_seconds,
+            "note": _note(runtime),
+            "windows": accuracy.list_windows(session, runtime.id, limit),
+        }
+        return ORJSONResponse(body)
+
+
+@router.get("/{task}/review-agreement", response_model=AgreementOut, responses=TASK_ERRORS)
+def review_agreement(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
+    """Reviewers' agreement on the task's labels: Krippendorff's alpha and Cohen's kappa."""
+    with session_scope(request.app.state.engine) as session:
+        runtime = _runtime(session, task)
+        found = agreement.task_agreement(session, runtime.id)
+        return ORJSONResponse({"task": runtime.name, **found})
+
+
+@router.get("/{task}/calibration", response_model=CalibrationOut, responses=TASK_ERRORS)
+def comparator_calibration(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
+    """How often the comparator's conflicts were real and its agreements hid a difference."""
+    with session_scope(request.app.state.engine) as session:
+        runtime = _runtime(session, task)
+        body = {
+            "task": runtime.name,
+            "note": _note(runtime),
+            "comparators": calibration.task_calibration(session, runtime.id),
+        }
+        return ORJSONResponse(body)

@@ -104,3 +104,36 @@ def route_accuracy(
         wrong_offload=wrong / total,
         failure_classes={name: share / total for name, share in classes.items()},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A weighted share: how many items, the estimate, Kish's size and Wilson on it."""
+
+    n: int = 0
+    estimate: float | None = None
+    n_effective: float = 0.0
+    low: float | None = None
+    high: float | None = None
+
+
+def weighted_share(items: Iterable[tuple[bool, float]]) -> Share:
+    """The weighted share of items that hold (each: whether it holds, its inclusion
+    probability); items with no positive probability are left out."""
+    total = squares = hits = 0.0
+    n = 0
+    for holds, probability in items:
+        if not probability > 0:
+            continue
+        weight = 1.0 / min(probability, 1.0)
+        n += 1
+        total += weight
+        squares += weight * weight
+        hits += weight if holds else 0.0
+    if n == 0:
+        return Share()
+    estimate = hits / total
+    size = total * total / squares
+    interval = wilson(estimate * size, size)
+    assert interval is not None
+    return Share(n, estimate, size, interval[0], interval[1])

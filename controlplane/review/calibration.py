@@ -1,0 +1,134 @@
+"""Comparator calibration from labels (docs/route-accuracy.md): can a task's agreement be
+trusted?
+
+Per task, comparator and check, from done pair items whose consensus is clear:
+- precision of `conflict`: the weighted share of labelled conflicts that were a real
+  difference — the consensus is anything but `both_correct` (one answer wrong, or both);
+  a conflict on two right answers is the comparator crying wolf;
+- miss rate of `agree`: the weighted share of labelled agreeing pairs that hid one —
+  an agreeing pair with a wrong answer is a mistake the agreement metric does not see.
+  Agreeing pairs are drawn as a small random slice (with their inclusion probabilities),
+  so the weights carry the slice to all agreeing traffic.
+
+A check is what made a conflict: for `text_conservation` each failed check its diff names
+(`sentences`, `length_ratio`, `negations`, `numbers`, `spans`), so a check that fires on
+harmless rewrites shows up on its own; for every other comparator the comparator is one
+check. A pair that agreed failed no check, so the miss rate is per comparator. Weights are
+1/inclusion probability, intervals Wilson on Kish's effective size.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.models import ReviewItem, ReviewLabel
+from controlplane.review.estimate import Share, weighted_share
+from controlplane.review.labels import consensus
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A labelled pair as calibration reads it."""
+
+    comparator: str
+    outcome: str | None
+    diff: Any
+    resolved: str
+    inclusion_probability: float
+
+
+def checks(comparator: str, diff: Any) -> list[str]:
+    """The checks a conflict failed: text_conservation's named ones, else the comparator."""
+    if comparator == "text_conservation" and isinstance(diff, dict):
+        failed = diff.get("failed")
+        if isinstance(failed, list) and failed:
+            return [str(name) for name in failed]
+    return [comparator]
+
+
+def real_difference(resolved: str) -> bool:
+    return resolved not in ("both_correct", "unclear")
+
+
+def _share(rows: Iterable[Judged]) -> dict[str, Any]:
+    found: Share = weighted_share(
+        (real_difference(r.resolved), r.inclusion_probability) for r in rows
+    )
+    return asdict(found)
+
+
+def calibrate(judged: Sequence[Judged]) -> list[dict[str, Any]]:
+    """Per comparator: conflict precision overall and per check, agree miss rate."""
+    by_comparator: dict[str, list[Judged]] = defaultdict(list)
+    for row in judged:
+        if row.resolved != "unclear":
+            by_comparator[row.comparator].append(row)
+    out = []
+    for comparator in sorted(by_comparator):
+        rows = by_comparator[comparator]
+        conflicts = [r for r in rows if r.outcome == "conflict"]
+        agreeing = [r for r in rows if r.outcome == "agree"]
+        per_check: dict[str, list[Judged]] = defaultdict(list)
+        for row in conflicts:
+            for check in checks(comparator, row.diff):
+                per_check[check].append(row)
+        out.append(
+            {
+                "comparator": comparator,
+                "conflict_precision": _share(conflicts),
+                "agree_miss_rate": _share(agreeing),
+                "checks": [
+                    {"check": check, "conflict_precision": _share(per_check[check])}
+                    for check in sorted(per_check)
+                ],
+            }
+        )
+    return out
+
+
+def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
+    """The task's calibration from its done pair items, as the API answers it."""
+    items = {
+        item.id: item
+        for item in session.scalars(
+            select(ReviewItem).where(
+                ReviewItem.task_id == task_id,
+                ReviewItem.kind == "pair",
+                ReviewItem.state == "done",
+            )
+        )
+    }
+    labels: dict[int, list[ReviewLabel]] = defaultdict(list)
+    if items:
+        for label in session.scalars(
+            select(ReviewLabel)
+            .join(ReviewItem, ReviewItem.id == ReviewLabel.item_id)
+            .where(
+                ReviewItem.task_id == task_id,
+                ReviewItem.kind == "pair",
+                ReviewItem.state == "done",
+            )
+            .order_by(ReviewLabel.id)
+        ):
+            labels[label.item_id].append(label)
+    judged = []
+    for item_id, item in items.items():
+        verdict = consensus(labels.get(item_id, []))
+        if verdict is None:
+            continue
+        judged.append(
+            Judged(
+                item.comparator,
+                item.outcome,
+                item.diff,
+                verdict.resolved,
+                item.inclusion_probability,
+            )
+        )
+    return calibrate(judged)
