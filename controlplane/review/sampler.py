@@ -1,19 +1,429 @@
-"""The review sampler (docs/review.md). TODO(review helper): fill in."""
+"""The review sampler (docs/review.md): which results people review, and with what
+probability each was drawn.
+
+Per closed metric window, per length bucket, every result whose payload was kept falls in
+exactly one stratum — the first that matches:
+
+  edge_error      the edge errored and the cloud answered        single item, layer anomaly
+  invalid         the edge output broke the schema (or valid:     single item, layer anomaly
+                  false) and the cloud answered
+  conflict        the comparator said conflict                   pair, layer boundary
+  low_confidence  an agreeing pair, edge confidence under the    pair, layer boundary
+                  task's `low_confidence`
+  cloud_decided   an agreeing pair the router decided for the    pair, layer boundary
+                  cloud
+  agree           every other agreeing pair                      pair, layer boundary
+
+Results in none (one side only, an output too long to compare, a cloud error) are not
+drawn: there is nothing a reviewer could compare or check.
+
+`quota_per_window` is split over the (bucket, stratum) cells that have candidates
+(`allocate`): first one item to each cell, in the order of the strata above (conflicts
+first) and of the buckets, so every stratum with candidates is measured — both error
+directions and the comparator's misses — as long as the quota reaches; then the rest in
+proportion to the strata's weights (conflict 4, edge_error/invalid/low_confidence 2,
+cloud_decided/agree 1), never more than a cell holds, a cell's unused share going to
+the others. Inside a cell the draw is uniform without replacement: the candidates ordered
+by a hash of their request id seeded by (task, window), the first k taken, so a rerun
+draws the same items. The whole draw is one SQL statement (window functions over the
+window's rows), so its cost is one pass over the window, not one object per result.
+
+An item's inclusion probability is k/N (drawn over candidates of its cell) times its
+payload's keep probability. A result is queued at most once (unique (task, request id),
+inserted with ON CONFLICT DO NOTHING).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    and_,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.models import Task
+from controlplane.catalog.service import task_runtimes
+from controlplane.db import dialect_insert
+from controlplane.ingest.buckets import bucket_labels
+from controlplane.metrics.fields import ALL
+from controlplane.metrics.repository import bucket_of
+from controlplane.metrics.windows import window_start
+from controlplane.models import Payload, Result, ReviewItem, Task, Window
+from controlplane.models.base import utcnow
+
+# Strata in the order a result is matched (first wins) and the quota's first round goes.
+STRATA = ("conflict", "edge_error", "invalid", "low_confidence", "cloud_decided", "agree")
+WEIGHTS = {
+    "conflict": 4,
+    "edge_error": 2,
+    "invalid": 2,
+    "low_confidence": 2,
+    "cloud_decided": 1,
+    "agree": 1,
+}
+SINGLE = ("edge_error", "invalid")
+# Closed windows drawn per call: a backlog (windows closed before the sampler existed)
+# is worked off a pass at a time instead of in one long transaction.
+WINDOWS_PER_CALL = 100
+INSERT_CHUNK = 200
+
+Cell = tuple[str, str]  # (bucket, stratum)
+
+
+# --- the draw's hash: the same order for the same (task, window) on every run -------------
+
+
+class draw_hash(FunctionElement[int]):
+    """A 64-bit hash of a request id under a seed: the order of the uniform draw."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(draw_hash, "postgresql")
+def _draw_hash_pg(element: draw_hash, compiler: SQLCompiler, **kw: Any) -> str:
+    # hashtextextended is the hash PostgreSQL's hash partitioning relies on: stable across
+    # versions and platforms.
+    return f"hashtextextended({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(draw_hash, "sqlite")
+def _draw_hash_sqlite(element: draw_hash, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"sp_draw_hash({compiler.process(element.clauses, **kw)})"
+
+
+def _sqlite_draw_hash(text: str, seed: int) -> int:
+    digest = hashlib.blake2b(f"{seed}:{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _register_hash(session: Session) -> None:
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        raw = connection.connection.driver_connection
+        raw.create_function("sp_draw_hash", 2, _sqlite_draw_hash, deterministic=True)  # type: ignore[union-attr]
+
+
+def seed_of(task: str, start: datetime) -> int:
+    """The draw's seed for a task's window: a signed 63-bit integer."""
+    digest = hashlib.sha256(f"{task}\x00{start.isoformat()}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+# --- strata and quotas (pure) -------------------------------------------------------------
+
+
+def stratum_of(low_confidence: float) -> ColumnElement[str | None]:
+    """SQL: the result's stratum (first match), NULL when it cannot be reviewed."""
+    cloud_answered = and_(Result.cloud_ran.is_(True), Result.cloud_error.is_(None))
+    return case(
+        (and_(Result.edge_error.is_not(None), cloud_answered), literal("edge_error")),
+        (
+            and_(
+                Result.edge_error.is_(None),
+                or_(Result.outcome == "invalid", Result.edge_valid.is_(False)),
+                cloud_answered,
+            ),
+            literal("invalid"),
+        ),
+        (Result.outcome == "conflict", literal("conflict")),
+        (
+            and_(Result.outcome == "agree", Result.edge_confidence < low_confidence),
+            literal("low_confidence"),
+        ),
+        (and_(Result.outcome == "agree", Result.decision == "cloud"), literal("cloud_decided")),
+        (Result.outcome == "agree", literal("agree")),
+        else_=None,
+    )
+
+
+def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> dict[Cell, int]:
+    """How many items each (bucket, stratum) cell gets out of `quota` (see the module doc)."""
+    order = {b: i for i, b in enumerate(buckets)}
+    cells = sorted(
+        (c for c, n in counts.items() if n > 0),
+        key=lambda c: (STRATA.index(c[1]), order.get(c[0], len(order)), c[0]),
+    )
+    alloc = dict.fromkeys(cells, 0)
+    remaining = quota
+    for cell in cells:
+        if remaining == 0:
+            break
+        alloc[cell] = 1
+        remaining -= 1
+    while remaining > 0:
+        open_cells = [c for c in cells if alloc[c] < counts[c]]
+        if not open_cells:
+            break
+        total = sum(WEIGHTS[c[1]] for c in open_cells)
+        give = {
+            c: min(counts[c] - alloc[c], remaining * WEIGHTS[c[1]] // total) for c in open_cells
+        }
+        if not any(give.values()):
+            # Less left than the cells' weights can split: one each, heaviest first.
+            for c in sorted(open_cells, key=lambda c: -WEIGHTS[c[1]]):
+                if remaining == 0:
+                    break
+                alloc[c] += 1
+                remaining -= 1
+            continue
+        for c, n in give.items():
+            alloc[c] += n
+            remaining -= n
+    return {c: n for c, n in alloc.items() if n}
+
+
+# --- the window's draw ------------------------------------------------------------------
+
+
+def draw(
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    start: datetime,
+    end: datetime,
+    boundaries: Sequence[int],
+) -> tuple[dict[Cell, int], dict[Cell, int], list[tuple[int, Cell]]]:
+    """One pass over the window's results with a kept payload: per cell the number of
+    candidates, the allocation, and the drawn result ids."""
+    quota = config.review.quota_per_window
+    _register_hash(session)
+    candidates = (
+        select(
+            Result.id.label("id"),
+            bucket_of(Result.input_tokens, boundaries).label("bucket"),
+            stratum_of(config.low_confidence).label("stratum"),
+            draw_hash(Result.request_id, literal(seed_of(task.name, start), BigInteger)).label("h"),
+        )
+        .join(Payload, Payload.result_id == Result.id)
+        .where(Result.task_id == task.id, Result.ts >= start, Result.ts < end)
+        .subquery()
+    )
+    cell = (candidates.c.bucket, candidates.c.stratum)
+    ranked = (
+        select(
+            candidates.c.id,
+            candidates.c.bucket,
+            candidates.c.stratum,
+            func.row_number()
+            .over(partition_by=cell, order_by=(candidates.c.h, candidates.c.id))
+            .label("rank"),
+            func.count().over(partition_by=cell).label("n"),
+        )
+        .where(candidates.c.stratum.is_not(None))
+        .subquery()
+    )
+    rows = session.execute(select(ranked).where(ranked.c.rank <= max(quota, 1))).all()
+    counts: dict[Cell, int] = {}
+    for row in rows:
+        counts[(row.bucket, row.stratum)] = int(row.n)
+    alloc = allocate(quota, counts, bucket_labels(boundaries))
+    chosen = [
+        (int(row.id), (row.bucket, row.stratum))
+        for row in rows
+        if row.rank <= alloc.get((row.bucket, row.stratum), 0)
+    ]
+    return counts, alloc, chosen
+
+
+def _fields() -> tuple[Any, ...]:
+    return (
+        Result.id,
+        Result.request_id,
+        Result.ts,
+        Result.input_tokens,
+        Result.decision,
+        Result.served,
+        Result.flag_version,
+        Result.config_version,
+        Result.comparator,
+        Result.comparator_version,
+        Result.outcome,
+        Result.edge_error,
+        Result.edge_confidence,
+        Result.edge_model,
+        Result.cloud_model,
+        Payload.policy,
+        Payload.keep_probability,
+        Payload.input,
+        Payload.edge_output,
+        Payload.cloud_output,
+        Payload.diff,
+        Payload.edge_error_message,
+    )
+
+
+def _item_row(
+    row: Any,
+    *,
+    task_id: int,
+    bucket: str,
+    stratum: str,
+    window: datetime,
+    reason: str,
+    layer: str,
+    probability: float,
+    provenance: dict[str, Any] | None,
+    reviews_needed: int,
+    now: datetime,
+) -> dict[str, Any]:
+    single = stratum in SINGLE
+    return {
+        "task_id": task_id,
+        "result_id": row.id,
+        "request_id": row.request_id,
+        "result_ts": row.ts,
+        "window_start": window,
+        "bucket": bucket,
+        "input_tokens": row.input_tokens,
+        "decision": row.decision,
+        "served": row.served,
+        "flag_version": row.flag_version,
+        "config_version": row.config_version,
+        "comparator": row.comparator,
+        "comparator_version": row.comparator_version,
+        "outcome": row.outcome,
+        "edge_error": row.edge_error,
+        "edge_confidence": row.edge_confidence,
+        "edge_model": row.edge_model,
+        "cloud_model": row.cloud_model,
+        "kind": "single" if single else "pair",
+        "reason": reason,
+        "layer": layer,
+        "inclusion_probability": probability,
+        # The order a reviewer sees the pair in: a fair coin per item, never shown.
+        "a_is_edge": (not single) and secrets.randbits(1) == 1,
+        "policy": row.policy,
+        "input": row.input,
+        "edge_output": row.edge_output,
+        "cloud_output": row.cloud_output,
+        "diff": row.diff,
+        "edge_error_message": row.edge_error_message,
+        "provenance": provenance,
+        "reviews_needed": reviews_needed,
+        "state": "queued",
+        "created_at": now,
+    }
+
+
+def _insert(session: Session, rows: list[dict[str, Any]]) -> int:
+    """Insert items, skipping results already queued; how many were new."""
+    added = 0
+    for i in range(0, len(rows), INSERT_CHUNK):
+        stmt = (
+            dialect_insert(session, ReviewItem.__table__)
+            .values(rows[i : i + INSERT_CHUNK])
+            .on_conflict_do_nothing(index_elements=["task_id", "request_id"])
+            .returning(ReviewItem.__table__.c.id)
+        )
+        added += len(session.execute(stmt).all())
+    return added
+
+
+def sample_window(
+    session: Session, task: Task, config: TaskConfig, window: Window, now: datetime
+) -> int:
+    """Draw and queue one closed window's items; how many were queued."""
+    start, end = window.window_start, window.window_end
+    counts, alloc, chosen = draw(session, task, config, start, end, window.length_buckets)
+    if not chosen:
+        return 0
+    cells = dict(chosen)
+    found = session.execute(
+        select(*_fields())
+        .join(Payload, Payload.result_id == Result.id)
+        .where(Result.id.in_(list(cells)))
+        .order_by(Result.id)
+    ).all()
+    rows = []
+    for row in found:
+        bucket, stratum = cells[row.id]
+        rows.append(
+            _item_row(
+                row,
+                task_id=task.id,
+                bucket=bucket,
+                stratum=stratum,
+                window=start,
+                reason=stratum,
+                layer="anomaly" if stratum in SINGLE else "boundary",
+                probability=alloc[(bucket, stratum)]
+                / counts[(bucket, stratum)]
+                * row.keep_probability,
+                provenance=None,
+                reviews_needed=config.review.reviewers_per_item,
+                now=now,
+            )
+        )
+    return _insert(session, rows)
+
+
+def _config(session: Session, task: Task) -> TaskConfig | None:
+    runtime = task_runtimes(session, {task.name}).get(task.name)
+    return runtime.config if runtime is not None else None
 
 
 def sample_closed_windows(session: Session, task_id: int, now: datetime) -> int:
     """Draw the review items of every closed, not yet sampled window of the task; returns
-    how many items were queued."""
-    return 0
+    how many items were queued. A task under `payload_policy: none` (no text kept) or with
+    a quota of 0 has its windows marked sampled with nothing drawn."""
+    task = session.get(Task, task_id)
+    if task is None:
+        return 0
+    config = _config(session, task)
+    if config is None:
+        return 0
+    windows = list(
+        session.scalars(
+            select(Window)
+            .where(
+                Window.task_id == task_id,
+                Window.closed_at.is_not(None),
+                Window.review_sampled.is_(False),
+            )
+            .order_by(Window.window_start)
+            .limit(WINDOWS_PER_CALL)
+            # A second pass sampling the same task at the same time skips these windows.
+            .with_for_update(skip_locked=True)
+        )
+    )
+    queued = 0
+    for window in windows:
+        if config.payload_policy != "none" and config.review.quota_per_window > 0:
+            queued += sample_window(session, task, config, window, now)
+        window.review_sampled = True
+    session.flush()
+    return queued
+
+
+# --- a rollback's breaching windows: the regression layer -----------------------------------
+
+
+def judged_bucket_labels(config: TaskConfig) -> list[str]:
+    """The buckets holding inputs the edge may serve: the rule's `all` cell (the same
+    buckets as controlplane.rollout.policy.judged_buckets, which this layer cannot import)."""
+    labels = bucket_labels(config.length_buckets)
+    cap = config.max_input_tokens
+    if cap is None:
+        return labels
+    starts = [0, *config.length_buckets]
+    return [label for label, lo in zip(labels, starts, strict=True) if lo <= cap]
 
 
 def queue_regression(
@@ -25,7 +435,81 @@ def queue_regression(
     rule: str,
     cell: str,
     ranges: list[tuple[datetime, datetime]],
+    now: datetime | None = None,
 ) -> int:
     """Queue the results of a rollback's breaching windows (cell `all` = the judged buckets)
-    for the `regression` layer, in the caller's (the firing's) transaction."""
-    return 0
+    for the `regression` layer, in the caller's (the firing's) transaction: every result
+    with a kept payload that a reviewer can judge, reason `regression`, inclusion
+    probability its keep probability, provenance naming the decision, rule, cell and
+    window. A result already queued is moved to the `regression` layer with that
+    provenance (it stays one item, with its own reason and probability). Returns how many
+    items were queued or moved. Under `payload_policy: none` there is nothing to queue."""
+    if config.payload_policy == "none":
+        return 0
+    now = now or utcnow()
+    bucket = bucket_of(Result.input_tokens, config.length_buckets)
+    in_cell = bucket == cell if cell != ALL else bucket.in_(judged_bucket_labels(config))
+    stratum = stratum_of(config.low_confidence)
+    done = 0
+    for start, end in _merged(ranges):
+        provenance = {
+            "decision_id": decision_id,
+            "rule": rule,
+            "cell": cell,
+            "window_start": _iso(start),
+            "window_end": _iso(end),
+        }
+        where = [
+            Result.task_id == task.id,
+            Result.ts >= start,
+            Result.ts < end,
+            in_cell,
+            stratum.is_not(None),
+        ]
+        in_range = select(Result.request_id).join(Payload, Payload.result_id == Result.id)
+        moved = session.execute(
+            update(ReviewItem)
+            .where(
+                ReviewItem.task_id == task.id,
+                ReviewItem.layer != "regression",
+                ReviewItem.request_id.in_(in_range.where(*where)),
+            )
+            .values(layer="regression", provenance=provenance)
+            .execution_options(synchronize_session=False)
+        )
+        done += moved.rowcount  # type: ignore[attr-defined]
+        found = session.execute(
+            select(*_fields(), bucket.label("bucket"), stratum.label("stratum"))
+            .join(Payload, Payload.result_id == Result.id)
+            .where(*where)
+            .order_by(Result.id)
+        ).all()
+        rows = [
+            _item_row(
+                row,
+                task_id=task.id,
+                bucket=row.bucket,
+                stratum=row.stratum,
+                window=window_start(row.ts, config.window_seconds),
+                reason="regression",
+                layer="regression",
+                probability=row.keep_probability,
+                provenance=provenance,
+                reviews_needed=config.review.reviewers_per_item,
+                now=now,
+            )
+            for row in found
+        ]
+        done += _insert(session, rows)
+    session.flush()
+    return done
+
+
+def _merged(ranges: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """The ranges in time order, as given (pools of a firing do not overlap; a duplicate
+    range is read once)."""
+    return sorted(set(ranges))
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
