@@ -149,21 +149,10 @@ def manifest(files: Sequence[tuple[str, str, str, str, int, str]], schema_hash: 
 _JSON_VALUE: dict[str, Any] = {}  # any JSON value
 _LABEL = {
     "type": "object",
-    "required": ["reviewer", "verdict", "resolved"],
+    "required": ["reviewer", "resolved"],
     "properties": {
         "id": {"type": "integer"},
         "reviewer": {"type": "string", "minLength": 1},
-        "verdict": {
-            "enum": [
-                "a_correct",
-                "b_correct",
-                "both_correct",
-                "both_wrong",
-                "unclear",
-                "correct",
-                "wrong",
-            ]
-        },
         "resolved": {
             "enum": [
                 "edge_correct",

@@ -72,7 +72,8 @@ def _label_view(label: ReviewLabel) -> dict[str, Any]:
     return {
         "id": label.id,
         "reviewer": label.reviewer,
-        "verdict": label.verdict,
+        # Resolved to the sides; the A/B verdict as given is left out: it only means
+        # something with the item's hidden, randomly drawn order.
         "resolved": label.resolved,
         "failure_class": label.failure_class,
         "corrected": label.corrected,

@@ -1,0 +1,102 @@
+"""The example eval set export in the repository (`evalsets/example/`), produced by a
+deterministic simulated run: seeded traffic of two tasks over two windows, one pass that
+closes the windows and samples them for review, a simulated reviewer labelling every item
+blind with the simulator's known truth, backfill, export.
+
+Everything runs in process on a fresh SQLite file at fixed clocks, so the same code writes
+the same bytes (tests/evalsets/test_example.py regenerates it and compares):
+
+    python -m controlplane.sim.evalset_example evalsets/example
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from controlplane.compare.jsonutil import dumps
+from controlplane.db import in_transaction, make_engine, session_scope
+from controlplane.evalsets import actions as evalset_actions
+from controlplane.evalsets import service as evalsets
+from controlplane.ingest import service as ingest
+from controlplane.migrate import upgrade
+from controlplane.review import actions as review
+from controlplane.rollout.actions import apply_tasks
+from controlplane.scheduler import run_pass
+from controlplane.sim.profiles import generate
+from controlplane.sim.reviewer import SimulatedReviewer
+
+SEED = 8
+# The end of the simulated traffic: two 5-minute windows end here.
+END = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+REVIEWER = "sim-reviewer"
+CONFIGS: list[dict[str, Any]] = [
+    {
+        "task": "ticket_classify",
+        "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]},
+        "review": {"quota_per_window": 6},
+    },
+    {
+        "task": "invoice_extract",
+        "comparator": {
+            "kind": "json_fields",
+            "fields": {"amount": "number", "currency": "string"},
+            "required": ["amount", "currency"],
+        },
+        "review": {"quota_per_window": 6},
+    },
+]
+# (task, results, scenario): long tickets make the edge miss often on the long bucket.
+TRAFFIC = [("ticket_classify", 240, "long_tickets"), ("invoice_extract", 160, "none")]
+
+
+def build(directory: Path) -> evalsets.Exported:
+    """Run the simulation on a fresh database and export its eval sets to `directory`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'example.db'}"
+        upgrade(url)
+        engine = make_engine(url)
+        try:
+            apply_tasks(engine, CONFIGS, actor="sim")
+            sent: list[dict[str, Any]] = []
+            for task, n, scenario in TRAFFIC:
+                sent += generate(task, n, seed=SEED, now=END, span_seconds=600.0, scenario=scenario)
+            for start in range(0, len(sent), 500):
+                batch = dumps({"results": sent[start : start + 500]})
+                valid, rejected = ingest.validate_body(batch, 1000)
+                report = in_transaction(
+                    engine,
+                    lambda s, v=valid, r=rejected: ingest.ingest(s, v, list(r), END),
+                )
+                if report.rejected:
+                    raise RuntimeError(f"the simulated results were refused: {report.rejected}")
+            # Past both windows' lateness: they close and are sampled for review.
+            clock = END + timedelta(minutes=10)
+            run_pass(engine, clock, veto=0.7)
+            reviewer = SimulatedReviewer(sent)
+            while (item := review.claim(engine, None, REVIEWER, clock)) is not None:
+                verdict = reviewer.label(item["task"], item)
+                review.label(
+                    engine,
+                    item["id"],
+                    REVIEWER,
+                    verdict=verdict.verdict,
+                    failure_class=verdict.failure_class,
+                    corrected=verdict.corrected,
+                    now=clock,
+                )
+            evalset_actions.backfill(engine, actor="sim")
+            with session_scope(engine) as session:
+                return evalsets.export(session, directory)
+        finally:
+            engine.dispose()
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "evalsets/example")
+    done = build(target)
+    for path, count, digest in done.files:
+        print(f"{target / path}: {count} items, sha256 {digest}")
