@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from controlplane.compare.jsonutil import dumps
 from controlplane.db import in_transaction, make_engine, session_scope
 from controlplane.evalsets import actions as evalset_actions
@@ -67,10 +69,13 @@ def build(directory: Path) -> evalsets.Exported:
             for start in range(0, len(sent), 500):
                 batch = dumps({"results": sent[start : start + 500]})
                 valid, rejected = ingest.validate_body(batch, 1000)
-                report = in_transaction(
-                    engine,
-                    lambda s, v=valid, r=rejected: ingest.ingest(s, v, list(r), END),
-                )
+
+                def store(
+                    session: Session, v: Any = valid, r: Any = rejected
+                ) -> ingest.IngestReport:
+                    return ingest.ingest(session, v, list(r), END)
+
+                report = in_transaction(engine, store)
                 if report.rejected:
                     raise RuntimeError(f"the simulated results were refused: {report.rejected}")
             # Past both windows' lateness: they close and are sampled for review.
