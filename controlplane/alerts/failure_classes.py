@@ -3,8 +3,9 @@ had before (docs/route-accuracy.md).
 
 The alert is attached to the route-accuracy window whose labels first named the class. It
 stays open (at most one per task, like every kind) while that window is open for labels; a
-further new class meanwhile is added to it and announced as an update; it resolves when
-the window closes, by then the class is part of the task's record. Every change goes to
+further new class meanwhile is announced as an update of it (its value counts the classes
+named, its window moves to the newest); it resolves at the first refresh after that
+window closed, by then the classes are part of the task's record. Every change goes to
 the outbox in the caller's transaction.
 """
 

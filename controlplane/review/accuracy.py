@@ -128,6 +128,11 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
     }
     known = _known_classes(session, task.id)
     events: list[AlertEvent] = []
+    # Before this pass's windows: an alert opened for a window that closes in this very
+    # pass stays open until the next one, so it is seen open at least once.
+    resolved = failure_classes.resolve_closed(session, task, closed)
+    if resolved is not None:
+        events.append(resolved)
     for start in sorted(by_window.keys() | stored.keys()):
         accuracy = window_accuracy(by_window.get(start, []), labels)
         row = stored.get(start)
@@ -149,9 +154,6 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
             known.update(new)
             events.append(failure_classes.open_new_classes(session, task, start, new))
     session.flush()
-    resolved = failure_classes.resolve_closed(session, task, closed)
-    if resolved is not None:
-        events.append(resolved)
     return events
 
 
