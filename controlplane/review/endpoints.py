@@ -1,7 +1,123 @@
-"""Review endpoints (thin): the blind queue, labels, skips and releases."""
+"""Review endpoints (thin): the blind queue, labels, skips and releases. Each calls its
+action in `controlplane.review.actions`; an `ActionError` becomes its HTTP answer."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from controlplane.auth.dependencies import require
+from controlplane.auth.service import Principal
+from controlplane.errors import error_responses
+from controlplane.http import ORJSONResponse
+from controlplane.review import actions
+from controlplane.review.schemas import (
+    LabelIn,
+    LabelOut,
+    NextOut,
+    QueueOut,
+    ReleaseIn,
+    ReleaseOut,
+)
 
 router = APIRouter(prefix="/v1/review", tags=["review"])
+
+TaskName = Annotated[str | None, Query(max_length=100, description="Only this task's items.")]
+# Ids are 64-bit: a larger number is no item, and the database would refuse to compare it.
+ItemId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+@router.get(
+    "/next",
+    response_model=NextOut,
+    responses={
+        204: {"description": "Nothing to review for this reviewer now."},
+        **error_responses(401, 403, 404, 422, 429, 503),
+    },
+)
+async def next_item(
+    request: Request,
+    principal: Annotated[Principal, Depends(require("review"))],
+    task: TaskName = None,
+) -> Response:
+    """Claim the next item to review (a lease, 10 minutes by default); 204 when none."""
+    view = await run_in_threadpool(
+        lambda: actions.claim(
+            request.app.state.engine,
+            task,
+            principal.name,
+            lease_seconds=request.app.state.settings.review_lease_seconds,
+        )
+    )
+    if view is None:
+        return Response(status_code=204)
+    return ORJSONResponse({"item": view})
+
+
+@router.post(
+    "/{item_id}/label",
+    response_model=LabelOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
+async def label_item(
+    item_id: ItemId,
+    body: LabelIn,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("review"))],
+) -> ORJSONResponse:
+    """Label the item you hold; 409 when its lease was lost (expired or someone else's)."""
+    out = await run_in_threadpool(
+        lambda: actions.label(
+            request.app.state.engine,
+            item_id,
+            principal.name,
+            verdict=body.verdict,
+            failure_class=body.failure_class,
+            corrected=body.corrected,
+            note=body.note,
+        )
+    )
+    return ORJSONResponse(out)
+
+
+@router.post(
+    "/{item_id}/release",
+    response_model=ReleaseOut,
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+)
+async def release_item(
+    item_id: ItemId,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("review"))],
+    body: Annotated[ReleaseIn | None, Body()] = None,
+) -> ORJSONResponse:
+    """Give the item back; `skip` (or a reason) keeps it from being offered to you again."""
+    body = body or ReleaseIn()
+    out = await run_in_threadpool(
+        lambda: actions.release(
+            request.app.state.engine,
+            item_id,
+            principal.name,
+            skip=body.skip,
+            reason=body.reason,
+        )
+    )
+    return ORJSONResponse(out)
+
+
+@router.get(
+    "/queue",
+    response_model=QueueOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
+async def queue(
+    request: Request,
+    _: Annotated[Principal, Depends(require("review"))],
+    task: TaskName = None,
+) -> ORJSONResponse:
+    """Per task: items queued, claimed, labelled today, done; tasks without a queue say why."""
+    rows = await run_in_threadpool(actions.queue_overview, request.app.state.engine, task)
+    return ORJSONResponse({"tasks": rows})
