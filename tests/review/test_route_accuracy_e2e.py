@@ -42,10 +42,10 @@ def config(name: str, rule: dict[str, Any]) -> dict[str, Any]:
         "window_seconds": WINDOW,
         "allowed_lateness_seconds": LATENESS,
         "keep_agreeing_rate": 1.0,
-        "rollback": {"min_samples": 5, "rules": [rule]},
+        "rollback": {"min_samples": 3, "rules": [rule]},
         "promotion": {"canary_steps": [50]},
         "review": {
-            "quota_per_window": 20,
+            "quota_per_window": 10,
             # Route-accuracy windows as long as the metric windows, open for labels one more
             # window: the labels given after a pass count at the next one, which closes them.
             "route_acc_window_seconds": WINDOW,
