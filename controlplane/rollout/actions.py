@@ -38,6 +38,7 @@ from controlplane.catalog.service import (
 )
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
+from controlplane.evalsets.gate import check_unblock
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document, decision_document, notice_document
@@ -497,12 +498,18 @@ def rearm(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str, An
     return _run(engine, work)
 
 
-def unblock(engine: Engine, task: str, *, model: str, actor: str, reason: str) -> dict[str, Any]:
+def unblock(
+    engine: Engine, task: str, *, model: str, actor: str, reason: str, force: bool = False
+) -> dict[str, Any]:
     """Lift the auto-promotion block a rollback put on an edge model version (audited; it
-    changes no stage and no flag, so it is no decision; it is announced as a change)."""
+    changes no stage and no flag, so it is no decision; it is announced as a change).
+
+    The model must have a stored run on the task's current `regression` eval set at or above
+    `promotion.regression_min_accuracy` (the eval set a rollback produced is what lets the
+    next model back in); `force` lifts it without one, and the audit entry says so."""
 
     def work(session: Session) -> dict[str, Any]:
-        found, _ = _locked_task(session, task)
+        found, config = _locked_task(session, task)
         row = repository.active_block(session, found.id, model)
         if row is None:
             raise ActionError(
@@ -510,8 +517,13 @@ def unblock(engine: Engine, task: str, *, model: str, actor: str, reason: str) -
                 f"model: {model!r} is not blocked for {task}; blocked: "
                 f"{', '.join(repository.blocked_models(session, found.id)) or 'none'}",
             )
+        refused = check_unblock(session, found, config, model)
+        if refused is not None and not force:
+            raise ActionError(409, f"model: {refused} (or unblock with force, audited)")
         row.lifted_at, row.lifted_by, row.lift_reason = utcnow(), actor, reason
-        details = {"model": model, "reason": reason}
+        details: dict[str, Any] = {"model": model, "reason": reason, "forced": force}
+        if force:
+            details["gate"] = refused or "passed"
         record(session, actor=actor, action="task.unblock", task=task, details=details)
         add_event(
             session,
@@ -521,7 +533,10 @@ def unblock(engine: Engine, task: str, *, model: str, actor: str, reason: str) -
                 action="task.unblock",
                 task=task,
                 actor=actor,
-                explanation=f"{task}: {actor} unblocked edge model {model}: {reason}",
+                explanation=(
+                    f"{task}: {actor} unblocked edge model {model}"
+                    f"{' (forced past the regression eval set)' if force else ''}: {reason}"
+                ),
                 details=details,
             ),
         )

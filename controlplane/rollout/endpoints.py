@@ -261,6 +261,10 @@ class UnblockIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=2000)
+    force: bool = Field(
+        False,
+        description="Lift it without a passing run on the regression eval set (audited).",
+    )
 
 
 class KillIn(BaseModel):
@@ -359,10 +363,17 @@ def unblock(
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
 ) -> ORJSONResponse:
-    """Lift the auto-promotion block a rollback put on an edge model version."""
+    """Lift the auto-promotion block a rollback put on an edge model version: 409 unless a
+    stored run of that model on the task's current regression eval set reaches
+    `promotion.regression_min_accuracy`, or `force` (audited)."""
     return ORJSONResponse(
         actions.unblock(
-            _engine(request), task, model=body.model, actor=who.name, reason=body.reason
+            _engine(request),
+            task,
+            model=body.model,
+            actor=who.name,
+            reason=body.reason,
+            force=body.force,
         )
     )
 

@@ -231,10 +231,13 @@ SPECS: dict[str, Spec] = {
     ),
     "unblock": Spec(
         setup=_blocked,
-        api=_post("/v1/tasks/{task}/unblock", {"model": "small@3", "reason": REASON}),
-        cli=lambda t: ["unblock", t, "--model", "small@3", "--reason", REASON],
+        # Forced: no eval run exists here (tests/evalsets/test_unblock_gate.py has the gate).
+        api=_post(
+            "/v1/tasks/{task}/unblock", {"model": "small@3", "reason": REASON, "force": True}
+        ),
+        cli=lambda t: ["unblock", t, "--model", "small@3", "--reason", REASON, "--force"],
         direct=lambda api, t: actions.unblock(
-            api.engine, t, model="small@3", actor=ACTOR, reason=REASON
+            api.engine, t, model="small@3", actor=ACTOR, reason=REASON, force=True
         ),
         events=["change"],
         audit=["task.unblock"],

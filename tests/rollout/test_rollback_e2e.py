@@ -159,9 +159,16 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
         ).status_code
         == 200
     )
-    lifted = api.client.post(
+    # Unblocking needs a passing run on the regression eval set; forcing it is audited.
+    refused = api.client.post(
         "/v1/tasks/canary_task/unblock",
         json={"model": "small@3", "reason": "retrained"},
+        headers=api.headers(),
+    )
+    assert refused.status_code == 409 and "regression" in refused.json()["detail"]
+    lifted = api.client.post(
+        "/v1/tasks/canary_task/unblock",
+        json={"model": "small@3", "reason": "retrained", "force": True},
         headers=api.headers(),
     )
     assert lifted.status_code == 200 and lifted.json()["blocked"] == []
