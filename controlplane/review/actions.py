@@ -94,6 +94,7 @@ def label(
             note=note,
             now=now,
             reviewers_per_item=per_item,
+            locked=item,
         )
         record(
             session,

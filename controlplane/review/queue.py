@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from controlplane.catalog.schemas import FAILURE_CLASS
 from controlplane.errors import ActionError
@@ -54,7 +55,9 @@ def claim(
         if item is None:
             return None
         if repository.take_lease(session, item.id, task_id, reviewer, now, expires):
-            session.refresh(item)
+            # The UPDATE wrote these; tell the loaded object without another SELECT.
+            set_committed_value(item, "claimed_by", reviewer)
+            set_committed_value(item, "lease_expires_at", expires)
             return item
     return None
 
@@ -98,10 +101,13 @@ def label(
     note: str | None,
     now: datetime,
     reviewers_per_item: int,
+    locked: ReviewItem | None = None,
 ) -> Labelled:
     """Store the reviewer's label on the item they hold, free the lease, and mark the item
-    done or send it to one more reviewer."""
-    item = check_lease(repository.locked_item(session, item_id), item_id, reviewer, now)
+    done or send it to one more reviewer. `locked`: the item, if the caller locked it."""
+    if locked is None:
+        locked = repository.locked_item(session, item_id)
+    item = check_lease(locked, item_id, reviewer, now)
     try:
         resolved = resolve(verdict, kind=item.kind, a_is_edge=item.a_is_edge)
     except LabelError as exc:
