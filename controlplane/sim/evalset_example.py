@@ -1,7 +1,9 @@
 """The example eval set export in the repository (`evalsets/example/`), produced by a
-deterministic simulated run: seeded traffic of two tasks over two windows, one pass that
-closes the windows and samples them for review, a simulated reviewer labelling every item
-blind with the simulator's known truth, backfill, export.
+deterministic simulated run: seeded traffic of two tasks over four windows — ticket_classify
+in canary under the long-ticket regression, so its agreement rule rolls it back and the
+breaching windows' results are queued for the `regression` layer — a pass closing and
+sampling each window, a simulated reviewer labelling every item blind with the simulator's
+known truth, backfill, export.
 
 Everything runs in process on a fresh SQLite file at fixed clocks, so the same code writes
 the same bytes (tests/evalsets/test_example.py regenerates it and compares):
@@ -17,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
 from controlplane.compare.jsonutil import dumps
@@ -25,21 +28,31 @@ from controlplane.evalsets import actions as evalset_actions
 from controlplane.evalsets import service as evalsets
 from controlplane.ingest import service as ingest
 from controlplane.migrate import upgrade
+from controlplane.models import Task
 from controlplane.review import actions as review
-from controlplane.rollout.actions import apply_tasks
+from controlplane.rollout.actions import apply_tasks, promote
 from controlplane.scheduler import run_pass
 from controlplane.sim.profiles import generate
 from controlplane.sim.reviewer import SimulatedReviewer
 
 SEED = 8
-# The end of the simulated traffic: two 5-minute windows end here.
+WINDOW = 300
+WINDOWS = 4
+# The end of the simulated traffic: four 5-minute windows end here.
 END = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+START = END - timedelta(seconds=WINDOW * WINDOWS)
 REVIEWER = "sim-reviewer"
 CONFIGS: list[dict[str, Any]] = [
     {
         "task": "ticket_classify",
         "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]},
-        "review": {"quota_per_window": 6},
+        "review": {"quota_per_window": 4},
+        # A small canary: the long bucket's agreement is judged on few results per window.
+        "rollback": {
+            "min_samples": 20,
+            "rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "scope": "per_bucket"}],
+        },
+        "promotion": {"canary_steps": [50]},
     },
     {
         "task": "invoice_extract",
@@ -48,11 +61,33 @@ CONFIGS: list[dict[str, Any]] = [
             "fields": {"amount": "number", "currency": "string"},
             "required": ["amount", "currency"],
         },
-        "review": {"quota_per_window": 6},
+        "review": {"quota_per_window": 3},
     },
 ]
 # (task, results, scenario): long tickets make the edge miss often on the long bucket.
-TRAFFIC = [("ticket_classify", 240, "long_tickets"), ("invoice_extract", 160, "none")]
+TRAFFIC = [("ticket_classify", 1200, "long_tickets"), ("invoice_extract", 160, "none")]
+
+
+WINDOW_SPAN = timedelta(seconds=WINDOW)
+
+
+def _ts(result: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(result["ts"])
+
+
+def _store(engine: Engine, results: list[dict[str, Any]], received_at: datetime) -> None:
+    """Ingest the results as the API would, received at `received_at`."""
+    for start in range(0, len(results), 500):
+        valid, rejected = ingest.validate_body(
+            dumps({"results": results[start : start + 500]}), 1000
+        )
+
+        def store(session: Session, v: Any = valid, r: Any = rejected) -> ingest.IngestReport:
+            return ingest.ingest(session, v, list(r), received_at)
+
+        report = in_transaction(engine, store)
+        if report.rejected:
+            raise RuntimeError(f"the simulated results were refused: {report.rejected}")
 
 
 def build(directory: Path) -> evalsets.Exported:
@@ -63,24 +98,31 @@ def build(directory: Path) -> evalsets.Exported:
         engine = make_engine(url)
         try:
             apply_tasks(engine, CONFIGS, actor="sim")
+            promote(
+                engine,
+                "ticket_classify",
+                actor="sim",
+                reason="example canary",
+                veto=0.7,
+                force=True,
+            )
+            # The canary began before the simulated traffic (a promotion is stamped with the
+            # wall clock; the example's clocks are fixed).
+            with session_scope(engine) as session:
+                session.execute(update(Task).values(stage_changed_at=START - timedelta(hours=1)))
             sent: list[dict[str, Any]] = []
             for task, n, scenario in TRAFFIC:
-                sent += generate(task, n, seed=SEED, now=END, span_seconds=600.0, scenario=scenario)
-            for start in range(0, len(sent), 500):
-                batch = dumps({"results": sent[start : start + 500]})
-                valid, rejected = ingest.validate_body(batch, 1000)
-
-                def store(
-                    session: Session, v: Any = valid, r: Any = rejected
-                ) -> ingest.IngestReport:
-                    return ingest.ingest(session, v, list(r), END)
-
-                report = in_transaction(engine, store)
-                if report.rejected:
-                    raise RuntimeError(f"the simulated results were refused: {report.rejected}")
-            # Past both windows' lateness: they close and are sampled for review.
-            clock = END + timedelta(minutes=10)
-            run_pass(engine, clock, veto=0.7)
+                sent += generate(
+                    task, n, seed=SEED, now=END, span_seconds=WINDOW * WINDOWS, scenario=scenario
+                )
+            for k in range(WINDOWS):
+                end = START + timedelta(seconds=(k + 1) * WINDOW)
+                # The routers report each window's results as it ends; a pass closes the
+                # window past its lateness, samples it for review, and the rules judge it
+                # (the third breaching window rolls the canary back).
+                _store(engine, [r for r in sent if end - WINDOW_SPAN <= _ts(r) < end], end)
+                clock = end + timedelta(seconds=150)
+                run_pass(engine, clock, veto=0.7)
             reviewer = SimulatedReviewer(sent)
             while (item := review.claim(engine, None, REVIEWER, clock)) is not None:
                 verdict = reviewer.label(item["task"], item)

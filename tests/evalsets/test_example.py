@@ -1,6 +1,8 @@
 """The example export in the repository (evalsets/example/) is what the simulator's
-deterministic run writes: regenerated here and compared byte for byte, every line valid
-against the schema, and the simulated reviewer's labels agree with the known truth."""
+deterministic run writes (traffic, a canary rolled back by the long-ticket regression,
+review sampling, a simulated reviewer, backfill, export): regenerated here and compared
+byte for byte, every line valid against the schema, and the simulated reviewer's labels
+agree with the known truth."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
             "manifest.json",
             "schema.json",
             "ticket_classify/boundary.jsonl",
+            "ticket_classify/regression.jsonl",
         ]
     )
     for name in fresh:
@@ -47,7 +50,7 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
         if name.endswith(".jsonl")
         for line in data.decode().splitlines()
     ]
-    assert len(lines) == 24
+    assert len(lines) == 59
     for line in lines:
         validator.validate(line)
         # The truth of every simulated task is its cloud answer: the reviewer's expected
@@ -57,7 +60,22 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
         if line["provenance"]["kind"] == "pair":
             edge_wrong = judge(line["task"], line["cloud_output"], line["edge_output"])
             assert line["failure_class"] == edge_wrong
-    assert {x["provenance"]["reason"] for x in lines} >= {"conflict", "agree", "invalid"}
+    assert {x["provenance"]["reason"] for x in lines} >= {
+        "conflict",
+        "low_confidence",
+        "invalid",
+        "regression",
+    }
+    # The canary's rollback queued its breaching windows of long tickets for the regression
+    # layer: every such item names the rule, the cell and the window that fired.
+    regression = [x for x in lines if x["layer"] == "regression"]
+    assert len(regression) == 34
+    fired = {
+        (r["decision_id"], r["rule"], r["cell"])
+        for r in (x["provenance"]["regression"] for x in regression)
+    }
+    assert fired == {(2, "agreement >= 0.9 per bucket", "2048+")}
+    assert all(x["bucket"] == "2048+" for x in regression)
     assert any(x["provenance"]["consensus"] == "cloud_correct" for x in lines)
 
 
