@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from controlplane.db import session_scope
 from controlplane.models import OutboxEvent, ReviewItem, RouteAccuracyWindow, Task
 from controlplane.review import actions as review
+from controlplane.review.accuracy_endpoints import AgreementOut, CalibrationOut, RouteAccuracyOut
 from controlplane.rollout.actions import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, cloned_database, make_api, make_result
@@ -217,6 +218,7 @@ def test_a_failure_class_rule_rolls_the_canary_back(run: Run) -> None:
 def test_route_accuracy_windows_are_served(run: Run) -> None:
     api = run.api
     body = api.client.get("/v1/tasks/acc_task/route-accuracy", headers=api.headers("read")).json()
+    RouteAccuracyOut.model_validate(body, strict=False)  # the answer its schema documents
     assert body["window_seconds"] == WINDOW and body["note"] is None
     windows = sorted(body["windows"], key=lambda w: w["window_start"])
     assert len(windows) == WINDOWS
@@ -270,6 +272,7 @@ def test_agreement_and_calibration_are_served(run: Run) -> None:
     api = run.api
     calibration = api.client.get("/v1/tasks/acc_task/calibration", headers=api.headers("read"))
     assert calibration.status_code == 200
+    CalibrationOut.model_validate(calibration.json())
     (label,) = calibration.json()["comparators"]
     assert label["comparator"] == "label"
     # Every conflict was a wrong edge answer; no agreeing pair hid one.
@@ -277,6 +280,7 @@ def test_agreement_and_calibration_are_served(run: Run) -> None:
     assert label["agree_miss_rate"]["estimate"] == 0.0
     agreement = api.client.get("/v1/tasks/acc_task/review-agreement", headers=api.headers("read"))
     assert agreement.status_code == 200
+    AgreementOut.model_validate(agreement.json())
     # One reviewer per item: nothing to agree on yet, and it says so.
     assert agreement.json()["items"] == 0 and agreement.json()["note"]
     with session_scope(api.engine) as session:
