@@ -13,7 +13,7 @@ AlertState = Literal["open", "acknowledged", "resolved"]
 class AlertOut(BaseModel):
     id: int
     task: str
-    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic | srm
+    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic | srm | new_failure_class
     kind: str
     state: AlertState
     window_start: datetime
