@@ -233,11 +233,17 @@ def unblock(
     task: TaskName,
     model: Annotated[str, typer.Option(help="The blocked edge model version.")],
     reason: Reason,
+    force: Annotated[
+        bool,
+        typer.Option(help="Lift it without a passing run on the regression eval set (audited)."),
+    ] = False,
 ) -> None:
-    """Lift the auto-promotion block a rollback put on an edge model version."""
+    """Lift the auto-promotion block a rollback put on an edge model version: it needs a
+    stored run of that version on the task's current regression eval set at or above
+    promotion.regression_min_accuracy, unless forced."""
     from controlplane.rollout.actions import unblock as run
 
-    done = _do(lambda e: run(e, task, model=model, actor=_actor(), reason=reason))
+    done = _do(lambda e: run(e, task, model=model, actor=_actor(), reason=reason, force=force))
     typer.echo(
         f"unblocked {model} for {task}; still blocked: {', '.join(done['blocked']) or 'none'}"
     )
