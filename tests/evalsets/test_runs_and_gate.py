@@ -22,6 +22,7 @@ from controlplane.rollout.actions import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import LABELS, T0, TASK, TASK_CONFIG, post_tickets, queue
 
+pytestmark = pytest.mark.integration
 MODEL = "small@4"
 PROVENANCE = {
     "decision_id": 1,
