@@ -42,11 +42,9 @@ class ReviewItem(Base):
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    # The result it was drawn from; NULL once `prune` removed that result (the item keeps
-    # its own copy of everything it needs).
-    result_id: Mapped[int | None] = mapped_column(
-        ResultRef, ForeignKey("results.id", ondelete="SET NULL"), index=True
-    )
+    # The id of the result it was drawn from. Not a foreign key: `prune` removes results and
+    # the item (its own copy of everything it needs) and its provenance outlive them.
+    result_id: Mapped[int | None] = mapped_column(ResultRef, index=True)
     request_id: Mapped[str] = mapped_column(String(200))
     result_ts: Mapped[datetime] = mapped_column(UTCDateTime)
     # The metric window the result belongs to (its start), and its length bucket.

@@ -211,12 +211,6 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("done_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
-            ["result_id"],
-            ["results.id"],
-            name=op.f("fk_review_items_result_id_results"),
-            ondelete="SET NULL",
-        ),
-        sa.ForeignKeyConstraint(
             ["task_id"],
             ["tasks.id"],
             name=op.f("fk_review_items_task_id_tasks"),
