@@ -17,6 +17,7 @@ from sqlalchemy import delete, func, select, update
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.models import Payload, Result, ReviewItem, Task, Window
+from controlplane.review import sampler
 from controlplane.review.sampler import (
     STRATA,
     WEIGHTS,
@@ -368,3 +369,30 @@ def test_allocate_spends_the_quota_within_the_candidates(
         for b in alloc:
             if WEIGHTS[a[1]] > WEIGHTS[b[1]] and alloc[a] < counts[a] and alloc[b] < counts[b]:
                 assert alloc[a] >= alloc[b]
+
+
+@pytest.mark.parametrize("front", [(2.0, 30.0), (0.0, 0.5)])
+def test_the_draw_is_the_front_of_the_hash_order(
+    api: Api, monkeypatch: pytest.MonkeyPatch, front: tuple[float, float]
+) -> None:
+    """Each cell's draw is its k candidates of smallest hash, whether the statement's
+    front of the hash order held enough of them or (a tiny front) the draw read them all."""
+    monkeypatch.setattr(sampler, "FRONT", front)
+    post_all(api, window_results("review_task", T0))
+    with session_scope(api.engine) as session:
+        task = session.scalars(select(Task).where(Task.name == "review_task")).one()
+        cfg = task_runtimes(session, {"review_task"})["review_task"].config
+        end = T0 + timedelta(seconds=WINDOW)
+        counts, alloc, chosen = sampler.draw(session, task, cfg, T0, end, [128, 512])
+        every = sampler._drawn_rows(session, task, cfg, T0, end, [128, 512], None)
+    labels = ["0-127", "128-511", "512+"]
+    by_cell: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for row in every:
+        if row.id is not None:
+            cell = (labels[row.cell // 8], STRATA[row.cell % 8])
+            by_cell.setdefault(cell, []).append((row.h, row.id))
+    assert counts == expected_counts() == {c: len(v) for c, v in by_cell.items()}
+    assert sum(alloc.values()) == 20
+    assert sorted(chosen) == sorted(
+        (rid, cell) for cell, k in alloc.items() for _, rid in sorted(by_cell[cell])[:k]
+    )
