@@ -18,10 +18,11 @@ gives them one).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
 from controlplane.alerts import failure_classes
@@ -42,28 +43,75 @@ def _open_since(session: Session, task_id: int) -> datetime | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    """What route accuracy reads of a review item (not its payload copy)."""
+
+    id: int
+    result_ts: datetime
+    kind: str
+    state: str
+    decision: str
+    inclusion_probability: float
+
+
+@dataclass(slots=True)
+class Vote:
+    """What consensus reads of a label."""
+
+    id: int
+    reviewer: str
+    resolved: str
+    failure_class: str | None
+    corrected: Any
+    created_at: datetime
+
+
 def _items(
     session: Session, task_id: int, since: datetime | None
-) -> tuple[list[ReviewItem], dict[int, list[ReviewLabel]]]:
+) -> tuple[list[Drawn], dict[int, list[Vote]]]:
     """The task's review items with results from `since` on, and their labels by item."""
     where: list[Any] = [ReviewItem.task_id == task_id]
     if since is not None:
         where.append(ReviewItem.result_ts >= since)
-    items = list(session.scalars(select(ReviewItem).where(*where).order_by(ReviewItem.id)))
-    labels: dict[int, list[ReviewLabel]] = defaultdict(list)
+    items = [
+        Drawn(*row)
+        for row in session.execute(
+            select(
+                ReviewItem.id,
+                ReviewItem.result_ts,
+                ReviewItem.kind,
+                ReviewItem.state,
+                ReviewItem.decision,
+                ReviewItem.inclusion_probability,
+            )
+            .where(*where)
+            .order_by(ReviewItem.id)
+        )
+    ]
+    labels: dict[int, list[Vote]] = defaultdict(list)
     if items:
-        found = session.scalars(
-            select(ReviewLabel)
+        found = session.execute(
+            select(
+                ReviewLabel.item_id,
+                ReviewLabel.id,
+                ReviewLabel.reviewer,
+                ReviewLabel.resolved,
+                ReviewLabel.failure_class,
+                # consensus carries a correction along; route accuracy never reads it
+                literal(None),
+                ReviewLabel.created_at,
+            )
             .join(ReviewItem, ReviewItem.id == ReviewLabel.item_id)
             .where(*where)
             .order_by(ReviewLabel.id)
         )
-        for label in found:
-            labels[label.item_id].append(label)
+        for item_id, label_id, reviewer, resolved, failure_class, corrected, at in found:
+            labels[item_id].append(Vote(label_id, reviewer, resolved, failure_class, corrected, at))
     return items, labels
 
 
-def window_accuracy(items: list[ReviewItem], labels: dict[int, list[ReviewLabel]]) -> RouteAccuracy:
+def window_accuracy(items: list[Drawn], labels: dict[int, list[Vote]]) -> RouteAccuracy:
     """The route accuracy of one window's items."""
     pairs = []
     named: set[str] = set()
@@ -114,7 +162,7 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
 
     since = _open_since(session, task.id)
     items, labels = _items(session, task.id, since)
-    by_window: dict[datetime, list[ReviewItem]] = defaultdict(list)
+    by_window: dict[datetime, list[Drawn]] = defaultdict(list)
     for item in items:
         by_window[window_start(item.result_ts, seconds)].append(item)
     stored = {

@@ -94,10 +94,17 @@ def calibrate(judged: Sequence[Judged]) -> list[dict[str, Any]]:
 
 def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
     """The task's calibration from its done pair items, as the API answers it."""
+    # What calibration reads of the items: not their payload copies.
     items = {
-        item.id: item
-        for item in session.scalars(
-            select(ReviewItem).where(
+        item_id: (comparator, outcome, diff, probability)
+        for item_id, comparator, outcome, diff, probability in session.execute(
+            select(
+                ReviewItem.id,
+                ReviewItem.comparator,
+                ReviewItem.outcome,
+                ReviewItem.diff,
+                ReviewItem.inclusion_probability,
+            ).where(
                 ReviewItem.task_id == task_id,
                 ReviewItem.kind == "pair",
                 ReviewItem.state == "done",
@@ -118,17 +125,8 @@ def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
         ):
             labels[label.item_id].append(label)
     judged = []
-    for item_id, item in items.items():
+    for item_id, (comparator, outcome, diff, probability) in items.items():
         verdict = consensus(labels.get(item_id, []))
-        if verdict is None:
-            continue
-        judged.append(
-            Judged(
-                item.comparator,
-                item.outcome,
-                item.diff,
-                verdict.resolved,
-                item.inclusion_probability,
-            )
-        )
+        if verdict is not None:
+            judged.append(Judged(comparator, outcome, diff, verdict.resolved, probability))
     return calibrate(judged)
