@@ -8,8 +8,10 @@ labels of the items drawn from its results; the first pass at or after that mome
 computes it once more and closes it, and it never changes again. The rollback rules on
 `route_acc` and `failure_class` read only closed windows.
 
-Only items whose reviewers are done (state `done`) count; a pair's verdict is the
-consensus of its reviewers (`labels.consensus`), its weight 1/inclusion probability.
+Only items whose reviewers are done (state `done`) count, from the buckets the edge may
+serve (like every rollback rule: those starting at or under `max_input_tokens`); a pair's
+verdict is the consensus of its reviewers (`labels.consensus`), its weight
+1/inclusion probability.
 Single-answer items (edge errors, invalid outputs) have no route to judge; the failure
 classes their labels name are still the task's classes (listed with share 0 unless a pair
 gives them one).
@@ -18,6 +20,7 @@ gives them one).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +31,7 @@ from sqlalchemy.orm import Session
 from controlplane.alerts import failure_classes
 from controlplane.alerts.service import AlertEvent
 from controlplane.catalog.service import runtimes
+from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.windows import window_start
 from controlplane.models import ReviewItem, ReviewLabel, RouteAccuracyWindow, Task
 from controlplane.review.estimate import LabelledPair, RouteAccuracy, route_accuracy
@@ -49,6 +53,7 @@ class Drawn:
 
     id: int
     result_ts: datetime
+    bucket: str
     kind: str
     state: str
     decision: str
@@ -80,6 +85,7 @@ def _items(
             select(
                 ReviewItem.id,
                 ReviewItem.result_ts,
+                ReviewItem.bucket,
                 ReviewItem.kind,
                 ReviewItem.state,
                 ReviewItem.decision,
@@ -111,14 +117,29 @@ def _items(
     return items, labels
 
 
-def window_accuracy(items: list[Drawn], labels: dict[int, list[Vote]]) -> RouteAccuracy:
-    """The route accuracy of one window's items."""
+def judged_buckets(boundaries: Sequence[int], max_input_tokens: int | None) -> set[str]:
+    """The buckets the edge may serve (starting at or under the cap), as the rollback rules
+    judge them (rollout.policy.judged_buckets, which sits above this layer)."""
+    labels = bucket_labels(boundaries)
+    if max_input_tokens is None:
+        return set(labels)
+    starts = [0, *boundaries]
+    return {label for label, lo in zip(labels, starts, strict=True) if lo <= max_input_tokens}
+
+
+def window_accuracy(
+    items: list[Drawn], labels: dict[int, list[Vote]], judged: set[str] | None = None
+) -> RouteAccuracy:
+    """The route accuracy of one window's items; with `judged`, only pairs of those buckets
+    count (the others' classes are still named)."""
     pairs = []
     named: set[str] = set()
     for item in items:
         mine = labels.get(item.id, [])
         named.update(lab.failure_class for lab in mine if lab.failure_class)
         if item.kind != "pair" or item.state != "done":
+            continue
+        if judged is not None and item.bucket not in judged:
             continue
         verdict = consensus(mine)
         if verdict is None:
@@ -160,6 +181,8 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
     def closed(start: datetime) -> bool:
         return start + timedelta(seconds=seconds + lateness) <= now
 
+    config = runtime.config
+    judged = judged_buckets(config.length_buckets, config.max_input_tokens)
     since = _open_since(session, task.id)
     items, labels = _items(session, task.id, since)
     by_window: dict[datetime, list[Drawn]] = defaultdict(list)
@@ -182,7 +205,7 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
     if resolved is not None:
         events.append(resolved)
     for start in sorted(by_window.keys() | stored.keys()):
-        accuracy = window_accuracy(by_window.get(start, []), labels)
+        accuracy = window_accuracy(by_window.get(start, []), labels, judged)
         row = stored.get(start)
         if row is None:
             row = RouteAccuracyWindow(task_id=task.id, window_start=start)

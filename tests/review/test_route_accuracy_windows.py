@@ -56,6 +56,7 @@ def add_item(
     at: datetime = HOUR + timedelta(minutes=10),
     kind: str = "pair",
     state: str = "done",
+    bucket: str = "0-127",
 ) -> None:
     """An item drawn with probability p and its labels (reviewer, resolved, class)."""
     n = next(ids)
@@ -67,7 +68,7 @@ def add_item(
             request_id=f"r-{n}",
             result_ts=at,
             window_start=at,
-            bucket="0-127",
+            bucket=bucket,
             input_tokens=10,
             decision=decision,
             served="cloud",
@@ -172,3 +173,27 @@ def test_a_class_is_new_once_per_task(engine: Engine) -> None:
     assert refresh(engine, HOUR + timedelta(hours=2)) == [("new_failure_class", "resolved")]
     with session_scope(engine) as session:
         assert len(session.scalars(select(Alert)).all()) == 1
+
+
+def test_only_buckets_the_edge_may_serve_count(engine: Engine) -> None:
+    with session_scope(engine) as session:
+        apply_config(
+            session,
+            {
+                "task": "acc",
+                "comparator": {"kind": "label"},
+                "max_input_tokens": 100,
+                "review": {
+                    "route_acc_window_seconds": 3600,
+                    "route_acc_lateness_seconds": LATENESS,
+                },
+            },
+            actor="test",
+        )
+    add_item(engine, [("ann", "edge_correct", None)])
+    # Over the cap the router decides cloud by rule: not judged, like every rule's cells.
+    add_item(engine, [("ann", "edge_correct", "too_long")], decision="cloud", bucket="512-2047")
+    refresh(engine, HOUR + timedelta(minutes=30))
+    row = window(engine)
+    assert row["n_labels"] == 1 and row["estimate"] == 1.0
+    assert row["failure_classes"] == {"too_long": 0.0}
