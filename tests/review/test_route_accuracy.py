@@ -7,6 +7,8 @@ import math
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlplane.metrics.stats import wilson
 from controlplane.review.estimate import LabelledPair, route_accuracy
@@ -98,3 +100,51 @@ def test_no_clear_labels_is_no_estimate() -> None:
     assert found.n_labels == 0 and found.n_unclear == 1
     assert found.estimate is None and found.low is None and found.n_effective == 0.0
     assert not math.isnan(found.n_effective)
+
+
+pairs_strategy = st.lists(
+    st.builds(
+        LabelledPair,
+        decision=st.sampled_from(["edge", "cloud"]),
+        resolved=st.sampled_from(
+            ["edge_correct", "cloud_correct", "both_correct", "both_wrong", "unclear"]
+        ),
+        inclusion_probability=st.floats(0.001, 1.0),
+        failure_class=st.sampled_from([None, "amount", "tone"]),
+    ),
+    max_size=60,
+)
+
+
+@given(pairs=pairs_strategy, scale=st.floats(0.01, 1.0))
+def test_laws_of_the_estimator(pairs: list[LabelledPair], scale: float) -> None:
+    found = route_accuracy(pairs)
+    counted = [p for p in pairs if p.resolved != "unclear"]
+    assert found.n_labels == len(counted)
+    if not counted:
+        assert found.estimate is None
+        return
+    assert found.estimate is not None and found.low is not None and found.high is not None
+    assert found.missed_offload is not None and found.wrong_offload is not None
+    # The errors are the two directions of what the estimate misses.
+    assert found.estimate + found.missed_offload + found.wrong_offload == pytest.approx(1.0)
+    assert 0.0 <= found.low <= found.estimate <= found.high <= 1.0
+    # Kish's size: between 1 and the number of labels, equal only for equal weights.
+    assert 1.0 - 1e-9 <= found.n_effective <= len(counted) + 1e-9
+    # Failure-class shares are parts of the wrong edge answers.
+    weights = [1 / p.inclusion_probability for p in counted]
+    edge_wrong = sum(
+        w
+        for w, p in zip(weights, counted, strict=True)
+        if p.resolved in ("cloud_correct", "both_wrong")
+    ) / sum(weights)
+    assert sum(found.failure_classes.values()) <= edge_wrong + 1e-9
+    # Only relative weights matter: scaling every probability changes nothing.
+    scaled = route_accuracy(
+        [
+            LabelledPair(p.decision, p.resolved, p.inclusion_probability * scale, p.failure_class)
+            for p in pairs
+        ]
+    )
+    assert scaled.estimate == pytest.approx(found.estimate)
+    assert scaled.n_effective == pytest.approx(found.n_effective)
