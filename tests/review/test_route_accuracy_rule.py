@@ -89,3 +89,15 @@ def test_failure_class_rule_reads_its_class_share() -> None:
     # A class the window's labels never named has share 0 there.
     (missing,) = evaluate(cfg, [], [(HOUR0, row(0.8, 50.0))])[1:]
     assert missing.verdicts[0].num == 0.0 and missing.verdicts[0].den == 50.0
+
+
+def test_a_firing_label_rule_holds_the_promotion_gate() -> None:
+    from controlplane.rollout.gate import verdict
+
+    cfg = config({"metric": "route_acc", "op": ">=", "threshold": 0.95})
+    healthy = [(HOUR0 + k, row(0.99, 80.0)) for k in range(3)]
+    breaching = [(HOUR0 + k, row(0.70, 40.0)) for k in range(3)]
+    passes = verdict("t", "shadow", cfg, [], evaluate(cfg, [], healthy))
+    held = verdict("t", "shadow", cfg, [], evaluate(cfg, [], breaching))
+    assert not any("route_acc" in r for r in passes["reasons"])
+    assert "rule route_acc >= 0.95 would fire in all" in held["reasons"]
