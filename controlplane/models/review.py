@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -38,6 +39,14 @@ class ReviewItem(Base):
         # The claim query: open items of a task, oldest first.
         Index("ix_review_items_claim", "task_id", "state", "id"),
         Index("ix_review_items_task_id_result_ts", "task_id", "result_ts"),
+        # The item a reviewer holds (a claim hands it back while the lease lasts): only the
+        # few items under a lease are indexed.
+        Index(
+            "ix_review_items_claimed_by",
+            "claimed_by",
+            postgresql_where=text("claimed_by IS NOT NULL"),
+            sqlite_where=text("claimed_by IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

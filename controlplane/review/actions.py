@@ -39,6 +39,20 @@ def _task_id(session: Session, task: str | None) -> int | None:
     return found.id
 
 
+# Task ids and names never change once made (tasks are not renamed): read each once.
+_names: dict[tuple[str, int], str] = {}
+
+
+def _task_name(session: Session, task_id: int) -> str:
+    key = (str(session.get_bind().engine.url), task_id)
+    name = _names.get(key)
+    if name is None:
+        name = session.scalar(select(Task.name).where(Task.id == task_id)) or ""
+        if name:
+            _names[key] = name
+    return name
+
+
 def claim(
     engine: Engine,
     task: str | None,
@@ -56,8 +70,7 @@ def claim(
         item = queue.claim(session, _task_id(session, task), reviewer, now, seconds)
         if item is None:
             return None
-        name = session.scalar(select(Task.name).where(Task.id == item.task_id))
-        return blind.view(item, name or "")
+        return blind.view(item, _task_name(session, item.task_id))
 
     return in_transaction(engine, work)
 
@@ -79,10 +92,10 @@ def label(
 
     def work(session: Session) -> dict[str, Any]:
         item = repository.locked_item(session, item_id)
-        task = session.get(Task, item.task_id) if item is not None else None
+        name = _task_name(session, item.task_id) if item is not None else None
         per_item = 1
-        if task is not None:
-            runtime = task_runtimes(session, {task.name}).get(task.name)
+        if name:
+            runtime = task_runtimes(session, {name}).get(name)
             per_item = runtime.config.review.reviewers_per_item if runtime else 1
         done = queue.label(
             session,
@@ -100,7 +113,7 @@ def label(
             session,
             actor=reviewer,
             action="review.label",
-            task=task.name if task else None,
+            task=name or None,
             details={
                 "item": item_id,
                 "label": done.label.id,
@@ -139,12 +152,12 @@ def release(
 
     def work(session: Session) -> dict[str, Any]:
         item = queue.release(session, item_id, reviewer, skip=skip, reason=reason, now=now)
-        name = session.scalar(select(Task.name).where(Task.id == item.task_id))
+        name = _task_name(session, item.task_id)
         record(
             session,
             actor=reviewer,
             action="review.skip" if skip else "review.release",
-            task=name,
+            task=name or None,
             details={"item": item_id, "reason": reason},
         )
         return {"item": item_id, "skipped": skip, "state": item.state}

@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from controlplane.catalog.schemas import FAILURE_CLASS
 from controlplane.errors import ActionError
@@ -38,28 +37,15 @@ def claim(
     reviewer: str,
     now: datetime,
     lease_seconds: float,
-) -> ReviewItem | None:
-    """The item the reviewer now holds (lease until now + lease_seconds), or None when
-    nothing is claimable."""
+) -> Any:
+    """The item the reviewer now holds (lease until now + lease_seconds) — the columns the
+    blind view reads — or None when nothing is claimable. Two statements at most: renew
+    the lease the reviewer holds, else take the oldest claimable item."""
     expires = now + timedelta(seconds=lease_seconds)
-    held = repository.held_item(session, task_id, reviewer, now)
+    held = repository.renew_lease(session, task_id, reviewer, now, expires)
     if held is not None:
-        held.lease_expires_at = expires
-        session.flush()
         return held
-    # On PostgreSQL the row is locked and skipped by other claimers, so the first candidate
-    # is ours. On SQLite (one writer at a time) the conditional UPDATE decides; a lost race
-    # moves on to the next candidate.
-    for _ in range(20):
-        item = repository.next_claimable(session, task_id, reviewer, now)
-        if item is None:
-            return None
-        if repository.take_lease(session, item.id, task_id, reviewer, now, expires):
-            # The UPDATE wrote these; tell the loaded object without another SELECT.
-            set_committed_value(item, "claimed_by", reviewer)
-            set_committed_value(item, "lease_expires_at", expires)
-            return item
-    return None
+    return repository.take_next(session, task_id, reviewer, now, expires)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +121,15 @@ def label(
     session.flush()
     item.claimed_by = None
     item.lease_expires_at = None
-    labels = repository.item_labels(session, item.id)
-    voters = len(votes(labels))
-    agreed = consensus(labels)
-    disagreement = agreed is not None and agreed.disagreement
+    if item.reviews_needed == 1:
+        # One reviewer needed (never extended): nobody else labelled it, so this one vote
+        # decides it.
+        voters, disagreement = 1, False
+    else:
+        labels = repository.item_labels(session, item.id)
+        voters = len(votes(labels))
+        agreed = consensus(labels)
+        disagreement = agreed is not None and agreed.disagreement
     if voters >= item.reviews_needed:
         # One extra reviewer, once: the item's own count says whether it had it.
         if disagreement and item.reviews_needed <= reviewers_per_item:

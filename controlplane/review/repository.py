@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip, Task
@@ -14,30 +15,46 @@ def task_by_name(session: Session, name: str) -> Task | None:
     return session.scalars(select(Task).where(Task.name == name)).one_or_none()
 
 
-def held_item(
-    session: Session, task_id: int | None, reviewer: str, now: datetime
-) -> ReviewItem | None:
-    """The queued item whose unexpired lease the reviewer holds (locked), if any."""
-    query = (
-        select(ReviewItem)
+# What the blind view reads of a claimed item.
+VIEW_COLUMNS = (
+    ReviewItem.id,
+    ReviewItem.task_id,
+    ReviewItem.kind,
+    ReviewItem.a_is_edge,
+    ReviewItem.input,
+    ReviewItem.edge_output,
+    ReviewItem.cloud_output,
+    ReviewItem.diff,
+    ReviewItem.lease_expires_at,
+)
+
+
+def renew_lease(
+    session: Session, task_id: int | None, reviewer: str, now: datetime, expires: datetime
+) -> Row[Any] | None:
+    """Extend the unexpired lease the reviewer holds on a queued item (found through the
+    partial index on claimed_by); the item, or None when they hold none."""
+    stmt = (
+        update(ReviewItem)
         .where(
-            ReviewItem.state == "queued",
             ReviewItem.claimed_by == reviewer,
+            ReviewItem.state == "queued",
             ReviewItem.lease_expires_at > now,
         )
-        .order_by(ReviewItem.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
+        .values(lease_expires_at=expires)
+        .returning(*VIEW_COLUMNS)
+        .execution_options(synchronize_session=False)
     )
     if task_id is not None:
-        query = query.where(ReviewItem.task_id == task_id)
-    return session.scalars(query).first()
+        stmt = stmt.where(ReviewItem.task_id == task_id)
+    rows = session.execute(stmt).all()
+    return rows[0] if rows else None
 
 
-def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[object]:
+def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[ColumnElement[bool]]:
     """Conditions of an item the reviewer may claim: queued, its lease free or expired,
     not labelled and not skipped by them."""
-    conditions: list[object] = [
+    conditions: list[ColumnElement[bool]] = [
         ReviewItem.state == "queued",
         or_(ReviewItem.claimed_by.is_(None), ReviewItem.lease_expires_at <= now),
         ~exists().where(ReviewLabel.item_id == ReviewItem.id, ReviewLabel.reviewer == reviewer),
@@ -48,39 +65,31 @@ def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[object]
     return conditions
 
 
-def next_claimable(
-    session: Session, task_id: int | None, reviewer: str, now: datetime
-) -> ReviewItem | None:
-    """The oldest item the reviewer may claim, locked. On PostgreSQL rows other claimers
-    hold locked are skipped (FOR UPDATE SKIP LOCKED), so concurrent claimers never wait
-    on each other or take the same item."""
-    query = (
-        select(ReviewItem)
-        .where(*claimable(task_id, reviewer, now))  # type: ignore[arg-type]
+def take_next(
+    session: Session, task_id: int | None, reviewer: str, now: datetime, expires: datetime
+) -> Row[Any] | None:
+    """Give the reviewer the lease of the oldest item they may claim, in one statement;
+    the item, or None when there is none.
+
+    On PostgreSQL the subquery locks the row FOR UPDATE SKIP LOCKED: concurrent claimers
+    skip each other's rows instead of waiting on them or taking the same one. On SQLite
+    (one writer at a time) the statement runs alone."""
+    oldest = (
+        select(ReviewItem.id)
+        .where(*claimable(task_id, reviewer, now))
         .order_by(ReviewItem.id)
         .limit(1)
         .with_for_update(skip_locked=True)
+        .scalar_subquery()
     )
-    return session.scalars(query).first()
-
-
-def take_lease(
-    session: Session,
-    item_id: int,
-    task_id: int | None,
-    reviewer: str,
-    now: datetime,
-    expires: datetime,
-) -> bool:
-    """Give the reviewer the item's lease if it is still claimable (on SQLite, where rows
-    are not locked, the conditions are checked again by the UPDATE itself)."""
-    done = session.execute(
+    rows = session.execute(
         update(ReviewItem)
-        .where(ReviewItem.id == item_id, *claimable(task_id, reviewer, now))  # type: ignore[arg-type]
+        .where(ReviewItem.id == oldest)
         .values(claimed_by=reviewer, lease_expires_at=expires)
+        .returning(*VIEW_COLUMNS)
         .execution_options(synchronize_session=False)
-    )
-    return bool(done.rowcount)  # type: ignore[attr-defined]
+    ).all()
+    return rows[0] if rows else None
 
 
 def locked_item(session: Session, item_id: int) -> ReviewItem | None:
