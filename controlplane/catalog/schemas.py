@@ -36,6 +36,8 @@ TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")
 # tests/catalog/test_reserved_names.py checks every route against this list.
 RESERVED_TASK_NAMES = {
     "stream": "GET /v1/flags/stream is the flags' event stream, never the flag of a task so named",
+    "backfill": "POST /v1/evalsets/backfill fills every task's eval sets; a task of that name "
+    "would share the path of its own eval sets",
 }
 
 # Bounds. A config is typed by a person; a typo must be refused with its bound named, never
