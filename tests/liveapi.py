@@ -9,6 +9,8 @@ imported it once (`_Forker`): the child sets the test's environment, then runs t
 command (`controlplane.cli.app(["api", ...])`), so settings are read, the app is created and
 uvicorn serves exactly as in a fresh `shadowplane api`, on its own pid, port and log. Servers
 with more workers (uvicorn spawns them) are started as a plain `python -m controlplane.cli`.
+Other commands are forked the same way: `run_cli` (`shadowplane <argv>` in a folder, its
+stdout and stderr kept apart) and `run_python` / `start_python` (`python -c <code>`).
 """
 
 from __future__ import annotations
@@ -259,8 +261,11 @@ class _Forker:
         return json.loads(line)
 
     def start(self, argv: list[str], env: dict[str, str], log_path: Path) -> _Forked:
-        pid = self.ask({"op": "start", "argv": argv, "env": env, "log": str(log_path)})
-        return _Forked(self, int(pid))
+        return self.fork(argv=argv, env=env, log=str(log_path))
+
+    def fork(self, **request: Any) -> _Forked:
+        """A child running `request` (see `_child`)."""
+        return _Forked(self, int(self.ask({"op": "start", **request})))
 
     def close(self) -> None:
         if self._proc.stdin is not None:
@@ -309,7 +314,7 @@ def _serve() -> None:
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request["argv"], request["env"], request["log"])
+                _child(request)
             children.add(pid)
             answer = pid
         elif request["op"] == "signal":
@@ -328,26 +333,33 @@ def _serve() -> None:
         os.waitpid(pid, 0)
 
 
-def _child(argv: list[str], env: dict[str, str], log_path: str) -> None:
-    """In the forked child: the test's environment and log, then `shadowplane <argv>`."""
+def _child(request: dict[str, Any]) -> None:
+    """In the forked child: the test's environment, working directory and log (stderr to a
+    log of its own when `err` names one), then `shadowplane <argv>`, or the Python source
+    `code` as `python -c` would run it."""
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
         os.close(devnull)
+        for fd, path in ((1, request["log"]), (2, request.get("err") or request["log"])):
+            log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(log, fd)
+            os.close(log)
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update(request["env"])
         from controlplane.cli import app
         from controlplane.settings import get_settings
 
         get_settings.cache_clear()
         try:
-            app(args=argv, prog_name="shadowplane")
+            if request.get("code") is not None:
+                exec(compile(request["code"], "<forked>", "exec"), {"__name__": "__main__"})
+            else:
+                app(args=request["argv"], prog_name="shadowplane")
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -359,6 +371,60 @@ def _child(argv: list[str], env: dict[str, str], log_path: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+@dataclass
+class Done:
+    """How a forked command ended: its exit code (negative: the signal that ended it; None:
+    still running at the timeout, then killed) and what it wrote."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def run_cli(argv: list[str], env: dict[str, str], workdir: Path, timeout: float = WAIT) -> Done:
+    """`shadowplane <argv>` with exactly the environment `env`, in `workdir` (its output is
+    kept there too), as a process of its own forked from the process that imported the app:
+    the same command as a fresh `python -m controlplane.cli`, without the import wait."""
+    return _finish(
+        _forker().fork(argv=argv, env=env, cwd=str(workdir), **_logs(workdir)), workdir, timeout
+    )
+
+
+def run_python(code: str, env: dict[str, str], workdir: Path, timeout: float = WAIT) -> Done:
+    """`python -c code` with exactly the environment `env`, in `workdir`, forked likewise."""
+    return _finish(start_python(code, env, workdir), workdir, timeout)
+
+
+def start_python(code: str, env: dict[str, str], workdir: Path) -> _Process:
+    """`run_python` without waiting: the running process (signal, poll, wait); `output`
+    reads what it wrote."""
+    return _forker().fork(code=code, env=env, cwd=str(workdir), **_logs(workdir))
+
+
+def output(workdir: Path) -> Done:
+    """What the command forked in `workdir` wrote so far (returncode None)."""
+    read = {k: Path(v).read_text(errors="replace") for k, v in _logs(workdir).items()}
+    return Done(None, read["log"], read["err"])
+
+
+def _logs(workdir: Path) -> dict[str, str]:
+    """Where a command forked in `workdir` writes (one command per folder: logs append)."""
+    paths = {"log": workdir / "stdout.log", "err": workdir / "stderr.log"}
+    for path in paths.values():
+        path.touch()
+    return {k: str(v) for k, v in paths.items()}
+
+
+def _finish(proc: _Process, workdir: Path, timeout: float) -> Done:
+    code = proc.wait(timeout)
+    if code is None:
+        proc.signal(signal.SIGKILL)
+        proc.wait(WAIT)
+    done = output(workdir)
+    done.returncode = code
+    return done
 
 
 # --- Redis, a proxy, the flag stream -------------------------------------------------------

@@ -4,10 +4,7 @@ sent again under the same delivery id. A receiver that dedupes acts on each id o
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
+import signal
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,10 +16,9 @@ from controlplane.db import get_engine, session_scope
 from controlplane.models import OutboxEvent, WebhookDelivery
 from controlplane.models.base import utcnow
 from controlplane.notify.delivery import deliver_pending
+from tests.liveapi import WAIT, ApiServer, output, run_python, start_python, wait_until
 from tests.notify.conftest import SECRET, clean_env, webhook_settings
 from tests.notify.receiver import Receiver
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Writes one event and is killed by the kick its commit sends, before anything is sent. Its
 # delivery thread only wakes when kicked, and the killer is the first kicker.
@@ -56,42 +52,29 @@ print("finished")
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _python(
-    code: str, env: dict[str, str], timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def _rows(url: str) -> list[WebhookDelivery]:
     with session_scope(get_engine(url)) as session:
         return list(session.scalars(select(WebhookDelivery)))
 
 
-def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(db_url: str) -> None:
+def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(
+    db_url: str, tmp_path: Path
+) -> None:
     receiver = Receiver(statuses=[503])  # the first attempt after the restart fails
-    env = clean_env(
-        SHADOWPLANE_DATABASE_URL=db_url,
-        SHADOWPLANE_WEBHOOK_URLS=receiver.url,
-        SHADOWPLANE_WEBHOOK_SECRET=SECRET,
-        SHADOWPLANE_WEBHOOK_POLL_SECONDS="0.2",
-        SHADOWPLANE_WEBHOOK_BACKOFF_SECONDS="0.2",
-        SHADOWPLANE_TICK_SECONDS="0",
-    )
+    settings = {
+        "SHADOWPLANE_WEBHOOK_URLS": receiver.url,
+        "SHADOWPLANE_WEBHOOK_SECRET": SECRET,
+        "SHADOWPLANE_WEBHOOK_POLL_SECONDS": "0.2",
+        "SHADOWPLANE_WEBHOOK_BACKOFF_SECONDS": "0.2",
+    }
+    env = clean_env(SHADOWPLANE_DATABASE_URL=db_url, SHADOWPLANE_TICK_SECONDS="0", **settings)
     try:
-        crashed = _python(COMMIT_THEN_DIE, {**env, "SHADOWPLANE_WEBHOOK_POLL_SECONDS": "600"})
+        (tmp_path / "crashed").mkdir()
+        crashed = run_python(
+            COMMIT_THEN_DIE,
+            {**env, "SHADOWPLANE_WEBHOOK_POLL_SECONDS": "600"},
+            tmp_path / "crashed",
+        )
         assert crashed.returncode == -9, crashed.stderr
         assert "still alive" not in crashed.stdout
         with session_scope(get_engine(db_url)) as session:
@@ -99,25 +82,19 @@ def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(db_ur
         assert receiver.received == []
 
         # Restart: the API's embedded delivery thread finds the event and delivers it.
-        port = _free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "api", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        server = ApiServer(db_url, tmp_path / "api.log", settings=settings)
+        server.launch()
         try:
-            deadline = time.monotonic() + 60
-            while len(receiver.received) < 2 and time.monotonic() < deadline:
-                assert server.poll() is None, server.stderr.read() if server.stderr else b""
-                time.sleep(0.1)
-            assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+            proc = server.proc
+            assert proc is not None
+            wait_until(
+                lambda: len(receiver.received) >= 2 or proc.poll() is not None,
+                "the delivery after the restart",
+            )
+            assert proc.poll() is None, server.log()
+            assert httpx.get(f"{server.base}/healthz").status_code == 200
         finally:
-            server.terminate()
-            server.wait(timeout=30)
-            if server.stderr is not None:
-                server.stderr.close()
+            server.stop()
         got = receiver.received
         assert [r.status for r in got] == [503, 200]
         # The retry after the failure carries the same delivery id, and a signature.
@@ -138,7 +115,7 @@ def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(db_ur
 
 
 def test_a_runner_killed_mid_send_is_followed_by_a_resend_with_the_same_delivery_id(
-    db_url: str,
+    db_url: str, tmp_path: Path
 ) -> None:
     receiver = Receiver(hang=True)
     env = clean_env(
@@ -152,20 +129,13 @@ def test_a_runner_killed_mid_send_is_followed_by_a_resend_with_the_same_delivery
 
         with session_scope(get_engine(db_url)) as session:
             add_event(session, kind="alert", task="t", document={"kind": "alert", "task": "t"})
-        runner = subprocess.Popen(
-            [sys.executable, "-c", ONE_PASS],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        runner = start_python(ONE_PASS, env, tmp_path)
         try:
-            assert len(receiver.wait(1, timeout=60)) == 1, runner.communicate(timeout=5)
+            assert len(receiver.wait(1, timeout=60)) == 1, output(tmp_path)
         finally:
-            runner.kill()
-            out, _ = runner.communicate(timeout=30)
-        assert runner.returncode == -9 and "finished" not in out
+            runner.signal(signal.SIGKILL)
+            code = runner.wait(WAIT)
+        assert code == -9 and "finished" not in output(tmp_path).stdout
         receiver.answer()
         first = receiver.received[0]
         assert receiver.processed == {}  # it never answered: the sender cannot know
