@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,10 +22,17 @@ from controlplane.models import Result
 from controlplane.settings import Settings
 from controlplane.sim.profiles import LONG_TICKET, generate
 from tests.conftest import Api, make_api
+from tests.liveapi import run_cli
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 LABEL = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
 TICKET = {"task": "ticket_classify", "comparator": LABEL}
+
+
+@functools.cache
+def _tickets(scenario: str = "none") -> list[dict]:
+    """20000 simulated tickets (seed 1), made once per scenario for the tests that read them."""
+    return generate("ticket_classify", 20000, seed=1, now=NOW, scenario=scenario)
 
 
 def _miss_rate(results: list[dict], long: bool) -> float:
@@ -42,7 +48,7 @@ def _miss_rate(results: list[dict], long: bool) -> float:
 
 
 def test_tickets_have_a_length_mix_and_agreement_falls_with_length() -> None:
-    results = generate("ticket_classify", 20000, seed=1, now=NOW)
+    results = _tickets()
     long_share = sum(r["input_tokens"] >= LONG_TICKET for r in results) / len(results)
     assert 0.05 < long_share < 0.15
     assert _miss_rate(results, long=True) > _miss_rate(results, long=False)
@@ -51,8 +57,7 @@ def test_tickets_have_a_length_mix_and_agreement_falls_with_length() -> None:
 
 
 def test_long_tickets_break_only_the_long_bucket() -> None:
-    normal = generate("ticket_classify", 20000, seed=1, now=NOW)
-    broken = generate("ticket_classify", 20000, seed=1, now=NOW, scenario="long_tickets")
+    normal, broken = _tickets(), _tickets("long_tickets")
     assert _miss_rate(broken, long=True) > 0.3 > 0.1 > _miss_rate(normal, long=True)
     assert abs(_miss_rate(broken, long=False) - _miss_rate(normal, long=False)) < 0.01
 
@@ -103,11 +108,8 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
     started = datetime.now(UTC)
-    done = subprocess.run(
+    done = run_cli(
         [
-            sys.executable,
-            "-m",
-            "controlplane.cli",
             "simulate",
             "--url",
             base,
@@ -126,11 +128,8 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
             "--scenario-task",
             "reply_rewrite",
         ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        env,
+        tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reply_rewrite: generated 0, accepted 0" in done.stdout
@@ -148,23 +147,18 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
     assert started - timedelta(seconds=2) <= first <= last <= datetime.now(UTC)
 
 
-def test_simulate_names_a_bad_scenario() -> None:
+def test_simulate_names_a_bad_scenario(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    done = subprocess.run(
+    done = run_cli(
         [
-            sys.executable,
-            "-m",
-            "controlplane.cli",
             "simulate",
             "--key",
             "x",
             "--scenario",
             "meteor",
         ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        env,
+        tmp_path,
     )
     assert done.returncode == 1
     assert (
