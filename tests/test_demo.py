@@ -1,32 +1,36 @@
-"""`shadowplane demo --once` on the embedded default: stored, scored results, closed windows, a key that works."""
+"""`shadowplane demo --once` on the embedded default: stored, scored results, closed windows,
+a real-time rollback, a key that works."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from tests.liveapi import run_cli
+
 
 def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    done = subprocess.run(
+    # The CLI command as its own process (forked from one that imported the app already).
+    done = run_cli(
         [
-            sys.executable,
-            "-m",
-            "controlplane.cli",
             "demo",
             "--once",
             "--port",
             "0",
+            # The regression from the start, at a rate that gives every ten-second window
+            # the 20 long-ticket pairs a verdict needs: three breaching windows, not six
+            # pooled ones after the default 30 s of good traffic.
+            "--scenario-after",
+            "0",
+            "--rate",
+            "60",
         ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        env,
+        tmp_path,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
