@@ -30,21 +30,31 @@ NO_QUEUE = (
 )
 
 
+# Task ids and names never change once made (tasks are neither renamed nor deleted):
+# each is read once per database.
+_names: dict[tuple[str, int], str] = {}
+_ids: dict[tuple[str, str], int] = {}
+
+
+def _database(session: Session) -> str:
+    return str(session.get_bind().engine.url)
+
+
 def _task_id(session: Session, task: str | None) -> int | None:
     if task is None:
         return None
-    found = repository.task_by_name(session, task)
+    key = (_database(session), task)
+    found = _ids.get(key)
     if found is None:
-        raise ActionError(404, f"task: no task named {task[:200]!r}")
-    return found.id
-
-
-# Task ids and names never change once made (tasks are not renamed): read each once.
-_names: dict[tuple[str, int], str] = {}
+        found = session.scalar(select(Task.id).where(Task.name == task))
+        if found is None:
+            raise ActionError(404, f"task: no task named {task[:200]!r}")
+        _ids[key] = found
+    return found
 
 
 def _task_name(session: Session, task_id: int) -> str:
-    key = (str(session.get_bind().engine.url), task_id)
+    key = (_database(session), task_id)
     name = _names.get(key)
     if name is None:
         name = session.scalar(select(Task.name).where(Task.id == task_id)) or ""
@@ -116,20 +126,20 @@ def label(
             task=name or None,
             details={
                 "item": item_id,
-                "label": done.label.id,
+                "label": done.label_id,
                 "verdict": verdict,
-                "resolved": done.label.resolved,
+                "resolved": done.resolved,
                 "failure_class": failure_class,
                 "corrected": corrected is not None,
-                "state": done.item.state,
-                "reviews_needed": done.item.reviews_needed,
+                "state": done.state,
+                "reviews_needed": done.reviews_needed,
             },
         )
         return {
             "item": item_id,
-            "label": done.label.id,
-            "state": done.item.state,
-            "reviews_needed": done.item.reviews_needed,
+            "label": done.label_id,
+            "state": done.state,
+            "reviews_needed": done.reviews_needed,
             "reviewers": done.reviewers,
         }
 

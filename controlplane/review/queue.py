@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import FAILURE_CLASS
 from controlplane.errors import ActionError
-from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip
+from controlplane.models import ReviewSkip
 from controlplane.review import repository
 from controlplane.review.labels import LabelError, consensus, resolve, votes
 
@@ -50,14 +50,17 @@ def claim(
 
 @dataclass(frozen=True, slots=True)
 class Labelled:
-    label: ReviewLabel
-    item: ReviewItem
+    label_id: int
+    resolved: str
+    state: str
+    reviews_needed: int
     reviewers: int
     disagreement: bool
 
 
-def check_lease(item: ReviewItem | None, item_id: int, reviewer: str, now: datetime) -> ReviewItem:
-    """The item if the reviewer holds its unexpired lease; else 404 or 409 saying why."""
+def check_lease(item: Any, item_id: int, reviewer: str, now: datetime) -> Any:
+    """The item (a row of repository.LEASE_COLUMNS) if the reviewer holds its unexpired
+    lease; else 404 or 409 saying why."""
     if item is None:
         raise ActionError(404, f"review item {item_id}: no such item")
     if item.claimed_by != reviewer:
@@ -87,10 +90,11 @@ def label(
     note: str | None,
     now: datetime,
     reviewers_per_item: int,
-    locked: ReviewItem | None = None,
+    locked: Any = None,
 ) -> Labelled:
     """Store the reviewer's label on the item they hold, free the lease, and mark the item
-    done or send it to one more reviewer. `locked`: the item, if the caller locked it."""
+    done or send it to one more reviewer. `locked`: the item's lease row, if the caller
+    locked it (repository.locked_item)."""
     if locked is None:
         locked = repository.locked_item(session, item_id)
     item = check_lease(locked, item_id, reviewer, now)
@@ -106,7 +110,8 @@ def label(
         )
     if note is not None and len(note) > MAX_NOTE:
         raise ActionError(422, f"note: at most {MAX_NOTE} characters, got {len(note)}")
-    new = ReviewLabel(
+    label_id = repository.add_label(
+        session,
         item_id=item.id,
         task_id=item.task_id,
         reviewer=reviewer,
@@ -117,11 +122,8 @@ def label(
         note=note,
         created_at=now,
     )
-    session.add(new)
-    session.flush()
-    item.claimed_by = None
-    item.lease_expires_at = None
-    if item.reviews_needed == 1:
+    needed, state, done_at = item.reviews_needed, "queued", None
+    if needed == 1:
         # One reviewer needed (never extended): nobody else labelled it, so this one vote
         # decides it.
         voters, disagreement = 1, False
@@ -130,15 +132,14 @@ def label(
         voters = len(votes(labels))
         agreed = consensus(labels)
         disagreement = agreed is not None and agreed.disagreement
-    if voters >= item.reviews_needed:
+    if voters >= needed:
         # One extra reviewer, once: the item's own count says whether it had it.
-        if disagreement and item.reviews_needed <= reviewers_per_item:
-            item.reviews_needed = voters + 1
+        if disagreement and needed <= reviewers_per_item:
+            needed = voters + 1
         else:
-            item.state = "done"
-            item.done_at = now
-    session.flush()
-    return Labelled(new, item, voters, disagreement)
+            state, done_at = "done", now
+    repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
+    return Labelled(label_id, resolved, state, needed, voters, disagreement)
 
 
 def release(
@@ -149,15 +150,14 @@ def release(
     skip: bool,
     reason: str | None,
     now: datetime,
-) -> ReviewItem:
+) -> Any:
     """Free the item the reviewer holds; a skip also records that they passed on it (with
     the reason), so it is never offered to them again."""
     item = check_lease(repository.locked_item(session, item_id), item_id, reviewer, now)
     if reason is not None and len(reason) > MAX_REASON:
         raise ActionError(422, f"reason: at most {MAX_REASON} characters, got {len(reason)}")
-    item.claimed_by = None
-    item.lease_expires_at = None
+    repository.end_lease(session, item.id)
     if skip:
         session.add(ReviewSkip(item_id=item.id, reviewer=reviewer, reason=reason, created_at=now))
-    session.flush()
+        session.flush()
     return item

@@ -5,15 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, case, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip, Task
-
-
-def task_by_name(session: Session, name: str) -> Task | None:
-    return session.scalars(select(Task).where(Task.name == name)).one_or_none()
-
+from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip
 
 # What the blind view reads of a claimed item.
 VIEW_COLUMNS = (
@@ -92,13 +87,51 @@ def take_next(
     return rows[0] if rows else None
 
 
-def locked_item(session: Session, item_id: int) -> ReviewItem | None:
-    return session.scalars(
-        select(ReviewItem)
+# What a label or a release reads of the item it locks.
+LEASE_COLUMNS = (
+    ReviewItem.id,
+    ReviewItem.task_id,
+    ReviewItem.kind,
+    ReviewItem.a_is_edge,
+    ReviewItem.claimed_by,
+    ReviewItem.lease_expires_at,
+    ReviewItem.reviews_needed,
+    ReviewItem.state,
+)
+
+
+def locked_item(session: Session, item_id: int) -> Any:
+    """The item's lease and what a label needs, its row locked until the transaction ends."""
+    return session.execute(
+        select(*LEASE_COLUMNS).where(ReviewItem.id == item_id).with_for_update()
+    ).first()
+
+
+def add_label(session: Session, **values: Any) -> int:
+    """Insert a label; its id."""
+    return int(
+        session.execute(insert(ReviewLabel).values(**values).returning(ReviewLabel.id)).scalar_one()
+    )
+
+
+def end_lease(
+    session: Session,
+    item_id: int,
+    *,
+    state: str | None = None,
+    done_at: datetime | None = None,
+    reviews_needed: int | None = None,
+) -> None:
+    """Free the item's lease; with a label, set where the item now stands."""
+    values: dict[str, Any] = {"claimed_by": None, "lease_expires_at": None}
+    if state is not None:
+        values.update(state=state, done_at=done_at, reviews_needed=reviews_needed)
+    session.execute(
+        update(ReviewItem)
         .where(ReviewItem.id == item_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one_or_none()
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def item_labels(session: Session, item_id: int) -> list[ReviewLabel]:
