@@ -17,21 +17,24 @@ exactly one stratum — the first that matches:
 Results in none (one side only, an output too long to compare, a cloud error) are not
 drawn: there is nothing a reviewer could compare or check.
 
-`quota_per_window` is split over the (bucket, stratum) cells that have candidates
-(`allocate`): first one item to each cell, in the order of the strata above (conflicts
-first) and of the buckets, so every stratum with candidates is measured — both error
-directions and the comparator's misses — as long as the quota reaches; then the rest in
-proportion to the strata's weights (conflict 4, edge_error/invalid/low_confidence 2,
-cloud_decided/agree 1), never more than a cell holds, a cell's unused share going to
-the others. Inside a cell the draw is uniform without replacement: the candidates ordered
-by a hash of their result id seeded by (task, window), the first k taken, so a rerun
-draws the same items. The whole draw is one SQL statement that reads the window's rows
-once and returns each cell's count and only the candidates at the front of the hash
-order (`draw`): no sort of the window, and no object per result.
+`quota_per_window` is split over the strata first (`allocate`): one item to each stratum
+with candidates, in the order above but conflicts first, so every stratum is measured —
+both error directions and the comparator's misses — in every window whose quota reaches
+six; then the rest by the strata's weights (conflict 4, edge_error/invalid/low_confidence
+2, cloud_decided/agree 1), never more than a stratum holds, its unused share going to
+the others. A stratum's share is then split over its buckets — one each, then in
+proportion to their candidates — or, when the share is smaller than the number of its
+buckets, drawn from the whole stratum at once, so no bucket is left with no chance of
+being drawn. Inside a cell (or a pooled stratum) the draw is uniform without
+replacement: the candidates ordered by a hash of their result id seeded by (task,
+window), the first k taken, so a rerun draws the same items. The whole draw is one SQL
+statement that reads the window's rows once and returns each cell's count and only the
+candidates at the front of the hash order (`draw`): no sort of the window, and no object
+per result.
 
-An item's inclusion probability is k/N (drawn over candidates of its cell) times its
-payload's keep probability. A result is queued at most once (unique (task, request id),
-inserted with ON CONFLICT DO NOTHING).
+An item's inclusion probability is k/N (drawn over candidates of its cell, or of its
+stratum when pooled) times its payload's keep probability. A result is queued at most
+once (unique (task, request id), inserted with ON CONFLICT DO NOTHING).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -168,40 +172,88 @@ def stratum_of(low_confidence: float, *, codes: bool = False) -> ColumnElement[A
     )
 
 
-def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> dict[Cell, int]:
-    """How many items each (bucket, stratum) cell gets out of `quota` (see the module doc)."""
-    order = {b: i for i, b in enumerate(buckets)}
-    cells = sorted(
-        (c for c, n in counts.items() if n > 0),
-        key=lambda c: (STRATA.index(c[1]), order.get(c[0], len(order)), c[0]),
-    )
-    alloc = dict.fromkeys(cells, 0)
+def _split(
+    quota: int, sizes: Mapping[Any, int], weights: Mapping[Any, int], order: list[Any]
+) -> dict[Any, int]:
+    """`quota` over the keys of `sizes` (those with a size): one each in `order` first, then
+    in proportion to `weights`, never more than a key's size; what a key cannot take goes
+    to the others (ties to the heaviest, then the first in `order`)."""
+    keys = [k for k in order if sizes.get(k, 0) > 0]
+    share = dict.fromkeys(keys, 0)
     remaining = quota
-    for cell in cells:
+    for key in keys:
         if remaining == 0:
             break
-        alloc[cell] = 1
+        share[key] = 1
         remaining -= 1
     while remaining > 0:
-        open_cells = [c for c in cells if alloc[c] < counts[c]]
-        if not open_cells:
+        open_keys = [k for k in keys if share[k] < sizes[k]]
+        if not open_keys:
             break
-        total = sum(WEIGHTS[c[1]] for c in open_cells)
-        give = {
-            c: min(counts[c] - alloc[c], remaining * WEIGHTS[c[1]] // total) for c in open_cells
-        }
+        total = sum(weights[k] for k in open_keys)
+        give = {k: min(sizes[k] - share[k], remaining * weights[k] // total) for k in open_keys}
         if not any(give.values()):
-            # Less left than the cells' weights can split: one each, heaviest first.
-            for c in sorted(open_cells, key=lambda c: -WEIGHTS[c[1]]):
+            for key in sorted(open_keys, key=lambda k: -weights[k]):
                 if remaining == 0:
                     break
-                alloc[c] += 1
+                share[key] += 1
                 remaining -= 1
             continue
-        for c, n in give.items():
-            alloc[c] += n
+        for key, n in give.items():
+            share[key] += n
             remaining -= n
-    return {c: n for c, n in alloc.items() if n}
+    return {k: n for k, n in share.items() if n}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Where a window's quota goes. `cells`: items per (bucket, stratum) for strata drawn
+    per bucket; `pooled`: items per stratum drawn from all its buckets at once (a stratum
+    whose share is smaller than the number of its buckets). `counts`: candidates per cell."""
+
+    counts: Mapping[Cell, int]
+    cells: dict[Cell, int]
+    pooled: dict[str, int]
+
+    def stratum_size(self, stratum: str) -> int:
+        return sum(n for (_, s), n in self.counts.items() if s == stratum)
+
+    def probability(self, cell: Cell) -> float:
+        """The chance a candidate of the cell is drawn."""
+        if cell[1] in self.pooled:
+            return self.pooled[cell[1]] / self.stratum_size(cell[1])
+        return self.cells.get(cell, 0) / self.counts[cell]
+
+    def wanted(self, cell: Cell) -> int:
+        """How far into the cell's hash order the draw must see."""
+        if cell[1] in self.pooled:
+            return min(self.pooled[cell[1]], self.counts[cell])
+        return self.cells.get(cell, 0)
+
+
+def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> Allocation:
+    """How the quota is split (see the module doc): over the strata first — one each in
+    STRATA order (conflicts first), then by WEIGHTS — so every stratum with candidates is
+    measured in every window the quota allows; then a stratum's share over its buckets —
+    one each in bucket order, then in proportion to their candidates — or, when the share
+    is smaller than the number of its buckets, drawn from the whole stratum at once, so no
+    bucket's candidates are left with no chance of being drawn."""
+    order = list(buckets) + sorted({b for b, _ in counts} - set(buckets))
+    sizes: dict[str, int] = {}
+    for (_, stratum), n in counts.items():
+        sizes[stratum] = sizes.get(stratum, 0) + n
+    per_stratum = _split(quota, sizes, WEIGHTS, list(STRATA))
+    cells: dict[Cell, int] = {}
+    pooled: dict[str, int] = {}
+    for stratum, share in per_stratum.items():
+        members = {b: counts.get((b, stratum), 0) for b in order}
+        present = [b for b in order if members[b] > 0]
+        if share < len(present):
+            pooled[stratum] = share
+            continue
+        for bucket, n in _split(share, members, members, order).items():
+            cells[(bucket, stratum)] = n
+    return Allocation(counts=dict(counts), cells=cells, pooled=pooled)
 
 
 # --- the window's draw ------------------------------------------------------------------
@@ -269,9 +321,9 @@ def draw(
     start: datetime,
     end: datetime,
     boundaries: Sequence[int],
-) -> tuple[dict[Cell, int], dict[Cell, int], list[tuple[int, Cell]]]:
-    """One pass over the window's results with a kept payload: per cell the number of
-    candidates, the allocation, and the drawn result ids.
+) -> tuple[Allocation, list[tuple[int, Cell]]]:
+    """One pass over the window's results with a kept payload: the allocation (with each
+    cell's number of candidates) and the drawn result ids with their cells.
 
     A cell's draw is its k candidates of smallest hash. The statement returns each cell's
     count and only the candidates in the first (2 x quota + 30) / N of the hash range —
@@ -299,13 +351,23 @@ def draw(
         for row in rows:
             if row.id is not None:
                 by_cell.setdefault(cell_of(row.cell), []).append((int(row.h), int(row.id)))
-        if expected is None or all(len(by_cell.get(c, ())) >= k for c, k in alloc.items()):
+        if expected is None or all(len(by_cell.get(c, ())) >= alloc.wanted(c) for c in counts):
             break
         expected = None
-    chosen = [
-        (result_id, cell) for cell, k in alloc.items() for _, result_id in sorted(by_cell[cell])[:k]
-    ]
-    return counts, alloc, chosen
+    chosen: list[tuple[int, Cell]] = []
+    for cell, k in alloc.cells.items():
+        chosen += [(result_id, cell) for _, result_id in sorted(by_cell[cell])[:k]]
+    for stratum, k in alloc.pooled.items():
+        # The stratum's k smallest hashes over all its buckets: each lies in the first k of
+        # its own cell, which the statement returned.
+        front = sorted(
+            (h, result_id, cell)
+            for cell, found in by_cell.items()
+            if cell[1] == stratum
+            for h, result_id in found
+        )
+        chosen += [(result_id, cell) for _, result_id, cell in front[:k]]
+    return alloc, chosen
 
 
 def _fields() -> tuple[Any, ...]:
@@ -407,7 +469,7 @@ def sample_window(
 ) -> int:
     """Draw and queue one closed window's items; how many were queued."""
     start, end = window.window_start, window.window_end
-    counts, alloc, chosen = draw(session, task, config, start, end, window.length_buckets)
+    alloc, chosen = draw(session, task, config, start, end, window.length_buckets)
     if not chosen:
         return 0
     cells = dict(chosen)
@@ -429,9 +491,7 @@ def sample_window(
                 window=start,
                 reason=stratum,
                 layer="anomaly" if stratum in SINGLE else "boundary",
-                probability=alloc[(bucket, stratum)]
-                / counts[(bucket, stratum)]
-                * row.keep_probability,
+                probability=alloc.probability((bucket, stratum)) * row.keep_probability,
                 provenance=None,
                 reviews_needed=config.review.reviewers_per_item,
                 now=now,

@@ -149,7 +149,17 @@ def test_strata_quotas_and_inclusion_probabilities(api: Api) -> None:
     counts = expected_counts()
     alloc = allocate(20, counts, list(BUCKETS))
     drawn = Counter(shape_of(i.request_id) for i in got)
-    assert drawn == alloc
+    # Every stratum's share reaches both buckets: drawn per bucket.
+    assert alloc.pooled == {} and drawn == alloc.cells
+    per_stratum = Counter(s for _, s in drawn.elements())
+    assert per_stratum == {
+        "conflict": 6,
+        "edge_error": 4,
+        "invalid": 3,
+        "low_confidence": 3,
+        "cloud_decided": 2,
+        "agree": 2,
+    }
     # Every stratum of every bucket is measured, conflicts most.
     assert set(drawn) == set(counts)
     assert all(drawn[(b, "conflict")] == max(drawn.values()) for b in BUCKETS)
@@ -162,7 +172,7 @@ def test_strata_quotas_and_inclusion_probabilities(api: Api) -> None:
         assert item.layer == ("anomaly" if single else "boundary")
         # k drawn of N candidates, times the keep probability (1 here).
         assert item.inclusion_probability == pytest.approx(
-            alloc[(bucket, shape)] / counts[(bucket, shape)]
+            alloc.cells[(bucket, shape)] / counts[(bucket, shape)]
         )
         assert item.window_start == T0 and item.state == "queued" and item.reviews_needed == 1
         assert item.input["text"] == f"help with {item.request_id}"
@@ -209,12 +219,13 @@ def test_keep_probability_multiplies_the_draws_probability(api: Api) -> None:
     assert kept[("0-127", "conflict")] == SHAPES["conflict"]
     candidates = {cell: n for cell, n in kept.items() if cell[1] in STRATA}
     alloc = allocate(20, candidates, list(BUCKETS))
-    assert Counter(shape_of(i.request_id) for i in got) == alloc
+    assert alloc.pooled == {}
+    assert Counter(shape_of(i.request_id) for i in got) == alloc.cells
     for item in got:
         cell = shape_of(item.request_id)
         assert item.request_id in keep  # only results whose payload was kept
         assert item.inclusion_probability == pytest.approx(
-            alloc[cell] / candidates[cell] * keep[item.request_id]
+            alloc.cells[cell] / candidates[cell] * keep[item.request_id]
         )
         assert keep[item.request_id] == (0.5 if cell[1] in ("agree", "cloud_decided") else 1.0)
 
@@ -254,13 +265,16 @@ def test_windows_draw_differently_and_small_quotas_go_to_conflicts_first(api: Ap
     # Different seeds: the second window's draw is not the first's.
     first, second = by_window.values()
     assert first != second
-    small = Counter((i.window_start, i.reason) for i in items(api, "small_quota"))
-    assert small == {
-        (T0, "conflict"): 2,
-        (T0, "edge_error"): 2,
-        (T0 + timedelta(seconds=WINDOW), "conflict"): 2,
-        (T0 + timedelta(seconds=WINDOW), "edge_error"): 2,
+    # A quota of 4: the first four strata get one item each, each drawn from the whole
+    # stratum (both buckets), with probability 1 / the stratum's candidates.
+    small = items(api, "small_quota")
+    assert Counter((i.window_start, i.reason) for i in small) == {
+        (T0 + timedelta(seconds=WINDOW * k), reason): 1
+        for k in range(2)
+        for reason in ("conflict", "edge_error", "invalid", "low_confidence")
     }
+    for item in small:
+        assert item.inclusion_probability == pytest.approx(1 / (2 * SHAPES[item.reason]))
 
 
 def test_no_queue_without_kept_text(api: Api) -> None:
@@ -352,47 +366,73 @@ cells = st.dictionaries(
 def test_allocate_spends_the_quota_within_the_candidates(
     quota: int, counts: dict[tuple[str, str], int]
 ) -> None:
-    alloc = allocate(quota, counts, ["0-127", "128-511", "512+"])
+    buckets = ["0-127", "128-511", "512+"]
+    alloc = allocate(quota, counts, buckets)
     available = sum(counts.values())
-    assert sum(alloc.values()) == min(quota, available)
-    assert all(0 < alloc[c] <= counts[c] for c in alloc)
-    present = [c for c, n in counts.items() if n > 0]
-    if quota >= len(present):
-        # Every cell with candidates gets a share.
-        assert set(alloc) == set(present)
+    spent = sum(alloc.cells.values()) + sum(alloc.pooled.values())
+    assert spent == min(quota, available)
+    assert all(0 < n <= counts[c] for c, n in alloc.cells.items())
+    strata = [s for s in STRATA if any(n for (_, t), n in counts.items() if t == s)]
+    served = {s for _, s in alloc.cells} | set(alloc.pooled)
+    if quota >= len(strata):
+        # Every stratum with candidates is measured.
+        assert served == set(strata)
     else:
-        # Conflicts are served first.
-        conflict_cells = [c for c in present if c[1] == "conflict"]
-        assert sum(1 for c in alloc if c[1] == "conflict") == min(quota, len(conflict_cells))
+        # The first strata in order (conflicts first) are.
+        assert served == set(strata[:quota])
+    for stratum in served:
+        present = [b for b in buckets if counts.get((b, stratum), 0) > 0]
+        # Every candidate of a measured stratum has a chance, and the chances add up to
+        # the stratum's share.
+        chances = [alloc.probability((b, stratum)) for b in present]
+        assert all(0 < p <= 1 for p in chances)
+        share = alloc.pooled.get(stratum) or sum(
+            n for (_, t), n in alloc.cells.items() if t == stratum
+        )
+        expected = sum(alloc.probability((b, stratum)) * counts[(b, stratum)] for b in present)
+        assert expected == pytest.approx(share)
+        assert (stratum in alloc.pooled) == (share < len(present))
     # Heavier strata never get less than lighter ones where neither ran out.
-    for a in alloc:
-        for b in alloc:
-            if WEIGHTS[a[1]] > WEIGHTS[b[1]] and alloc[a] < counts[a] and alloc[b] < counts[b]:
-                assert alloc[a] >= alloc[b]
+    shares = {
+        s: alloc.pooled.get(s) or sum(n for (_, t), n in alloc.cells.items() if t == s)
+        for s in served
+    }
+    sizes = {s: sum(n for (_, t), n in counts.items() if t == s) for s in served}
+    for a in served:
+        for b in served:
+            if WEIGHTS[a] > WEIGHTS[b] and shares[a] < sizes[a] and shares[b] < sizes[b]:
+                assert shares[a] >= shares[b]
 
 
+@pytest.mark.parametrize("task", ["review_task", "small_quota"])
 @pytest.mark.parametrize("front", [(2.0, 30.0), (0.0, 0.5)])
 def test_the_draw_is_the_front_of_the_hash_order(
-    api: Api, monkeypatch: pytest.MonkeyPatch, front: tuple[float, float]
+    api: Api, monkeypatch: pytest.MonkeyPatch, front: tuple[float, float], task: str
 ) -> None:
-    """Each cell's draw is its k candidates of smallest hash, whether the statement's
-    front of the hash order held enough of them or (a tiny front) the draw read them all."""
+    """Each cell's draw (each pooled stratum's, with a small quota) is its k candidates of
+    smallest hash, whether the statement's front of the hash order held enough of them or
+    (a tiny front) the draw read them all."""
     monkeypatch.setattr(sampler, "FRONT", front)
-    post_all(api, window_results("review_task", T0))
+    post_all(api, window_results(task, T0))
     with session_scope(api.engine) as session:
-        task = session.scalars(select(Task).where(Task.name == "review_task")).one()
-        cfg = task_runtimes(session, {"review_task"})["review_task"].config
+        found = session.scalars(select(Task).where(Task.name == task)).one()
+        cfg = task_runtimes(session, {task})[task].config
         end = T0 + timedelta(seconds=WINDOW)
-        counts, alloc, chosen = sampler.draw(session, task, cfg, T0, end, [128, 512])
-        every = sampler._drawn_rows(session, task, cfg, T0, end, [128, 512], None)
+        alloc, chosen = sampler.draw(session, found, cfg, T0, end, [128, 512])
+        every = sampler._drawn_rows(session, found, cfg, T0, end, [128, 512], None)
     labels = ["0-127", "128-511", "512+"]
     by_cell: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for row in every:
         if row.id is not None:
             cell = (labels[row.cell // 8], STRATA[row.cell % 8])
             by_cell.setdefault(cell, []).append((row.h, row.id))
-    assert counts == expected_counts() == {c: len(v) for c, v in by_cell.items()}
-    assert sum(alloc.values()) == 20
-    assert sorted(chosen) == sorted(
-        (rid, cell) for cell, k in alloc.items() for _, rid in sorted(by_cell[cell])[:k]
-    )
+    assert alloc.counts == expected_counts() == {c: len(v) for c, v in by_cell.items()}
+    expected = [
+        (rid, cell) for cell, k in alloc.cells.items() for _, rid in sorted(by_cell[cell])[:k]
+    ]
+    for stratum, k in alloc.pooled.items():
+        pool = sorted((h, rid, c) for c, v in by_cell.items() if c[1] == stratum for h, rid in v)
+        expected += [(rid, c) for _, rid, c in pool[:k]]
+    assert len(expected) == cfg.review.quota_per_window
+    assert bool(alloc.pooled) == (task == "small_quota")
+    assert sorted(chosen) == sorted(expected)
