@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import FAILURE_CLASS
+from controlplane.compare.jsonutil import dumps
 from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
 from controlplane.review import repository
@@ -29,6 +30,8 @@ from controlplane.review.labels import LabelError, consensus, resolve, votes
 # Bounds on what a label carries (the API bounds its body the same way).
 MAX_NOTE = 2000
 MAX_REASON = 500
+# A correction is an answer, not a document: 64 KiB of JSON.
+MAX_CORRECTED = 65536
 
 
 def claim(
@@ -110,6 +113,13 @@ def label(
         )
     if note is not None and len(note) > MAX_NOTE:
         raise ActionError(422, f"note: at most {MAX_NOTE} characters, got {len(note)}")
+    if corrected is not None:
+        try:
+            size = len(dumps(corrected))
+        except (TypeError, ValueError):
+            raise ActionError(422, "corrected: not a JSON value this server can store") from None
+        if size > MAX_CORRECTED:
+            raise ActionError(422, f"corrected: at most {MAX_CORRECTED} bytes of JSON, got {size}")
     label_id = repository.add_label(
         session,
         item_id=item.id,

@@ -133,7 +133,12 @@ def test_bad_verdicts_are_422_and_keep_the_lease(engine: Engine) -> None:
     with session_scope(engine) as session:
         session.get(ReviewItem, single).kind = "single"  # type: ignore[union-attr]
     assert claim(engine, "ann")["id"] == pair  # type: ignore[index]
-    for bad in ({"verdict": "correct"}, {"verdict": "a_correct", "failure_class": "Bad Class"}):
+    for bad in (
+        {"verdict": "correct"},
+        {"verdict": "a_correct", "failure_class": "Bad Class"},
+        {"verdict": "both_wrong", "corrected": "x" * 70_000},
+        {"verdict": "a_correct", "note": "n" * 2001},
+    ):
         with pytest.raises(ActionError) as err:
             label(engine, pair, "ann", **bad)
         assert err.value.status == 422
