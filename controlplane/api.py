@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from controlplane.alerts.endpoints import router as alerts_router
@@ -163,6 +163,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"detail": "storage unavailable; nothing from this request was stored, retry"},
             status_code=503,
             headers={"Retry-After": str(STORAGE_RETRY_SECONDS)},
+        )
+
+    @app.exception_handler(DataError)
+    async def unstorable(_: Request, exc: DataError) -> ORJSONResponse:
+        # A value the checks before the database let through and the database refuses (a
+        # NUL character, a number out of a column's range): the client's data, not a fault.
+        log.warning('{"event": "unstorable_value", "error": "%s"}', type(exc.orig).__name__)
+        return ORJSONResponse(
+            {"detail": ["body: holds a value the database cannot store (NUL or out of range)"]},
+            status_code=422,
         )
 
     @app.exception_handler(DBAPIError)

@@ -114,6 +114,7 @@ class BodyGuard:
         declared: int | None = None
         chunked = False
         content_type = b""
+        content_types = 0
         for name, value in scope["headers"]:
             if name == b"content-length":
                 declared = int(value) if value.isdigit() else None
@@ -121,8 +122,18 @@ class BodyGuard:
                 chunked = True
             elif name == b"content-type":
                 content_type = value.lower()
+                content_types += 1
         if declared is not None and declared > self.max_bytes:
             await _refuse(send, BodyTooLarge(self.max_bytes), close=True)
+            return
+        if content_types > 1:
+            # The check below reads one header and the framework another: a JSON body
+            # under a second, non-JSON type would pass unchecked and reach the database.
+            await _refuse(
+                send,
+                BodyRefused(f"content-type: sent {content_types} times; send it once"),
+                close=True,
+            )
             return
         finished = not chunked and not declared
         check_shape = (

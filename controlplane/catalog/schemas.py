@@ -38,6 +38,9 @@ RESERVED_TASK_NAMES = {
     "stream": "GET /v1/flags/stream is the flags' event stream, never the flag of a task so named",
     "backfill": "POST /v1/evalsets/backfill fills every task's eval sets; a task of that name "
     "would share the path of its own eval sets",
+    # An eval-set export holds one folder per task beside these two files.
+    "manifest.json": "the eval-set export writes manifest.json beside the tasks' folders",
+    "schema.json": "the eval-set export writes schema.json beside the tasks' folders",
 }
 
 # Bounds. A config is typed by a person; a typo must be refused with its bound named, never

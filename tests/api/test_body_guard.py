@@ -302,3 +302,48 @@ def test_json_shape_depth_counts_only_structure() -> None:
         assert depth_problem(b'[[{"a": [1]}]]', step) == "body: nested deeper than 3 levels"
         # An escaped backslash ends before the quote: the string closes there.
         assert depth_problem(b'["\\\\", [[[1]]]]', step) == "body: nested deeper than 3 levels"
+
+
+def test_two_content_types_are_refused_before_a_byte_reaches_storage(
+    api: Api, loose_client: TestClient
+) -> None:
+    # The guard would judge the body by one header and the framework parse it by the other:
+    # a JSON body holding \u0000 under a second, non-JSON type would reach the database.
+    body = b'{"reason": "a\\u0000b"}'
+    for second in ("text/plain", "application/json"):
+        headers = [
+            *api.headers("admin").items(),
+            ("content-type", "application/json"),
+            ("content-type", second),
+        ]
+        response = loose_client.post("/v1/kill", content=body, headers=headers)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0] == "content-type: sent 2 times; send it once"
+    # Nothing was applied; with one content type the same request is read and judged.
+    headers = {**api.headers("admin"), "content-type": "application/json"}
+    nothing = loose_client.post("/v1/kill/lift", json={"reason": "x"}, headers=headers)
+    assert nothing.status_code == 409, nothing.text
+    once = loose_client.post("/v1/kill", content=body, headers=headers)
+    assert once.status_code == 422 and "\\u0000" in once.json()["detail"][0], once.text
+
+
+@pytest.mark.integration
+def test_a_value_postgresql_cannot_store_is_a_422_not_a_500(pg_url: str) -> None:
+    # The last line of defence: whatever slips past the checks and is refused by the
+    # database as data (here a NUL in a JSON string, sent as text/plain on purpose, which
+    # the framework does not read as JSON) never becomes a 500.
+    from sqlalchemy.exc import DataError
+
+    from controlplane.api import create_app
+    from controlplane.settings import Settings
+
+    app = create_app(Settings(database_url=pg_url))
+
+    @app.get("/_unstorable")
+    def unstorable() -> None:
+        raise DataError("INSERT", {}, Exception("NUL"))
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/_unstorable")
+    assert response.status_code == 422, response.text
+    assert "cannot store" in response.json()["detail"][0]
