@@ -40,8 +40,8 @@ def normalise(text: str) -> str:
 
 
 def item_id(task: str, value: Any) -> str:
-    """sha256 of the task and the normalised input text: the same input enters a task's
-    eval sets once, whichever result or layer brought it."""
+    """sha256 of the task and the normalised input text: the same input enters each layer
+    of a task's eval sets once, whichever result brought it."""
     digest = hashlib.sha256()
     digest.update(task.encode())
     digest.update(b"\x00")

@@ -26,14 +26,16 @@ def tasks_by_name(session: Session, name: str | None) -> list[Task]:
 def done_items_not_backfilled(
     session: Session, task_id: int, layer: str | None
 ) -> list[ReviewItem]:
-    """Done review items of the task with no eval item of their own yet, oldest first."""
+    """Done review items of the task with no eval item of their own in their layer yet,
+    oldest first (an item a rollback moved to `regression` after it was backfilled into
+    another layer is waiting again: the regression layer must hold it too)."""
     query = (
         select(ReviewItem)
         .where(
             ReviewItem.task_id == task_id,
             ReviewItem.state == "done",
             ~select(EvalItem.seq)
-            .where(EvalItem.review_item_id == ReviewItem.id)
+            .where(EvalItem.review_item_id == ReviewItem.id, EvalItem.layer == ReviewItem.layer)
             .correlate(ReviewItem)
             .exists(),
         )
@@ -56,20 +58,26 @@ def labels_of(session: Session, item_ids: Sequence[int]) -> dict[int, list[Revie
     return out
 
 
-def existing_ids(session: Session, ids: Sequence[str]) -> set[str]:
+def existing_ids(session: Session, ids: Sequence[str], layer: str) -> set[str]:
+    """Those of the ids the layer already holds (an input enters each layer once)."""
     found: set[str] = set()
     for start in range(0, len(ids), 1000):
         chunk = list(ids[start : start + 1000])
-        found.update(session.scalars(select(EvalItem.item_id).where(EvalItem.item_id.in_(chunk))))
+        found.update(
+            session.scalars(
+                select(EvalItem.item_id).where(EvalItem.layer == layer, EvalItem.item_id.in_(chunk))
+            )
+        )
     return found
 
 
 def insert_item(session: Session, values: dict[str, Any]) -> bool:
-    """Insert one eval item unless its id exists (a concurrent backfill got there first)."""
+    """Insert one eval item unless its layer holds its id (a concurrent backfill got there
+    first)."""
     statement = (
         dialect_insert(session, EvalItem)
         .values(**values)
-        .on_conflict_do_nothing(index_elements=["item_id"])
+        .on_conflict_do_nothing(index_elements=["item_id", "layer"])
         .returning(EvalItem.seq)
     )
     return session.execute(statement).first() is not None

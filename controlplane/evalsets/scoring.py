@@ -176,9 +176,14 @@ def compare_runs(
     B's accuracy, B − A with its paired interval. Both runs must answer every item."""
     sa, sb = score(spec, items, a), score(spec, items, b)
     groups: dict[tuple[str, str], list[str]] = {}
+    overall: set[str] = set()
     for item in items:
-        for key in ((item.layer, item.bucket), (item.layer, ALL), (ALL, ALL)):
+        for key in ((item.layer, item.bucket), (item.layer, ALL)):
             groups.setdefault(key, []).append(item.id)
+        # An input may sit in two layers (boundary and regression): once in `all`/`all`.
+        if item.id not in overall:
+            overall.add(item.id)
+            groups.setdefault((ALL, ALL), []).append(item.id)
 
     def order(key: tuple[str, str]) -> tuple[int, str, int, str]:
         layer, bucket = key

@@ -45,7 +45,8 @@ class Backfilled:
     added: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # Labelled both_wrong / unclear / wrong without a correction: no expected answer yet.
     needs_correction: int = 0
-    # Same normalised input as an eval item already in the task's sets.
+    # Same normalised input as an eval item already in that layer of the task's sets (the
+    # same input may sit in `boundary` and `regression`: the regression layer always runs).
     duplicates: int = 0
 
     @property
@@ -145,7 +146,7 @@ def eval_values(
 
 def backfill(session: Session, *, task: str | None = None, layer: str | None = None) -> Backfilled:
     """Turn every done review item (of the task, of the layer) that has no eval item yet
-    into one, oldest first; skip those whose input is already in the task's eval sets and
+    into one in its layer, oldest first; skip those whose input that layer already holds and
     those whose labels need a correction first. Safe to run again: it adds only what is new."""
     if layer is not None and layer not in evalitems.LAYERS:
         raise Refused(f"layer: {layer!r} is not one of {', '.join(evalitems.LAYERS)}")
@@ -165,12 +166,16 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
                 report.needs_correction += 1
             else:
                 values.append(v)
-        taken = repository.existing_ids(session, [v["item_id"] for v in values])
+        taken: dict[str, set[str]] = {}
         for v in values:
-            if v["item_id"] in taken or not repository.insert_item(session, v):
+            if v["layer"] not in taken:
+                ids = [x["item_id"] for x in values if x["layer"] == v["layer"]]
+                taken[v["layer"]] = repository.existing_ids(session, ids, v["layer"])
+            held = taken[v["layer"]]
+            if v["item_id"] in held or not repository.insert_item(session, v):
                 report.duplicates += 1
                 continue
-            taken.add(v["item_id"])
+            held.add(v["item_id"])
             report.added.setdefault(one.name, {}).setdefault(v["layer"], []).append(v["item_id"])
     return report
 

@@ -14,11 +14,13 @@ from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcn
 
 class EvalItem(Base):
     """One eval item. Append-only; `item_id` = sha256(task + NFKC, whitespace-collapsed input),
-    so the same input enters a task's eval sets once; `seq` gives the stable export order."""
+    so the same input enters each layer of a task's eval sets once (a rollback's input that
+    was already a `boundary` item still enters `regression`, the layer that must always
+    run); `seq` gives the stable export order."""
 
     __tablename__ = "eval_items"
     __table_args__ = (
-        UniqueConstraint("item_id"),
+        UniqueConstraint("item_id", "layer"),
         Index("ix_eval_items_task_id_layer_seq", "task_id", "layer", "seq"),
     )
 

@@ -70,7 +70,7 @@ def upgrade() -> None:
             ["task_id"], ["tasks.id"], name=op.f("fk_eval_items_task_id_tasks"), ondelete="CASCADE"
         ),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_eval_items")),
-        sa.UniqueConstraint("item_id", name=op.f("uq_eval_items_item_id")),
+        sa.UniqueConstraint("item_id", "layer", name=op.f("uq_eval_items_item_id_layer")),
     )
     with op.batch_alter_table("eval_items", schema=None) as batch_op:
         batch_op.create_index(

@@ -35,6 +35,7 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
             "invoice_extract/boundary.jsonl",
             "manifest.json",
             "schema.json",
+            "ticket_classify/anomaly.jsonl",
             "ticket_classify/boundary.jsonl",
             "ticket_classify/regression.jsonl",
         ]
