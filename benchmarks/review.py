@@ -105,7 +105,7 @@ SELECT id, 'full', CASE WHEN {NOTABLE} THEN 1.0 ELSE 0.05 END,
             THEN '{{"label": {{"edge": "refund", "cloud": "exchange"}}}}'::jsonb END
 FROM results
 WHERE task_id = :task_id AND ({NOTABLE} OR :all_kept OR random() < 0.05)
-      AND id NOT IN (SELECT result_id FROM payloads)
+      AND NOT EXISTS (SELECT 1 FROM payloads p WHERE p.result_id = results.id)
 """
 
 CEILING_JOINED = """
