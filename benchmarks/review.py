@@ -13,16 +13,18 @@ SHADOWPLANE_BENCH_DATABASE_URL points at a server) and registers a task.
    payloads as ingest keeps them (every notable result, 5% of the agreeing ones). Times
    `sample_window` — the production function: the one-statement draw over the window,
    reading the drawn rows, inserting the items — in a transaction rolled back after each
-   run, beside two ceilings measured in the same run: one SQL pass over the same rows
-   (the window's results joined to their payloads, reading the columns the strata read)
+   run, beside ceilings measured in the same run: one SQL pass over the same rows (the
+   window's results joined to their payloads, reading the columns the strata read; as
+   planned, with parallel workers, and in one process, as the draw's statement runs)
    and one over the window's results alone. Then again with every payload kept (the
    worst case: 1M candidates). Goal: within 2x of the first ceiling.
 2. Queue. Queues `--items` items, starts the API (`controlplane.api:create_app` under
    uvicorn, `--workers` processes), and runs `--reviewers` concurrent reviewers (each its
-   own key, an asyncio httpx client) for `--seconds`: GET /v1/review/next then POST
-   /v1/review/{id}/label, over and over. Prints round trips per second and the p50/p99
-   of each request and of the round trip, beside the ceiling measured in the same run:
-   the same clients sending pairs of GET /readyz (a request that goes to a worker
+   own key and connection: wrk with a Lua script, or an asyncio httpx client when wrk is
+   not installed) for `--seconds`: GET /v1/review/next then POST
+   /v1/review/{id}/label, over and over. Prints requests and round trips per second and
+   the p50/p99 of a request (wrk), beside ceilings measured in the same run by the same
+   clients: GET /healthz (no database) and GET /readyz (a request that goes to a worker
    thread and asks the database once). Goal: 200 round trips/s, p99 under 50 ms.
 
 Prints figures; asserts nothing about time.
@@ -191,9 +193,11 @@ def run_sampler(url: str, task_id: int, window_id: int) -> tuple[float, float, i
     return whole, drawn, queued
 
 
-def run_ceiling(url: str, sql: str, task_id: int) -> tuple[float, int]:
+def run_ceiling(url: str, sql: str, task_id: int, serial: bool = False) -> tuple[float, int]:
     engine = create_engine(url, poolclass=NullPool)
     with engine.connect() as conn:
+        if serial:
+            conn.execute(text("SET max_parallel_workers_per_gather = 0"))
         began = time.perf_counter()
         row = conn.execute(
             text(sql),
@@ -207,15 +211,17 @@ def run_ceiling(url: str, sql: str, task_id: int) -> tuple[float, int]:
 def measure_sampler(label: str, url: str, task_id: int, window_id: int, reps: int) -> None:
     run_sampler(url, task_id, window_id)  # warm the cache once; not counted
     run_ceiling(url, CEILING_JOINED, task_id)
-    samples, joined, alone = [], [], []
+    samples, joined, serial, alone = [], [], [], []
     for _ in range(reps):
         samples.append(run_sampler(url, task_id, window_id))
         joined.append(run_ceiling(url, CEILING_JOINED, task_id))
+        serial.append(run_ceiling(url, CEILING_JOINED, task_id, serial=True))
         alone.append(run_ceiling(url, CEILING_RESULTS, task_id))
     t = statistics.median(s[0] for s in samples)
     d = statistics.median(s[1] for s in samples)
     cj = statistics.median(c[0] for c in joined)
     cr = statistics.median(c[0] for c in alone)
+    cs = statistics.median(c[0] for c in serial)
 
     def runs(xs: list[tuple[Any, ...]]) -> str:
         return ", ".join(f"{x[0]:.2f}" for x in xs)
@@ -226,6 +232,8 @@ def measure_sampler(label: str, url: str, task_id: int, window_id: int, reps: in
         f"{samples[0][2]} items queued\n"
         f"    ceiling, results joined to payloads: {cj:.2f} s (runs: {runs(joined)}) -> "
         f"ratio {t / cj:.2f}x\n"
+        f"    the same, in one process (no parallel workers, as the draw runs): {cs:.2f} s "
+        f"(runs: {runs(serial)}) -> ratio {t / cs:.2f}x\n"
         f"    ceiling, results alone: {cr:.2f} s (runs: {runs(alone)}) -> ratio {t / cr:.2f}x"
     )
 
