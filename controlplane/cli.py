@@ -290,7 +290,9 @@ def evalset_backfill(
     done = _do(lambda e: backfill(e, task=task, layer=layer, actor=_actor()))
     typer.echo(
         f"added {done['added']} eval items; {done['duplicates']} duplicates of items already "
-        f"in, {done['needs_correction']} waiting for a correction"
+        f"in, {done['needs_correction'] + done['invalid_expected']} waiting for a correction "
+        f"({done['invalid_expected']} of them with an expected answer the task's comparator "
+        "calls invalid)"
     )
     for name, layers in done["tasks"].items():
         typer.echo(f"  {name}: " + ", ".join(f"{n} {lay}" for lay, n in layers.items()))

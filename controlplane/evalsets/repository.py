@@ -14,6 +14,7 @@ from controlplane.db import dialect_insert
 from controlplane.models import Task
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.review import ReviewItem, ReviewLabel
+from controlplane.models.rollout import BlockedModel
 
 
 def tasks_by_name(session: Session, name: str | None) -> list[Task]:
@@ -44,6 +45,41 @@ def done_items_not_backfilled(
     if layer is not None:
         query = query.where(ReviewItem.layer == layer)
     return list(session.scalars(query))
+
+
+def blocking_decision(session: Session, task_id: int, model: str) -> int | None:
+    """The decision (rollback) behind the model's active block, when it names one."""
+    return session.scalar(
+        select(BlockedModel.decision_id)
+        .where(
+            BlockedModel.task_id == task_id,
+            BlockedModel.model == model,
+            BlockedModel.lifted_at.is_(None),
+        )
+        .order_by(BlockedModel.id.desc())
+        .limit(1)
+    )
+
+
+def rollback_items(session: Session, task_id: int, since: int | None) -> list[ReviewItem]:
+    """The task's regression review items queued by rollback `since` or a later one (every
+    regression review item when `since` is None), oldest first."""
+    query = (
+        select(ReviewItem)
+        .where(ReviewItem.task_id == task_id, ReviewItem.layer == "regression")
+        .order_by(ReviewItem.id)
+    )
+    if since is not None:
+        query = query.where(ReviewItem.provenance["decision_id"].as_integer() >= since)
+    return list(session.scalars(query))
+
+
+def layer_ids(session: Session, task_id: int, layer: str) -> set[str]:
+    return set(
+        session.scalars(
+            select(EvalItem.item_id).where(EvalItem.task_id == task_id, EvalItem.layer == layer)
+        )
+    )
 
 
 def labels_of(session: Session, item_ids: Sequence[int]) -> dict[int, list[ReviewLabel]]:

@@ -24,6 +24,11 @@ class BackfillOut(BaseModel):
         description="Done items labelled both_wrong, unclear or wrong without a correction: "
         "they enter once a reviewer gives the expected answer."
     )
+    invalid_expected: int = Field(
+        description="Done items whose expected answer (a correction, or the right side's "
+        "output) the task's comparator calls invalid, so no run could match it: they wait "
+        "for a label with a valid correction."
+    )
     duplicates: int = Field(description="Done items whose input is already in the task's sets.")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +45,11 @@ class Backfilled:
     added: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # Labelled both_wrong / unclear / wrong without a correction: no expected answer yet.
     needs_correction: int = 0
+    # Their expected answer (a correction, or the right side's output) is one the task's
+    # comparator does not even call `agree` with itself (an answer of the wrong shape, a
+    # label outside the task's labels): no run could match it. They wait for a label with a
+    # valid correction, like `needs_correction`.
+    invalid_expected: int = 0
     # Same normalised input as an eval item already in that layer of the task's sets (the
     # same input may sit in `boundary` and `regression`: the regression layer always runs).
     duplicates: int = 0
@@ -61,6 +66,7 @@ class Backfilled:
                 for task, layers in sorted(self.added.items())
             },
             "needs_correction": self.needs_correction,
+            "invalid_expected": self.invalid_expected,
             "duplicates": self.duplicates,
         }
 
@@ -144,16 +150,30 @@ def eval_values(
     }
 
 
+def _specs(session: Session) -> dict[int, dict[str, Any]]:
+    """Task id → the comparator spec of its current (parsing) config."""
+    return {task_id: found[1].comparator_spec for task_id, found in runtimes(session).items()}
+
+
+def matchable(spec: Mapping[str, Any] | None, expected: Any) -> bool:
+    """Whether a run could ever be right on this expected answer: the task's comparator
+    calls it `agree` with itself (an answer it calls invalid, or does not compare, never
+    agrees with anything). Without a parsing config there is nothing to judge by: True."""
+    return spec is None or scoring.is_right(spec, expected, expected)
+
+
 def backfill(session: Session, *, task: str | None = None, layer: str | None = None) -> Backfilled:
     """Turn every done review item (of the task, of the layer) that has no eval item yet
     into one in its layer, oldest first; skip those whose input that layer already holds and
-    those whose labels need a correction first. Safe to run again: it adds only what is new."""
+    those whose labels need a correction first (no expected answer yet, or one the task's
+    comparator calls invalid). Safe to run again: it adds only what is new."""
     if layer is not None and layer not in evalitems.LAYERS:
         raise Refused(f"layer: {layer!r} is not one of {', '.join(evalitems.LAYERS)}")
     tasks = repository.tasks_by_name(session, task)
     if task is not None and not tasks:
         raise NotFound(f"task: no task {task!r}")
     report = Backfilled()
+    specs = _specs(session)
     for one in tasks:
         candidates = repository.done_items_not_backfilled(session, one.id, layer)
         if not candidates:
@@ -164,6 +184,8 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
             v = eval_values(one, candidate, labels.get(candidate.id, []))
             if v is None:
                 report.needs_correction += 1
+            elif not matchable(specs.get(one.id), v["expected"]):
+                report.invalid_expected += 1
             else:
                 values.append(v)
         taken: dict[str, set[str]] = {}
@@ -178,6 +200,46 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
             held.add(v["item_id"])
             report.added.setdefault(one.name, {}).setdefault(v["layer"], []).append(v["item_id"])
     return report
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Where the regression review items of a rollback (and of any later one) stand: how
+    many there are, and of those whose input the regression layer does not hold yet, how
+    many wait for labels, for a correction, or only for a backfill."""
+
+    decision_id: int | None
+    total: int
+    to_label: int
+    needs_correction: int
+    not_backfilled: int
+
+    @property
+    def missing(self) -> int:
+        return self.to_label + self.needs_correction + self.not_backfilled
+
+
+def pending_regression(session: Session, task: Task, since: int | None) -> Pending:
+    """The regression review items rollback `since` or a later one queued (all of them when
+    `since` is None) and which of them the regression layer does not hold yet."""
+    found = repository.rollback_items(session, task.id, since)
+    held = repository.layer_ids(session, task.id, "regression")
+    waiting = [x for x in found if evalitems.item_id(task.name, x.input) not in held]
+    done = [x for x in waiting if x.state == "done"]
+    labels = repository.labels_of(session, [x.id for x in done])
+    spec = _specs(session).get(task.id)
+    needs = 0
+    for item in done:
+        v = eval_values(task, item, labels.get(item.id, []))
+        if v is None or not matchable(spec, v["expected"]):
+            needs += 1
+    return Pending(
+        decision_id=since,
+        total=len(found),
+        to_label=len(waiting) - len(done),
+        needs_correction=needs,
+        not_backfilled=len(done) - needs,
+    )
 
 
 # --- reading a layer ------------------------------------------------------------------

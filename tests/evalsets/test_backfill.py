@@ -83,6 +83,7 @@ def test_backfill_takes_the_right_answer_or_the_correction_with_complete_provena
         "added": 5,
         "tasks": {TASK: {"boundary": 5}},
         "needs_correction": 2,
+        "invalid_expected": 0,
         "duplicates": 0,
     }
     got = {line["provenance"]["request_id"]: line for line in lines(api)}

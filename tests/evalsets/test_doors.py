@@ -49,6 +49,7 @@ def test_endpoints_backfill_list_page_and_serve_the_export(api: Api, tmp_path: P
         "added": 7,
         "tasks": {TASK: {"boundary": 7}},
         "needs_correction": 0,
+        "invalid_expected": 0,
         "duplicates": 0,
     }
     assert api.client.post("/v1/evalsets/backfill", headers=review).json()["added"] == 0
