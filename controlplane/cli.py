@@ -317,6 +317,10 @@ def evalset_export(
             done = service.export(session, directory, task=task, fmt=format)
     except (service.NotFound, service.Refused) as exc:
         raise _fail(str(exc)) from None
+    except OSError as exc:
+        # A folder that cannot be written (read-only, a file on the way, a full disk).
+        where = exc.filename or directory
+        raise _fail(f"out: cannot write {where}: {exc.strerror or exc}") from None
     for path, count, digest in done.files:
         typer.echo(f"{directory / path}: {count} items, sha256 {digest}")
     typer.echo(f"{done.manifest}: {len(done.files)} files written")
@@ -333,7 +337,7 @@ def evalset_compare(
     from controlplane.evalsets import scoring, service
 
     try:
-        runs = [scoring.read_run(p.read_bytes().splitlines(), source=str(p)) for p in (a, b)]
+        runs = [scoring.read_run_file(p) for p in (a, b)]
         scoring.same_items(runs[0].outputs, runs[1].outputs, what=str(b), against=str(a))
         with session_scope(get_engine(get_settings().database_url)) as session:
             found, items = service.compare_items(session, list(runs[0].outputs))
@@ -344,7 +348,8 @@ def evalset_compare(
     except (scoring.RunError, service.NotFound, service.Refused) as exc:
         raise _fail(str(exc)) from None
     names = [r.model or str(p) for r, p in zip(runs, (a, b), strict=True)]
-    typer.echo(f"{found.name}: A = {names[0]}, B = {names[1]}; {len(items)} items")
+    distinct = len({x.item_id for x in items})
+    typer.echo(f"{found.name}: A = {names[0]}, B = {names[1]}; {distinct} items")
     typer.echo(f"{'layer':<11}{'bucket':<11}{'n':>6}{'A':>8}{'B':>8}{'B - A':>8}  95% interval")
 
     def pct(x: float | None) -> str:

@@ -12,15 +12,23 @@ sensible at 0 and n discordant items, where the plain normal interval is not).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from controlplane.compare.comparators import compare
 from controlplane.compare.jsonutil import loads
+from controlplane.http import JsonShape
 from controlplane.metrics.stats import wilson
 
 ALL = "all"
+# A run file's bounds: the bytes of one line and the number of lines.
+MAX_LINE_BYTES = 1 << 20
+MAX_LINES = 1_000_000
+# A line nested deeper than this is refused before it is parsed (the comparators do not
+# walk deeper JSON either).
+MAX_DEPTH = 64
 # At most this many ids are named in a refusal; the counts say how many there were.
 NAMED = 5
 
@@ -63,19 +71,34 @@ class RunScore:
     right: dict[str, bool] = field(default_factory=dict)
 
 
+def _row(raw: str | bytes, where: str) -> Any:
+    """One line parsed; RunError (naming `where`) for a line too long, not UTF-8, nested
+    deeper than MAX_DEPTH, or not JSON."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > MAX_LINE_BYTES:
+        raise RunError(f"{where}: longer than {MAX_LINE_BYTES} bytes")
+    # Checked before parsing: the parser recurses once per level.
+    if problem := JsonShape(MAX_DEPTH).feed(data, final=True):
+        raise RunError(f"{where}: {problem.removeprefix('body: ')}")
+    try:
+        return loads(data.decode())
+    except ValueError:
+        raise RunError(f"{where}: not a JSON object") from None
+
+
 def read_run(lines: Iterable[str | bytes], *, source: str = "run") -> Run:
     """A run from its JSONL lines; RunError names the line and what is wrong with it (a
-    line that is no object, no `id` or `output`, an id given twice, two `model`s)."""
+    line that is no object, no `id` or `output`, an id given twice, two `model`s, a line
+    longer than MAX_LINE_BYTES, not UTF-8 or nested deeper than MAX_DEPTH, more than
+    MAX_LINES lines, no line at all)."""
     outputs: dict[str, Any] = {}
     models: set[str] = set()
     for number, raw in enumerate(lines, start=1):
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        if not text.strip():
+        if number > MAX_LINES:
+            raise RunError(f"{source}: more than {MAX_LINES} lines")
+        if not raw.strip():
             continue
-        try:
-            row = loads(text)
-        except ValueError:
-            raise RunError(f"{source}:{number}: not a JSON object") from None
+        row = _row(raw, f"{source}:{number}")
         if not isinstance(row, dict):
             raise RunError(f"{source}:{number}: not a JSON object")
         rid = row.get("id")
@@ -91,9 +114,29 @@ def read_run(lines: Iterable[str | bytes], *, source: str = "run") -> Run:
                 raise RunError(f"{source}:{number}: model: not a string")
             models.add(model)
         outputs[rid] = row["output"]
+    if not outputs:
+        raise RunError(f"{source}: no lines: a run answers every item of an eval set, one a line")
     if len(models) > 1:
         raise RunError(f"{source}: model: one run is one model; found {', '.join(sorted(models))}")
     return Run(outputs, next(iter(models), None))
+
+
+def read_run_file(path: Path) -> Run:
+    """A run from a JSONL file, read line by line (a line is never read past
+    MAX_LINE_BYTES); RunError names the file, the line and the problem."""
+    source = str(path)
+
+    def lines() -> Iterator[bytes]:
+        with path.open("rb") as handle:
+            number = 0
+            while raw := handle.readline(MAX_LINE_BYTES + 2):
+                number += 1
+                line = raw.rstrip(b"\r\n")
+                if len(line) > MAX_LINE_BYTES:
+                    raise RunError(f"{source}:{number}: longer than {MAX_LINE_BYTES} bytes")
+                yield line
+
+    return read_run(lines(), source=source)
 
 
 def _named(ids: Iterable[str]) -> str:

@@ -345,6 +345,8 @@ def export(
     holds (count and sha256 each). The same database content writes the same bytes."""
     if fmt not in evalitems.FORMATS:
         raise Refused(f"format: {fmt!r} is not one of {', '.join(evalitems.FORMATS)}")
+    if directory.exists() and not directory.is_dir():
+        raise Refused(f"out: {directory} is a file, not a folder; give a folder to write into")
     chosen = (
         [task_named(session, task)] if task is not None else repository.tasks_by_name(session, None)
     )

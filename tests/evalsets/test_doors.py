@@ -149,3 +149,46 @@ def test_cli_backfill_export_and_compare(api: Api, tmp_path: Path) -> None:
         assert "missing.jsonl" in cli(
             "evalset", "compare", str(run_a), str(tmp_path / "missing.jsonl"), ok=False
         )
+
+
+def test_compare_refuses_unreadable_runs_naming_the_file_line_and_reason(
+    api: Api, tmp_path: Path
+) -> None:
+    from controlplane.evalsets.scoring import MAX_LINE_BYTES
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    good = b'{"id": "x", "output": 1}\n'
+    cases = [
+        (b"", b"\n", f"{a}: no lines"),
+        (good, b"\n\n", f"{b}: no lines"),
+        (b'{"id": "\xff\xfe", "output": 1}\n', good, f"{a}:1: not valid UTF-8"),
+        (good + b"[" * 100_000 + b"]" * 100_000 + b"\n", good, f"{a}:2: nested deeper than 64"),
+        (
+            b'{"id": "x", "output": "' + b"y" * MAX_LINE_BYTES + b'"}\n',
+            good,
+            f"{a}:1: longer than {MAX_LINE_BYTES} bytes",
+        ),
+        (b"\x00\x01binary", good, f"{a}:1: not a JSON object"),
+    ]
+    with cli_env(api.url):
+        for left, right, words in cases:
+            a.write_bytes(left)
+            b.write_bytes(right)
+            done = CliRunner().invoke(app, ["evalset", "compare", str(a), str(b)])
+            assert done.exit_code == 1 and done.exception is not None
+            assert isinstance(done.exception, SystemExit), repr(done.exception)
+            assert f"error: {words}" in done.output, (words, done.output)
+
+
+def test_export_into_a_file_or_an_unwritable_folder_is_refused(api: Api, tmp_path: Path) -> None:
+    target = tmp_path / "evalsets.jsonl"
+    target.write_text("not a folder")
+    with cli_env(api.url):
+        done = CliRunner().invoke(app, ["evalset", "export", "--out", str(target)])
+        assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
+        assert f"error: out: {target} is a file, not a folder" in done.output
+        assert target.read_text() == "not a folder"
+        below = target / "sets"
+        done = CliRunner().invoke(app, ["evalset", "export", "--out", str(below)])
+        assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
+        assert "error: out: cannot write" in done.output
