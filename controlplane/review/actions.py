@@ -30,37 +30,17 @@ NO_QUEUE = (
 )
 
 
-# Task ids and names never change once made (tasks are neither renamed nor deleted):
-# each is read once per database.
-_names: dict[tuple[str, int], str] = {}
-_ids: dict[tuple[str, str], int] = {}
-
-
-def _database(session: Session) -> str:
-    return str(session.get_bind().engine.url)
-
-
 def _task_id(session: Session, task: str | None) -> int | None:
     if task is None:
         return None
-    key = (_database(session), task)
-    found = _ids.get(key)
+    found = session.scalar(select(Task.id).where(Task.name == task))
     if found is None:
-        found = session.scalar(select(Task.id).where(Task.name == task))
-        if found is None:
-            raise ActionError(404, f"task: no task named {task[:200]!r}")
-        _ids[key] = found
+        raise ActionError(404, f"task: no task named {task[:200]!r}")
     return found
 
 
 def _task_name(session: Session, task_id: int) -> str:
-    key = (_database(session), task_id)
-    name = _names.get(key)
-    if name is None:
-        name = session.scalar(select(Task.name).where(Task.id == task_id)) or ""
-        if name:
-            _names[key] = name
-    return name
+    return session.scalar(select(Task.name).where(Task.id == task_id)) or ""
 
 
 def claim(
