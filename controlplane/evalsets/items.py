@@ -1,9 +1,9 @@
 """What an eval item is (pure): its id, its expected answer, its exported line, the JSONL and
 CSV renderings, the manifest, and the JSON Schema of one line.
 
-The export is deterministic: canonical JSON (sorted keys, compact, UTF-8), items in `seq`
-order, no clock anywhere, so the same database content gives the same bytes on every
-machine and backend.
+The export is deterministic: canonical JSON (sorted keys, compact, UTF-8, one written form
+per number: see `canonical_number`), items in `seq` order, no clock anywhere, so the same
+content gives the same bytes on every machine, on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from controlplane.compare.jsonutil import dumps
@@ -49,9 +51,35 @@ def item_id(task: str, value: Any) -> str:
     return digest.hexdigest()
 
 
+def canonical_number(value: float) -> int | float:
+    """One written form per number, whichever backend stored it: PostgreSQL's jsonb keeps
+    a number as a decimal (1e20 comes back as the integer 100000000000000000000, 1.0 as
+    1.0, -0.0 as 0.0) where SQLite keeps the double. A float whose shortest decimal is a
+    whole number becomes that integer (1.0 → 1, -0.0 → 0, 1e20 → 100000000000000000000,
+    1.2345678901234567e19 → 12345678901234567000, the decimal jsonb holds); any other
+    float stays the same double (written as its shortest decimal). Integers are exact on
+    both backends and are left alone."""
+    if not math.isfinite(value):
+        return value
+    exact = Decimal(repr(value))
+    return int(exact) if exact == exact.to_integral_value() else value
+
+
+def canonical_numbers(value: Any) -> Any:
+    """The value with every float in its canonical form (`canonical_number`)."""
+    if isinstance(value, float):
+        return canonical_number(value)
+    if isinstance(value, Mapping):
+        return {k: canonical_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical_numbers(v) for v in value]
+    return value
+
+
 def canonical(value: Any) -> bytes:
-    """Canonical JSON: sorted keys, compact, UTF-8."""
-    return dumps(value, sort_keys=True)
+    """Canonical JSON: sorted keys, compact, UTF-8, numbers in one form on every backend
+    (`canonical_number`)."""
+    return dumps(canonical_numbers(value), sort_keys=True)
 
 
 def expected_answer(
