@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane.review.agreement import agreement, cohen_kappa, krippendorff_alpha
 
@@ -83,3 +85,37 @@ def test_three_reviewers_have_pairwise_kappas_and_no_single_one() -> None:
 def test_no_shared_items_says_why() -> None:
     found = agreement({1: [Label(1, "ann", "x")]})
     assert found.items == 0 and found.alpha is None and found.note
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 40),
+        st.dictionaries(
+            st.sampled_from(["ann", "bob", "cy", "dee", "eve"]),
+            st.sampled_from(["edge_correct", "cloud_correct", "both_wrong", "unclear"]),
+            min_size=1,
+            max_size=5,
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_pair_kappas_equal_each_pair_judged_on_its_common_items(
+    cast: dict[int, dict[str, str]],
+) -> None:
+    # Pairs are gathered item by item; each must be the kappa of the two reviewers' votes
+    # on exactly the items both labelled, in item order.
+    by_item = {
+        item: [Label(item * 10 + k, r, v) for k, (r, v) in enumerate(sorted(votes.items()))]
+        for item, votes in cast.items()
+    }
+    found = {p.reviewers: p for p in agreement(by_item).pairs}
+    shared = {i: v for i, v in cast.items() if len(v) >= 2}
+    expected = {}
+    names = sorted({r for v in shared.values() for r in v})
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            common = [shared[k] for k in sorted(shared) if a in shared[k] and b in shared[k]]
+            if common:
+                expected[(a, b)] = cohen_kappa([c[a] for c in common], [c[b] for c in common])
+    assert {k: (p.observed, p.kappa) for k, p in found.items()} == expected
