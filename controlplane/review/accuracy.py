@@ -12,7 +12,10 @@ Only items whose reviewers are done (state `done`) count, from the buckets the e
 serve (like every rollback rule: those starting at or under `max_input_tokens`); a pair's
 verdict is the consensus of its reviewers (`labels.consensus`), its weight
 1/inclusion probability.
-Single-answer items (edge errors, invalid outputs) have no route to judge; the failure
+Items a rollback added to the regression layer (reason `regression`: every result of its
+breaching windows) are left out, since they were not drawn; the sampled items among them
+count with their own probability. Single-answer items (edge errors, invalid outputs) have
+no route to judge; the failure
 classes their labels name are still the task's classes (listed with share 0 unless a pair
 gives them one).
 """
@@ -58,6 +61,7 @@ class Drawn:
     state: str
     decision: str
     inclusion_probability: float
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -90,6 +94,7 @@ def _items(
                 ReviewItem.state,
                 ReviewItem.decision,
                 ReviewItem.inclusion_probability,
+                ReviewItem.reason,
             )
             .where(*where)
             .order_by(ReviewItem.id)
@@ -137,7 +142,11 @@ def window_accuracy(
     for item in items:
         mine = labels.get(item.id, [])
         named.update(lab.failure_class for lab in mine if lab.failure_class)
-        if item.kind != "pair" or item.state != "done":
+        if item.kind != "pair" or item.state != "done" or item.reason == "regression":
+            # A rollback queues every result of its breaching windows (reason `regression`):
+            # a census of the worst windows, not a draw, so it would outweigh them. The
+            # items the sampler drew there (moved to the regression layer, keeping their
+            # reason and probability) still count.
             continue
         if judged is not None and item.bucket not in judged:
             continue

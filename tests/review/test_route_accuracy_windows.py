@@ -197,3 +197,25 @@ def test_only_buckets_the_edge_may_serve_count(engine: Engine) -> None:
     row = window(engine)
     assert row["n_labels"] == 1 and row["estimate"] == 1.0
     assert row["failure_classes"] == {"too_long": 0.0}
+
+
+def test_a_rollbacks_census_of_its_windows_is_not_weighed_as_a_draw() -> None:
+    # Two drawn pairs (edge right, decided edge: correct) at probability 0.5, and the
+    # rollback's census of the same window: 3 pairs (edge wrong, decided edge) at the keep
+    # probability 1. Weighed as draws, the census would pull the estimate to 2/5 weights
+    # wrong; only the draws are a sample of the traffic.
+    from controlplane.review.accuracy import Drawn, Vote, window_accuracy
+
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+
+    def item(i: int, reason: str, p: float) -> Drawn:
+        return Drawn(i, at, "0-127", "pair", "done", "edge", p, reason)
+
+    items = [item(1, "agree", 0.5), item(2, "conflict", 0.5)]
+    items += [item(i, "regression", 1.0) for i in (3, 4, 5)]
+    verdict = {1: "both_correct", 2: "edge_correct", 3: "cloud_correct"}
+    labels = {
+        i: [Vote(i, "ann", verdict.get(i, "cloud_correct"), None, None, at)] for i in range(1, 6)
+    }
+    found = window_accuracy(items, labels)
+    assert found.estimate == 1.0 and found.n_labels == 2
