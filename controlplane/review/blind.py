@@ -2,23 +2,27 @@
 order, the comparator's diff rewritten in A/B terms, and nothing else — no side names, no
 model names, no sampling reason, no result id or router decision.
 
-A single-answer item (the edge errored or broke the schema) shows the cloud answer as A
+A single-answer item (the edge errored, or one side broke the schema) shows the cloud answer as A
 and asks whether it is right; B is null and so is the diff (it describes the edge answer,
 which is not shown).
 
 Diffs are rewritten by their known shapes (controlplane.compare.comparators): the `edge`
 and `cloud` keys of each compared value become `a`/`b`, text_conservation's `missing`
 (in the reference, not the edge) and `extra` (in the edge, not the reference) become
-`only_in_a`/`only_in_b`, and the length ratio (edge over cloud, with its asymmetric
-bounds) is left out because it tells the sides apart. A key the rewrite does not know is
+`only_in_a`/`only_in_b`, and the length check (edge over cloud, with asymmetric
+bounds) is shown as the two lengths only when it fails whichever side is the edge (see
+`_length_fails_both_ways`); a diff left with nothing to show is null. A key the rewrite does not know is
 dropped rather than shown: a new comparator shape must be added here before reviewers
 see it.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Protocol
+
+from controlplane.compare.redaction import TYPES
 
 # The comparators' per-check entries whose values compare the two sides.
 _SIDE_CHECKS = ("label", "too_long", "sentences", "length_ratio", "negations", "numbers", "spans")
@@ -45,26 +49,32 @@ def view(item: BlindItem, task: str) -> dict[str, Any]:
         a, b, diff = item.edge_output, item.cloud_output, blind_diff(item.diff, True)
     else:
         a, b, diff = item.cloud_output, item.edge_output, blind_diff(item.diff, False)
+    # Placeholders of masked values are numbered in the order shown, not the order masked.
+    shown = renumber([item.input, a, b, diff])
     lease = item.lease_expires_at
     return {
         "id": item.id,
         "task": task,
         "kind": item.kind,
-        "input": item.input,
-        "a": a,
-        "b": b,
-        "diff": diff,
+        "input": shown[0],
+        "a": shown[1],
+        "b": shown[2],
+        "diff": shown[3],
         "lease_expires_at": lease.isoformat().replace("+00:00", "Z") if lease else None,
     }
 
 
 def blind_diff(diff: Any, a_is_edge: bool) -> Any:
-    """A comparator's diff with the sides named A and B."""
+    """A comparator's diff with the sides named A and B; None when nothing in it may be
+    shown."""
     if not isinstance(diff, dict):
         return None
     names = {"edge": "a" if a_is_edge else "b", "cloud": "b" if a_is_edge else "a"}
+    hidden = set() if _length_fails_both_ways(diff.get("length_ratio")) else {"length_ratio"}
     out: dict[str, Any] = {}
     for key, value in diff.items():
+        if key in hidden:
+            continue
         if key in names:
             # The side whose output broke the schema, and why.
             out[names[key]] = value
@@ -72,11 +82,74 @@ def blind_diff(diff: Any, a_is_edge: bool) -> Any:
             out[key] = _sides(value, names)
         elif key == "fields" and isinstance(value, dict):
             out[key] = {str(field): _sides(pair, names) for field, pair in value.items()}
-        elif key in ("failed", "paths") and isinstance(value, list):
-            # Check names and JSON paths of the outputs: neither says which side is which.
+        elif key == "failed" and isinstance(value, list):
+            # Check names: they do not say which side is which (a hidden check left out).
+            out[key] = [name for name in value if name not in hidden]
+        elif key == "paths" and isinstance(value, list):
+            # JSON paths of the outputs: they do not say which side is which.
             out[key] = value
+    if not out or out.get("failed") == [] and len(out) == 1:
+        return None
     # The output order stays hidden only if the keys do not give it away either.
     return {k: out[k] for k in sorted(out)}
+
+
+def _length_fails_both_ways(check: Any) -> bool:
+    """Whether text_conservation's length check (edge length over cloud length within
+    [lo, hi]) fails whichever of the two answers is the edge's. Its bounds are asymmetric
+    (0.7 and 1.4 by default, and 1 / 0.7 > 1.4): lengths in the ratio band between them
+    fail only when the longer answer is the edge's, so showing that failure would name
+    the edge. The blind view shows the check (the two lengths as A and B) only when it
+    fails both ways round."""
+    if not isinstance(check, dict):
+        return False
+    e, c, bounds = check.get("edge"), check.get("cloud"), check.get("bounds")
+    if not (isinstance(e, int | float) and isinstance(c, int | float)):
+        return False
+    if not (isinstance(bounds, list) and len(bounds) == 2):
+        return False
+    lo, hi = bounds
+    if not (isinstance(lo, int | float) and isinstance(hi, int | float)):
+        return False
+
+    def fails(edge: float, cloud: float) -> bool:
+        if cloud == 0:
+            return edge != 0  # an infinite ratio is outside any bounds
+        return not lo <= edge / cloud <= hi
+
+    return fails(e, c) and fails(c, e)
+
+
+# A masked value's placeholder (controlplane.compare.redaction): its type and number.
+# TRUNCATED counts dropped characters, not values, and is left as it is.
+_PLACEHOLDER = re.compile(rf"<({'|'.join(TYPES)})_([0-9]{{1,6}})>")
+
+
+def renumber(values: list[Any]) -> list[Any]:
+    """The values with each masked placeholder renumbered per type by first appearance,
+    reading the values in the order given (a bijection: one value keeps one number across
+    all of them). The masker numbers values in the order it masks the fields (input, edge
+    output, cloud output), so its numbers would tell the sides apart."""
+    numbers: dict[tuple[str, str], int] = {}
+    counts: dict[str, int] = {}
+
+    def sub(match: re.Match[str]) -> str:
+        key = (match.group(1), match.group(2))
+        if key not in numbers:
+            counts[key[0]] = counts.get(key[0], 0) + 1
+            numbers[key] = counts[key[0]]
+        return f"<{key[0]}_{numbers[key]}>"
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _PLACEHOLDER.sub(sub, value) if "<" in value else value
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        return value
+
+    return [walk(v) for v in values]
 
 
 def _sides(value: Any, names: dict[str, str]) -> Any:

@@ -8,6 +8,8 @@ exactly one stratum — the first that matches:
   invalid         the edge output broke the schema (or valid:     single item, layer anomaly
                   false) and the cloud answered
   conflict        the comparator said conflict                   pair, layer boundary
+                  (single, layer anomaly, reason cloud_invalid,
+                  when the cloud output broke the schema)
   low_confidence  an agreeing pair, edge confidence under the    pair, layer boundary
                   task's `low_confidence`
   cloud_decided   an agreeing pair the router decided for the    pair, layer boundary
@@ -397,6 +399,14 @@ def _fields() -> tuple[Any, ...]:
     )
 
 
+def cloud_invalid(diff: Any) -> bool:
+    """Whether the comparator's diff says the cloud output broke the task's schema (a
+    conflict whose diff names the cloud side). Such a result is queued as a single item
+    (the cloud answer alone: is it right?), never as a pair: in a pair the broken answer
+    would always be the cloud's, and a reviewer could tell the sides apart."""
+    return isinstance(diff, dict) and "cloud" in diff
+
+
 def _item_row(
     row: Any,
     *,
@@ -411,7 +421,11 @@ def _item_row(
     reviews_needed: int,
     now: datetime,
 ) -> dict[str, Any]:
-    single = stratum in SINGLE
+    single = stratum in SINGLE or cloud_invalid(row.diff)
+    if single and layer == "boundary":
+        layer = "anomaly"
+    if single and reason == "conflict":
+        reason = "cloud_invalid"
     return {
         "task_id": task_id,
         "result_id": row.id,
