@@ -57,7 +57,12 @@ def claim(
     seconds = lease_seconds if lease_seconds is not None else get_settings().review_lease_seconds
 
     def work(session: Session) -> dict[str, Any] | None:
-        item = queue.claim(session, _task_id(session, task), reviewer, now, seconds)
+        task_id = _task_id(session, task)
+        if task is not None:
+            runtime = task_runtimes(session, {task}).get(task)
+            if runtime is not None and runtime.config.payload_policy == "none":
+                raise ActionError(409, f"task {task[:200]!r}: {NO_QUEUE}")
+        item = queue.claim(session, task_id, reviewer, now, seconds)
         if item is None:
             return None
         return blind.view(item, _task_name(session, item.task_id))
@@ -83,10 +88,12 @@ def label(
     def work(session: Session) -> dict[str, Any]:
         item = repository.locked_item(session, item_id)
         name = _task_name(session, item.task_id) if item is not None else None
-        per_item = 1
+        per_item, spec = 1, None
         if name:
             runtime = task_runtimes(session, {name}).get(name)
-            per_item = runtime.config.review.reviewers_per_item if runtime else 1
+            if runtime is not None:
+                per_item = runtime.config.review.reviewers_per_item
+                spec = runtime.comparator_spec
         done = queue.label(
             session,
             item_id,
@@ -98,6 +105,7 @@ def label(
             now=now,
             reviewers_per_item=per_item,
             locked=item,
+            comparator_spec=spec,
         )
         record(
             session,
@@ -113,6 +121,7 @@ def label(
                 "corrected": corrected is not None,
                 "state": done.state,
                 "reviews_needed": done.reviews_needed,
+                "correction": done.correction,
             },
         )
         return {

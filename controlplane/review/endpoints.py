@@ -35,7 +35,7 @@ ItemId = Annotated[int, Path(ge=1, le=2**63 - 1)]
     response_model=NextOut,
     responses={
         204: {"description": "Nothing to review for this reviewer now."},
-        **error_responses(401, 403, 404, 422, 429, 503),
+        **error_responses(401, 403, 404, 409, 422, 429, 503),
     },
 )
 async def next_item(
@@ -43,7 +43,9 @@ async def next_item(
     principal: Annotated[Principal, Depends(require("review"))],
     task: TaskName = None,
 ) -> Response:
-    """Claim the next item to review (a lease, 10 minutes by default); 204 when none."""
+    """Claim the next item to review (a lease, 10 minutes by default; the item you already
+    hold, of any task, if you hold one); 204 when none; 409 for a task that keeps no text
+    (payload_policy none), which has no queue."""
     view = await run_in_threadpool(
         lambda: actions.claim(
             request.app.state.engine,
@@ -68,7 +70,9 @@ async def label_item(
     request: Request,
     principal: Annotated[Principal, Depends(require("review"))],
 ) -> ORJSONResponse:
-    """Label the item you hold; 409 when its lease was lost (expired or someone else's)."""
+    """Label the item you hold, or label again an item you labelled (your correction,
+    which supersedes your earlier label); 409 when you hold no lease on an item you have
+    not labelled (it expired or is someone else's)."""
     out = await run_in_threadpool(
         lambda: actions.label(
             request.app.state.engine,

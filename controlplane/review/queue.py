@@ -14,6 +14,7 @@ their votes disagree and it has not had its extra reviewer yet: then it needs on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import FAILURE_CLASS
+from controlplane.compare.comparators import compare
 from controlplane.compare.jsonutil import dumps
 from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
@@ -32,6 +34,8 @@ MAX_NOTE = 2000
 MAX_REASON = 500
 # A correction is an answer, not a document: 64 KiB of JSON.
 MAX_CORRECTED = 65536
+# Verdicts that already name a right answer: a correction beside them would contradict them.
+RIGHT_VERDICTS = ("a_correct", "b_correct", "both_correct", "correct")
 
 
 def claim(
@@ -42,10 +46,13 @@ def claim(
     lease_seconds: float,
 ) -> Any:
     """The item the reviewer now holds (lease until now + lease_seconds) — the columns the
-    blind view reads — or None when nothing is claimable. Two statements at most: renew
-    the lease the reviewer holds, else take the oldest claimable item."""
+    blind view reads — or None when nothing is claimable. A reviewer holds one lease at
+    most: the item they already hold (of any task, whatever `task_id` asks) is renewed and
+    returned, else the oldest claimable item is taken. The reviewer's claims are
+    serialized (repository.lock_reviewer), so parallel claims cannot take two."""
     expires = now + timedelta(seconds=lease_seconds)
-    held = repository.renew_lease(session, task_id, reviewer, now, expires)
+    repository.lock_reviewer(session, reviewer)
+    held = repository.renew_lease(session, reviewer, now, expires)
     if held is not None:
         return held
     return repository.take_next(session, task_id, reviewer, now, expires)
@@ -59,6 +66,8 @@ class Labelled:
     reviews_needed: int
     reviewers: int
     disagreement: bool
+    # A reviewer's newer label on an item they had labelled (no lease needed).
+    correction: bool = False
 
 
 def check_lease(item: Any, item_id: int, reviewer: str, now: datetime) -> Any:
@@ -94,13 +103,25 @@ def label(
     now: datetime,
     reviewers_per_item: int,
     locked: Any = None,
+    comparator_spec: Mapping[str, Any] | None = None,
 ) -> Labelled:
     """Store the reviewer's label on the item they hold, free the lease, and mark the item
     done or send it to one more reviewer. `locked`: the item's lease row, if the caller
-    locked it (repository.locked_item)."""
+    locked it (repository.locked_item). `comparator_spec`: the task's comparator, which
+    a correction must be a valid answer of.
+
+    A reviewer who already labelled the item may label it again without a lease: their
+    correction, which supersedes their earlier label (each reviewer's newest label is
+    their vote). It leaves the item's lease and state alone (a done item stays done)."""
     if locked is None:
         locked = repository.locked_item(session, item_id)
-    item = check_lease(locked, item_id, reviewer, now)
+    correction = False
+    try:
+        item = check_lease(locked, item_id, reviewer, now)
+    except ActionError as exc:
+        if exc.status != 409 or not repository.has_label(session, item_id, reviewer):
+            raise
+        item, correction = locked, True
     try:
         resolved = resolve(verdict, kind=item.kind, a_is_edge=item.a_is_edge)
     except LabelError as exc:
@@ -120,6 +141,7 @@ def label(
             raise ActionError(422, "corrected: not a JSON value this server can store") from None
         if size > MAX_CORRECTED:
             raise ActionError(422, f"corrected: at most {MAX_CORRECTED} bytes of JSON, got {size}")
+        check_corrected(corrected, verdict, comparator_spec)
     label_id = repository.add_label(
         session,
         item_id=item.id,
@@ -132,6 +154,18 @@ def label(
         note=note,
         created_at=now,
     )
+    if correction:
+        labels = repository.item_labels(session, item.id)
+        agreed = consensus(labels)
+        return Labelled(
+            label_id,
+            resolved,
+            item.state,
+            item.reviews_needed,
+            len(votes(labels)),
+            agreed is not None and agreed.disagreement,
+            correction=True,
+        )
     needed, state, done_at = item.reviews_needed, "queued", None
     if needed == 1:
         # One reviewer needed (never extended): nobody else labelled it, so this one vote
@@ -150,6 +184,38 @@ def label(
             state, done_at = "done", now
     repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
     return Labelled(label_id, resolved, state, needed, voters, disagreement)
+
+
+def check_corrected(corrected: Any, verdict: str, spec: Mapping[str, Any] | None) -> None:
+    """422 unless the correction may stand: only beside a verdict that names no right
+    answer, and an output the task's comparator accepts (it agrees with itself), since it
+    becomes the expected answer runs are scored against."""
+    if verdict in RIGHT_VERDICTS:
+        raise ActionError(
+            422,
+            f"corrected: not allowed with verdict {verdict!r}, which already names a right "
+            "answer; give a correction with both_wrong, wrong or unclear",
+        )
+    if spec is None:
+        return
+    found = compare(spec, corrected, corrected)
+    if found.outcome != "agree":
+        raise ActionError(
+            422,
+            f"corrected: not an answer the task's {spec.get('kind')} comparator accepts "
+            f"({_why(found.diff)})",
+        )
+
+
+def _why(diff: Any) -> str:
+    if isinstance(diff, dict) and "edge" in diff:
+        problem = diff["edge"]
+        text = "; ".join(map(str, problem)) if isinstance(problem, list) else str(problem)
+    elif isinstance(diff, dict) and isinstance(diff.get("too_long"), dict):
+        text = f"longer than {diff['too_long'].get('max_chars')} characters"
+    else:
+        text = "it does not agree with itself"
+    return text[:300]
 
 
 def release(

@@ -24,25 +24,42 @@ VIEW_COLUMNS = (
 )
 
 
+def lock_reviewer(session: Session, reviewer: str) -> None:
+    """Serialize the reviewer's claims until the transaction ends, so parallel claims of
+    one reviewer cannot each take an item: on PostgreSQL a transaction-scoped advisory
+    lock on the reviewer's name; SQLite runs one writer at a time already."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(REVIEWER_LOCK, func.hashtext(reviewer))))
+
+
+# The advisory lock space of reviewers' claims (the first key of the two-key form).
+REVIEWER_LOCK = 0x5245
+
+
 def renew_lease(
-    session: Session, task_id: int | None, reviewer: str, now: datetime, expires: datetime
+    session: Session, reviewer: str, now: datetime, expires: datetime
 ) -> Row[Any] | None:
-    """Extend the unexpired lease the reviewer holds on a queued item (found through the
-    partial index on claimed_by); the item, or None when they hold none."""
-    stmt = (
-        update(ReviewItem)
+    """Extend the unexpired lease the reviewer holds on a queued item, whatever its task
+    (found through the partial index on claimed_by; the oldest should they hold several,
+    and only it); the item, or None when they hold none."""
+    held = (
+        select(ReviewItem.id)
         .where(
             ReviewItem.claimed_by == reviewer,
             ReviewItem.state == "queued",
             ReviewItem.lease_expires_at > now,
         )
+        .order_by(ReviewItem.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        update(ReviewItem)
+        .where(ReviewItem.id == held)
         .values(lease_expires_at=expires)
         .returning(*VIEW_COLUMNS)
         .execution_options(synchronize_session=False)
-    )
-    if task_id is not None:
-        stmt = stmt.where(ReviewItem.task_id == task_id)
-    rows = session.execute(stmt).all()
+    ).all()
     return rows[0] if rows else None
 
 
@@ -111,6 +128,18 @@ def add_label(session: Session, **values: Any) -> int:
     """Insert a label; its id."""
     return int(
         session.execute(insert(ReviewLabel).values(**values).returning(ReviewLabel.id)).scalar_one()
+    )
+
+
+def has_label(session: Session, item_id: int, reviewer: str) -> bool:
+    """Whether the reviewer has labelled the item."""
+    return (
+        session.scalar(
+            select(ReviewLabel.id)
+            .where(ReviewLabel.item_id == item_id, ReviewLabel.reviewer == reviewer)
+            .limit(1)
+        )
+        is not None
     )
 
 
