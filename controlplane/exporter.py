@@ -86,7 +86,7 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
     for name in EXPORTED:
         family = GaugeMetricFamily(
             f"shadowplane_window_{name}",
-            f"{name} of the latest closed window (DESIGN §3), per task and length bucket.",
+            f"{name} of the latest closed window, per task and length bucket.",
             labels=["task", "bucket"],
         )
         for row in rows:
