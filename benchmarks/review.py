@@ -375,8 +375,10 @@ def wrk(base: str, path: str, seconds: float, threads: int, script: Path | None)
     out = subprocess.run([*command, base + path], capture_output=True, text=True, check=True)
     text_ = out.stdout
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text_).group(1))  # type: ignore[union-attr]
-    p50 = _seconds(re.search(r"50%\s+(\S+)", text_).group(1))  # type: ignore[union-attr]
-    p99 = _seconds(re.search(r"99%\s+(\S+)", text_).group(1))  # type: ignore[union-attr]
+    # The latency-distribution lines ("     50%    1.23ms"), not the thread statistics'
+    # "+/- Stdev" column (e.g. "87.50%"), which the bare "50%" would also match.
+    p50 = _seconds(re.search(r"^\s+50%\s+(\S+)", text_, re.M).group(1))  # type: ignore[union-attr]
+    p99 = _seconds(re.search(r"^\s+99%\s+(\S+)", text_, re.M).group(1))  # type: ignore[union-attr]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text_)
     return {
         "rate": rate,
