@@ -388,7 +388,9 @@ def run_cli(argv: list[str], env: dict[str, str], workdir: Path, timeout: float 
     kept there too), as a process of its own forked from the process that imported the app:
     the same command as a fresh `python -m controlplane.cli`, without the import wait."""
     return _finish(
-        _forker().fork(argv=argv, env=env, cwd=str(workdir), **_logs(workdir)), workdir, timeout
+        _forker().fork(argv=argv, env=env, cwd=str(workdir), **_logs(workdir, fresh=True)),
+        workdir,
+        timeout,
     )
 
 
@@ -400,7 +402,7 @@ def run_python(code: str, env: dict[str, str], workdir: Path, timeout: float = W
 def start_python(code: str, env: dict[str, str], workdir: Path) -> _Process:
     """`run_python` without waiting: the running process (signal, poll, wait); `output`
     reads what it wrote."""
-    return _forker().fork(code=code, env=env, cwd=str(workdir), **_logs(workdir))
+    return _forker().fork(code=code, env=env, cwd=str(workdir), **_logs(workdir, fresh=True))
 
 
 def output(workdir: Path) -> Done:
@@ -409,11 +411,15 @@ def output(workdir: Path) -> Done:
     return Done(None, read["log"], read["err"])
 
 
-def _logs(workdir: Path) -> dict[str, str]:
-    """Where a command forked in `workdir` writes (one command per folder: logs append)."""
+def _logs(workdir: Path, fresh: bool = False) -> dict[str, str]:
+    """Where a command forked in `workdir` writes: `fresh` empties them for a new command
+    (one command at a time per folder; several one after another are fine)."""
     paths = {"log": workdir / "stdout.log", "err": workdir / "stderr.log"}
     for path in paths.values():
-        path.touch()
+        if fresh:
+            path.write_bytes(b"")
+        else:
+            path.touch()
     return {k: str(v) for k, v in paths.items()}
 
 

@@ -1,27 +1,21 @@
-"""The `shadowplane` command: migrate, keys create/list/revoke, tasks apply -f."""
+"""The `shadowplane` command: migrate, keys create/list/revoke, tasks apply -f. Each command is
+a process of its own, forked from one that imported the app (tests/liveapi.py `run_cli`)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.liveapi import Done, run_cli
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
 
 
-def run(tmp_path: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, *args: str, ok: bool = True) -> Done:
     env = {**os.environ, "SHADOWPLANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli(list(args), env, tmp_path)
     if ok:
         assert done.returncode == 0, done.stderr
     return done

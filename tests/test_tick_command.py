@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,9 +10,9 @@ from typing import Any
 from controlplane.metrics.fields import FIELDS
 from controlplane.sim.profiles import generate
 from tests.conftest import Api, make_api
+from tests.liveapi import run_cli
 from tests.windowdata import LATENESS, T0, WINDOW, post_all
 
-ROOT = Path(__file__).resolve().parents[1]
 # Fields that are null by definition in these rows: no edge attempt in shadow traffic, and
 # net savings exist on `all` only.
 NULL_IN_SHADOW = {
@@ -39,7 +37,9 @@ def assert_every_field(rows: list[dict[str, Any]]) -> None:
                 assert row[name] is not None, (name, row["bucket"], row["window_start"])
 
 
-def test_tick_command_computes_and_closes_windows_over_simulated_traffic(sqlite_url: str) -> None:
+def test_tick_command_computes_and_closes_windows_over_simulated_traffic(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     for api in make_api(sqlite_url):
         post_all(
             api,
@@ -54,14 +54,8 @@ def test_tick_command_computes_and_closes_windows_over_simulated_traffic(sqlite_
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
         env["SHADOWPLANE_DATABASE_URL"] = sqlite_url
         now = T0 + timedelta(seconds=2 * WINDOW + LATENESS + 300)
-        done = subprocess.run(
-            [sys.executable, "-m", "controlplane.cli", "tick", "--now", now.isoformat()],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        # `shadowplane tick` as a process of its own (forked from one that imported the app).
+        done = run_cli(["tick", "--now", now.isoformat()], env, tmp_path)
         assert done.returncode == 0, done.stderr
         assert "closed now" in done.stdout
         rows = windows_of(api)
@@ -83,12 +77,5 @@ def windows_of(api: Api) -> list[dict[str, Any]]:
 
 def test_tick_refuses_a_time_that_is_not_iso(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "tick", "--now", "tomorrow"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli(["tick", "--now", "tomorrow"], env, tmp_path)
     assert done.returncode == 1 and "now: 'tomorrow' is not an ISO 8601 time" in done.stderr

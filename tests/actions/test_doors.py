@@ -1,5 +1,5 @@
 """Every action does the same whichever door calls it: the API, the `shadowplane` command
-(a real subprocess on the same database), or the action function itself. For each action
+(a process of its own on the same database, forked from one that imported the app), or the action function itself. For each action
 and door: the same audit entry, the same outbox event, the same webhook body — once the
 parts that name the door (the actor), the task and the row ids are set aside.
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +30,7 @@ from controlplane.models.base import utcnow
 from controlplane.notify.documents import webhook_body
 from controlplane.rollout import actions, repository
 from tests.conftest import Api, cloned_database
+from tests.liveapi import Done, run_cli
 from tests.test_isolation import config
 
 ACTOR = "direct-test"
@@ -37,16 +38,14 @@ VETO = 0.7
 REASON = "the pager went off"
 
 
-def cli(api: Api, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(api: Api, *args: str, ok: bool = True) -> Done:
     env = {**os.environ, "SHADOWPLANE_DATABASE_URL": api.url}
     env.pop("SHADOWPLANE_REDIS_URL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    workdir = Path(tempfile.mkdtemp(prefix="shadowplane-cli-"))
+    try:
+        done = run_cli(list(args), env, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     if ok:
         assert done.returncode == 0, done.stderr
     return done
@@ -412,7 +411,7 @@ def test_a_policy_rollback_writes_the_same_through_the_pass_and_the_tick_command
     pg_url: str, other_pg_url: str
 ) -> None:
     """The scheduler is a door too: the same regression, judged by the in-process pass on
-    one database and by `shadowplane tick --now` (a subprocess) on another, writes the same
+    one database and by `shadowplane tick --now` (a process of its own) on another, writes the same
     audit entry and the same outbox event; and the policy's webhook body has the shape of a
     person's rollback through the API."""
     from contextlib import ExitStack, contextmanager

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from controlplane.api import create_app
 from controlplane.catalog.schemas import RESERVED_TASK_NAMES, TASK_NAME
 from controlplane.settings import Settings
 from tests.conftest import Api
+from tests.liveapi import Done, run_cli
 
 COMPARATOR = {"kind": "label", "labels": ["a", "b"]}
 # The path parameters that hold a task's name.
@@ -63,20 +62,13 @@ def test_the_api_refuses_a_reserved_task_name_naming_the_field(api: Api) -> None
         assert flag.status_code == 200 and flag.json()["task"] == name
 
 
-def test_tasks_apply_refuses_a_reserved_task_name(tmp_path: Path) -> None:
-    env = {**os.environ, "SHADOWPLANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+def test_tasks_apply_refuses_a_reserved_task_name(sqlite_url: str, tmp_path: Path) -> None:
+    # A migrated database (a copy of the migrated template), the command a process of its own.
+    env = {**os.environ, "SHADOWPLANE_DATABASE_URL": sqlite_url}
 
-    def shadowplane(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "controlplane.cli", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    def shadowplane(*args: str) -> Done:
+        return run_cli(list(args), env, tmp_path)
 
-    assert shadowplane("migrate").returncode == 0
     config = tmp_path / "stream.yaml"
     config.write_text("task: stream\ncomparator: {kind: label, labels: [a, b]}\n")
     done = shadowplane("tasks", "apply", "-f", str(config))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from controlplane.ingest.retention import parse_duration, prune
 from controlplane.models import Payload, Result, WindowMetrics
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
+from tests.liveapi import run_cli
 from tests.windowdata import post_all
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -70,21 +69,12 @@ def test_durations_parse_or_say_what_is_allowed() -> None:
             parse_duration(bad)
 
 
-def test_prune_command_reports_what_it_deleted(tmp_path: Path) -> None:
+def test_prune_command_reports_what_it_deleted(sqlite_url: str, tmp_path: Path) -> None:
+    # A migrated database (a copy of the migrated template), the command a process of its own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    env["SHADOWPLANE_DATABASE_URL"] = f"sqlite:///{tmp_path / 'p.db'}"
-    cli = [sys.executable, "-m", "controlplane.cli"]
-    subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True, timeout=120)
-    done = subprocess.run(
-        [*cli, "prune", "--older-than", "30d"], env=env, capture_output=True, text=True, timeout=120
-    )
+    env["SHADOWPLANE_DATABASE_URL"] = sqlite_url
+    done = run_cli(["prune", "--older-than", "30d"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("deleted 0 results and 0 payloads with ts before ")
-    bad = subprocess.run(
-        [*cli, "prune", "--older-than", "a month"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_cli(["prune", "--older-than", "a month"], env, tmp_path)
     assert bad.returncode == 1 and "older-than: 'a month' is not a duration" in bad.stderr

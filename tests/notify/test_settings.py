@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +9,8 @@ from pydantic import ValidationError
 
 from controlplane.api import create_app
 from controlplane.settings import Settings, get_settings
+from tests.liveapi import run_cli
 from tests.notify.conftest import clean_env
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("secret", [None, ""])
@@ -54,14 +51,8 @@ def test_the_commands_refuse_to_start_naming_both_settings(
         SHADOWPLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'never.db'}",
         SHADOWPLANE_WEBHOOK_URLS="https://hooks.example/a",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *command],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # Each command as a process of its own (forked from one that imported the app).
+    done = run_cli(command, env, tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith("error: settings refused:"), done.stderr
     assert "SHADOWPLANE_WEBHOOK_URLS is set but SHADOWPLANE_WEBHOOK_SECRET is not" in done.stderr

@@ -3,8 +3,6 @@ receiver, its timestamp and delivery id checked with `verify_signature`."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from controlplane.db import session_scope
 from controlplane.rollout.actions import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import make_api
+from tests.liveapi import run_cli
 from tests.notify.conftest import SECRET, clean_env
 from tests.notify.receiver import Receiver
 from tests.rollout.test_rollback_e2e import (
@@ -25,11 +24,9 @@ from tests.rollout.test_rollback_e2e import (
 )
 from tests.windowdata import post_all
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_tick_firing_a_rollback_delivers_a_signed_webhook(
-    sqlite_url: str, receiver: Receiver
+    sqlite_url: str, receiver: Receiver, tmp_path: Path
 ) -> None:
     # The API of this test sends nothing (no webhook settings): only `tick` does.
     for api in make_api(sqlite_url):
@@ -50,14 +47,8 @@ def test_tick_firing_a_rollback_delivers_a_signed_webhook(
             SHADOWPLANE_WEBHOOK_SECRET=SECRET,
             SHADOWPLANE_PUBLIC_URL="https://shadowplane.example",
         )
-        done = subprocess.run(
-            [sys.executable, "-m", "controlplane.cli", "tick", "--now", clock.isoformat()],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        # `shadowplane tick` as a process of its own (forked from one that imported the app).
+        done = run_cli(["tick", "--now", clock.isoformat()], env, tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "delivered" in done.stdout, done.stdout
 
