@@ -49,6 +49,9 @@ DEMO_WINDOW = {"window_seconds": 10, "allowed_lateness_seconds": 5}
 # about three windows; production keeps the default 200.
 DEMO_ROLLBACK = {"min_samples": 20}
 CANARY = "ticket_classify"
+# How often the in-process scheduler computes and closes windows: a window closes within a
+# second of its lateness running out, and a rollback shows within a second of its verdict.
+DEMO_TICK_SECONDS = 1.0
 
 
 def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after: float) -> None:
@@ -74,8 +77,10 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
 
     port = _free_port(port)
     # Request log lines would bury the summary; the demo's API logs warnings only. The
-    # in-process scheduler computes and closes windows every 2 s (no Redis, no Celery).
-    app = create_app(settings.model_copy(update={"log_level": "WARNING", "tick_seconds": 2.0}))
+    # in-process scheduler computes and closes windows every second (no Redis, no Celery).
+    app = create_app(
+        settings.model_copy(update={"log_level": "WARNING", "tick_seconds": DEMO_TICK_SECONDS})
+    )
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
@@ -135,7 +140,8 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
         stop=stop,
         every_second=show,
     )
-    # Wait (real time) until every window that got traffic has closed.
+    # Wait (real time) until every window that got traffic has closed: the last one ends,
+    # its lateness runs out, the next pass closes it. Looked at five times a second.
     deadline = (
         time.monotonic()
         + DEMO_WINDOW["window_seconds"]
@@ -143,7 +149,7 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
         + 6
     )
     while time.monotonic() < deadline and _open_windows(reader, tasks, started):
-        time.sleep(1)
+        time.sleep(0.2)
 
     typer.echo("\nPosted over HTTP:")
     for task in tasks:
