@@ -38,7 +38,7 @@ from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.windows import window_start
 from controlplane.models import ReviewItem, ReviewLabel, RouteAccuracyWindow, Task
 from controlplane.review.estimate import LabelledPair, RouteAccuracy, route_accuracy
-from controlplane.review.labels import consensus
+from controlplane.review.labels import consensus, votes
 
 
 def _open_since(session: Session, task_id: int) -> datetime | None:
@@ -141,7 +141,9 @@ def window_accuracy(
     named: set[str] = set()
     for item in items:
         mine = labels.get(item.id, [])
-        named.update(lab.failure_class for lab in mine if lab.failure_class)
+        # Each reviewer's newest label is their vote: classes of superseded labels are not
+        # the task's classes (a reviewer correcting a label must not mint new ones).
+        named.update(lab.failure_class for lab in votes(mine) if lab.failure_class)
         if item.kind != "pair" or item.state != "done" or item.reason == "regression":
             # A rollback queues every result of its breaching windows (reason `regression`):
             # a census of the worst windows, not a draw, so it would outweigh them. The
