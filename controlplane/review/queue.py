@@ -34,6 +34,8 @@ MAX_NOTE = 2000
 MAX_REASON = 500
 # A correction is an answer, not a document: 64 KiB of JSON.
 MAX_CORRECTED = 65536
+# Corrections a reviewer may make of their own label on one item (labels after the first).
+MAX_CORRECTIONS = 3
 # Verdicts that already name a right answer: a correction beside them would contradict them.
 RIGHT_VERDICTS = ("a_correct", "b_correct", "both_correct", "correct")
 
@@ -112,7 +114,9 @@ def label(
 
     A reviewer who already labelled the item may label it again without a lease: their
     correction, which supersedes their earlier label (each reviewer's newest label is
-    their vote). It leaves the item's lease and state alone (a done item stays done)."""
+    their vote), at most MAX_CORRECTIONS times per item (409 after that). It leaves the
+    item's lease alone; a correction that makes a done item's votes disagree reopens it for
+    one more reviewer, as a first disagreement does, unless it already had its extra one."""
     if locked is None:
         locked = repository.locked_item(session, item_id)
     correction = False
@@ -122,6 +126,13 @@ def label(
         if exc.status != 409 or not repository.has_label(session, item_id, reviewer):
             raise
         item, correction = locked, True
+        made = repository.label_count(session, item_id, reviewer) - 1
+        if made >= MAX_CORRECTIONS:
+            raise ActionError(
+                409,
+                f"review item {item_id}: you already corrected your label {made} times, the "
+                f"limit is {MAX_CORRECTIONS} corrections per reviewer and item",
+            ) from None
     try:
         resolved = resolve(verdict, kind=item.kind, a_is_edge=item.a_is_edge)
     except LabelError as exc:
@@ -157,15 +168,15 @@ def label(
     if correction:
         labels = repository.item_labels(session, item.id)
         agreed = consensus(labels)
-        return Labelled(
-            label_id,
-            resolved,
-            item.state,
-            item.reviews_needed,
-            len(votes(labels)),
-            agreed is not None and agreed.disagreement,
-            correction=True,
-        )
+        voters = len(votes(labels))
+        disagreement = agreed is not None and agreed.disagreement
+        state, needed = item.state, item.reviews_needed
+        if state == "done" and disagreement and needed <= reviewers_per_item:
+            # The correction made the votes disagree: one more reviewer, as when the
+            # disagreement came first (the item's own count says it had none yet).
+            state, needed = "queued", voters + 1
+            repository.reopen(session, item.id, reviews_needed=needed)
+        return Labelled(label_id, resolved, state, needed, voters, disagreement, correction=True)
     needed, state, done_at = item.reviews_needed, "queued", None
     if needed == 1:
         # One reviewer needed (never extended): nobody else labelled it, so this one vote

@@ -143,6 +143,28 @@ def has_label(session: Session, item_id: int, reviewer: str) -> bool:
     )
 
 
+def label_count(session: Session, item_id: int, reviewer: str) -> int:
+    """How many labels the reviewer has given the item (their first and corrections)."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(ReviewLabel)
+            .where(ReviewLabel.item_id == item_id, ReviewLabel.reviewer == reviewer)
+        )
+        or 0
+    )
+
+
+def reopen(session: Session, item_id: int, *, reviews_needed: int) -> None:
+    """Send a done item back to the queue for `reviews_needed` reviewers in all."""
+    session.execute(
+        update(ReviewItem)
+        .where(ReviewItem.id == item_id)
+        .values(state="queued", done_at=None, reviews_needed=reviews_needed)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def end_lease(
     session: Session,
     item_id: int,
