@@ -55,7 +55,16 @@ def renew_lease(
     )
     rows = session.execute(
         update(ReviewItem)
-        .where(ReviewItem.id == held)
+        # The lease conditions again on the row itself: a label of the item committed
+        # after the subquery read it (the UPDATE waited on its row lock) ended the lease,
+        # and PostgreSQL rechecks these on the new row, so the claim moves on instead of
+        # handing back the item just labelled.
+        .where(
+            ReviewItem.id == held,
+            ReviewItem.claimed_by == reviewer,
+            ReviewItem.state == "queued",
+            ReviewItem.lease_expires_at > now,
+        )
         .values(lease_expires_at=expires)
         .returning(*VIEW_COLUMNS)
         .execution_options(synchronize_session=False)
