@@ -12,14 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import ActionError
-from controlplane.models import Task
+from controlplane.models import ReviewItem, Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.review import blind, queue, repository
 from controlplane.settings import get_settings
@@ -37,6 +37,29 @@ def _task_id(session: Session, task: str | None) -> int | None:
     if found is None:
         raise ActionError(404, f"task: no task named {task[:200]!r}")
     return found
+
+
+def _keeping_no_text(session: Session, task_id: int | None) -> list[int]:
+    """The tasks (the named one, and those with queued items) whose current config is
+    `payload_policy: none`: their kept text is no longer to be shown, whether a claim names
+    the task or not. Read from the stored configs, not the runtime cache, so a switch to
+    `none` applies at once."""
+    queued = select(ReviewItem.task_id).where(ReviewItem.state == "queued")
+    wanted = (
+        or_(Task.id.in_(queued), Task.id == task_id) if task_id is not None else Task.id.in_(queued)
+    )
+    rows = session.execute(
+        select(Task.id, TaskConfigVersion.config)
+        .join(
+            TaskConfigVersion,
+            and_(
+                TaskConfigVersion.task_id == Task.id,
+                TaskConfigVersion.version == Task.config_version,
+            ),
+        )
+        .where(wanted)
+    )
+    return sorted(tid for tid, config in rows if (config or {}).get("payload_policy") == "none")
 
 
 def _task_name(session: Session, task_id: int) -> str:
@@ -58,11 +81,10 @@ def claim(
 
     def work(session: Session) -> dict[str, Any] | None:
         task_id = _task_id(session, task)
-        if task is not None:
-            runtime = task_runtimes(session, {task}).get(task)
-            if runtime is not None and runtime.config.payload_policy == "none":
-                raise ActionError(409, f"task {task[:200]!r}: {NO_QUEUE}")
-        item = queue.claim(session, task_id, reviewer, now, seconds)
+        exclude = _keeping_no_text(session, task_id)
+        if task is not None and task_id in exclude:
+            raise ActionError(409, f"task {task[:200]!r}: {NO_QUEUE}")
+        item = queue.claim(session, task_id, reviewer, now, seconds, exclude=exclude)
         if item is None:
             return None
         return blind.view(item, _task_name(session, item.task_id))

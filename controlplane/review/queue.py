@@ -14,7 +14,7 @@ their votes disagree and it has not had its extra reviewer yet: then it needs on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,18 +46,20 @@ def claim(
     reviewer: str,
     now: datetime,
     lease_seconds: float,
+    exclude: Sequence[int] = (),
 ) -> Any:
     """The item the reviewer now holds (lease until now + lease_seconds) — the columns the
     blind view reads — or None when nothing is claimable. A reviewer holds one lease at
     most: the item they already hold (of any task, whatever `task_id` asks) is renewed and
     returned, else the oldest claimable item is taken. The reviewer's claims are
-    serialized (repository.lock_reviewer), so parallel claims cannot take two."""
+    serialized (repository.lock_reviewer), so parallel claims cannot take two. Items of
+    the tasks in `exclude` are neither renewed nor taken."""
     expires = now + timedelta(seconds=lease_seconds)
     repository.lock_reviewer(session, reviewer)
-    held = repository.renew_lease(session, reviewer, now, expires)
+    held = repository.renew_lease(session, reviewer, now, expires, exclude)
     if held is not None:
         return held
-    return repository.take_next(session, task_id, reviewer, now, expires)
+    return repository.take_next(session, task_id, reviewer, now, expires, exclude)
 
 
 @dataclass(frozen=True, slots=True)

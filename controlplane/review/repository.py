@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +38,11 @@ REVIEWER_LOCK = 0x5245
 
 
 def renew_lease(
-    session: Session, reviewer: str, now: datetime, expires: datetime
+    session: Session,
+    reviewer: str,
+    now: datetime,
+    expires: datetime,
+    exclude: Sequence[int] = (),
 ) -> Row[Any] | None:
     """Extend the unexpired lease the reviewer holds on a queued item, whatever its task
     (found through the partial index on claimed_by; the oldest should they hold several,
@@ -48,6 +53,7 @@ def renew_lease(
             ReviewItem.claimed_by == reviewer,
             ReviewItem.state == "queued",
             ReviewItem.lease_expires_at > now,
+            *_not_in(exclude),
         )
         .order_by(ReviewItem.id)
         .limit(1)
@@ -72,9 +78,15 @@ def renew_lease(
     return rows[0] if rows else None
 
 
-def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[ColumnElement[bool]]:
+def _not_in(exclude: Sequence[int]) -> list[ColumnElement[bool]]:
+    return [ReviewItem.task_id.not_in(list(exclude))] if exclude else []
+
+
+def claimable(
+    task_id: int | None, reviewer: str, now: datetime, exclude: Sequence[int] = ()
+) -> list[ColumnElement[bool]]:
     """Conditions of an item the reviewer may claim: queued, its lease free or expired,
-    not labelled and not skipped by them."""
+    not labelled and not skipped by them, not of a task in `exclude`."""
     conditions: list[ColumnElement[bool]] = [
         ReviewItem.state == "queued",
         or_(ReviewItem.claimed_by.is_(None), ReviewItem.lease_expires_at <= now),
@@ -83,11 +95,17 @@ def claimable(task_id: int | None, reviewer: str, now: datetime) -> list[ColumnE
     ]
     if task_id is not None:
         conditions.append(ReviewItem.task_id == task_id)
+    conditions.extend(_not_in(exclude))
     return conditions
 
 
 def take_next(
-    session: Session, task_id: int | None, reviewer: str, now: datetime, expires: datetime
+    session: Session,
+    task_id: int | None,
+    reviewer: str,
+    now: datetime,
+    expires: datetime,
+    exclude: Sequence[int] = (),
 ) -> Row[Any] | None:
     """Give the reviewer the lease of the oldest item they may claim, in one statement;
     the item, or None when there is none.
@@ -97,7 +115,7 @@ def take_next(
     (one writer at a time) the statement runs alone."""
     oldest = (
         select(ReviewItem.id)
-        .where(*claimable(task_id, reviewer, now))
+        .where(*claimable(task_id, reviewer, now, exclude))
         .order_by(ReviewItem.id)
         .limit(1)
         .with_for_update(skip_locked=True)

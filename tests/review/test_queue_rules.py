@@ -99,6 +99,19 @@ def test_next_for_a_task_that_keeps_no_text_is_409(sqlite_url: str) -> None:
         assert "409" in spec["paths"]["/v1/review/next"]["get"]["responses"]
 
 
+def test_a_task_switched_to_keep_no_text_hands_out_no_items_at_all(db_url: str) -> None:
+    engine = _engine(db_url)
+    first, second = add_items(engine, "ticket_classify", 2)
+    (other,) = add_items(engine, "ticket_other", 1, start=10)
+    assert claim(engine, "ann")["id"] == first  # type: ignore[index]
+    with session_scope(engine) as session:
+        apply_config(session, {**TICKET_TASK, "payload_policy": "none"}, actor="test")
+    # Neither the lease ann holds nor a claim without a task shows its kept text any more.
+    assert claim(engine, "ann", task=None, seconds=1)["id"] == other  # type: ignore[index]
+    assert claim(engine, "bob", task=None, seconds=2) is None
+    assert second not in held(engine, "bob")
+
+
 def test_a_reviewer_corrects_their_own_label_without_a_lease(db_url: str) -> None:
     engine = _engine(db_url, review={"reviewers_per_item": 2})
     (item,) = add_items(engine, "ticket_classify", 1, reviews_needed=2)
