@@ -19,6 +19,7 @@ see it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -39,18 +40,29 @@ class BlindItem(Protocol):
     cloud_output: Any
     diff: Any
     lease_expires_at: datetime | None
+    # The payload policy the item was stored under: only `redacted` text holds placeholders.
+    policy: str
 
 
-def view(item: BlindItem, task: str) -> dict[str, Any]:
-    """The blind view of a claimed item."""
+def _shown(item: BlindItem) -> list[Any]:
+    """Input, A, B and the A/B diff, as stored."""
     if item.kind == "single":
         a, b, diff = item.cloud_output, None, None
     elif item.a_is_edge:
         a, b, diff = item.edge_output, item.cloud_output, blind_diff(item.diff, True)
     else:
         a, b, diff = item.cloud_output, item.edge_output, blind_diff(item.diff, False)
-    # Placeholders of masked values are numbered in the order shown, not the order masked.
-    shown = renumber([item.input, a, b, diff])
+    return [item.input, a, b, diff]
+
+
+def view(item: BlindItem, task: str) -> dict[str, Any]:
+    """The blind view of a claimed item."""
+    shown = _shown(item)
+    if item.policy == "redacted":
+        # Placeholders of masked values are numbered in the order shown, not the order
+        # masked. Text stored under `full` was never masked: placeholder-like text in it is
+        # the sender's own and is shown as it is.
+        shown = renumber(shown)
     lease = item.lease_expires_at
     return {
         "id": item.id,
@@ -125,31 +137,81 @@ def _length_fails_both_ways(check: Any) -> bool:
 _PLACEHOLDER = re.compile(rf"<({'|'.join(TYPES)})_([0-9]{{1,6}})>")
 
 
+# The same in a diff, where text_conservation's spans check lists placeholders without
+# their brackets (`EMAIL_2`): bracketed or bare as a whole token.
+_DIFF_PLACEHOLDER = re.compile(
+    rf"<({'|'.join(TYPES)})_([0-9]{{1,6}})>"
+    rf"|(?<![A-Za-z0-9_])({'|'.join(TYPES)})_([0-9]{{1,6}})(?![A-Za-z0-9_])"
+)
+
+
 def renumber(values: list[Any]) -> list[Any]:
-    """The values with each masked placeholder renumbered per type by first appearance,
-    reading the values in the order given (a bijection: one value keeps one number across
-    all of them). The masker numbers values in the order it masks the fields (input, edge
-    output, cloud output), so its numbers would tell the sides apart."""
+    """The values (input, A, B, diff) with each masked placeholder renumbered per type by
+    first appearance, reading the values in the order given (a bijection: one value keeps
+    one number across all of them, the diff's bare `TYPE_N` tokens included). The masker
+    numbers values in the order it masks the fields (input, edge output, cloud output),
+    so its numbers would tell the sides apart."""
+    numbers = numbering(values)
+    return [
+        _rewrite(v, lambda kind, n: str(numbers[(kind, n)]), diff=i == 3)
+        for i, v in enumerate(values)
+    ]
+
+
+def numbering(values: list[Any]) -> dict[tuple[str, str], int]:
+    """`renumber`'s mapping: (type, stored number as written) -> number shown."""
     numbers: dict[tuple[str, str], int] = {}
     counts: dict[str, int] = {}
 
+    def see(kind: str, n: str) -> str:
+        if (kind, n) not in numbers:
+            counts[kind] = counts.get(kind, 0) + 1
+            numbers[(kind, n)] = counts[kind]
+        return n
+
+    for i, value in enumerate(values):
+        _rewrite(value, see, diff=i == 3)
+    return numbers
+
+
+def stored_numbering(item: BlindItem, value: Any) -> Any:
+    """A value written against the item's blind view (a reviewer's correction) with the
+    placeholders renumbered back to the numbers the item's stored text uses (the inverse
+    of the view's renumbering); unchanged for an item not stored `redacted`. Raises
+    ValueError naming a placeholder the view never showed: it stands for no known value."""
+    if item.policy != "redacted":
+        return value
+    inverse = {(kind, str(shown)): n for (kind, n), shown in numbering(_shown(item)).items()}
+
+    def back(kind: str, n: str) -> str:
+        key = (kind, str(int(n)))
+        if key not in inverse:
+            raise ValueError(f"<{kind}_{n}> is not a placeholder this item shows")
+        return inverse[key]
+
+    return _rewrite(value, back)
+
+
+def _rewrite(value: Any, replace: Callable[[str, str], str], *, diff: bool = False) -> Any:
+    """The value with every placeholder's number replaced by replace(type, number as
+    written), in reading order (dict keys before their values); `diff`: bare tokens too."""
+    pattern = _DIFF_PLACEHOLDER if diff else _PLACEHOLDER
+
     def sub(match: re.Match[str]) -> str:
-        key = (match.group(1), match.group(2))
-        if key not in numbers:
-            counts[key[0]] = counts.get(key[0], 0) + 1
-            numbers[key] = counts[key[0]]
-        return f"<{key[0]}_{numbers[key]}>"
+        if match.group(1) is not None:
+            return f"<{match.group(1)}_{replace(match.group(1), match.group(2))}>"
+        return f"{match.group(3)}_{replace(match.group(3), match.group(4))}"
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):
-            return _PLACEHOLDER.sub(sub, value) if "<" in value else value
+            return pattern.sub(sub, value) if diff or "<" in value else value
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, dict):
             return {walk(k): walk(v) for k, v in value.items()}
         return value
 
-    return [walk(v) for v in values]
+    return walk(value)
 
 
 def _sides(value: Any, names: dict[str, str]) -> Any:

@@ -22,7 +22,13 @@ VIEW_COLUMNS = (
     ReviewItem.cloud_output,
     ReviewItem.diff,
     ReviewItem.lease_expires_at,
+    ReviewItem.policy,
 )
+
+
+def view_row(session: Session, item_id: int) -> Row[Any] | None:
+    """The columns the blind view reads of the item."""
+    return session.execute(select(*VIEW_COLUMNS).where(ReviewItem.id == item_id)).first()
 
 
 def lock_reviewer(session: Session, reviewer: str) -> None:

@@ -79,6 +79,7 @@ def test_a_cloud_answer_that_breaks_the_schema_is_a_single_item(sqlite_url: str)
 
 def _item(**kw: Any) -> Any:
     base = {"id": 1, "kind": "pair", "a_is_edge": False, "lease_expires_at": None}
+    base["policy"] = "redacted"
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -129,3 +130,30 @@ def test_the_length_check_shows_only_when_it_fails_both_ways() -> None:
         assert shown is not None
         assert "length_ratio" in shown["failed"]
         assert shown["length_ratio"] == {"a": 10, "b": 5}
+
+
+def test_text_stored_under_full_policy_is_shown_as_it_is() -> None:
+    # Nothing was masked: placeholder-like text is the sender's own, in the view and diff.
+    edge, cloud = "Order <NUM_42> ships today.", "Order <NUM_43> ships today."
+    found = compare({"kind": "text_conservation"}, edge, cloud)
+    item = _item(
+        input={"text": "Where is order <NUM_42>?"},
+        edge_output=edge,
+        cloud_output=cloud,
+        diff=found.diff,
+        policy="full",
+    )
+    v = view(item, "t")
+    assert v["input"] == {"text": "Where is order <NUM_42>?"}
+    assert (v["a"], v["b"]) == (cloud, edge)
+    assert v["diff"] == blind_diff(found.diff, False)
+    # The same item stored redacted: renumbered everywhere with one mapping.
+    masked = view(_item(**{**vars(item), "policy": "redacted"}), "t")
+    assert masked["input"] == {"text": "Where is order <NUM_1>?"}
+    assert (masked["a"], masked["b"]) == (
+        "Order <NUM_2> ships today.",
+        "Order <NUM_1> ships today.",
+    )
+    # The diff lists the placeholders bare: the same mapping applies to them.
+    spans = {"a": ["NUM_2"], "b": ["NUM_1"], "only_in_a": ["NUM_2"], "only_in_b": ["NUM_1"]}
+    assert masked["diff"] == {"failed": ["spans"], "spans": spans}
