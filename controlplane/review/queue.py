@@ -27,6 +27,7 @@ from controlplane.compare.jsonutil import dumps
 from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
 from controlplane.review import repository
+from controlplane.review.blind import stored_numbering
 from controlplane.review.labels import LabelError, consensus, resolve, votes
 
 # Bounds on what a label carries (the API bounds its body the same way).
@@ -155,6 +156,14 @@ def label(
         if size > MAX_CORRECTED:
             raise ActionError(422, f"corrected: at most {MAX_CORRECTED} bytes of JSON, got {size}")
         check_corrected(corrected, verdict, comparator_spec)
+        # The reviewer wrote it against the blind view, whose placeholders are renumbered:
+        # store it with the numbers of the item's stored text, which it is kept beside.
+        shown = repository.view_row(session, item.id)
+        if shown is not None:
+            try:
+                corrected = stored_numbering(shown, corrected)
+            except ValueError as exc:
+                raise ActionError(422, f"corrected: {exc}") from None
     label_id = repository.add_label(
         session,
         item_id=item.id,

@@ -84,3 +84,53 @@ def test_a_correction_that_makes_a_done_item_disagree_reopens_it_once(sqlite_url
     with session_scope(engine) as session:
         row = session.get(ReviewItem, item)
         assert row is not None and row.state == "done"
+
+
+REPLY = {
+    **TICKET_TASK,
+    "task": "reply_text",
+    "comparator": {"kind": "text_conservation"},
+    "payload_policy": "redacted",
+}
+
+
+def test_a_correction_written_against_the_view_is_stored_in_the_stored_numbering(
+    sqlite_url: str,
+) -> None:
+    engine = get_engine(sqlite_url)
+    with session_scope(engine) as session:
+        apply_config(session, REPLY, actor="test")
+    # The stored input numbers bob's address first; the view shows ann's first.
+    (item,) = add_items(
+        engine,
+        "reply_text",
+        1,
+        policy="redacted",
+        comparator="text_conservation",
+        input={"text": "from <EMAIL_2>, cc <EMAIL_1>"},
+        edge_output="Hello <EMAIL_2>.",
+        cloud_output="Hello <EMAIL_1>.",
+        diff=None,
+        a_is_edge=True,
+    )
+    shown = actions.claim(engine, "reply_text", "ann", _at(0), lease_seconds=600.0)
+    assert shown is not None and shown["input"] == {"text": "from <EMAIL_1>, cc <EMAIL_2>"}
+    assert (shown["a"], shown["b"]) == ("Hello <EMAIL_1>.", "Hello <EMAIL_2>.")
+    # The reviewer answers the sender as shown (<EMAIL_1>): stored, that is <EMAIL_2>.
+    actions.label(
+        engine,
+        item,
+        "ann",
+        verdict="both_wrong",
+        corrected="Dear <EMAIL_1>, cc <EMAIL_2>.",
+        now=_at(1),
+    )
+    with session_scope(engine) as session:
+        (stored,) = session.scalars(select(ReviewLabel.corrected))
+    assert stored == "Dear <EMAIL_2>, cc <EMAIL_1>."
+    # A placeholder the view never showed stands for no known value.
+    with pytest.raises(ActionError) as refused:
+        actions.label(
+            engine, item, "ann", verdict="both_wrong", corrected="Dear <EMAIL_3>.", now=_at(2)
+        )
+    assert refused.value.status == 422 and "corrected: <EMAIL_3>" in str(refused.value)
