@@ -14,6 +14,7 @@ their votes disagree and it has not had its extra reviewer yet: then it needs on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -149,6 +150,12 @@ def label(
     if note is not None and len(note) > MAX_NOTE:
         raise ActionError(422, f"note: at most {MAX_NOTE} characters, got {len(note)}")
     if corrected is not None:
+        if not _finite(corrected):
+            raise ActionError(
+                422,
+                "corrected: holds a number that is not finite (NaN, Infinity or out of "
+                "range), which JSON cannot store",
+            )
         try:
             size = len(dumps(corrected))
         except (TypeError, ValueError):
@@ -206,6 +213,17 @@ def label(
             state, done_at = "done", now
     repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
     return Labelled(label_id, resolved, state, needed, voters, disagreement)
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number in the JSON value is finite."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def check_corrected(corrected: Any, verdict: str, spec: Mapping[str, Any] | None) -> None:

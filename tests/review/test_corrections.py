@@ -16,7 +16,7 @@ from controlplane.review import actions
 from controlplane.review.accuracy import Drawn, Vote, window_accuracy
 from controlplane.review.queue import MAX_CORRECTIONS
 from controlplane.rollout.actions import apply_config
-from tests.conftest import TICKET_TASK
+from tests.conftest import TICKET_TASK, make_api
 from tests.review.queuedata import T0, add_items
 
 
@@ -134,3 +134,22 @@ def test_a_correction_written_against_the_view_is_stored_in_the_stored_numbering
             engine, item, "ann", verdict="both_wrong", corrected="Dear <EMAIL_3>.", now=_at(2)
         )
     assert refused.value.status == 422 and "corrected: <EMAIL_3>" in str(refused.value)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_correction_holding_a_number_that_is_not_finite_is_refused(
+    sqlite_url: str, number: str
+) -> None:
+    for api in make_api(sqlite_url):
+        (item,) = add_items(api.engine, "ticket_classify", 1)
+        headers = {**api.headers("review"), "Content-Type": "application/json"}
+        assert api.client.get("/v1/review/next", headers=headers).json()["item"]["id"] == item
+        for body in (
+            f'{{"verdict": "both_wrong", "corrected": {number}}}',
+            f'{{"verdict": "both_wrong", "corrected": {{"amount": [{number}]}}}}',
+        ):
+            answer = api.client.post(f"/v1/review/{item}/label", content=body, headers=headers)
+            assert answer.status_code == 422, answer.text
+            assert "corrected" in answer.text and "not finite" in answer.text
+        with session_scope(api.engine) as session:
+            assert session.scalar(select(func.count()).select_from(ReviewLabel)) == 0
