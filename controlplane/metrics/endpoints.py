@@ -7,24 +7,26 @@ import io
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
+from controlplane.catalog.schemas import INT32_MAX
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.metrics import service
+from controlplane.metrics import service, whatif
 from controlplane.metrics.fields import ALL, FIELDS
-from controlplane.metrics.schemas import WindowsOut
+from controlplane.metrics.schemas import WhatIfOut, WindowsOut
 from controlplane.models.base import utcnow
 from controlplane.timeutil import UTCTime
 
 router = APIRouter(prefix="/v1/tasks", tags=["windows"])
 DEFAULT_SPAN = timedelta(hours=24)
+MAX_WHATIF_SPAN = timedelta(days=31)
 
 
 @router.get(
@@ -68,6 +70,50 @@ def windows(
     if "text/csv" in request.headers.get("accept", ""):
         return Response(_csv(rows), media_type="text/csv; charset=utf-8")
     return ORJSONResponse({"windows": rows})
+
+
+@router.get(
+    "/{task}/whatif",
+    response_model=WhatIfOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
+def routing_whatif(
+    task: str,
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    since: UTCTime | None = None,
+    until: UTCTime | None = None,
+    max_input_tokens: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
+    min_confidence: Annotated[float | None, Query(ge=0.0, le=1.0, allow_inf_nan=False)] = None,
+) -> ORJSONResponse:
+    """The period's results replayed under a candidate cap and minimum edge confidence,
+    beside the current setting, per length bucket and `all` (default: the last 24 h;
+    at most 31 days)."""
+    with session_scope(request.app.state.engine) as session:
+        runtime = task_runtimes(session, {task}).get(task)
+        if runtime is None:
+            raise HTTPException(404, f"task: no task {task!r}")
+        until = until or utcnow()
+        if since is None:
+            since = until - min(DEFAULT_SPAN, until - datetime.min.replace(tzinfo=UTC))
+        if since >= until:
+            raise HTTPException(
+                422, f"since: {since.isoformat()} is not before until ({until.isoformat()})"
+            )
+        if until - since > MAX_WHATIF_SPAN:
+            raise HTTPException(
+                422,
+                f"since: the period from {since.isoformat()} to {until.isoformat()} is longer than 31 days",
+            )
+        found = whatif.whatif(
+            session,
+            runtime,
+            since=since,
+            until=until,
+            max_input_tokens=max_input_tokens,
+            min_confidence=min_confidence,
+        )
+    return ORJSONResponse(found)
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:

@@ -82,3 +82,43 @@ class WindowRow(BaseModel):
 
 class WindowsOut(BaseModel):
     windows: list[WindowRow]
+
+
+class WhatIfRate(BaseModel):
+    """A rate as numerator over denominator with its Wilson interval (null when den is 0)."""
+
+    value: float | None
+    num: int
+    den: int
+    low: float | None
+    high: float | None
+
+
+class WhatIfFigures(BaseModel):
+    edge_share: WhatIfRate
+    agreement: WhatIfRate
+    offload_fail_rate: WhatIfRate
+    cost: float
+    savings: float
+
+
+class WhatIfBucket(BaseModel):
+    bucket: str
+    n_results: int
+    baseline_cost: float
+    candidate: WhatIfFigures
+    current: WhatIfFigures
+
+
+class WhatIfSetting(BaseModel):
+    max_input_tokens: int | None
+    min_confidence: float | None
+
+
+class WhatIfOut(BaseModel):
+    task: str
+    since: datetime
+    until: datetime
+    candidate: WhatIfSetting
+    current: WhatIfSetting
+    buckets: list[WhatIfBucket]

@@ -1,0 +1,161 @@
+"""Routing what-if: the stored results of a period replayed under another routing setting.
+
+A result counts as one the edge would have served when the router judged it edge-eligible
+(`decision == "edge"`), its input is within the candidate `max_input_tokens` (none = no
+cap) and, with a minimum confidence, the edge ran and reported a confidence at least that
+high (an edge run without a confidence cannot show it clears the bar; a result whose edge
+did not run is judged on the other conditions alone). Over that set: the share of the
+period's results, agreement over its pairs, offload failures (edge error, `valid: false`
+or comparator `invalid`) over its edge runs, each with its Wilson interval; and its cost:
+an edge run that would have served costs its edge side, plus the cloud-only cost when it
+failed (the request escalates); every other result costs what the cloud alone would have
+(`baseline_cost`). The same figures are given for the current setting (the config's cap,
+no confidence minimum). One SQL pass over the period's results, grouped by length bucket;
+`all` is the sum of the buckets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Float, and_, case, func, literal, or_, select, true
+from sqlalchemy.orm import Session
+
+from controlplane.catalog.service import TaskRuntime
+from controlplane.ingest.buckets import bucket_labels
+from controlplane.metrics.fields import ALL
+from controlplane.metrics.repository import _baseline_cost, _side_cost, bucket_of
+from controlplane.metrics.stats import wilson
+from controlplane.models import Result
+
+SETTINGS = ("candidate", "current")
+COUNTS = ("n_served", "n_pairs", "n_agree", "n_edge_runs", "n_offload_fails")
+
+
+def _served(max_input_tokens: int | None, min_confidence: float | None) -> ColumnElement[bool]:
+    conditions: list[ColumnElement[bool]] = [Result.decision == "edge"]
+    if max_input_tokens is not None:
+        conditions.append(Result.input_tokens <= max_input_tokens)
+    if min_confidence is not None:
+        conditions.append(
+            or_(
+                Result.edge_ran.is_(False),
+                func.coalesce(Result.edge_confidence >= min_confidence, False),
+            )
+        )
+    return and_(true(), *conditions)
+
+
+def _sum_if(condition: Any, value: Any = 1) -> ColumnElement[Any]:
+    return func.coalesce(func.sum(case((condition, value), else_=0)), 0)
+
+
+def _columns(
+    prefix: str, served: ColumnElement[bool], edge_cost: Any, baseline: Any
+) -> list[ColumnElement[Any]]:
+    edge_failed = and_(
+        Result.edge_ran,
+        or_(
+            Result.edge_error.is_not(None),
+            Result.edge_valid.is_(False),
+            Result.outcome == "invalid",
+        ),
+    )
+    by_edge = and_(served, Result.edge_ran)
+    cost = case(
+        (and_(by_edge, edge_failed), edge_cost + baseline),
+        (by_edge, edge_cost),
+        else_=baseline,
+    )
+    return [
+        _sum_if(served).label(f"{prefix}_n_served"),
+        _sum_if(and_(served, Result.outcome.in_(("agree", "conflict")))).label(f"{prefix}_n_pairs"),
+        _sum_if(and_(served, Result.outcome == "agree")).label(f"{prefix}_n_agree"),
+        _sum_if(by_edge).label(f"{prefix}_n_edge_runs"),
+        _sum_if(and_(served, edge_failed)).label(f"{prefix}_n_offload_fails"),
+        func.coalesce(func.sum(cost), literal(0.0, Float)).label(f"{prefix}_cost"),
+    ]
+
+
+def whatif(
+    session: Session,
+    runtime: TaskRuntime,
+    *,
+    since: datetime,
+    until: datetime,
+    max_input_tokens: int | None,
+    min_confidence: float | None,
+) -> dict[str, Any]:
+    """The figures of the candidate and the current setting, per bucket and `all`."""
+    config = runtime.config
+    prices = config.prices.model_dump()
+    boundaries: Sequence[int] = config.length_buckets
+    edge_cost = _side_cost("edge", prices)
+    baseline = _baseline_cost(prices)
+    bucket = bucket_of(Result.input_tokens, boundaries).label("bucket")
+    stmt = (
+        select(
+            bucket,
+            func.count().label("n_results"),
+            func.coalesce(func.sum(baseline), literal(0.0, Float)).label("baseline_cost"),
+            *_columns("candidate", _served(max_input_tokens, min_confidence), edge_cost, baseline),
+            *_columns("current", _served(config.max_input_tokens, None), edge_cost, baseline),
+        )
+        .where(Result.task_id == runtime.id, Result.ts >= since, Result.ts < until)
+        .group_by(bucket)
+    )
+    sums: dict[str, dict[str, Any]] = {
+        label: _empty() for label in (*bucket_labels(boundaries), ALL)
+    }
+    for row in session.execute(stmt).mappings():
+        for name, value in row.items():
+            if name == "bucket":
+                continue
+            sums[row["bucket"]][name] = value
+            sums[ALL][name] += value
+    return {
+        "task": runtime.name,
+        "since": since,
+        "until": until,
+        "candidate": {"max_input_tokens": max_input_tokens, "min_confidence": min_confidence},
+        "current": {"max_input_tokens": config.max_input_tokens, "min_confidence": None},
+        "buckets": [_figures(label, found) for label, found in sums.items()],
+    }
+
+
+def _empty() -> dict[str, Any]:
+    row: dict[str, Any] = {"n_results": 0, "baseline_cost": 0.0}
+    for prefix in SETTINGS:
+        row.update({f"{prefix}_{name}": 0 for name in COUNTS})
+        row[f"{prefix}_cost"] = 0.0
+    return row
+
+
+def _rate(num: int, den: int) -> dict[str, Any]:
+    interval = wilson(num, den)
+    return {
+        "value": num / den if den else None,
+        "num": num,
+        "den": den,
+        "low": interval[0] if interval else None,
+        "high": interval[1] if interval else None,
+    }
+
+
+def _figures(label: str, row: dict[str, Any]) -> dict[str, Any]:
+    n = int(row["n_results"])
+    baseline = float(row["baseline_cost"])
+    out: dict[str, Any] = {"bucket": label, "n_results": n, "baseline_cost": baseline}
+    for prefix in SETTINGS:
+        c = {name: int(row[f"{prefix}_{name}"]) for name in COUNTS}
+        cost = float(row[f"{prefix}_cost"])
+        out[prefix] = {
+            "edge_share": _rate(c["n_served"], n),
+            "agreement": _rate(c["n_agree"], c["n_pairs"]),
+            "offload_fail_rate": _rate(c["n_offload_fails"], c["n_edge_runs"]),
+            "cost": cost,
+            "savings": baseline - cost,
+        }
+    return out
