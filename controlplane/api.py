@@ -290,6 +290,6 @@ def _readiness(app: FastAPI) -> dict[str, str]:
         try:
             redis.Redis.from_url(redis_url, socket_timeout=1, socket_connect_timeout=1).ping()
             checks["redis"] = "ok"
-        except redis.RedisError as exc:
+        except Exception as exc:  # any client failure means not ready; say which
             checks["redis"] = f"error: {type(exc).__name__}"
     return checks

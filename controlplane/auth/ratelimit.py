@@ -145,7 +145,9 @@ class RedisBuckets:
     def __init__(self, url: str, fallback: Buckets) -> None:
         import redis
 
-        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        # Any exception out of the client is a Redis failure (redis-py also raises
+        # AttributeError when a connection is torn down under a call).
+        self._errors: tuple[type[Exception], ...] = (Exception,)
         client = redis.Redis.from_url(
             url,
             socket_timeout=REDIS_TIMEOUT_SECONDS,

@@ -45,7 +45,7 @@ class IngestCounters:
             for outcome, n in pending.items():
                 pipe.hincrby(KEY, outcome, n)
             pipe.execute()
-        except redis.RedisError as exc:
+        except Exception as exc:  # any client failure: the counts stay in memory
             log.warning("ingest counters not written to Redis, kept in memory: %s", exc)
             with self._lock:
                 self._pending.update(pending)

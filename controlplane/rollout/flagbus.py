@@ -77,7 +77,9 @@ class Publisher:
     def __init__(self, url: str) -> None:
         import redis
 
-        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        # Any exception out of the client is a Redis failure (redis-py also raises
+        # AttributeError when a connection is torn down under a call).
+        self._errors: tuple[type[Exception], ...] = (Exception,)
         self._client: Any = redis.Redis.from_url(
             url,
             socket_timeout=REDIS_TIMEOUT_SECONDS,

@@ -180,7 +180,9 @@ class FlagCopy:
         if self._redis_url:
             import redis
 
-            self._redis_errors = (redis.RedisError, OSError, ValueError)
+            # Any exception out of the client is a Redis failure: redis-py also raises
+            # AttributeError when a connection is torn down under a read.
+            self._redis_errors = (Exception,)
             self._redis = redis.Redis.from_url(
                 self._redis_url,
                 socket_timeout=flagbus.REDIS_TIMEOUT_SECONDS,
@@ -241,6 +243,16 @@ class FlagCopy:
                 pass
 
     def _run(self) -> None:
+        # The copy must keep following whatever happens: an unexpected error is logged,
+        # and the loop starts again a check later (never dies silently, never spins).
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception:
+                log.exception('{"event": "flags_follower_error", "effect": "restarting"}')
+                self._stop.wait(self._check_seconds)
+
+    def _follow(self) -> None:
         pubsub: Any = None
         next_check = time.monotonic() + self._check_seconds
         while not self._stop.is_set():

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import pytest
+
 from controlplane.catalog.schemas import parse_config
 from controlplane.rollout.flags import derive
 from tests.conftest import INVOICE_TASK, TICKET_TASK, Api
@@ -211,3 +216,44 @@ def test_a_process_that_never_loaded_the_flags_answers_503(api: Api) -> None:
             assert "has not loaded the flags yet" in response.json()["detail"]
     finally:
         app.state.flag_copy = loaded  # type: ignore[attr-defined]
+
+
+class _TornDownRedis:
+    """A Redis client whose every call fails the way redis-py does when a connection is
+    torn down under it (an AttributeError from inside the client, not a RedisError)."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise AttributeError("'NoneType' object has no attribute 'readline'")
+
+        if name == "pubsub":
+            return lambda: self
+        return fail
+
+
+def test_a_redis_client_failing_with_any_error_never_stops_the_copy_following(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: redis-py raised AttributeError from `subscribe`, the follower thread died,
+    and the copy would never have followed the database again. Any client error is a
+    Redis failure: the copy keeps following the database."""
+    import redis
+    from sqlalchemy import update
+
+    from controlplane.models import FlagState
+    from controlplane.rollout.flagcopy import FlagCopy
+
+    monkeypatch.setattr(redis.Redis, "from_url", classmethod(lambda cls, *a, **k: _TornDownRedis()))
+    copy = FlagCopy(api.engine, redis_url="redis://127.0.0.1:1/0", check_seconds=0.05)
+    copy.start()
+    try:
+        before = copy.snapshot().revision
+        with api.engine.begin() as conn:  # a change no process announced
+            conn.execute(update(FlagState).values(revision=FlagState.revision + 1))
+        deadline = time.monotonic() + 30
+        while copy.snapshot().revision == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert copy.snapshot().revision == before + 1
+        assert copy._thread is not None and copy._thread.is_alive()
+    finally:
+        copy.stop()
