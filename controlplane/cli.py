@@ -114,6 +114,42 @@ def api(
     )
 
 
+@app.command()
+def dashboard(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8501,
+) -> None:
+    """Serve the Streamlit dashboard (sign in with an API key of scope read, review or admin)."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("dashboard")
+    if spec is None or spec.origin is None:
+        raise _fail("the dashboard package is not installed with this copy of shadowplane")
+    script = Path(spec.origin).with_name("streamlit_app.py")
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(script),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
+    typer.echo(
+        f"dashboard on http://{host}:{port} (database: {_safe_url(get_settings().database_url)})"
+    )
+    os.execv(sys.executable, command)
+
+
 @keys_app.command("create")
 def keys_create(
     name: Annotated[str, typer.Option(help="A name for the key (shown in logs and audit).")],

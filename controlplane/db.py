@@ -14,10 +14,14 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.compare.jsonutil import dumps
 from controlplane.settings import get_settings
+
+# What a door that has no SQL of its own (the dashboard) catches: any database failure.
+StorageError = SQLAlchemyError
 
 
 class StoredJSON:

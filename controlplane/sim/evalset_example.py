@@ -90,6 +90,53 @@ def _store(engine: Engine, results: list[dict[str, Any]], received_at: datetime)
             raise RuntimeError(f"the simulated results were refused: {report.rejected}")
 
 
+def seed(engine: Engine, *, labelled: int | None = None) -> int:
+    """Run the simulated rollout on a migrated database: register the tasks, canary
+    ticket_classify, store and close four windows (the third breaching one rolls it back),
+    label the first `labelled` review items (all when None) blind as a reviewer who knows
+    the truth, and backfill. Returns how many items were labelled; the rest wait in the
+    queue (the dashboard's tests and benchmark start from here)."""
+    apply_tasks(engine, CONFIGS, actor="sim")
+    promote(engine, "ticket_classify", actor="sim", reason="example canary", veto=0.7, force=True)
+    # The canary began before the simulated traffic (a promotion is stamped with the wall
+    # clock; the example's clocks are fixed).
+    with session_scope(engine) as session:
+        session.execute(update(Task).values(stage_changed_at=START - timedelta(hours=1)))
+    sent: list[dict[str, Any]] = []
+    for task, n, scenario in TRAFFIC:
+        sent += generate(
+            task, n, seed=SEED, now=END, span_seconds=WINDOW * WINDOWS, scenario=scenario
+        )
+    clock = END
+    for k in range(WINDOWS):
+        end = START + timedelta(seconds=(k + 1) * WINDOW)
+        # The routers report each window's results as it ends; a pass closes the window
+        # past its lateness, samples it for review, and the rules judge it (the third
+        # breaching window rolls the canary back).
+        _store(engine, [r for r in sent if end - WINDOW_SPAN <= _ts(r) < end], end)
+        clock = end + timedelta(seconds=150)
+        run_pass(engine, clock, veto=0.7)
+    reviewer = SimulatedReviewer(sent)
+    done = 0
+    while labelled is None or done < labelled:
+        item = review.claim(engine, None, REVIEWER, clock)
+        if item is None:
+            break
+        verdict = reviewer.label(item["task"], item)
+        review.label(
+            engine,
+            item["id"],
+            REVIEWER,
+            verdict=verdict.verdict,
+            failure_class=verdict.failure_class,
+            corrected=verdict.corrected,
+            now=clock,
+        )
+        done += 1
+    evalset_actions.backfill(engine, actor="sim")
+    return done
+
+
 def build(directory: Path) -> evalsets.Exported:
     """Run the simulation on a fresh database and export its eval sets to `directory`."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,45 +144,7 @@ def build(directory: Path) -> evalsets.Exported:
         upgrade(url)
         engine = make_engine(url)
         try:
-            apply_tasks(engine, CONFIGS, actor="sim")
-            promote(
-                engine,
-                "ticket_classify",
-                actor="sim",
-                reason="example canary",
-                veto=0.7,
-                force=True,
-            )
-            # The canary began before the simulated traffic (a promotion is stamped with the
-            # wall clock; the example's clocks are fixed).
-            with session_scope(engine) as session:
-                session.execute(update(Task).values(stage_changed_at=START - timedelta(hours=1)))
-            sent: list[dict[str, Any]] = []
-            for task, n, scenario in TRAFFIC:
-                sent += generate(
-                    task, n, seed=SEED, now=END, span_seconds=WINDOW * WINDOWS, scenario=scenario
-                )
-            for k in range(WINDOWS):
-                end = START + timedelta(seconds=(k + 1) * WINDOW)
-                # The routers report each window's results as it ends; a pass closes the
-                # window past its lateness, samples it for review, and the rules judge it
-                # (the third breaching window rolls the canary back).
-                _store(engine, [r for r in sent if end - WINDOW_SPAN <= _ts(r) < end], end)
-                clock = end + timedelta(seconds=150)
-                run_pass(engine, clock, veto=0.7)
-            reviewer = SimulatedReviewer(sent)
-            while (item := review.claim(engine, None, REVIEWER, clock)) is not None:
-                verdict = reviewer.label(item["task"], item)
-                review.label(
-                    engine,
-                    item["id"],
-                    REVIEWER,
-                    verdict=verdict.verdict,
-                    failure_class=verdict.failure_class,
-                    corrected=verdict.corrected,
-                    now=clock,
-                )
-            evalset_actions.backfill(engine, actor="sim")
+            seed(engine)
             with session_scope(engine) as session:
                 return evalsets.export(session, directory)
         finally:

@@ -1,0 +1,1 @@
+"""The dashboard pages, one script per screen (run by st.navigation)."""

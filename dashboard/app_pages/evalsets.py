@@ -1,0 +1,10 @@
+"""evalsets page (being built)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import common
+
+principal = common.require("review")
+st.title("evalsets")

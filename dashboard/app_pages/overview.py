@@ -1,0 +1,10 @@
+"""overview page (being built)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import common
+
+principal = common.require("read")
+st.title("overview")

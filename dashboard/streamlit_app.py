@@ -1,0 +1,41 @@
+"""Shadowplane's dashboard: sign in with an API key; the pages shown follow its scopes.
+
+`read` sees Overview, Task and Audit; `review` sees Review and Eval sets (blind: nothing
+there names the edge or the cloud side); `admin` sees everything and may act."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import common
+
+st.set_page_config(page_title="Shadowplane", layout="wide")
+
+principal = common.signed_in()
+if principal is None:
+    common.sign_in_form()
+    st.stop()
+
+pages: list[st.Page] = []
+if common.can(principal, "read"):
+    pages += [
+        st.Page("app_pages/overview.py", title="Overview", url_path="overview", default=True),
+        st.Page("app_pages/task.py", title="Task", url_path="task"),
+    ]
+if common.can(principal, "review"):
+    pages += [
+        st.Page("app_pages/review.py", title="Review", url_path="review", default=not pages),
+        st.Page("app_pages/evalsets.py", title="Eval sets", url_path="evalsets"),
+    ]
+if common.can(principal, "read"):
+    pages.append(st.Page("app_pages/audit.py", title="Audit", url_path="audit"))
+
+with st.sidebar:
+    st.write(f"Signed in as **{principal.name}** ({', '.join(sorted(principal.scopes))})")
+    if st.button("Sign out"):
+        st.session_state.pop("api_key", None)
+        st.rerun()
+
+page = st.navigation(pages)
+with common.readable_errors():
+    page.run()

@@ -1,0 +1,147 @@
+"""A seeded database for the dashboard's tests: the simulated long-ticket rollout (two
+tasks, four windows, ticket_classify rolled back at its third breaching window, review
+items sampled, the first ones labelled and backfilled), keys of every scope, and a helper
+that opens a page of the app through Streamlit's AppTest, signed in with one of them.
+
+The seed runs once per backend; each test gets a copy of its own."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from streamlit.testing.v1 import AppTest
+
+from controlplane.auth.actions import create_key
+from controlplane.db import get_engine, make_engine
+from controlplane.migrate import upgrade
+from controlplane.sim.evalset_example import seed
+from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
+SEEDED_DB = "sp_test_dashboard_seed"
+# How many of the sampled review items the seed labels; the others wait in the queue.
+LABELLED = 40
+# A key per scope (and one of review + read), named after it: "admin", "read", ...
+KEY_SCOPES = {
+    "admin": ["admin"],
+    "read": ["read"],
+    "review": ["review"],
+    "reviewer2": ["review"],
+    "ingest": ["ingest"],
+    "flags": ["flags:read"],
+}
+
+
+@dataclass
+class Seeded:
+    """A copy of the seeded database and the plaintext keys made in it."""
+
+    url: str
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def engine(self):  # type: ignore[no-untyped-def]
+        return get_engine(self.url)
+
+
+def _seed(url: str) -> dict[str, str]:
+    engine = make_engine(url)
+    try:
+        labelled = seed(engine, labelled=LABELLED)
+        assert labelled == LABELLED, "the seed has fewer review items than it labels"
+        return {
+            name: create_key(engine, name=name, scopes=scopes, actor="test")[1]
+            for name, scopes in KEY_SCOPES.items()
+        }
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_seed(pg_template: str) -> Iterator[dict[str, str]]:
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{SEEDED_DB}" TEMPLATE "{TEMPLATE_DB}"'))
+    url = make_url(pg_admin_url()).set(database=SEEDED_DB).render_as_string(hide_password=False)
+    yield _seed(url)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def seeded(pg_seed: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
+    """A PostgreSQL copy of the seeded database, the dashboard pointed at it."""
+    name = f"sp_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{SEEDED_DB}"'))
+    url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    monkeypatch.setenv("SHADOWPLANE_DATABASE_URL", url)
+    try:
+        yield Seeded(url, dict(pg_seed))
+    finally:
+        get_engine(url).dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_seed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("dashboard-seed") / "seeded.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    keys = _seed(url)
+    return path, keys
+
+
+@pytest.fixture
+def seeded_sqlite(
+    sqlite_seed: tuple[Path, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Seeded]:
+    """A SQLite copy of the seeded database (the embedded default), the dashboard on it."""
+    source, keys = sqlite_seed
+    path = tmp_path / "seeded.db"
+    shutil.copy(source, path)
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("SHADOWPLANE_DATABASE_URL", url)
+    yield Seeded(url, dict(keys))
+    get_engine(url).dispose()
+
+
+def open_page(seeded: Seeded, key: str | None, page: str | None = None) -> AppTest:
+    """The app signed in with the named key (None: signed out), on `page` (a path under
+    dashboard/, e.g. "app_pages/task.py"; None: the default page), after one run."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    if key is not None:
+        at.session_state["api_key"] = seeded.keys[key]
+    at.run()
+    if page is not None:
+        at.switch_page(page)
+        at.run()
+    return at
+
+
+def page_text(at: AppTest) -> str:
+    """Every text the page wrote (markdown, titles, captions, alerts, metrics, tables)."""
+    parts: list[str] = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "text", "code"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    for kind in ("error", "warning", "info", "success"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    for m in at.metric:
+        parts += [str(m.label), str(m.value)]
+    for df in at.dataframe:
+        parts.append(df.value.to_string())
+    for t in at.table:
+        parts.append(t.value.to_string())
+    return "\n".join(parts)
