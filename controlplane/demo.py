@@ -2,20 +2,24 @@
 
 Migrates the SQLite file, registers the example tasks with ten-second windows, starts the
 API in this process (its in-process scheduler computes and closes windows, then runs the
-rollout rules), promotes the ticket classifier to canary by hand, streams simulated
-traffic routed by the flags, switches the long-ticket regression on, and prints the
-windows filling up and the rollback when the policy makes it — then where to look and a
-key to look with. The clock is real: nothing is faked.
+rollout rules) and the dashboard beside it (`shadowplane dashboard`, its own process on
+the same database, stopped when the demo ends), promotes the ticket classifier to canary
+by hand, streams simulated traffic routed by the flags, switches the long-ticket
+regression on, and prints the windows filling up and the rollback when the policy makes
+it — then where to look and keys to look with. The clock is real: nothing is faked.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import typer
@@ -29,7 +33,7 @@ from controlplane.db import get_engine, session_scope
 from controlplane.ingest.service import conflict_ids
 from controlplane.migrate import ROOT, upgrade
 from controlplane.rollout.actions import apply_config
-from controlplane.settings import get_settings
+from controlplane.settings import Settings, get_settings
 from controlplane.sim.runner import Plan, Totals, stream
 
 EXAMPLE_TASKS = ROOT / "examples" / "tasks"
@@ -52,11 +56,73 @@ CANARY = "ticket_classify"
 # How often the in-process scheduler computes and closes windows: a window closes within a
 # second of its lateness running out, and a rollback shows within a second of its verdict.
 DEMO_TICK_SECONDS = 1.0
+# The dashboard's port (a free one if taken), and how long it may take to start answering.
+DASHBOARD_PORT = 8501
+DASHBOARD_START_SECONDS = 30.0
+
+
+class Dashboard:
+    """`shadowplane dashboard` as a process of its own beside the demo's API, on the same
+    database; its output goes to a log file, so it never interleaves with the demo's."""
+
+    def __init__(self, database_url: str, log_path: Path) -> None:
+        self.port = _free_port(DASHBOARD_PORT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.ready = False
+        self._log: IO[bytes] = log_path.open("wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "controlplane.cli", "dashboard", "--port", str(self.port)],
+            env={**os.environ, "SHADOWPLANE_DATABASE_URL": database_url},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = DASHBOARD_START_SECONDS) -> bool:
+        """Whether it answers its health check within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/_stcore/health", timeout=1).text == "ok":
+                    self.ready = True
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
 
 
 def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after: float) -> None:
     settings = get_settings()
     upgrade(settings.database_url)
+    # Started first: it imports Streamlit while the API starts; stopped however the demo ends.
+    dashboard = Dashboard(settings.database_url, Path("dashboard.log").resolve())
+    try:
+        _demo(settings, dashboard, port, rate, duration, once, scenario_after)
+    finally:
+        dashboard.stop()
+
+
+def _demo(
+    settings: Settings,
+    dashboard: Dashboard,
+    port: int,
+    rate: float,
+    duration: float,
+    once: bool,
+    scenario_after: float,
+) -> None:
     engine = get_engine(settings.database_url)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     with session_scope(engine) as session:
@@ -69,6 +135,9 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
             applied.append(apply_config(session, config, actor="demo"))
         _, admin_key = create_key(
             session, name=f"demo-admin-{stamp}", scopes=["admin"], actor="demo"
+        )
+        _, review_key = create_key(
+            session, name=f"demo-reviewer-{stamp}", scopes=["review"], actor="demo"
         )
         _, router_key = create_key(
             session, name=f"demo-router-{stamp}", scopes=["ingest", "flags:read"], actor="demo"
@@ -92,6 +161,17 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     typer.echo(f"API on {base} (database: {settings.database_url})")
+    keys = (
+        f"  reviewer key (Review, Eval sets; blind): {review_key}\n"
+        f"  admin key (every page; acts):            {admin_key}"
+    )
+    if dashboard.wait_ready():
+        typer.echo(
+            f"Dashboard on {dashboard.url}: Overview and Task show the rollback as it happens. "
+            f"Sign in with a key:\n{keys}"
+        )
+    else:
+        typer.echo(f"The dashboard did not start; its log: {dashboard.log_path}")
     reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
     # A person promotes the ticket classifier to canary without evidence yet: forced, audited.
     promoted = reader.post(
@@ -185,9 +265,14 @@ def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after
         if settings.is_sqlite
         else ""
     )
+    board = (
+        f"  {dashboard.url:<47} the dashboard: sign in with a key below\n"
+        if dashboard.ready
+        else ""
+    )
     typer.echo(f"""
-Where to look (admin key below, shown once):
-  {base}/docs                      the API, interactive
+Where to look (keys below, shown once):
+{board}  {base}/docs                      the API, interactive
   curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/ticket_classify/windows
   curl -H "Authorization: Bearer $KEY" -H "Accept: text/csv" {base}/v1/tasks/ticket_classify/windows
   curl -H "Authorization: Bearer $KEY" {base}/v1/decisions?task={CANARY}   (with evidence)
@@ -196,6 +281,7 @@ Where to look (admin key below, shown once):
   curl -H "Authorization: Bearer $KEY" {base}/metrics
 {examples}
 {where}
+{keys}
 KEY={admin_key}""")
     reader.close()
     if once:

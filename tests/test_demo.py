@@ -1,38 +1,65 @@
 """`shadowplane demo --once` on the embedded default: stored, scored results, closed windows,
-a real-time rollback, a key that works."""
+a real-time rollback, keys that work, and the dashboard beside the API while it runs."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 
+import httpx
 from sqlalchemy import create_engine, text
 
-from tests.liveapi import run_cli
+from tests.liveapi import WAIT, output, start_python, wait_until
+
+DEMO = [
+    "demo",
+    "--once",
+    "--port",
+    "0",
+    # The regression from the start, at a rate that gives every ten-second window the 20
+    # long-ticket pairs a verdict needs: three breaching windows, not six pooled ones after
+    # the default 30 s of good traffic.
+    "--scenario-after",
+    "0",
+    "--rate",
+    "60",
+]
+DASHBOARD_LINE = re.compile(r"^Dashboard on (http://127\.0\.0\.1:\d+): ", re.MULTILINE)
+
+
+def _health(url: str) -> str | None:
+    try:
+        return httpx.get(f"{url}/_stcore/health", timeout=2).text
+    except httpx.HTTPError:
+        return None
 
 
 def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
     # The CLI command as its own process (forked from one that imported the app already).
-    done = run_cli(
-        [
-            "demo",
-            "--once",
-            "--port",
-            "0",
-            # The regression from the start, at a rate that gives every ten-second window
-            # the 20 long-ticket pairs a verdict needs: three breaching windows, not six
-            # pooled ones after the default 30 s of good traffic.
-            "--scenario-after",
-            "0",
-            "--rate",
-            "60",
-        ],
+    demo = start_python(
+        f"from controlplane.cli import app; app(args={DEMO!r}, prog_name='shadowplane')",
         env,
         tmp_path,
-        timeout=300,
     )
+
+    def dashboard_url() -> str | None:
+        if demo.poll() is not None:
+            raise AssertionError(f"the demo ended before its dashboard line:\n{output(tmp_path)}")
+        found = DASHBOARD_LINE.search(output(tmp_path).stdout)
+        return found.group(1) if found else None
+
+    # The dashboard runs beside the API while the demo streams traffic: it answers.
+    dashboard = wait_until(dashboard_url, "the demo to print the dashboard's URL", 120, 0.2)
+    assert _health(dashboard) == "ok"
+    code = demo.wait(300)
+    if code is None:
+        demo.signal(signal.SIGKILL)
+        demo.wait(WAIT)
+    done = output(tmp_path)
+    done.returncode = code
     assert done.returncode == 0, done.stderr
     out = done.stdout
     posted = {}
@@ -54,6 +81,12 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert "ticket_classify is now in rolled_back" in out
     key = out.strip().splitlines()[-1].removeprefix("KEY=")
     assert key.startswith("sp_")
+    # The dashboard's URL and the keys to sign in with, printed; the dashboard stops with
+    # the demo.
+    keys = dict(re.findall(r"^  (reviewer|admin) key \([^)]*\): +(sp_\S+)$", out, re.MULTILINE))
+    assert keys["admin"] == key and keys["reviewer"].startswith("sp_"), out
+    assert f"  {dashboard} " in out
+    assert _health(dashboard) is None
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
     with engine.connect() as conn:
         outcomes = dict(
@@ -99,6 +132,14 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
         ).scalar_one()
     engine.dispose()
     assert "admin" in scopes
+    engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
+    with engine.connect() as conn:
+        scopes = conn.execute(
+            text("SELECT scopes FROM api_keys WHERE key_hash = :h"),
+            {"h": hash_key(keys["reviewer"])},
+        ).scalar_one()
+    engine.dispose()
+    assert "review" in scopes and "admin" not in scopes and "read" not in scopes
     # The reply rewriter's payloads are stored redacted: no customer email or phone left.
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
     with engine.connect() as conn:
