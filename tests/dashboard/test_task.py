@@ -1,0 +1,188 @@
+"""The task page against the seeded database: the rollback decision in the policy's own
+sentence with its evidence table and example results, the gate, the config versions, and
+the admin actions (absent for a read key; a promotion from a stale page is a conflict
+shown as a message; rollback and re-arm recorded with the admin key's name)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from controlplane.db import session_scope
+from controlplane.rollout import actions
+from controlplane.rollout.service import list_decisions
+from controlplane.sim.evalset_example import CONFIGS
+from tests.dashboard.conftest import Seeded, open_page, page_text
+
+pytestmark = pytest.mark.integration
+
+TASK_PAGE = "app_pages/task.py"
+ROLLED_BACK = "ticket_classify"
+IN_SHADOW = "invoice_extract"
+ACTION_BUTTONS = {"promote", "rollback", "rearm"}
+
+
+def decisions(seeded: Seeded, task: str) -> list[dict[str, Any]]:
+    with session_scope(seeded.engine) as session:
+        return list_decisions(session, task)
+
+
+def on_task(seeded: Seeded, key: str, task: str) -> AppTest:
+    at = open_page(seeded, key, TASK_PAGE)
+    at.selectbox(key="task_pick").set_value(task).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_rollback_decision_shows_its_sentence_and_evidence_table(seeded: Seeded) -> None:
+    at = on_task(seeded, "read", ROLLED_BACK)
+    text = page_text(at)
+    rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
+    windows = rollback["evidence"]["windows"]
+    assert rollback["actor"] == "policy" and len(windows) >= 3
+    # The sentence the policy wrote, as it wrote it.
+    assert any(m.value == rollback["reason"] for m in at.markdown)
+    # The evidence table: one row per judged window with its counts, estimate, bound,
+    # threshold and verdict, equal to what the decision stored.
+    table = next(df.value for df in at.dataframe if "verdict" in df.value and "counts" in df.value)
+    bound = f"{rollback['evidence']['confidence']:.0%} bound"
+    assert list(table["counts"]) == [f"{w['num']:g}/{w['den']:g}" for w in windows]
+    assert list(table["estimate"]) == pytest.approx([w["estimate"] for w in windows])
+    assert list(table[bound]) == pytest.approx([w["bound"] for w in windows])
+    assert list(table["threshold"]) == pytest.approx([w["threshold"] for w in windows])
+    assert list(table["verdict"]) == [w["verdict"] for w in windows]
+    # And as text (a browser cannot read the table's canvas).
+    for w in windows:
+        assert (
+            f"{w['num']:g}/{w['den']:g} = {w['estimate']:.1%}, {bound} {w['bound']:.1%}, "
+            f"threshold {w['threshold']:g}: **{w['verdict']}**"
+        ) in text
+    # The blocked model and the stage it left the task in.
+    for model in rollback["evidence"]["models"]:
+        assert f"`{model}`" in text
+    assert f"**{ROLLED_BACK}** is in **{rollback['stage_after']}**" in text
+
+
+def test_example_results_of_the_breaching_windows_show_the_kept_payload(seeded: Seeded) -> None:
+    at = on_task(seeded, "read", ROLLED_BACK)
+    rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
+    breaching = [w for w in rollback["evidence"]["windows"] if w["verdict"] == "breach"]
+    labels = [e.label for e in at.expander]
+    assert sum(label.startswith("Example results of") for label in labels) == len(breaching)
+    # The policy's first example (the earliest bad result of the firing's cell) is the first
+    # one shown for the first breaching window, with the payload as the policy kept it.
+    first = rollback["evidence"]["examples"][0]
+    assert f"`{first}`" in page_text(at)
+    payloads = [j.value for j in at.json]
+    assert any('"input"' in p and '"edge_output"' in p for p in payloads), payloads[:2]
+
+
+def test_a_read_key_sees_no_admin_actions(seeded: Seeded) -> None:
+    at = on_task(seeded, "read", ROLLED_BACK)
+    keys = {b.key for b in at.button}
+    assert not keys & ACTION_BUTTONS
+    assert not any(k and k.startswith("unblock_") for k in keys)
+    assert "Actions" not in [h.value for h in at.header]
+    # The same page for an admin has them (so the check above can fail).
+    admin = on_task(seeded, "admin", ROLLED_BACK)
+    assert ACTION_BUTTONS <= {b.key for b in admin.button}
+    assert any((b.key or "").startswith("unblock_") for b in admin.button)
+
+
+def test_rearm_and_rollback_by_admin_are_recorded_with_the_key_name(seeded: Seeded) -> None:
+    at = on_task(seeded, "admin", ROLLED_BACK)
+    at.text_input(key="action_reason").set_value("the long-input fix is deployed")
+    at.button(key="rearm").click().run()
+    assert not at.exception, at.exception
+    newest = decisions(seeded, ROLLED_BACK)[0]
+    assert (newest["action"], newest["actor"]) == ("rearm", "admin")
+    assert newest["reason"] == "re-armed to shadow: the long-input fix is deployed"
+    assert f"Done: {newest['reason']}" in page_text(at)
+
+    at.text_input(key="action_reason").set_value("checking by hand")
+    at.button(key="rollback").click().run()
+    assert not at.exception, at.exception
+    newest = decisions(seeded, ROLLED_BACK)[0]
+    assert (newest["action"], newest["actor"]) == ("rollback", "admin")
+    assert newest["stage_before"] == "shadow" and newest["stage_after"] == "rolled_back"
+    assert newest["reason"] == "rolled back by hand: checking by hand"
+
+
+def test_an_action_without_a_reason_is_refused_in_a_sentence(seeded: Seeded) -> None:
+    at = on_task(seeded, "admin", ROLLED_BACK)
+    before = decisions(seeded, ROLLED_BACK)
+    at.button(key="rearm").click().run()
+    assert any("Give a reason first" in e.value for e in at.error)
+    assert decisions(seeded, ROLLED_BACK) == before
+
+
+def test_a_promotion_from_a_stale_page_shows_the_conflict(seeded: Seeded) -> None:
+    at = on_task(seeded, "admin", IN_SHADOW)
+    assert f"**{IN_SHADOW}** is in **shadow**" in page_text(at)
+    # Someone else promotes the task after the page was drawn.
+    actions.promote(
+        seeded.engine, IN_SHADOW, actor="someone-else", reason="moved first", veto=0.7, force=True
+    )
+    moved = decisions(seeded, IN_SHADOW)
+    at.text_input(key="action_reason").set_value("looks good")
+    at.checkbox(key="promote_force").check()
+    at.button(key="promote").click().run()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert any("expected_stage" in e and "it has moved since you looked" in e for e in errors), (
+        errors
+    )
+    # Nothing changed: the other person's promotion is still the newest decision.
+    assert decisions(seeded, IN_SHADOW) == moved
+    assert moved[0]["actor"] == "someone-else"
+
+
+def test_a_fresh_promotion_goes_through_with_the_stage_shown(seeded: Seeded) -> None:
+    at = on_task(seeded, "admin", IN_SHADOW)
+    at.text_input(key="action_reason").set_value("first canary")
+    at.checkbox(key="promote_force").check()
+    at.button(key="promote").click().run()
+    assert not at.exception, at.exception
+    newest = decisions(seeded, IN_SHADOW)[0]
+    assert (newest["action"], newest["actor"]) == ("promote", "admin")
+    assert newest["stage_before"] == "shadow" and newest["stage_after"] == "canary"
+    assert newest["evidence"]["forced"] is True
+
+
+def test_a_promotion_the_gate_refuses_is_a_sentence(seeded: Seeded) -> None:
+    at = on_task(seeded, "admin", IN_SHADOW)
+    at.text_input(key="action_reason").set_value("not forced")
+    at.button(key="promote").click().run()
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("The promotion gate does not pass (") for e in errors), errors
+    assert decisions(seeded, IN_SHADOW) == []
+
+
+def test_the_task_named_in_the_address_is_shown(seeded: Seeded) -> None:
+    at = open_page(seeded, "read", TASK_PAGE)
+    assert at.query_params.get("task") == at.selectbox(key="task_pick").value
+    at.query_params["task"] = ROLLED_BACK
+    at.run()
+    assert at.selectbox(key="task_pick").value == ROLLED_BACK
+    assert f"**{ROLLED_BACK}** is in" in page_text(at)
+    at.query_params["task"] = "no_such_task"
+    at.run()
+    assert any("There is no task named 'no_such_task'" in w.value for w in at.warning)
+
+
+def test_config_versions_side_by_side_with_what_changed(seeded: Seeded) -> None:
+    document = copy.deepcopy(next(c for c in CONFIGS if c["task"] == ROLLED_BACK))
+    before = document["review"]["quota_per_window"]
+    document["review"]["quota_per_window"] = before + 4
+    applied = actions.apply_tasks(seeded.engine, [document], actor="admin")
+    assert applied[0].version == 2
+    at = on_task(seeded, "read", ROLLED_BACK)
+    text = page_text(at)
+    assert "What changed from version 1 to 2:" in text
+    assert f"- `review.quota_per_window`: {before!r} → {before + 4!r}" in text
+    # Only what changed is listed.
+    change_lines = [line for line in text.splitlines() if line.startswith("- `")]
+    assert change_lines == [f"- `review.quota_per_window`: {before!r} → {before + 4!r}"]
