@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from controlplane.audit.service import entries
 from controlplane.db import session_scope
 from controlplane.rollout import actions
 from controlplane.rollout.service import list_decisions
+from controlplane.rollout.taskview import task_state
 from controlplane.sim.evalset_example import CONFIGS
 from tests.dashboard.conftest import Seeded, open_page, page_text
 
@@ -186,3 +188,44 @@ def test_config_versions_side_by_side_with_what_changed(seeded: Seeded) -> None:
     # Only what changed is listed.
     change_lines = [line for line in text.splitlines() if line.startswith("- `")]
     assert change_lines == [f"- `review.quota_per_window`: {before!r} → {before + 4!r}"]
+
+
+def blocked(seeded: Seeded, task: str) -> list[str]:
+    with session_scope(seeded.engine) as session:
+        state = task_state(session, task)
+    assert state is not None
+    return [b["model"] for b in state["blocked"]]
+
+
+def test_unblock_needs_a_passing_regression_run_or_force_and_is_audited(seeded: Seeded) -> None:
+    models = blocked(seeded, ROLLED_BACK)
+    assert models, "the seeded rollback blocks the edge model it saw"
+    model = models[0]
+    at = on_task(seeded, "admin", ROLLED_BACK)
+    assert f"Edge model `{model}` is blocked from auto-promotion" in page_text(at)
+    assert "It has no eval runs." in page_text(at)
+    at.text_input(key="action_reason").set_value("new build")
+    at.button(key=f"unblock_{model}").click().run()
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("model: ") and "force" in e for e in errors), errors
+    assert blocked(seeded, ROLLED_BACK) == models
+
+    at.text_input(key="action_reason").set_value("new build, checked by hand")
+    at.checkbox(key=f"unblock_force_{model}").check()
+    at.button(key=f"unblock_{model}").click().run()
+    assert not at.exception, at.exception
+    assert blocked(seeded, ROLLED_BACK) == models[1:]
+    with session_scope(seeded.engine) as session:
+        entry = entries(session, task=ROLLED_BACK, limit=1)[0]
+        assert (entry.action, entry.actor) == ("task.unblock", "admin")
+        assert entry.details["forced"] is True
+        assert entry.details["reason"] == "new build, checked by hand"
+    assert f"Done: Unblocked {model}" in page_text(at)
+
+
+def test_the_page_renders_on_sqlite(seeded_sqlite: Seeded) -> None:
+    at = on_task(seeded_sqlite, "read", ROLLED_BACK)
+    with session_scope(seeded_sqlite.engine) as session:
+        reason = next(d for d in list_decisions(session, ROLLED_BACK) if d["action"] == "rollback")
+    assert reason["reason"] in page_text(at)
+    assert at.selectbox(key="task_pick").value == ROLLED_BACK
