@@ -3,7 +3,7 @@ its stage, flag, latest closed window, alerts and last decision, trouble on top;
 switch's state and its decisions; the alerts not yet resolved.
 
 A handful of queries for all tasks together, whatever their number: the latest closed
-window of each task is found by a correlated `max(window_start)` (a backward scan of the
+window of each task is found by a `max(window_start)` per task (a backward scan of the
 (task, window_start) key), not by one query per task."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from controlplane.alerts.service import active_counts, list_alerts
 from controlplane.catalog.schemas import TaskConfig
@@ -106,18 +106,24 @@ class Overview:
 
 
 def latest_windows(session: Session) -> dict[int, tuple[Window, dict[str, dict[str, Any]]]]:
-    """Each task's latest closed window with its stored metric rows by bucket, in one query."""
-    latest = (
-        select(func.max(Window.window_start))
-        .where(Window.task_id == Task.id, Window.closed_at.is_not(None))
+    """Each task's latest closed window with its stored metric rows by bucket, in one query:
+    the latest start per task first (one backward scan of the task's windows each), then
+    those windows and their rows by key."""
+    inner = aliased(Window)
+    start = (
+        select(func.max(inner.window_start))
+        .where(inner.task_id == Task.id, inner.closed_at.is_not(None))
         .correlate(Task)
         .scalar_subquery()
     )
+    latest = select(Task.id.label("task_id"), start.label("start")).subquery()
     query = (
         select(Window, WindowMetrics)
-        .join(Task, Task.id == Window.task_id)
+        .join(
+            latest,
+            (Window.task_id == latest.c.task_id) & (Window.window_start == latest.c.start),
+        )
         .join(WindowMetrics, WindowMetrics.window_id == Window.id)
-        .where(Window.window_start == latest)
     )
     out: dict[int, tuple[Window, dict[str, dict[str, Any]]]] = {}
     columns = [c.key for c in WindowMetrics.__table__.columns]
