@@ -5,7 +5,7 @@ over any of them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import altair as alt
 import pandas as pd
@@ -15,30 +15,41 @@ EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
 
 
 def _y(field: str, title: str, percent: bool) -> alt.Y:
-    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=".0%" if percent else "~s"))
+    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=".1~%" if percent else ",~g"))
 
 
-def events_layer(events: pd.DataFrame) -> alt.Chart:
-    """Vertical rules at events: columns `at` (time), `kind` (decision | alert), `text`."""
-    return (
-        alt.Chart(events)
-        .mark_rule(strokeWidth=2, opacity=0.7)
-        .encode(
-            x=alt.X("at:T", title=None),
-            color=alt.Color(
-                "kind:N",
-                scale=alt.Scale(domain=list(EVENT_COLOURS), range=list(EVENT_COLOURS.values())),
-                legend=alt.Legend(title="event"),
-            ),
-            tooltip=[alt.Tooltip("at:T", format="%Y-%m-%d %H:%M"), "kind:N", "text:N"],
-        )
+def _colour(field: str, order: list[str] | None, legend: bool = True) -> alt.Color:
+    return alt.Color(
+        f"{field}:N",
+        sort=order,
+        legend=alt.Legend(title=field, orient="bottom") if legend else None,
     )
+
+
+def events_layer(events: pd.DataFrame) -> list[alt.Chart]:
+    """Vertical rules at events, one colour per kind (red decisions, orange alerts):
+    columns `at` (time), `kind` (decision | alert), `text`. Fixed colours, so the rules
+    never join the lines' colour legend."""
+    layers = []
+    for kind, colour in EVENT_COLOURS.items():
+        some = events[events["kind"] == kind]
+        if some.empty:
+            continue
+        layers.append(
+            alt.Chart(some)
+            .mark_rule(strokeWidth=2, opacity=0.7, color=colour)
+            .encode(
+                x=alt.X("at:T", title=None),
+                tooltip=[alt.Tooltip("at:T", format="%Y-%m-%d %H:%M"), "kind:N", "text:N"],
+            )
+        )
+    return layers
 
 
 def _layered(layers: list[Any], events: pd.DataFrame | None, title: str) -> alt.LayerChart:
     if events is not None and not events.empty:
-        layers.append(events_layer(events))
-    return alt.layer(*layers).resolve_scale(color="independent").properties(title=title, height=220)
+        layers += events_layer(events)
+    return cast(alt.LayerChart, alt.layer(*layers).properties(title=title, height=240))
 
 
 def band_lines(
@@ -50,16 +61,21 @@ def band_lines(
     title: str,
     y_title: str,
     color: str = "bucket",
+    order: list[str] | None = None,
     percent: bool = True,
     threshold: float | None = None,
     threshold_label: str = "threshold",
     events: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
     """A line per `color` value with its interval shaded, a dashed rule at `threshold`."""
-    base = alt.Chart(frame).encode(x=TIME, color=alt.Color(f"{color}:N", title=color))
-    band = base.mark_area(opacity=0.15).encode(y=_y(low, y_title, percent), y2=f"{high}:Q")
+    base = alt.Chart(frame).encode(x=TIME)
+    # The band's colour stays out of the legend: the legend shows the lines' colours.
+    band = base.mark_area(opacity=0.15).encode(
+        y=_y(low, y_title, percent), y2=f"{high}:Q", color=_colour(color, order, legend=False)
+    )
     line = base.mark_line(point=True).encode(
         y=_y(y, y_title, percent),
+        color=_colour(color, order),
         tooltip=[
             alt.Tooltip("window_start:T", format="%Y-%m-%d %H:%M"),
             f"{color}:N",
@@ -86,6 +102,7 @@ def lines(
     title: str,
     y_title: str,
     color: str = "bucket",
+    order: list[str] | None = None,
     dash: str | None = None,
     percent: bool = False,
     events: pd.DataFrame | None = None,
@@ -94,16 +111,18 @@ def lines(
     encoding: dict[str, Any] = {
         "x": TIME,
         "y": _y(y, y_title, percent),
-        "color": alt.Color(f"{color}:N", title=color),
+        "color": _colour(color, order),
         "tooltip": [
             alt.Tooltip("window_start:T", format="%Y-%m-%d %H:%M"),
             f"{color}:N",
             *([f"{dash}:N"] if dash else []),
-            alt.Tooltip(f"{y}:Q", format=".2%" if percent else ",.4g"),
+            alt.Tooltip(f"{y}:Q", format=".2%" if percent else ",.6g"),
         ],
     }
     if dash is not None:
-        encoding["strokeDash"] = alt.StrokeDash(f"{dash}:N", title=dash)
+        encoding["strokeDash"] = alt.StrokeDash(
+            f"{dash}:N", legend=alt.Legend(title=dash, orient="bottom")
+        )
     line = alt.Chart(frame).mark_line(point=True).encode(**encoding)
     return _layered([line], events, title)
 

@@ -52,7 +52,11 @@ DECISIONS_SHOWN = 50
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
 def load_task_names(url: str) -> list[str]:
     with session_scope(get_engine(url)) as session:
-        return [view["task"] for view in list_task_views(session)]
+        views = list_task_views(session)
+    # Rolled-back tasks first: they are why someone opens this page at night.
+    return [
+        v["task"] for v in sorted(views, key=lambda v: (v["stage"] != "rolled_back", v["task"]))
+    ]
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -593,6 +597,8 @@ if not frame.empty:
         "Length buckets", [*buckets, "all"], default=[*buckets, "all"], key="buckets"
     )
     rates = frame[frame["bucket"].isin(chosen)]
+    bucket_order = [*buckets, "all"]
+    st.caption("Red rules mark decisions, orange rules alerts (hover for their sentence).")
     latest_start = frame.loc[frame["closed"], "window_start"].max()
 
     agreement_col, calibration_col = st.columns([3, 2])
@@ -600,6 +606,7 @@ if not frame.empty:
         st.altair_chart(
             charts.band_lines(
                 rates,
+                order=bucket_order,
                 y="agreement",
                 low="agreement_low",
                 high="agreement_high",
@@ -647,6 +654,7 @@ if not frame.empty:
         st.altair_chart(
             charts.lines(
                 rates,
+                order=bucket_order,
                 y="conflict_rate",
                 title="Conflict rate",
                 y_title="conflicts / pairs",
@@ -659,6 +667,7 @@ if not frame.empty:
         st.altair_chart(
             charts.lines(
                 rates,
+                order=bucket_order,
                 y="edge_error_rate",
                 title="Edge error rate",
                 y_title="errors / edge runs",
@@ -673,9 +682,15 @@ if not frame.empty:
         (offload_col, "offload_fail_rate", "Offload-failure rate"),
     ):
         with column:
+            if rates[metric].isna().all():
+                st.caption(
+                    f"{title}: no edge attempts in these windows (it counts requests the "
+                    "router sent to the edge to serve), so there is nothing to draw."
+                )
             st.altair_chart(
                 charts.band_lines(
                     rates,
+                    order=bucket_order,
                     y=metric,
                     low=f"{metric}_low",
                     high=f"{metric}_high",
@@ -734,14 +749,14 @@ if not frame.empty:
     with cost_col:
         cost = charts.long_form(
             detail,
-            {"total_cost": {"cost": "edge + cloud"}, "baseline_cost": {"cost": "cloud only"}},
+            {"total_cost": {"series": "edge + cloud"}, "baseline_cost": {"series": "cloud only"}},
             "cost",
         )
         st.altair_chart(
             charts.lines(
                 cost,
                 y="cost",
-                color="cost",
+                color="series",
                 title=f"Cost against the cloud-only baseline ({one})",
                 y_title="cost per window",
                 events=shown_events,
