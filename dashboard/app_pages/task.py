@@ -214,7 +214,7 @@ st.title("Task")
 names = load_task_names(url)
 if not names:
     st.info(
-        "No tasks yet. Register one with `shadowplane tasks apply FILE` (or PUT /v1/tasks/{task}); "
+        "No tasks yet. Register one with `shadowplane tasks apply -f FILE` (or POST /v1/tasks with an admin key); "
         "its evidence shows here once its routers post results."
     )
     st.stop()
@@ -245,7 +245,7 @@ st.markdown(
 if config is None:
     st.error(
         f"The stored config version {state['config_version']} of {task} does not parse, so "
-        "nothing is computed for it. Apply a valid config (`shadowplane tasks apply FILE`)."
+        "nothing is computed for it. Apply a valid config (`shadowplane tasks apply -f FILE`)."
     )
     st.stop()
 task_config: dict[str, Any] = config
