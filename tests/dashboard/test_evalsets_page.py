@@ -184,3 +184,9 @@ def test_a_bad_run_file_names_the_file_and_the_line(seeded: Seeded) -> None:
     at.file_uploader(key="evalsets_run_b").upload("b.jsonl", run_file(lines[1:], "m", 0)).run()
     assert "cannot be compared" in at.error[0].value
     assert lines[0]["id"] in at.error[0].value
+
+
+def test_the_page_renders_on_sqlite_too(seeded_sqlite: Seeded) -> None:
+    found = service_sets(seeded_sqlite)
+    text = page_text(evalsets_page(seeded_sqlite))
+    assert f"`{found['manifest_sha256']}`" in text

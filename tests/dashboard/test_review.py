@@ -308,3 +308,31 @@ def test_a_read_key_has_no_review_page(seeded: Seeded) -> None:
     assert "needs a key of scope review" in page.error[0].value
     with session_scope(seeded.engine) as session:
         assert session.query(ReviewItem).filter(ReviewItem.claimed_by == "read").count() == 0
+
+
+def test_the_page_labels_on_sqlite_too(seeded_sqlite: Seeded) -> None:
+    at = review_page(seeded_sqlite)
+    item = held(at)
+    at.button(key="verdict-unclear").click().run()
+    assert not at.exception
+    assert labels_of(seeded_sqlite, item["id"]) == [("review", "unclear", None, None, None)]
+    assert held(at)["id"] != item["id"]
+
+
+def test_a_single_answer_asks_whether_it_is_right(seeded: Seeded) -> None:
+    # Skip the pairs ahead of the first single answer in the queue.
+    while (item := actions.claim(seeded.engine, None, "review")) is not None:
+        if item["kind"] == "single":
+            break
+        actions.release(seeded.engine, item["id"], "review", skip=True, reason="test")
+    assert item is not None, "the seed queues no single answer"
+    at = review_page(seeded)
+    assert held(at)["id"] == item["id"]
+    text = page_text(at)
+    assert "Is this answer right?" in text
+    assert "**A**" not in text and "**B**" not in text
+    buttons = {b.key: b.proto.shortcut for b in at.button if (b.key or "").startswith("verdict-")}
+    assert buttons == {"verdict-correct": "1", "verdict-wrong": "2", "verdict-unclear": "3"}
+    at.button(key="verdict-correct").click().run()
+    assert not at.exception
+    assert labels_of(seeded, item["id"]) == [("review", "correct", None, None, None)]
