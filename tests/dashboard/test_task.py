@@ -6,17 +6,23 @@ shown as a message; rollback and re-arm recorded with the admin key's name)."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from controlplane.alerts.service import list_alerts
 from controlplane.audit.service import entries
+from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
+from controlplane.review.accuracy import list_windows
 from controlplane.rollout import actions
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
-from controlplane.sim.evalset_example import CONFIGS
+from controlplane.scheduler import run_pass
+from controlplane.sim.evalset_example import CONFIGS, END
 from tests.dashboard.conftest import Seeded, open_page, page_text
 
 pytestmark = pytest.mark.integration
@@ -229,3 +235,29 @@ def test_the_page_renders_on_sqlite(seeded_sqlite: Seeded) -> None:
         reason = next(d for d in list_decisions(session, ROLLED_BACK) if d["action"] == "rollback")
     assert reason["reason"] in page_text(at)
     assert at.selectbox(key="task_pick").value == ROLLED_BACK
+
+
+def test_route_accuracy_apart_and_alerts_once_labels_close_a_window(seeded: Seeded) -> None:
+    at = on_task(seeded, "read", ROLLED_BACK)
+    assert "No route-accuracy estimate yet" in page_text(at)
+    assert "No alerts were raised for this task." in page_text(at)
+    # A pass a day later closes the labelled route-accuracy window (its lateness is a day);
+    # the failure class reviewers named for the first time opens an alert.
+    run_pass(seeded.engine, END + timedelta(days=1, hours=2), veto=0.7)
+    st.cache_data.clear()
+    at.run()
+    assert not at.exception, at.exception
+    text = page_text(at)
+    with session_scope(seeded.engine) as session:
+        task_id = task_runtimes(session, {ROLLED_BACK})[ROLLED_BACK].id
+        windows = [w for w in list_windows(session, task_id, 10) if w["estimate"] is not None]
+        alerts = list_alerts(session, task=ROLLED_BACK)
+    assert windows and alerts
+    newest = windows[0]
+    assert (
+        f"route accuracy {newest['estimate']:.1%} ({newest['low']:.1%}–{newest['high']:.1%}) "
+        f"from {newest['n_labels']} labels; missed_offload {newest['missed_offload']:.1%}, "
+        f"wrong_offload {newest['wrong_offload']:.1%}."
+    ) in text
+    for alert in alerts:
+        assert f"{alert['kind']} ({alert['state']}): {alert['message']}" in text
