@@ -103,11 +103,13 @@ def done_with_item(kind: str, text: str) -> None:
     st.rerun()
 
 
-def claim_next(task: str | None) -> dict[str, Any] | None:
+def claim_next(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The item this page holds, or the next one claimed for this reviewer."""
     held = st.session_state.get(HELD)
-    if held is not None and task is not None and held["task"] != task:
-        # Another task was picked: give the held item back first (a reviewer holds one).
+    keeps_no_text = {row["task"] for row in queue if not row["has_queue"]}
+    if held is not None and (task not in (None, held["task"]) or held["task"] in keeps_no_text):
+        # Another task was picked (a reviewer holds one item), or the held item's task
+        # stopped keeping text: give it back first.
         common.act(actions.release, held["id"], reviewer)
         st.session_state.pop(HELD, None)
         held = None
@@ -202,7 +204,7 @@ if task is not None and not shown_queue[0]["has_queue"]:
     )
     st.stop()
 
-item = claim_next(task)
+item = claim_next(task, queue)
 show_progress(progress, task)
 if item is None:
     where = "any task" if task is None else task

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from controlplane.audit.service import entries
@@ -272,12 +273,23 @@ def test_a_task_switched_to_no_text_refuses_the_claim_with_a_sentence(seeded: Se
     # seconds old: either way a sentence, never a traceback.
     at = review_page(seeded)
     at.selectbox(key="review_task").select("invoice_extract").run()
+    item = held(at)
+    assert item["task"] == "invoice_extract"
     config = {**CONFIGS[1], "payload_policy": "none"}
     apply_tasks(seeded.engine, [config], actor="test")
+    # The queue's counts are still cached: the claim refuses the task.
     at.session_state["review_item"] = None
     at.run()
     assert not at.exception
     assert "invoice_extract keeps no text" in at.info[0].value
+    # Once the counts are read again, the item held on any task is given back, unseen.
+    at.session_state["review_item"] = item
+    st.cache_data.clear()
+    at.selectbox(key="review_task").select("any task").run()
+    assert not at.exception
+    assert held(at)["task"] != "invoice_extract"
+    with session_scope(seeded.engine) as session:
+        assert session.get(ReviewItem, item["id"]).claimed_by is None
 
 
 def test_a_review_key_sees_only_review_and_eval_sets(seeded: Seeded) -> None:
