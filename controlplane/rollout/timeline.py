@@ -46,6 +46,8 @@ class Filters:
     actor: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # Which kinds of event (KINDS); None: every kind.
+    kinds: tuple[str, ...] | None = None
 
 
 def _within(column: Any, filters: Filters) -> list[ColumnElement[bool]]:
@@ -165,12 +167,14 @@ def _audit_events(session: Session, filters: Filters, limit: int) -> list[Event]
 def timeline(session: Session, filters: Filters | None = None, limit: int = LIMIT) -> list[Event]:
     """Every event matching the filters, newest first, at most `limit` (the newest)."""
     filters = filters or Filters()
-    events = [
-        *_flag_events(session, filters, limit),
-        *_decision_events(session, filters, limit),
-        *_config_events(session, filters, limit),
-        *_audit_events(session, filters, limit),
-    ]
+    sources = {
+        "flag": _flag_events,
+        "decision": _decision_events,
+        "config": _config_events,
+        "action": _audit_events,
+    }
+    kinds = KINDS if filters.kinds is None else filters.kinds
+    events = [e for kind in kinds for e in sources[kind](session, filters, limit)]
     order = {kind: i for i, kind in enumerate(KINDS)}
     events.sort(key=lambda e: (e.at, -order[e.kind]), reverse=True)
     return events[:limit]

@@ -10,14 +10,29 @@ import streamlit as st
 
 from controlplane.catalog.service import list_task_views
 from controlplane.db import get_engine, session_scope
-from controlplane.rollout.timeline import COLUMNS, Event, Filters, actors, csv_text, rows, timeline
+from controlplane.rollout.timeline import (
+    COLUMNS,
+    KINDS,
+    Event,
+    Filters,
+    actors,
+    csv_text,
+    rows,
+    timeline,
+)
 from dashboard import common
 from dashboard.formats import moment
 
 EVERY = "(all)"
 # How many events the page also writes out as text under the table.
 TEXT_EVENTS = 20
-DETAIL_CHARS = 200
+DETAIL_CHARS = 160
+KIND_NAMES = {
+    "flag": "flag changes",
+    "decision": "decisions",
+    "config": "config versions",
+    "action": "audit log",
+}
 # The first day the filters offer (Streamlit's default is ten years back).
 EARLIEST = date(2000, 1, 1)
 
@@ -66,6 +81,14 @@ until_day = last.date_input(
     "To (UTC day, included)", value=None, min_value=EARLIEST, key="audit_until"
 )
 
+kinds = st.multiselect(
+    "Show",
+    list(KINDS),
+    default=list(KINDS),
+    format_func=KIND_NAMES.__getitem__,
+    key="audit_kinds",
+)
+
 since = day_start(since_day) if isinstance(since_day, date) else None
 until_start = day_start(until_day) if isinstance(until_day, date) else None
 filters = Filters(
@@ -73,6 +96,7 @@ filters = Filters(
     actor=None if actor == EVERY else actor,
     since=since,
     until=until_start + timedelta(days=1) if until_start else None,
+    kinds=tuple(kind for kind in KINDS if kind in kinds),
 )
 events = load_events(url, filters)
 
@@ -83,7 +107,7 @@ if not events:
             "(or POST /v1/tasks); its config versions, flags and decisions appear here."
         )
     else:
-        st.info("No event matches these filters. Choose (all) or widen the days.")
+        st.info("No event matches these filters. Choose (all), widen the days, or show more kinds.")
     st.stop()
 
 st.markdown(f"{len(events)} event{'s' if len(events) != 1 else ''} shown, newest first.")
@@ -94,7 +118,9 @@ st.download_button(
     mime="text/csv",
     key="audit_csv",
 )
-st.dataframe(pd.DataFrame(rows(events), columns=list(COLUMNS)), hide_index=True, width="stretch")
+table = pd.DataFrame(rows(events), columns=list(COLUMNS))
+table["task"] = table["task"].fillna("every task")
+st.dataframe(table, hide_index=True, width="stretch")
 st.subheader("Latest events")
 for event in events[:TEXT_EVENTS]:
     st.markdown(event_line(event))

@@ -83,6 +83,17 @@ def test_filters_narrow_the_timeline(any_seeded: Seeded) -> None:
     assert len(that_day) < len(every)
 
 
+def test_kinds_pick_the_sources(any_seeded: Seeded) -> None:
+    decisions = read(any_seeded, timeline, Filters(kinds=("decision",)))
+    # By time (the policy's was stamped with the simulated clock), not by id.
+    assert sorted(e.detail for e in decisions) == sorted(
+        d["reason"] for d in read(any_seeded, list_decisions, limit=10_000)
+    )
+    both = read(any_seeded, timeline, Filters(kinds=("flag", "config")))
+    assert {e.kind for e in both} == {"flag", "config"}
+    assert read(any_seeded, timeline, Filters(kinds=())) == []
+
+
 def test_csv_has_a_header_and_one_row_per_event(any_seeded: Seeded) -> None:
     events = read(any_seeded, timeline)
     parsed = list(csv.DictReader(io.StringIO(csv_text(events))))
@@ -117,6 +128,16 @@ def test_task_and_actor_filters_narrow_the_rows(seeded: Seeded) -> None:
     at.run()
     frame = at.dataframe[0].value
     assert 0 < len(frame) < total and set(frame["actor"]) == {"policy"}
+
+
+def test_show_only_decisions(seeded: Seeded) -> None:
+    at = open_page(seeded, "read", PAGE)
+    at.multiselect(key="audit_kinds").set_value(["decision"])
+    at.run()
+    assert not at.exception
+    frame = at.dataframe[0].value
+    reasons = [d["reason"] for d in read(seeded, list_decisions)]
+    assert set(frame["kind"]) == {"decision"} and sorted(frame["detail"]) == sorted(reasons)
 
 
 def test_days_with_nothing_say_so(seeded: Seeded) -> None:
