@@ -1,0 +1,298 @@
+"""The dashboard in a real browser: `shadowplane dashboard` on a free port against the
+seeded PostgreSQL database, driven in headless Chromium through chromedriver — sign in
+through the password field, every page, one review label given with the keyboard — with a
+screenshot of each page in a folder whose path the test prints."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from controlplane.audit.service import entries
+from controlplane.db import session_scope
+from controlplane.evalsets.service import sets
+from controlplane.review.repository import has_label
+from controlplane.rollout.service import list_decisions
+from controlplane.rollout.timeline import Filters, timeline
+from tests.dashboard.conftest import Seeded
+from tests.liveapi import free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# Bounds for the dashboard to start, for each page to show its text (generous: a loaded
+# two-core machine draws the task page's charts in 20 s), and for a run to finish.
+STARTUP_SECONDS = 60
+PAGE_SECONDS = 120
+SETTLE_SECONDS = 15
+# The seed's tasks: one rolled back by the policy, one still in shadow.
+ROLLED_BACK, OTHER_TASK = "ticket_classify", "invoice_extract"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,2000",
+)
+
+
+@pytest.fixture
+def dashboard(seeded: Seeded, tmp_path: Path) -> Iterator[str]:
+    """`shadowplane dashboard` (the venv's command, its own process) on a free port against
+    the seeded copy; its base URL once it answers. Always killed afterwards."""
+    port = free_port()
+    command = Path(sys.executable).with_name("shadowplane")
+    env = {**os.environ, "SHADOWPLANE_DATABASE_URL": seeded.url}
+    log = (tmp_path / "dashboard.log").open("wb")
+    proc = subprocess.Popen(
+        [str(command), "dashboard", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"shadowplane dashboard exited with {proc.returncode}:\n"
+                + (tmp_path / "dashboard.log").read_text(errors="replace")
+            )
+        try:
+            return httpx.get(f"{base}/_stcore/health", timeout=2).text == "ok"
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(answers, "the dashboard to answer /_stcore/health", STARTUP_SECONDS, 0.2)
+        yield base
+    finally:
+        # Its own process group: the command execs Streamlit, which may start helpers.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """Headless Chromium with a fresh profile, driven through chromedriver."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not found: run scripts/test, which installs Debian's "
+            "chromium and chromium-driver, to run the dashboard's browser test."
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    driver = webdriver.Chrome(
+        service=Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")),
+        options=options,
+    )
+    driver.set_page_load_timeout(PAGE_SECONDS)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def screenshots(capsys: pytest.CaptureFixture[str]) -> Path:
+    """A folder that outlives the test, for one screenshot per page; its path is printed."""
+    folder = Path(tempfile.mkdtemp(prefix="shadowplane-dashboard-screenshots."))
+    with capsys.disabled():
+        print(f"\ndashboard screenshots: {folder}")
+    return folder
+
+
+# Streamlit's markdown draws these pairs as one typographic symbol.
+SYMBOLS = (("<->", "↔"), ("->", "→"), ("<-", "←"), (">=", "≥"), ("<=", "≤"), ("~=", "≈"))
+
+
+def as_shown(text: str) -> str:
+    """`text` as the page shows it when written through markdown."""
+    for pair, symbol in SYMBOLS:
+        text = text.replace(pair, symbol)
+    return text
+
+
+def body_text(driver: WebDriver) -> str:
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def wait_for_text(driver: WebDriver, *texts: str, what: str) -> str:
+    """Wait until the page's visible text holds every one of `texts`; the text."""
+    try:
+        WebDriverWait(driver, PAGE_SECONDS, poll_frequency=0.2).until(
+            lambda d: all(t in body_text(d) for t in texts)
+        )
+    except TimeoutException:
+        shown = body_text(driver)
+        missing = [t for t in texts if t not in shown]
+        raise AssertionError(f"{what}: {missing} not shown; the page shows:\n{shown}") from None
+    return body_text(driver)
+
+
+def sign_in(driver: WebDriver, base: str, key: str) -> None:
+    """A new session (a fresh load of the app): type the key in the password field, Enter."""
+    driver.get(base)
+    field = WebDriverWait(driver, PAGE_SECONDS).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "input[type='password']")
+    )
+    field.send_keys(key + Keys.ENTER)
+    WebDriverWait(driver, PAGE_SECONDS).until(lambda d: "Signed in as" in body_text(d))
+
+
+def open_page(driver: WebDriver, title: str) -> None:
+    """Click the page's link in the sidebar (the session, and so the sign-in, is kept)."""
+    links = nav_links(driver)
+    assert title in links, f"no sidebar link {title!r}; links: {list(links)}"
+    href = links[title].get_attribute("href") or ""
+    links[title].click()
+    WebDriverWait(driver, PAGE_SECONDS).until(
+        lambda d: d.current_url.split("?")[0].rstrip("/") == href.split("?")[0].rstrip("/")
+    )
+
+
+def nav_links(driver: WebDriver) -> dict[str, WebElement]:
+    return {
+        link.text.strip(): link
+        for link in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNavLink']")
+    }
+
+
+def choose(driver: WebDriver, label: str, option: str) -> None:
+    """Pick `option` in the select box labelled `label`: type it, Enter."""
+    boxes = [
+        box
+        for box in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
+        if box.text.splitlines()[:1] == [label]
+    ]
+    assert boxes, f"no select box {label!r}"
+    field = boxes[0].find_element(By.CSS_SELECTOR, "input")
+    field.click()
+    field.send_keys(option + Keys.ENTER)
+
+
+def screenshot(driver: WebDriver, folder: Path, name: str) -> None:
+    """The page once its script run has finished (Streamlit's running indicator gone; a
+    page still running after SETTLE_SECONDS is taken as it is)."""
+    try:
+        WebDriverWait(driver, SETTLE_SECONDS, poll_frequency=0.2).until(
+            lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid^='stStatusWidgetRunning']")
+        )
+    except TimeoutException:
+        pass
+    path = folder / f"{name}.png"
+    assert driver.save_screenshot(str(path)), f"no screenshot saved at {path}"
+    assert path.stat().st_size > 0
+
+
+def test_every_page_in_chromium(
+    seeded: Seeded, dashboard: str, browser: WebDriver, screenshots: Path
+) -> None:
+    # What the pages must show, read from the services they are built on.
+    with session_scope(seeded.engine) as session:
+        rollback = next(
+            as_shown(d["reason"])
+            for d in list_decisions(session, ROLLED_BACK)
+            if d["actor"] == "policy" and d["action"] == "rollback"
+        )
+        events = timeline(session, Filters())
+        manifest = sets(session)["manifest_sha256"]
+
+    # An SRE (the admin key): Overview, then the rolled-back task's page, then Audit.
+    sign_in(browser, dashboard, seeded.keys["admin"])
+    assert list(nav_links(browser)) == ["Overview", "Task", "Review", "Eval sets", "Audit"]
+    open_page(browser, "Overview")
+    wait_for_text(browser, "Overview", OTHER_TASK, ROLLED_BACK, rollback, what="Overview")
+    screenshot(browser, screenshots, "overview")
+
+    open_page(browser, "Task")
+    wait_for_text(browser, "Decisions", what="the Task page")
+    choose(browser, "Task", ROLLED_BACK)
+    wait_for_text(
+        browser, f"{ROLLED_BACK} is in", f"Last decision: {rollback}", what="the Task page"
+    )
+    screenshot(browser, screenshots, "task")
+
+    open_page(browser, "Audit")
+    wait_for_text(
+        browser,
+        f"{len(events)} events shown, newest first.",
+        as_shown(events[0].what),
+        what="the Audit page",
+    )
+    screenshot(browser, screenshots, "audit")
+
+    # A reviewer (a review key, in a new session): Review and Eval sets only.
+    sign_in(browser, dashboard, seeded.keys["review"])
+    assert list(nav_links(browser)) == ["Review", "Eval sets"]
+    open_page(browser, "Eval sets")
+    wait_for_text(browser, "Eval sets", manifest, what="the Eval sets page")
+    screenshot(browser, screenshots, "eval_sets")
+
+    open_page(browser, "Review")
+    shown = wait_for_text(browser, "Item ", what="the Review page's claimed item")
+    found = re.search(r"Item (\d+) · (\w+)", shown)
+    assert found, shown
+    item = int(found.group(1))
+    # Blind: nothing on the reviewer's screen names a side.
+    assert not re.search(r"\b(edge|cloud)\b", shown, re.IGNORECASE), shown
+    screenshot(browser, screenshots, "review")
+    assert not _has_label(seeded, item, "review")
+    # The first verdict's key ("A is right" for a pair, "Right" for a single answer), sent
+    # to the page itself: no button is clicked.
+    ActionChains(browser).send_keys("1").perform()
+    wait_for_text(browser, f"Item {item} labelled", what="the label's confirmation")
+    screenshot(browser, screenshots, "review_labelled")
+    assert _has_label(seeded, item, "review")
+    labels = _labels_by(seeded, "review")
+    assert [(e["item"], e["verdict"]) for e in labels] in (
+        [(item, "a_correct")],
+        [(item, "correct")],
+    ), labels
+
+
+def _labels_by(seeded: Seeded, reviewer: str) -> list[dict[str, Any]]:
+    """The audit log's label entries recorded with `reviewer` as the actor."""
+    with session_scope(seeded.engine) as session:
+        return [
+            dict(e.details)
+            for e in entries(session, actor=reviewer, limit=1000)
+            if e.action == "review.label"
+        ]
+
+
+def _has_label(seeded: Seeded, item: int, reviewer: str) -> bool:
+    with session_scope(seeded.engine) as session:
+        return has_label(session, item, reviewer)
