@@ -143,6 +143,9 @@ def dashboard(
         "false",
         "--server.fileWatcherType",
         "none",
+        # No "Deploy" button or developer menu: this is an operator's console.
+        "--client.toolbarMode",
+        "minimal",
     ]
     typer.echo(
         f"dashboard on http://{host}:{port} (database: {_safe_url(get_settings().database_url)})"
