@@ -98,6 +98,9 @@ def task_lines(row: TaskRow) -> None:
     else:
         notes.append("No decision yet.")
     st.caption(" ".join(notes))
+    st.page_link(
+        "app_pages/task.py", label=f"Evidence of {row.task} →", query_params={"task": row.task}
+    )
 
 
 def tasks_section(view: Overview) -> None:

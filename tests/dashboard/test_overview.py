@@ -296,3 +296,11 @@ def test_without_tasks_the_page_says_how_to_register_one(empty: Seeded) -> None:
     assert "No tasks yet" in info.value
     assert "shadowplane tasks apply -f FILE" in info.value and "/v1/tasks" in info.value
     assert "It has never been thrown." in page_text(at)
+
+
+def test_each_task_links_to_its_task_page(seeded: Seeded) -> None:
+    at = open_page(seeded, "read", PAGE)
+    links = [link.proto for link in at.get("page_link")]
+    names = [v["task"] for v in read(seeded, list_task_views)]
+    assert sorted(link.query_string for link in links) == sorted(f"task={n}" for n in names)
+    assert {link.page for link in links} == {"task"}
