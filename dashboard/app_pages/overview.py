@@ -211,15 +211,19 @@ st.title("Overview")
 
 @st.fragment(run_every=common.TTL_SECONDS)
 def live() -> None:
-    notice = st.session_state.pop(NOTICE, None)
-    if notice:
-        st.success(notice)
-    view = load(common.database_url())
-    if view.killed:
-        st.error(f"Kill switch on: every task is served by the cloud. Reason: {view.kill_reason}")
-    tasks_section(view)
-    alerts_section(view, acting)
-    switch_section(view, acting)
+    # A fragment's own reruns (the refresh, its buttons) run outside the page's wrapper.
+    with common.readable_errors():
+        notice = st.session_state.pop(NOTICE, None)
+        if notice:
+            st.success(notice)
+        view = load(common.database_url())
+        if view.killed:
+            st.error(
+                f"Kill switch on: every task is served by the cloud. Reason: {view.kill_reason}"
+            )
+        tasks_section(view)
+        alerts_section(view, acting)
+        switch_section(view, acting)
 
 
 live()

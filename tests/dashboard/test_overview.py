@@ -304,3 +304,17 @@ def test_each_task_links_to_its_task_page(seeded: Seeded) -> None:
     names = [v["task"] for v in read(seeded, list_task_views)]
     assert sorted(link.query_string for link in links) == sorted(f"task={n}" for n in names)
     assert {link.page for link in links} == {"task"}
+
+
+def test_a_database_failure_is_a_sentence(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    import controlplane.rollout.overview as model
+
+    def down(session: Any) -> Any:
+        raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(model, "overview", down)
+    at = open_page(seeded, "read", PAGE)
+    assert not at.exception
+    assert any("The database did not answer (OperationalError)" in e.value for e in at.error)
