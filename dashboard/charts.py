@@ -15,7 +15,7 @@ EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
 
 
 def _y(field: str, title: str, percent: bool) -> alt.Y:
-    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=".1~%" if percent else ",~g"))
+    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=".1~%" if percent else ",.3~r"))
 
 
 def _colour(field: str, order: list[str] | None, legend: bool = True) -> alt.Color:

@@ -581,18 +581,23 @@ events = pd.DataFrame(
 if not events.empty:
     events["at"] = pd.to_datetime(events["at"], utc=True)
 
+
+def events_within(
+    events: pd.DataFrame, first: pd.Timestamp, last: pd.Timestamp, seconds: int
+) -> pd.DataFrame:
+    """The events from the first window's start to the last window's end: one far off
+    would stretch the time axis until the windows are a sliver."""
+    if events.empty:
+        return events
+    end = last + pd.Timedelta(seconds, "s")
+    return events[(events["at"] >= first) & (events["at"] <= end)]
+
+
 if not frame.empty:
     frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
-    if events.empty:
-        shown_events = events
-    else:
-        shown_events = events[
-            (events["at"] >= frame["window_start"].min())
-            & (
-                events["at"]
-                <= frame["window_start"].max() + pd.Timedelta(config["window_seconds"], "s")
-            )
-        ]
+    shown_events = events_within(
+        events, frame["window_start"].min(), frame["window_start"].max(), config["window_seconds"]
+    )
     chosen = st.multiselect(
         "Length buckets", [*buckets, "all"], default=[*buckets, "all"], key="buckets"
     )
@@ -800,7 +805,12 @@ else:
                 y_title="routed right",
                 threshold=rule_threshold(config, "route_acc"),
                 threshold_label="route_acc rule",
-                events=events,
+                events=events_within(
+                    events,
+                    routes["window_start"].min(),
+                    routes["window_start"].max(),
+                    config["review"]["route_acc_window_seconds"],
+                ),
             ),
             width="stretch",
         )
@@ -819,11 +829,15 @@ else:
                 y="share",
                 color="kind",
                 percent=True,
-                title="missed_offload (cloud, edge was right) and wrong_offload (edge was wrong)",
+                title="missed_offload and wrong_offload",
                 y_title="share of labelled results",
             ),
             width="stretch",
         )
+    st.caption(
+        "missed_offload: sent to the cloud while the edge was right (money left on the "
+        "table); wrong_offload: served by the edge, which was wrong (users got a wrong answer)."
+    )
     newest = accuracy[0]
     st.markdown(
         f"Newest estimate ({when(newest['window_start'])}): route accuracy "
