@@ -261,3 +261,22 @@ def test_route_accuracy_apart_and_alerts_once_labels_close_a_window(seeded: Seed
     ) in text
     for alert in alerts:
         assert f"{alert['kind']} ({alert['state']}): {alert['message']}" in text
+
+
+def test_a_task_without_results_says_what_to_expect_in_sentences(seeded: Seeded) -> None:
+    document = {"task": "new_task", "comparator": {"kind": "exact"}}
+    actions.apply_tasks(seeded.engine, [document], actor="admin")
+    at = open_page(seeded, "read", TASK_PAGE)
+    at.query_params["task"] = "new_task"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="task_pick").value == "new_task"
+    infos = " ".join(i.value for i in at.info)
+    assert "No decisions yet." in infos
+    assert "No windows yet." in infos
+    assert "No route-accuracy estimate yet" in infos
+    assert "No results stored from" in infos
+    text = page_text(at)
+    assert "**new_task** is in **shadow**" in text
+    assert "No alerts were raised for this task." in text
+    assert "Only version 1 exists, applied by admin" in text
