@@ -41,13 +41,12 @@ import httpx
 import orjson
 import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
 from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
@@ -57,7 +56,6 @@ from controlplane.ingest.repository import (  # noqa: E402
     copy_types,
 )
 from controlplane.ingest.service import parse_result, score  # noqa: E402
-from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Result  # noqa: E402
 from controlplane.rollout.actions import apply_config  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402
@@ -67,23 +65,6 @@ TASK = {
     "task": "ticket_classify",
     "comparator": {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]},
 }
-
-
-def start_services(tmp: Path) -> str:
-    env = {**os.environ, "SP_PG_DURABLE": "1", "SP_PG_PORT": "55532", "SP_REDIS_PORT": "56479"}
-    subprocess.run([str(ROOT / "scripts" / "services"), "start", str(tmp)], check=True, env=env)
-    return "postgresql+psycopg://postgres@127.0.0.1:55532/postgres"
-
-
-def fresh_database(admin_url: str, name: str) -> str:
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    return url
 
 
 def results(n: int, tag: str) -> list[dict[str, Any]]:
@@ -434,7 +415,7 @@ def main() -> None:
             api.wait(timeout=30)
         get_engine.cache_clear()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
-            subprocess.run([str(ROOT / "scripts" / "services"), "stop", str(tmp)], check=False)
+            stop_services(tmp)
 
 
 if __name__ == "__main__":

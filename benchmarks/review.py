@@ -37,7 +37,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,12 @@ from sqlalchemy.pool import NullPool
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ingest import fresh_database  # noqa: E402
+from benchmarks._support import (  # noqa: E402
+    free_port,
+    fresh_database,
+    start_services,
+    stop_services,
+)
 from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
@@ -136,24 +140,6 @@ SELECT :task_id, 'item-' || g, :start, :start, '128-511', 300, 'edge', 'cloud', 
        1, 'queued', now()
 FROM generate_series(1, :n) AS g
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_services(tmp: Path) -> str:
-    port = free_port()
-    env = {
-        **os.environ,
-        "SP_PG_DURABLE": "1",
-        "SP_PG_PORT": str(port),
-        "SP_REDIS_PORT": str(free_port()),
-    }
-    subprocess.run([str(ROOT / "scripts" / "services"), "start", str(tmp)], check=True, env=env)
-    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
 
 
 def maintain(url: str) -> None:
@@ -517,7 +503,7 @@ def main() -> None:
     finally:
         get_engine.cache_clear()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
-            subprocess.run([str(ROOT / "scripts" / "services"), "stop", str(tmp)], check=False)
+            stop_services(tmp)
 
 
 if __name__ == "__main__":

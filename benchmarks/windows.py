@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ from sqlalchemy.pool import NullPool
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ingest import fresh_database, start_services  # noqa: E402
+from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
 from controlplane.catalog.service import runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.metrics.service import compute_window  # noqa: E402
@@ -222,7 +221,7 @@ def main() -> None:
     finally:
         get_engine.cache_clear()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
-            subprocess.run([str(ROOT / "scripts" / "services"), "stop", str(tmp)], check=False)
+            stop_services(tmp)
 
 
 if __name__ == "__main__":
