@@ -224,7 +224,11 @@ if not names:
 asked = st.query_params.get("task")
 if asked and asked not in names:
     st.warning(f"There is no task named {asked!r}. Pick one of the {len(names)} tasks below.")
-if asked in names and asked != st.session_state.get("task_linked"):
+# (The picker's own state is dropped while another page is shown: coming back through a
+# link then takes the link's task too.)
+if asked in names and (
+    asked != st.session_state.get("task_linked") or "task_pick" not in st.session_state
+):
     st.session_state["task_pick"] = asked
 if st.session_state.get("task_pick") not in names:
     st.session_state["task_pick"] = names[0]

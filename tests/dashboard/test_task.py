@@ -280,3 +280,16 @@ def test_a_task_without_results_says_what_to_expect_in_sentences(seeded: Seeded)
     assert "**new_task** is in **shadow**" in text
     assert "No alerts were raised for this task." in text
     assert "Only version 1 exists, applied by admin" in text
+
+
+def test_a_link_back_from_another_page_opens_its_task(seeded: Seeded) -> None:
+    at = on_task(seeded, "read", IN_SHADOW)
+    at.switch_page("app_pages/overview.py")
+    at.run()
+    # The Overview's link to the task: the Task page with ?task=.
+    at.query_params["task"] = IN_SHADOW
+    at.switch_page(TASK_PAGE)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="task_pick").value == IN_SHADOW
+    assert f"**{IN_SHADOW}** is in" in page_text(at)
