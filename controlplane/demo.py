@@ -12,6 +12,7 @@ it — then where to look and keys to look with. The clock is real: nothing is f
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -106,12 +107,22 @@ class Dashboard:
 def run_demo(port: int, rate: float, duration: float, once: bool, scenario_after: float) -> None:
     settings = get_settings()
     upgrade(settings.database_url)
-    # Started first: it imports Streamlit while the API starts; stopped however the demo ends.
+    # Started first: it imports Streamlit while the API starts; stopped however the demo ends
+    # (Ctrl-C, an error, or a SIGTERM, which would otherwise end this process at once and
+    # leave the dashboard running without it).
     dashboard = Dashboard(settings.database_url, Path("dashboard.log").resolve())
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main else None
     try:
         _demo(settings, dashboard, port, rate, duration, once, scenario_after)
     finally:
         dashboard.stop()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _demo(
