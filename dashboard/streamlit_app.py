@@ -11,9 +11,19 @@ from dashboard import common
 
 st.set_page_config(page_title="Shadowplane", layout="wide")
 
+# Every page's address, so a link to one (e.g. /task?task=NAME) opened before signing in
+# comes back to that page, with its query, once the key is accepted.
+PATHS = ("overview", "task", "review", "evalsets", "audit")
+
 principal = common.signed_in()
 if principal is None:
-    common.sign_in_form()
+    st.navigation(
+        [
+            st.Page(common.sign_in_form, title="Sign in", url_path=path, default=path == "overview")
+            for path in PATHS
+        ],
+        position="hidden",
+    ).run()
     st.stop()
 
 pages: list[st.Page] = []
