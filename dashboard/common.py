@@ -17,6 +17,7 @@ from controlplane.auth.service import KeyCache, Principal
 from controlplane.db import StorageError, get_engine, make_sessionmaker
 from controlplane.errors import ActionError
 from controlplane.settings import Settings
+from dashboard import formats
 
 T = TypeVar("T")
 
@@ -56,7 +57,7 @@ def refusal(principal: Principal) -> str | None:
         return None
     held = sorted(principal.scopes)
     why = "; ".join(f"{s}: {REFUSED[s]}" for s in held if s in REFUSED) or "no scope"
-    return (
+    return formats.text(
         f"The key {principal.name!r} cannot sign in to the dashboard ({why}). "
         "Sign in with a key of scope read, review or admin."
     )
@@ -113,7 +114,9 @@ def require(scope: str) -> Principal:
         st.warning("Sign in first.")
         st.stop()
     if not can(principal, scope):
-        st.error(f"This page needs a key of scope {scope}; {principal.name!r} does not have it.")
+        st.error(
+            formats.text(f"This page needs a key of scope {scope}; {principal.name!r} lacks it.")
+        )
         st.stop()
     return principal
 
@@ -138,7 +141,7 @@ def act(action: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     try:
         return action(engine(), *args, **kwargs)
     except ActionError as exc:
-        st.error(detail_text(exc.detail))
+        st.error(formats.text(detail_text(exc.detail)))
     except StorageError as exc:
         st.error(f"The database did not answer ({type(exc).__name__}); nothing was changed.")
     return None
@@ -151,7 +154,7 @@ def readable_errors() -> Iterator[None]:
     try:
         yield
     except ActionError as exc:
-        st.error(detail_text(exc.detail))
+        st.error(formats.text(detail_text(exc.detail)))
     except StorageError as exc:
         st.error(
             f"The database did not answer ({type(exc).__name__}). The page shows again when "
@@ -160,4 +163,4 @@ def readable_errors() -> Iterator[None]:
     except Exception as exc:
         if type(exc).__module__.startswith("streamlit"):
             raise
-        st.error(f"This page failed: {type(exc).__name__}: {exc}")
+        st.error(formats.text(f"This page failed: {type(exc).__name__}: {exc}"))

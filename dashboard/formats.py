@@ -1,8 +1,32 @@
-"""How the dashboard writes numbers: one place, so a page and its tests agree."""
+"""How the dashboard writes numbers and text: one place, so a page and its tests agree.
+
+Anything not written by the dashboard itself (task and model names, reasons, notes,
+payloads, ids from uploaded files, error details) goes into Markdown through `text()`,
+so it is shown as written: never as a link, an image, a colour, maths or code."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
+
+# Every character Streamlit's Markdown gives a meaning to.
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&=^])")
+_LEADING = re.compile(r"^[ \t]+", re.MULTILINE)
+
+
+def text(value: object) -> str:
+    """`value` as literal text in Markdown: special characters escaped, line breaks kept
+    (as hard breaks), and leading spaces kept as no-break spaces so an indented line is
+    never read as a code block."""
+    escaped = _SPECIAL.sub(r"\\\1", str(value))
+    escaped = _LEADING.sub(lambda m: "\u00a0" * len(m.group().expandtabs(4)), escaped)
+    return escaped.replace("\r\n", "\n").replace("\n", "  \n")
+
+
+def line(value: object) -> str:
+    """`value` as literal text on one line (breaks folded into spaces), e.g. in a list."""
+    return text(" ".join(str(value).split()))
+
 
 NONE = "—"
 

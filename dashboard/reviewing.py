@@ -11,16 +11,17 @@ import json
 import re
 from typing import Any
 
+from dashboard import formats
+
 # Highlight colour of the words where the answers differ.
 MARK = "orange-background"
 # Checks of text_conservation whose values are words and numbers found in the texts.
 _WORD_CHECKS = ("numbers", "negations", "spans")
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&=\"'^])")
 
 
 def escape(text: str) -> str:
-    """Text shown as itself in markdown (no formatting, links, colours or maths)."""
-    return _SPECIAL.sub(r"\\\1", text).replace("\n", "  \n")
+    """Text shown as itself in markdown (no formatting, links, colours, maths or code)."""
+    return formats.text(text)
 
 
 def highlighted(text: str, words: list[str]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import common
+from dashboard import common, formats
 
 st.set_page_config(page_title="Shadowplane", layout="wide")
 
@@ -41,7 +41,8 @@ if common.can(principal, "read"):
     pages.append(st.Page("app_pages/audit.py", title="Audit", url_path="audit"))
 
 with st.sidebar:
-    st.write(f"Signed in as **{principal.name}** ({', '.join(sorted(principal.scopes))})")
+    scopes = ", ".join(sorted(principal.scopes))
+    st.markdown(f"Signed in as **{formats.text(principal.name)}** ({scopes})")
     if st.button("Sign out"):
         st.session_state.pop("api_key", None)
         st.rerun()

@@ -70,12 +70,6 @@ def run_file(lines: list[dict[str, Any]], model: str) -> bytes:
 # ---- Untrusted text as markup ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reviewing.escape keeps leading spaces: a text whose paragraph starts with 4 "
-    "spaces (indented code, a quoted e-mail, nested JSON) becomes a code block, where the "
-    "escaping backslashes are shown literally (\\( \\. \\-) and the highlight is not drawn",
-)
 def test_an_indented_paragraph_is_not_shown_as_code_with_backslashes(
     seeded: Seeded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
