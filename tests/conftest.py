@@ -3,6 +3,14 @@ from a migrated template), an app on them, and keys of every scope.
 
 PostgreSQL comes from SHADOWPLANE_TEST_DATABASE_URL, which `scripts/test` sets after
 starting a private server. A test that needs it fails (it is not skipped) when it is absent.
+
+In parallel (pytest-xdist, `scripts/test` runs `-n 2`) each worker process has databases
+of its own names (`per_worker`) and a Redis server of its own (SHADOWPLANE_TEST_REDIS_URL
+is replaced by it: flag channels, rate buckets and Celery queues are global to a Redis).
+Tests marked `serial` run alone: they stop the shared PostgreSQL, or make a wall-clock
+claim another process's load could break. A worker never runs them (it skips them, and has
+no SHADOWPLANE_TEST_PGCTL); `--serial=skip` leaves them out and `--serial=only` runs only
+them, as `scripts/test` does after the parallel run.
 """
 
 from __future__ import annotations
@@ -32,13 +40,81 @@ from controlplane.migrate import upgrade
 from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings
 
-TEMPLATE_DB = "sp_test_template"
+# "gw0", "gw1", ... in a pytest-xdist worker; empty when pytest runs in one process.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def per_worker(name: str) -> str:
+    """`name` made this worker's own (a database name every worker would otherwise share)."""
+    return f"{name}_{WORKER}" if WORKER else name
+
+
+TEMPLATE_DB = per_worker("sp_test_template")
 
 # Shared, noisy machines: properties are judged by their examples, never by their speed.
 settings.register_profile(
     "shadowplane", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("shadowplane")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial",
+        choices=("run", "skip", "only"),
+        default="run",
+        help="tests marked serial (they must run alone): run them with the others (the "
+        "default), skip them, or run only them",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "serial: runs alone, never next to other tests: it stops the shared PostgreSQL, or "
+        "makes a wall-clock claim (scripts/test runs these after the parallel run)",
+    )
+    if WORKER:
+        # Nothing may stop the servers the other worker is using: a serial test fails here.
+        os.environ.pop("SHADOWPLANE_TEST_PGCTL", None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    choice = config.getoption("serial")
+    if choice == "run":
+        if WORKER:
+            alone = pytest.mark.skip(reason="marked serial, it runs alone: run it without -n")
+            for item in items:
+                if item.get_closest_marker("serial") is not None:
+                    item.add_marker(alone)
+        return
+    keep = choice == "only"
+    selected, deselected = [], []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (selected if serial == keep else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """In a pytest-xdist worker, a Redis server of the worker's own in place of the shared
+    one (SHADOWPLANE_TEST_REDIS_URL), for the whole run."""
+    shared = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
+    if not WORKER or not shared:
+        yield
+        return
+    from tests.liveapi import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    os.environ["SHADOWPLANE_TEST_REDIS_URL"] = server.url
+    try:
+        yield
+    finally:
+        os.environ["SHADOWPLANE_TEST_REDIS_URL"] = shared
+        server.stop()
 
 
 def pg_admin_url() -> str:

@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from controlplane.models import Result
 from tests.conftest import Api, make_api, make_result
 
-pytestmark = pytest.mark.integration
+# It stops the PostgreSQL every other test uses: never in parallel with them.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def pgctl(*args: str) -> None:

@@ -212,6 +212,7 @@ def test_on_a_real_database_a_flood_costs_one_query_a_second(
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # stops the PostgreSQL the other tests use
 def test_a_used_key_authenticates_through_an_outage_after_a_flood(pg_url: str) -> None:
     engine = get_engine(pg_url)
     with session_scope(engine) as session:

@@ -63,8 +63,10 @@ def test_a_client_whose_api_goes_down_keeps_its_flags_until_max_staleness_then_r
         assert flags.route(INVOICE, session_id="s-1", input_tokens=100).served == "cloud"
 
         live_api.kill()
-        wait_until(lambda: flags.status().error is not None, "the client to see the API gone")
-        assert "ConnectError" in (flags.status().error or "")
+        # (A poll in flight when it died may fail otherwise, e.g. a reset: the next is refused.)
+        wait_until(
+            lambda: "ConnectError" in (flags.status().error or ""), "the client to see the API gone"
+        )
         # The last good flags, for the tasks it saw; the cloud for any other.
         still = flags.route(TICKET, session_id="s-1", input_tokens=100)
         assert (still.served, still.flag_version) == ("edge", version)

@@ -22,10 +22,10 @@ from controlplane.auth.actions import create_key
 from controlplane.db import get_engine, make_engine
 from controlplane.migrate import upgrade
 from controlplane.sim.evalset_example import seed
-from tests.conftest import TEMPLATE_DB, _admin_engine, pg_admin_url
+from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
-SEEDED_DB = "sp_test_dashboard_seed"
+SEEDED_DB = per_worker("sp_test_dashboard_seed")  # one per pytest-xdist worker
 # How many of the sampled review items the seed labels; the others wait in the queue.
 LABELLED = 40
 # A key per scope (and one of review + read), named after it: "admin", "read", ...

@@ -27,8 +27,8 @@ def _wait_for_lock_wait(engine: Any) -> None:
         with engine.connect() as conn:
             waiting = conn.scalar(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query ILIKE 'UPDATE review_items%'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query ILIKE 'UPDATE review_items%'"
                 )
             )
         if waiting:

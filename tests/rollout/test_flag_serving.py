@@ -111,6 +111,7 @@ def test_two_api_processes_answer_identical_etags(pg_url: str, tmp_path: Path) -
         assert b.get(etag=before).status_code == 200
 
 
+@pytest.mark.serial  # stops the PostgreSQL the other tests use
 def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> None:
     keys = seed(pg_url)
     redis = RedisServer(tmp_path).start()
@@ -194,6 +195,7 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
         redis.stop()
 
 
+@pytest.mark.serial  # stops the PostgreSQL the other tests use
 def test_no_copy_and_the_database_down_answers_503_until_it_is_back(
     pg_url: str, tmp_path: Path
 ) -> None:

@@ -434,6 +434,7 @@ def watchful_api(pg_url: str) -> Iterator[Api]:
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # stops the PostgreSQL the other tests use
 def test_with_storage_down_the_last_copy_answers_marked_stale(watchful_api: Api) -> None:
     from tests.api.test_storage_outage import pgctl
 
