@@ -7,6 +7,7 @@ The seed runs once per backend; each test gets a copy of its own."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -131,13 +132,23 @@ def open_page(seeded: Seeded, key: str | None, page: str | None = None) -> AppTe
     return at
 
 
+def shown(markdown: str) -> str:
+    """Markdown written through `dashboard.formats.text` as the reader sees it: escapes
+    dropped, no-break spaces as spaces, hard breaks as plain line breaks."""
+    return _ESCAPED.sub(r"\1", markdown).replace("\u00a0", " ").replace("  \n", "\n")
+
+
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>$:&=^])")
+
+
 def page_text(at: AppTest) -> str:
-    """Every text the page wrote (markdown, titles, captions, alerts, metrics, tables)."""
+    """Every text the page wrote (markdown, titles, captions, alerts, metrics, tables), as
+    shown: escapes of untrusted text taken out."""
     parts: list[str] = []
     for kind in ("title", "header", "subheader", "markdown", "caption", "text", "code"):
-        parts += [str(e.value) for e in getattr(at, kind)]
+        parts += [shown(str(e.value)) for e in getattr(at, kind)]
     for kind in ("error", "warning", "info", "success"):
-        parts += [str(e.value) for e in getattr(at, kind)]
+        parts += [shown(str(e.value)) for e in getattr(at, kind)]
     for m in at.metric:
         parts += [str(m.label), str(m.value)]
     for df in at.dataframe:
