@@ -197,10 +197,23 @@ def rows(events: list[Event]) -> list[dict[str, Any]]:
     return [{**asdict(e), "at": e.at.isoformat()} for e in events]
 
 
+# A cell a spreadsheet would read as a formula starts with one of these (OWASP's CSV
+# injection rule): such a cell is written after a single quote, so it opens as text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """`value` as the CSV writes it: a text starting like a formula gets a leading `'`."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def csv_text(events: list[Event]) -> str:
-    """The events as CSV with a header row (COLUMNS), as the Audit page downloads it."""
+    """The events as CSV with a header row (COLUMNS), as the Audit page downloads it; no
+    cell starts like a formula (`csv_cell`), whoever wrote a reason or named a key."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows(events))
+    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows(events))
     return out.getvalue()

@@ -21,7 +21,7 @@ from controlplane.rollout.timeline import (
     timeline,
 )
 from dashboard import common
-from dashboard.formats import moment
+from dashboard.formats import line, moment
 
 EVERY = "(all)"
 # How many events the page also writes out as text under the table.
@@ -55,12 +55,14 @@ def day_start(day: date | None) -> datetime | None:
 
 
 def event_line(event: Event) -> str:
+    """One event as a line of Markdown; its task, actor, what and detail (written by people,
+    keys and task authors) escaped."""
     detail = event.detail
     if len(detail) > DETAIL_CHARS:
         detail = detail[:DETAIL_CHARS] + "…"
     return (
-        f"{moment(event.at)} · {event.kind} · {event.task or 'every task'} · "
-        f"{event.actor or '—'} · **{event.what}**: {detail}"
+        f"{moment(event.at)} · {event.kind} · {line(event.task or 'every task')} · "
+        f"{line(event.actor or '—')} · **{line(event.what)}**: {line(detail)}"
     )
 
 

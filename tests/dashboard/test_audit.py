@@ -187,3 +187,17 @@ def test_a_new_action_shows_at_the_top(seeded: Seeded) -> None:
     assert ("decision", "admin", "drill") in set(
         zip(frame["kind"], frame["actor"], frame["detail"], strict=True)
     )
+
+
+def test_a_csv_cell_starting_like_a_formula_keeps_its_text_after_a_quote(seeded: Seeded) -> None:
+    from controlplane.rollout.actions import kill, lift
+
+    kill(seeded.engine, actor="@ops", reason="=1+1")
+    lift(seeded.engine, actor="admin", reason="-\tback")
+    data = csv_text(read(seeded, timeline, Filters(kinds=("decision",))))
+    parsed = list(csv.DictReader(io.StringIO(data)))
+    assert ("'@ops", "'=1+1") in {(r["actor"], r["detail"]) for r in parsed}
+    assert "'-\tback" in {r["detail"] for r in parsed}
+    # The page's table shows them as written.
+    at = open_page(seeded, "read", PAGE)
+    assert {"=1+1", "-\tback"} <= set(at.dataframe[0].value["detail"])
