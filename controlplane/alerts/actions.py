@@ -13,12 +13,18 @@ from controlplane.errors import ActionError
 from controlplane.notify.documents import alert_document
 from controlplane.notify.outbox import add_event
 
+# The longest note an acknowledgement keeps (as the API's body allows).
+MAX_NOTE = 2000
+
 
 def acknowledge(
     engine: Engine, alert_id: int, *, actor: str, note: str | None = None
 ) -> dict[str, Any]:
     """Acknowledge an open alert: audit entry and outbox event in one transaction. An alert
-    already acknowledged or resolved is answered as it is (nothing written). 404 when none."""
+    already acknowledged or resolved is answered as it is (nothing written). 404 when none;
+    422 for a note longer than MAX_NOTE, whichever door it comes through."""
+    if note is not None and len(note) > MAX_NOTE:
+        raise ActionError(422, f"note: at most {MAX_NOTE} characters, got {len(note)}")
 
     def work(session: Session) -> dict[str, Any]:
         try:

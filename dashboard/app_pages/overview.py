@@ -6,6 +6,8 @@ with a reason and a confirmation) with its decisions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -14,9 +16,11 @@ from controlplane.db import get_engine, session_scope
 from controlplane.rollout.actions import kill, lift
 from controlplane.rollout.overview import Overview, TaskRow, overview
 from dashboard import common
-from dashboard.formats import interval, moment, money, percent
+from dashboard.formats import interval, line, moment, money, percent
 
 NOTICE = "overview_notice"
+# What a kill or lift keeps as its reason, at most (as the API takes it).
+MAX_REASON = 2000
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -26,7 +30,8 @@ def load(url: str) -> Overview:
 
 
 def done(message: str) -> None:
-    """After an action: forget cached reads, say what happened, show the page again."""
+    """After an action: forget cached reads, say what happened (Markdown, any untrusted
+    text in it escaped), show the page again."""
     st.cache_data.clear()
     st.session_state[NOTICE] = message
     st.rerun()
@@ -70,21 +75,22 @@ def table(rows: list[TaskRow]) -> pd.DataFrame:
     )
 
 
-def task_lines(row: TaskRow) -> None:
-    """The row as text too (a table draws on a canvas; people and browsers read text)."""
+def task_lines(row: TaskRow, task_page: st.Page) -> None:
+    """The row as text too (a table draws on a canvas; people and browsers read text).
+    Names, buckets, reasons and errors come from task configs and people: escaped."""
     st.markdown(
-        f"**{row.task}** — {row.stage} · flag {flag_text(row)} · "
+        f"**{line(row.task)}** — {row.stage} · flag {flag_text(row)} · "
         f"edge share {percent(row.edge_share)} · "
         f"agreement {percent(row.agreement)} ({interval(row.agreement_low, row.agreement_high)})"
-        f" · worst bucket {worst_text(row)} · degrade {percent(row.degrade_rate)} · "
+        f" · worst bucket {line(worst_text(row))} · degrade {percent(row.degrade_rate)} · "
         f"offload failures {percent(row.offload_fail_rate)} · "
         f"net savings/day {money(row.net_savings_per_day)} · open alerts {row.open_alerts}"
     )
     notes = []
     if row.trouble:
-        notes.append("Trouble: " + "; ".join(row.trouble) + ".")
+        notes.append("Trouble: " + line("; ".join(row.trouble)) + ".")
     if row.config_error:
-        notes.append(f"Its stored config cannot be read: {row.config_error}.")
+        notes.append(f"Its stored config cannot be read: {line(row.config_error)}.")
     elif row.window_start is None:
         notes.append("No closed window yet: figures appear once its first window closes.")
     else:
@@ -92,14 +98,14 @@ def task_lines(row: TaskRow) -> None:
     if row.last_decision:
         d = row.last_decision
         notes.append(
-            f"Last decision ({d['action']} by {d['actor']}, {moment(d['created_at'])}): "
-            f"{d['reason']}"
+            f"Last decision ({line(d['action'])} by {line(d['actor'])}, "
+            f"{moment(d['created_at'])}): {line(d['reason'])}"
         )
     else:
         notes.append("No decision yet.")
     st.caption(" ".join(notes))
     st.page_link(
-        "app_pages/task.py", label=f"Evidence of {row.task} →", query_params={"task": row.task}
+        task_page, label=f"Evidence of {line(row.task)} →", query_params={"task": row.task}
     )
 
 
@@ -120,13 +126,16 @@ def tasks_section(view: Overview) -> None:
     if trouble:
         st.markdown(
             "In trouble: "
-            + ", ".join(f"**{row.task}** ({'; '.join(row.trouble)})" for row in trouble)
+            + ", ".join(f"**{line(row.task)}** ({line('; '.join(row.trouble))})" for row in trouble)
         )
     else:
         st.markdown("No task is in trouble.")
     st.dataframe(table(view.rows), hide_index=True, width="stretch")
+    # One page object for every link: a link given as a file path makes Streamlit resolve
+    # the path and search every page for it, on each call.
+    task_page = st.Page("app_pages/task.py", title="Task", url_path="task")
     for row in view.rows:
-        task_lines(row)
+        task_lines(row, task_page)
 
 
 def alerts_section(view: Overview, actor: str | None) -> None:
@@ -137,18 +146,35 @@ def alerts_section(view: Overview, actor: str | None) -> None:
         return
     for alert in view.alerts:
         seen = (
-            f" — acknowledged by {alert['acknowledged_by']}"
+            f" — acknowledged by {line(alert['acknowledged_by'])}"
             if alert["state"] == "acknowledged"
             else ""
         )
         st.markdown(
-            f"**{alert['task']}** · {alert['kind']} · opened {moment(alert['opened_at'])}: "
-            f"{alert['message']}{seen}"
+            f"**{line(alert['task'])}** · {line(alert['kind'])} · "
+            f"opened {moment(alert['opened_at'])}: {line(alert['message'])}{seen}"
         )
         if actor is not None and alert["state"] == "open":
             if st.button("Acknowledge", key=f"ack_{alert['id']}"):
-                if common.act(acknowledge, alert["id"], actor=actor):
-                    done(f"Alert {alert['id']} ({alert['kind']} on {alert['task']}) acknowledged.")
+                found = common.act(acknowledge, alert["id"], actor=actor)
+                if found:
+                    done(ack_notice(found, actor))
+
+
+def ack_notice(alert: dict[str, Any], actor: str) -> str:
+    """What acknowledging did: the action answers an alert that was no longer open (it
+    resolved, or someone acknowledged it, since the page was drawn) as it is, unchanged."""
+    what = f"Alert {alert['id']} ({line(alert['kind'])} on {line(alert['task'])})"
+    if alert["state"] == "resolved":
+        return (
+            f"{what} had already resolved ({moment(alert['resolved_at'])}): nothing was recorded."
+        )
+    if alert["acknowledged_by"] != actor:
+        return (
+            f"{what} had already been acknowledged by {line(alert['acknowledged_by'])}: "
+            "nothing was recorded."
+        )
+    return f"{what} acknowledged."
 
 
 def switch_form(killed: bool, actor: str) -> None:
@@ -166,7 +192,11 @@ def switch_form(killed: bool, actor: str) -> None:
             "I understand every task goes to the cloud",
         )
     with st.form(f"{name}_form", clear_on_submit=True):
-        reason = st.text_input("Reason", key=f"{name}_reason")
+        # No max_chars: Streamlit would cut a longer value to it silently and the cut reason
+        # would be recorded; the action refuses it instead, and its sentence shows.
+        reason = st.text_input(
+            "Reason", key=f"{name}_reason", help=f"At most {MAX_REASON:,} characters."
+        )
         confirmed = st.checkbox(confirm_text, key=f"{name}_confirm")
         submitted = st.form_submit_button(label, key=f"{name}_submit", type="primary")
     if not submitted:
@@ -188,14 +218,16 @@ def switch_section(view: Overview, actor: str | None) -> None:
     st.subheader("Kill switch")
     if view.killed:
         st.markdown(
-            f"The kill switch is **on**: every task is served by the cloud. Reason: {view.kill_reason}"
+            "The kill switch is **on**: every task is served by the cloud. "
+            f"Reason: {line(view.kill_reason)}"
         )
     else:
         st.markdown("The kill switch is off: each task is routed by its stage.")
     if view.switch_decisions:
         for d in view.switch_decisions:
             st.markdown(
-                f"- {moment(d['created_at'])} — **{d['action']}** by {d['actor']}: {d['reason']}"
+                f"- {moment(d['created_at'])} — **{line(d['action'])}** by {line(d['actor'])}: "
+                f"{line(d['reason'])}"
             )
     else:
         st.caption("It has never been thrown.")
@@ -219,7 +251,8 @@ def live() -> None:
         view = load(common.database_url())
         if view.killed:
             st.error(
-                f"Kill switch on: every task is served by the cloud. Reason: {view.kill_reason}"
+                "Kill switch on: every task is served by the cloud. "
+                f"Reason: {line(view.kill_reason)}"
             )
         tasks_section(view)
         alerts_section(view, acting)

@@ -27,7 +27,7 @@ from controlplane.rollout.overview import overview
 from controlplane.rollout.service import list_decisions
 from dashboard.formats import interval, money, percent
 from tests.conftest import cloned_database
-from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +45,9 @@ def latest_all(seeded: Seeded) -> dict[str, dict[str, Any]]:
 
 
 def task_line(at: AppTest, task: str) -> str:
-    [line] = [m.value for m in at.markdown if m.value.startswith(f"**{task}** — ")]
-    return str(line)
+    """The task's line of text, as shown (its name and bucket escaped in the Markdown)."""
+    [line] = [shown(m.value) for m in at.markdown if shown(m.value).startswith(f"**{task}** — ")]
+    return line
 
 
 def add_alert(seeded: Seeded, task: str, kind: str = "conflict_jump") -> int:
@@ -188,7 +189,7 @@ def test_the_page_shows_each_task_with_the_services_figures(seeded: Seeded) -> N
 
 def test_trouble_on_top_in_the_text_too(seeded: Seeded) -> None:
     at = open_page(seeded, "read", PAGE)
-    lines = [m.value for m in at.markdown if " — " in m.value and m.value.startswith("**")]
+    lines = [shown(m.value) for m in at.markdown if " — " in m.value and m.value.startswith("**")]
     assert [line.split("**")[1] for line in lines] == ["ticket_classify", "invoice_extract"]
     assert "In trouble: **ticket_classify** (rolled back" in page_text(at)
 
@@ -318,3 +319,39 @@ def test_a_database_failure_is_a_sentence(seeded: Seeded, monkeypatch: pytest.Mo
     at = open_page(seeded, "read", PAGE)
     assert not at.exception
     assert any("The database did not answer (OperationalError)" in e.value for e in at.error)
+
+
+def test_acknowledging_an_alert_someone_acknowledged_meanwhile_says_by_whom(
+    seeded: Seeded,
+) -> None:
+    from controlplane.alerts.actions import acknowledge
+
+    alert_id = add_alert(seeded, "ticket_classify")
+    at = open_page(seeded, "admin", PAGE)
+    acknowledge(seeded.engine, alert_id, actor="night shift")
+    at.button(key=f"ack_{alert_id}").click()
+    at.run()
+    assert not at.exception
+    [alert] = read(seeded, list_alerts, task="ticket_classify")
+    assert alert["acknowledged_by"] == "night shift"
+    [notice] = [shown(s.value) for s in at.success]
+    assert "had already been acknowledged by night shift: nothing was recorded" in notice
+    acks = [e.actor for e in read(seeded, entries, limit=10_000) if e.action == "alert.ack"]
+    assert acks == ["night shift"]
+
+
+def test_an_acknowledgement_note_longer_than_the_apis_is_refused_whatever_the_door(
+    seeded: Seeded,
+) -> None:
+    from controlplane.alerts.actions import MAX_NOTE, acknowledge
+    from controlplane.errors import ActionError
+
+    alert_id = add_alert(seeded, "ticket_classify")
+    with pytest.raises(ActionError) as refused:
+        acknowledge(seeded.engine, alert_id, actor="admin", note="x" * (MAX_NOTE + 1))
+    assert refused.value.status == 422 and "at most 2000 characters" in str(refused.value)
+    [alert] = read(seeded, list_alerts, task="ticket_classify")
+    assert alert["state"] == "open"
+    acknowledge(seeded.engine, alert_id, actor="admin", note="x" * MAX_NOTE)
+    [alert] = read(seeded, list_alerts, task="ticket_classify")
+    assert alert["state"] == "acknowledged"
