@@ -34,11 +34,21 @@ def highlighted(text: str, words: list[str]) -> str:
     )
     out, at = [], 0
     for match in pattern.finditer(text):
-        out.append(escape(text[at : match.start()]))
+        out.append(_piece(text, at, match.start()))
         out.append(f":{MARK}[{escape(match.group())}]")
         at = match.end()
-    out.append(escape(text[at:]))
+    out.append(_piece(text, at, len(text)))
     return "".join(out)
+
+
+def _piece(text: str, start: int, end: int) -> str:
+    """text[start:end] escaped; spaces it starts with are kept as spaces when the piece
+    starts within a line (only a line's own indent is kept as no-break spaces)."""
+    piece = text[start:end]
+    if start == 0 or text[start - 1] == "\n":
+        return escape(piece)
+    inside = len(piece) - len(piece.lstrip(" \t"))
+    return piece[:inside] + escape(piece[inside:])
 
 
 def as_text(value: Any) -> str:
@@ -88,12 +98,15 @@ def only_in(diff: Any, side: str) -> list[str]:
 
 
 def _short(value: Any) -> str:
+    """A value on one line (line breaks folded), at most 200 characters."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
     return text if len(text) <= 200 else text[:199] + "…"
 
 
 def differences(diff: Any) -> list[str]:
-    """The diff as one plain line per difference (A/B terms only)."""
+    """The diff as one plain line per difference (A/B terms only; line breaks in values
+    folded into spaces)."""
     if not isinstance(diff, dict):
         return []
     lines = []
@@ -126,7 +139,8 @@ def differences(diff: Any) -> list[str]:
             only_a = ", ".join(_words(diff[check].get("only_in_a"))) or "none"
             only_b = ", ".join(_words(diff[check].get("only_in_b"))) or "none"
             lines.append(f"{check} only in A: {only_a}; only in B: {only_b}")
-    return lines
+    # One line each, whatever a field name or a word held.
+    return [" ".join(x.split()) for x in lines]
 
 
 def corrected_value(text: str) -> Any:

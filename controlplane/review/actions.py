@@ -4,11 +4,13 @@ and releases write an audit entry with it (they are not announced to webhooks). 
 is not audited: it changes nothing but who holds a lease for a few minutes.
 
 `ActionError(status, detail)` says why an action cannot be done: 404 no such task or
-item, 409 the reviewer does not hold the item's lease, 422 a label that does not fit.
+item, 409 the reviewer does not hold the item's lease, 422 a label that does not fit (a
+note or a skip reason too long or holding a control character among them).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +25,10 @@ from controlplane.models import ReviewItem, Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.review import blind, queue, repository
 from controlplane.settings import get_settings
+
+# Control characters (C0) a note or a reason may not hold: all but tab and line breaks.
+# PostgreSQL refuses a NUL in text; the others would show as nothing, or move a cursor.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 NO_QUEUE = (
     "no review queue: payload_policy is none, so no text is kept to review; route accuracy "
@@ -66,6 +72,23 @@ def _task_name(session: Session, task_id: int) -> str:
     return session.scalar(select(Task.name).where(Task.id == task_id)) or ""
 
 
+def check_text(field: str, value: str | None, limit: int) -> None:
+    """422 naming the field unless a reviewer's free text (a note, a skip reason) fits: at
+    most `limit` characters, and no control character but tab and line breaks. Checked here
+    so the API, the CLI and the dashboard refuse it the same way, before the database does."""
+    if value is None:
+        return
+    if len(value) > limit:
+        raise ActionError(422, f"{field}: at most {limit} characters, got {len(value)}")
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise ActionError(
+            422,
+            f"{field}: holds the control character U+{ord(found.group()):04X} at position "
+            f"{found.start() + 1}; only tabs and line breaks may be among its characters",
+        )
+
+
 def claim(
     engine: Engine,
     task: str | None,
@@ -105,6 +128,7 @@ def label(
 ) -> dict[str, Any]:
     """Label the item the reviewer holds (audited). Answers the label's id and where the
     item stands: `done`, or `queued` when it waits for more reviewers."""
+    check_text("note", note, queue.MAX_NOTE)
     now = now or utcnow()
 
     def work(session: Session) -> dict[str, Any]:
@@ -168,6 +192,7 @@ def release(
 ) -> dict[str, Any]:
     """Give the item back (audited); with `skip` (or a reason) it is never offered to this
     reviewer again."""
+    check_text("reason", reason, queue.MAX_REASON)
     now = now or utcnow()
     skip = skip or reason is not None
 

@@ -19,7 +19,7 @@ import streamlit as st
 from controlplane.db import get_engine, session_scope
 from controlplane.evalsets import actions, scoring, service
 from controlplane.evalsets import items as evalitems
-from dashboard import common
+from dashboard import common, formats
 
 ROWS = 20
 BACKFILLED = "evalsets_backfilled"
@@ -122,7 +122,7 @@ st.caption(
 )
 
 if BACKFILLED in st.session_state:
-    st.success(backfilled_text(st.session_state.pop(BACKFILLED)))
+    st.success(formats.text(backfilled_text(st.session_state.pop(BACKFILLED))))
 if st.button(
     "Backfill now", key="evalsets_backfill", help="Idempotent: run it as often as you like."
 ):
@@ -146,8 +146,13 @@ st.dataframe(
     hide_index=True,
 )
 for row in found["sets"]:
-    st.markdown(f"`{row['task']}/{row['layer']}`: {row['count']} items, sha256 `{row['sha256']}`")
-st.markdown(f"Manifest sha256 (a JSONL export of every layer): `{found['manifest_sha256']}`")
+    st.markdown(
+        f"{formats.line(row['task'] + '/' + row['layer'])}: {row['count']} items, sha256 "
+        f"{formats.line(row['sha256'])}"
+    )
+st.markdown(
+    f"Manifest sha256 (a JSONL export of every layer): {formats.line(found['manifest_sha256'])}"
+)
 
 st.subheader("Preview and download")
 names = [f"{row['task']}/{row['layer']}" for row in found["sets"]]
@@ -171,7 +176,7 @@ st.dataframe(
     hide_index=True,
 )
 first_row = (len(cursors) - 1) * ROWS + 1
-st.caption(f"Rows {first_row}–{first_row + len(lines) - 1} of {chosen}.")
+st.caption(f"Rows {first_row}–{first_row + len(lines) - 1} of {formats.line(chosen)}.")
 back, more, jsonl, csv = st.columns(4)
 if back.button("First rows", key="evalsets_first", disabled=len(cursors) == 1):
     del cursors[1:]
@@ -209,12 +214,13 @@ if run_a is None or run_b is None:
     st.stop()
 result = compare(url, ((run_a.name, run_a.getvalue()), (run_b.name, run_b.getvalue())))
 if "error" in result:
-    st.error(f"These runs cannot be compared: {result['error']}")
+    st.error(formats.text(f"These runs cannot be compared: {result['error']}"))
     st.stop()
 a_name, b_name = result["names"]
 overall = result["rows"][-1]
 st.markdown(
-    f"**{result['task']}**: A = `{a_name}`, B = `{b_name}`, {result['items']} items. "
+    f"**{formats.line(result['task'])}**: A = {formats.line(a_name)}, "
+    f"B = {formats.line(b_name)}, {result['items']} items. "
     f"Overall A {share(overall['a'])}, B {share(overall['b'])}, B − A "
     + ("–" if overall["diff"] is None else f"{overall['diff']:+.1%}")
     + (

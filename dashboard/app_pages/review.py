@@ -17,11 +17,11 @@ from typing import Any
 
 import streamlit as st
 
-from controlplane.db import get_engine, session_scope
+from controlplane.db import StorageError, get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.review import actions
 from controlplane.review.progress import reviewer_progress
-from dashboard import common, reviewing
+from dashboard import common, formats, reviewing
 
 ANY = "any task"
 PAIR_VERDICTS = [
@@ -33,6 +33,12 @@ PAIR_VERDICTS = [
 ]
 SINGLE_VERDICTS = [("correct", "Right"), ("wrong", "Wrong"), ("unclear", "Unclear")]
 HELD, FLASH, PAUSED = "review_item", "review_flash", "review_paused"
+# The keys that act on the item shown, and what each would have stored.
+PRESSES = {
+    **{f"verdict-{v}": "label" for v, _ in PAIR_VERDICTS + SINGLE_VERDICTS},
+    "review_skip": "skip",
+    "review_release": "give back",
+}
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -103,32 +109,78 @@ def done_with_item(kind: str, text: str) -> None:
     st.rerun()
 
 
+def no_text(task: str | None) -> str:
+    return formats.text(
+        f"{task} keeps no text (payload_policy none), so it has no review queue. "
+        "Set payload_policy to full or redacted in its config to review it."
+    )
+
+
+def claim(task: str | None) -> dict[str, Any] | None:
+    """The item this reviewer holds, its lease renewed, else the next one claimed for them;
+    the claim's refusal as a sentence (and the page stops there)."""
+    try:
+        return actions.claim(common.engine(), task, reviewer)
+    except ActionError as exc:
+        if exc.status == 409:
+            st.info(no_text(task))
+        else:
+            st.error(formats.text(common.detail_text(exc.detail)))
+        st.stop()
+    raise AssertionError("unreachable")  # st.stop raises
+
+
+def give_back_quietly(item_id: int) -> None:
+    """Give back an item the page no longer shows, if the reviewer still holds it; a lease
+    already lost (409) or a refusal changes nothing, so nothing is said."""
+    try:
+        actions.release(common.engine(), item_id, reviewer)
+    except ActionError:
+        pass
+
+
 def claim_next(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The item this page holds, or the next one claimed for this reviewer."""
+    """The item this page holds, checked on each run to be still this reviewer's (the claim
+    renews their lease on it while they are on it), or the next one claimed for them."""
     held = st.session_state.get(HELD)
     keeps_no_text = {row["task"] for row in queue if not row["has_queue"]}
     if held is not None and (task not in (None, held["task"]) or held["task"] in keeps_no_text):
         # Another task was picked (a reviewer holds one item), or the held item's task
         # stopped keeping text: give it back first.
-        common.act(actions.release, held["id"], reviewer)
+        give_back_quietly(held["id"])
         st.session_state.pop(HELD, None)
         held = None
     if held is None:
-        try:
-            held = actions.claim(common.engine(), task, reviewer)
-        except ActionError as exc:
-            if exc.status == 409:
-                st.info(
-                    f"{task} keeps no text (payload_policy none), so it has no review queue. "
-                    "Set payload_policy to full or redacted in its config to review it."
-                )
-            else:
-                st.error(common.detail_text(exc.detail))
-            st.stop()
+        held = claim(task)
         if held is not None:
             st.session_state[HELD] = held
             load_queue.clear()  # the claim moved an item from queued to claimed
-    return held
+        return held
+    # The reviewer holds the item still (the claim answers it, its lease renewed), unless
+    # the lease expired and another reviewer took it, it was labelled, skipped or given
+    # back in another window, or its task stopped keeping text: then the next item.
+    fresh = claim(task)
+    if fresh is not None and fresh["id"] == held["id"]:
+        st.session_state[HELD] = fresh
+        return fresh
+    give_back_quietly(held["id"])
+    pressed = [what for key, what in PRESSES.items() if st.session_state.get(key)]
+    st.session_state[FLASH] = (
+        "warning",
+        f"Your lease on item {held['id']} ended (it expired and another reviewer may hold it "
+        "now, it was labelled, skipped or given back in another window, or its task stopped "
+        "keeping text)"
+        + (f", so that {pressed[0]} was not stored" if pressed else "")
+        + (". Here is the next item." if fresh is not None else "."),
+    )
+    if fresh is None:
+        st.session_state.pop(HELD, None)
+    else:
+        st.session_state[HELD] = fresh
+    load_queue.clear()
+    # Drawn again from the top: a key pressed for the lost item must not act on the next.
+    st.rerun()
+    return None
 
 
 def answer(title: str, value: Any, marks: list[str]) -> None:
@@ -142,7 +194,7 @@ def submit_label(item: dict[str, Any], verdict: str) -> None:
     try:
         corrected = reviewing.corrected_value(fields["corr"])
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(formats.text(exc))
         return
     try:
         actions.label(
@@ -161,9 +213,60 @@ def submit_label(item: dict[str, Any], verdict: str) -> None:
                 f"Your lease on item {item['id']} expired (or another reviewer holds it now), "
                 "so that label was not stored. Here is the next item.",
             )
-        st.error(common.detail_text(exc.detail))
+        st.error(formats.text(common.detail_text(exc.detail)))
         return
     done_with_item("success", f"Item {item['id']} labelled {verdict}.")
+
+
+def release_item(item: dict[str, Any], *, skip: bool, reason: str | None) -> bool | None:
+    """Give back or skip the item: True when done, False when the reviewer's lease had
+    ended (409), None when refused or failed (the page says why)."""
+    try:
+        actions.release(common.engine(), item["id"], reviewer, skip=skip, reason=reason)
+        return True
+    except ActionError as exc:
+        if exc.status == 409:
+            return False
+        st.error(formats.text(common.detail_text(exc.detail)))
+    except StorageError as exc:
+        st.error(f"The database did not answer ({type(exc).__name__}); nothing was changed.")
+    return None
+
+
+def skip_item(item: dict[str, Any], task: str | None, reason: str | None) -> None:
+    done = release_item(item, skip=True, reason=reason)
+    if done:
+        done_with_item("info", f"Item {item['id']} skipped: it will not be offered to you again.")
+    if done is None:
+        return
+    # The lease ended. Free again, the item comes back to this reviewer first (the oldest
+    # claimable): take it back and skip it, so it is not offered to them again.
+    again = claim(task)
+    if again is not None and again["id"] == item["id"]:
+        if release_item(again, skip=True, reason=reason):
+            done_with_item(
+                "info", f"Item {item['id']} skipped: it will not be offered to you again."
+            )
+    done_with_item(
+        "warning",
+        f"Your lease on item {item['id']} had expired (another reviewer may hold it now), "
+        "so the skip was not stored: it may be offered to you again later. Here is the next "
+        "item.",
+    )
+
+
+def give_back(item: dict[str, Any]) -> None:
+    done = release_item(item, skip=False, reason=None)
+    if done is None:
+        return
+    st.session_state[PAUSED] = True
+    if done:
+        done_with_item("info", f"Item {item['id']} given back to the queue.")
+    done_with_item(
+        "warning",
+        f"Your lease on item {item['id']} had expired already (another reviewer may hold it "
+        "now), so there was nothing to give back.",
+    )
 
 
 principal = common.require("review")
@@ -198,10 +301,7 @@ if st.session_state.get(PAUSED):
 
 if task is not None and not shown_queue[0]["has_queue"]:
     show_progress(progress, task)
-    st.info(
-        f"{task} keeps no text (payload_policy none), so it has no review queue. "
-        "Set payload_policy to full or redacted in its config to review it."
-    )
+    st.info(no_text(task))
     st.stop()
 
 item = claim_next(task, queue)
@@ -209,13 +309,15 @@ show_progress(progress, task)
 if item is None:
     where = "any task" if task is None else task
     st.info(
-        f"Nothing left for you to review in {where}: every queued item is labelled, skipped "
-        "by you or held by another reviewer. Come back later; new items are sampled as "
-        "windows close."
+        formats.text(
+            f"Nothing left for you to review in {where}: every queued item is labelled, skipped "
+            "by you or held by another reviewer. Come back later; new items are sampled as "
+            "windows close."
+        )
     )
     st.stop()
 
-st.subheader(f"Item {item['id']} · {item['task']}")
+st.subheader(f"Item {item['id']} · {formats.line(item['task'])}")
 diff = item["diff"]
 st.markdown("**Input**")
 with st.container(border=True):
@@ -234,9 +336,7 @@ else:
         answer("B", item["b"], reviewing.marks(diff, "b"))
     lines = reviewing.differences(diff)
     if lines:
-        st.markdown(
-            "**Where they differ**\n\n" + "\n".join(f"- {reviewing.escape(x)}" for x in lines)
-        )
+        st.markdown("**Where they differ**\n\n" + "\n".join(f"- {formats.line(x)}" for x in lines))
     verdicts = PAIR_VERDICTS
 
 fc, corr, note = st.columns(3)
@@ -258,9 +358,6 @@ for column, (n, (verdict, title)) in zip(
 reason_column, skip_column, release_column = st.columns([3, 1, 1], vertical_alignment="bottom")
 reason = reason_column.text_input("Skip reason (optional)", key=f"skip-reason-{item['id']}")
 if skip_column.button("Skip", key="review_skip", shortcut="S", width="stretch"):
-    if common.act(actions.release, item["id"], reviewer, skip=True, reason=reason.strip() or None):
-        done_with_item("info", f"Item {item['id']} skipped: it will not be offered to you again.")
+    skip_item(item, task, reason.strip() or None)
 if release_column.button("Give back", key="review_release", shortcut="L", width="stretch"):
-    if common.act(actions.release, item["id"], reviewer):
-        st.session_state[PAUSED] = True
-        done_with_item("info", f"Item {item['id']} given back to the queue.")
+    give_back(item)

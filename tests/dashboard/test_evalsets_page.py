@@ -16,7 +16,7 @@ from controlplane.evalsets import items as evalitems
 from controlplane.evalsets import scoring
 from controlplane.evalsets import service as evalsets
 from controlplane.review import actions
-from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +45,8 @@ def test_each_layer_shows_its_count_and_hash_as_the_service_does(seeded: Seeded)
     at = evalsets_page(seeded)
     text = page_text(at)
     for row in found["sets"]:
-        assert (
-            f"`{row['task']}/{row['layer']}`: {row['count']} items, sha256 `{row['sha256']}`"
-            in text
-        )
-    assert f"Manifest sha256 (a JSONL export of every layer): `{found['manifest_sha256']}`" in text
+        assert f"{row['task']}/{row['layer']}: {row['count']} items, sha256 {row['sha256']}" in text
+    assert f"Manifest sha256 (a JSONL export of every layer): {found['manifest_sha256']}" in text
     table = at.dataframe[0].value
     assert list(table["items"]) == [row["count"] for row in found["sets"]]
 
@@ -125,7 +122,7 @@ def test_backfill_now_adds_what_reviewers_labelled_and_says_so(seeded: Seeded) -
     waiting = done["needs_correction"] + done["invalid_expected"]
     assert f"{waiting} wait for a reviewer's corrected answer" in text
     # The table shows the new count at once.
-    assert f"`{task}/{layer}`: {after[(task, layer)]} items" in text
+    assert f"{task}/{layer}: {after[(task, layer)]} items" in text
 
 
 def run_file(lines: list[dict[str, Any]], model: str, right: int) -> bytes:
@@ -164,7 +161,7 @@ def test_two_uploaded_runs_are_compared_per_layer_and_bucket(seeded: Seeded) -> 
     assert list(table["B"]) == [f"{r['b']:.1%}" for r in expected]
     overall = expected[-1]
     text = page_text(at)
-    assert "A = `small-int4@3`, B = `small-int4@4`" in text
+    assert "A = small-int4@3, B = small-int4@4" in text
     assert (
         f"Overall A {overall['a']:.1%}, B {overall['b']:.1%}, B − A {overall['diff']:+.1%} "
         f"(95% interval {overall['low']:+.1%} to {overall['high']:+.1%})." in text
@@ -179,14 +176,14 @@ def test_a_bad_run_file_names_the_file_and_the_line(seeded: Seeded) -> None:
     at.file_uploader(key="evalsets_run_a").upload("a.jsonl", good).run()
     at.file_uploader(key="evalsets_run_b").upload("b.jsonl", bad).run()
     assert not at.exception
-    assert "b.jsonl:2: not a JSON object" in at.error[0].value
+    assert "b.jsonl:2: not a JSON object" in shown(at.error[0].value)
     # Runs on different items are refused naming what is missing.
     at.file_uploader(key="evalsets_run_b").upload("b.jsonl", run_file(lines[1:], "m", 0)).run()
-    assert "cannot be compared" in at.error[0].value
-    assert lines[0]["id"] in at.error[0].value
+    assert "cannot be compared" in shown(at.error[0].value)
+    assert lines[0]["id"] in shown(at.error[0].value)
 
 
 def test_the_page_renders_on_sqlite_too(seeded_sqlite: Seeded) -> None:
     found = service_sets(seeded_sqlite)
     text = page_text(evalsets_page(seeded_sqlite))
-    assert f"`{found['manifest_sha256']}`" in text
+    assert f"every layer): {found['manifest_sha256']}" in text

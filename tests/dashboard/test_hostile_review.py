@@ -1,7 +1,6 @@
 """A hostile reviewer's review of the Review and Eval sets pages: untrusted text rendered
 as markup (checked with CommonMark's renderer, markdown-it-py, which rich and Streamlit's
-stack bring), leases lost mid-item, odd inputs, hostile run files. Each test marked xfail(strict=True) is a defect found and not yet
-fixed; it starts passing (and so fails strictly) once the defect is."""
+stack bring), leases lost mid-item, odd inputs, hostile run files. Each test is a defect found, and kept fixed."""
 
 from __future__ import annotations
 
@@ -80,12 +79,6 @@ def test_an_indented_paragraph_is_not_shown_as_code_with_backslashes(
     assert "<code>" not in html and "\\(" not in html, html
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evalsets.py writes run ids from the uploaded file into st.error unescaped "
-    "(RunError 'id: X is given twice', same_items' missing/extra ids, compare_items' "
-    "unknown ids): an id holding markdown is rendered (an image fetched from anywhere)",
-)
 def test_a_run_files_ids_are_not_rendered_as_markdown(seeded: Seeded) -> None:
     line = dumps({"id": IMAGE, "output": "x"}) + b"\n"
     at = open_page(seeded, "review", EVALSETS)
@@ -96,11 +89,6 @@ def test_a_run_files_ids_are_not_rendered_as_markdown(seeded: Seeded) -> None:
     assert "<img" not in rendered(error.value), error.value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evalsets.py puts the run's `model` (or the uploaded file's name) in a code span "
-    "`…` unescaped: a backtick in it closes the span and the rest renders as markdown",
-)
 def test_a_run_model_name_cannot_break_out_of_its_code_span(seeded: Seeded) -> None:
     lines = lines_of(seeded, "ticket_classify", "regression")
     at = open_page(seeded, "review", EVALSETS)
@@ -123,10 +111,6 @@ def expire_lease(seeded: Seeded, item_id: int) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review.py's Skip goes through common.act: the 409 of an expired lease is shown as the API's sentence ('claim an item again with GET /v1/review/next') and the dead item stays on the page, so Skip and Give back fail again on every press (a verdict's 409 moves on; these do not)",
-)
 def test_skip_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
@@ -136,10 +120,6 @@ def test_skip_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     assert at.session_state["review_item"]["id"] != item["id"], page_text(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="as Skip: Give back after the lease expired shows the API's 409 sentence and keeps the dead item on the page",
-)
 def test_give_back_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
@@ -151,10 +131,6 @@ def test_give_back_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     ), page_text(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review.py trusts the item in session_state: after its lease expired and another reviewer claimed it, a rerun still shows it to the first reviewer (one item on two reviewers' screens; the first one's label is then refused)",
-)
 def test_an_item_whose_lease_another_reviewer_took_is_not_shown_on_rerun(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
@@ -170,12 +146,6 @@ def test_an_item_whose_lease_another_reviewer_took_is_not_shown_on_rerun(seeded:
     assert at.session_state["review_item"]["id"] != item["id"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NUL in the note (or the skip reason) reaches PostgreSQL, which refuses it: "
-    "the page says 'The database did not answer (DataError)', which is untrue, and the "
-    "label is lost; it should be refused as input with a sentence naming the field",
-)
 def test_a_nul_in_a_note_is_refused_as_input(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
@@ -185,12 +155,6 @@ def test_a_nul_in_a_note_is_refused_as_input(seeded: Seeded) -> None:
     assert not [e for e in at.error if "did not answer" in e.value], at.error[0].value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reviewing.differences keeps line breaks in the diff's values (_short does not "
-    "fold them): a label or field value with a blank line ends the 'Where they differ' "
-    "bullet, and its rest is shown as loose paragraphs, mixed with the next line's words",
-)
 def test_a_multiline_diff_value_stays_on_its_line() -> None:
     value = "title\n\nsub"
     diff = {"label": {"a": value, "b": "x"}, "numbers": {"only_in_a": ["1"], "only_in_b": []}}

@@ -22,7 +22,7 @@ from controlplane.review.repository import item_labels
 from controlplane.rollout.actions import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
 from dashboard import reviewing
-from tests.dashboard.conftest import APP, Seeded, open_page, page_text
+from tests.dashboard.conftest import APP, Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -187,11 +187,11 @@ def test_a_corrected_answer_the_task_refuses_is_a_sentence_and_the_item_stays(
     item = held(at)
     at.text_input(key=f"corr-{item['id']}").input('{"broken": ')
     at.button(key="verdict-both_wrong").click().run()
-    assert "corrected: not valid JSON" in at.error[0].value
+    assert "corrected: not valid JSON" in shown(at.error[0].value)
     at.text_input(key=f"corr-{item['id']}").input("not-a-label")
     at.button(key="verdict-both_wrong").click().run()
     assert not at.exception
-    assert "corrected" in at.error[0].value
+    assert "corrected" in shown(at.error[0].value)
     assert held(at)["id"] == item["id"]
     assert labels_of(seeded, item["id"]) == []
 
@@ -244,7 +244,8 @@ def test_a_lost_lease_says_so_and_brings_the_next_item(seeded: Seeded) -> None:
     actions.release(seeded.engine, item["id"], "review", skip=True, reason="elsewhere")
     at.button(key="verdict-a_correct").click().run()
     assert not at.exception
-    assert "lease on item" in at.warning[0].value and "not stored" in at.warning[0].value
+    warning = shown(at.warning[0].value)
+    assert "lease on item" in warning and "that label was not stored" in warning
     assert labels_of(seeded, item["id"]) == []
     assert held(at)["id"] != item["id"]
 
@@ -253,8 +254,8 @@ def test_an_empty_queue_says_to_come_back_later(seeded: Seeded) -> None:
     while (item := actions.claim(seeded.engine, None, "review")) is not None:
         actions.release(seeded.engine, item["id"], "review", skip=True, reason="test")
     at = review_page(seeded)
-    assert "Nothing left for you to review" in at.info[0].value
-    assert "Come back later" in at.info[0].value
+    assert "Nothing left for you to review" in shown(at.info[0].value)
+    assert "Come back later" in shown(at.info[0].value)
     assert not [b for b in at.button if (b.key or "").startswith("verdict-")]
 
 
@@ -264,8 +265,8 @@ def test_a_task_that_keeps_no_text_has_no_queue(seeded: Seeded) -> None:
     at = review_page(seeded)
     at.selectbox(key="review_task").select("notes_private").run()
     assert not at.exception
-    assert "notes_private keeps no text (payload_policy none)" in at.info[0].value
-    assert "no review queue" in at.info[0].value
+    assert "notes_private keeps no text (payload_policy none)" in shown(at.info[0].value)
+    assert "no review queue" in shown(at.info[0].value)
 
 
 def test_a_task_switched_to_no_text_refuses_the_claim_with_a_sentence(seeded: Seeded) -> None:
@@ -281,7 +282,7 @@ def test_a_task_switched_to_no_text_refuses_the_claim_with_a_sentence(seeded: Se
     at.session_state["review_item"] = None
     at.run()
     assert not at.exception
-    assert "invoice_extract keeps no text" in at.info[0].value
+    assert "invoice_extract keeps no text" in shown(at.info[0].value)
     # Once the counts are read again, the item held on any task is given back, unseen.
     at.session_state["review_item"] = item
     st.cache_data.clear()
