@@ -31,6 +31,19 @@ def token_range(bucket: str, boundaries: Sequence[int]) -> tuple[int, int | None
     return edges[index], (boundaries[index] if index < len(boundaries) else None)
 
 
+def has_results(session: Session, task: str, *, since: datetime, until: datetime) -> bool:
+    """Whether the task has any result with `since <= ts < until` (one index probe)."""
+    found = catalog.task_by_name(session, task)
+    if found is None:
+        return False
+    first = session.scalar(
+        select(Result.id)
+        .where(Result.task_id == found.id, Result.ts >= since, Result.ts < until)
+        .limit(1)
+    )
+    return first is not None
+
+
 def results_in(
     session: Session,
     task: str,

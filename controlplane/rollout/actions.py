@@ -65,6 +65,32 @@ T = TypeVar("T")
 # The name the step-5 code raised; one error for every action now.
 StageError = ActionError
 
+# The longest reason a person's action takes (the API's request bodies declare the same).
+REASON_MAX_CHARS = 2000
+# C0 control characters (and DEL) other than tab and line feed.
+_CONTROL = {chr(c) for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
+
+
+def check_reason(reason: str) -> str:
+    """`reason` when a person's action may record it; ActionError 422 naming the field
+    when it is empty (after stripping), longer than REASON_MAX_CHARS, or holds a control
+    character other than tab and line feed. Every door refuses alike, before any lock."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ActionError(422, "reason: say why (it is recorded with the action)")
+    if len(reason) > REASON_MAX_CHARS:
+        raise ActionError(
+            422, f"reason: {len(reason)} characters; at most {REASON_MAX_CHARS} are kept"
+        )
+    bad = sorted(_CONTROL.intersection(reason))
+    if bad:
+        raise ActionError(
+            422,
+            "reason: holds control characters ("
+            + ", ".join(f"U+{ord(c):04X}" for c in bad[:5])
+            + "); only tab and line breaks are kept",
+        )
+    return reason
+
 
 @dataclass
 class Outcome:
@@ -419,6 +445,7 @@ def promote(
     """Move the task one stage on. The gate guards every move that serves the edge more;
     `force` overrides it (audited), nothing overrides the error-cost veto. With
     `expected_stage`, 409 when the task is no longer there (someone moved it first)."""
+    check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
         found, config = _locked_task(session, task)
@@ -456,6 +483,7 @@ def promote(
 
 def rollback(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str, Any]:
     """Send the task back to the cloud now (stage rolled_back)."""
+    check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
         found, config = _locked_task(session, task)
@@ -477,6 +505,7 @@ def rollback(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str,
 
 def rearm(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str, Any]:
     """Re-arm a rolled-back task to shadow; its evidence starts over."""
+    check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
         found, config = _locked_task(session, task)
@@ -507,6 +536,7 @@ def unblock(
     The model must have a stored run on the task's current `regression` eval set at or above
     `promotion.regression_min_accuracy` (the eval set a rollback produced is what lets the
     next model back in); `force` lifts it without one, and the audit entry says so."""
+    check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
         found, config = _locked_task(session, task)
@@ -591,6 +621,7 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
 
 def kill(engine: Engine, *, actor: str, reason: str) -> dict[str, Any]:
     """Throw the kill switch: every flag says cloud until lifted."""
+    check_reason(reason)
     return _run(
         engine,
         lambda s: announce(s, set_killed(s, killed=True, actor=actor, reason=reason), None),
@@ -599,6 +630,7 @@ def kill(engine: Engine, *, actor: str, reason: str) -> dict[str, Any]:
 
 def lift(engine: Engine, *, actor: str, reason: str) -> dict[str, Any]:
     """Lift the kill switch: every flag goes back to its stage."""
+    check_reason(reason)
     return _run(
         engine,
         lambda s: announce(s, set_killed(s, killed=False, actor=actor, reason=reason), None),

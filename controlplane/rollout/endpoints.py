@@ -244,7 +244,7 @@ kill_router = APIRouter(prefix="/v1/kill", tags=["rollout"])
 
 class ActionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
     force: bool = False
 
 
@@ -260,7 +260,7 @@ class PromoteIn(ActionIn):
 class UnblockIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=200)
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
     force: bool = Field(
         False,
         description="Lift it without a passing run on the regression eval set (audited).",
@@ -269,7 +269,7 @@ class UnblockIn(BaseModel):
 
 class KillIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
 
 
 def _engine(request: Request) -> Engine:

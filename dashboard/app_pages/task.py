@@ -20,7 +20,7 @@ from controlplane.catalog.versions import config_diff, config_versions
 from controlplane.db import get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.ingest.examples import results_in
+from controlplane.ingest.examples import has_results, results_in
 from controlplane.metrics.period import window_span
 from controlplane.metrics.service import window_rows
 from controlplane.metrics.whatif import whatif
@@ -30,7 +30,7 @@ from controlplane.rollout import actions
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from controlplane.settings import Settings
-from dashboard import charts, common
+from dashboard import charts, common, formats
 
 alt.data_transformers.disable_max_rows()
 
@@ -42,6 +42,10 @@ PERIODS = {
 }
 # The what-if replays at most this long a period (as GET /v1/tasks/{task}/whatif).
 WHATIF_MAX_DAYS = 31
+# The what-if replays kept in the session (one per setting asked for), newest last.
+WHATIF_KEPT = 5
+# How much of an unknown `?task=` the page echoes.
+ASKED_SHOWN = 100
 EXAMPLES_PER_WINDOW = 5
 DECISIONS_SHOWN = 50
 
@@ -155,6 +159,12 @@ def load_whatif(
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
+def load_has_results(url: str, task: str, since: dt.datetime, until: dt.datetime) -> bool:
+    with session_scope(get_engine(url)) as session:
+        return has_results(session, task, since=since, until=until)
+
+
+@st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
 def load_versions(url: str, task: str) -> list[dict[str, Any]]:
     with session_scope(get_engine(url)) as session:
         return config_versions(session, task) or []
@@ -223,7 +233,11 @@ if not names:
 # session wins over the last pick, and the pick is written back so the address can be shared.
 asked = st.query_params.get("task")
 if asked and asked not in names:
-    st.warning(f"There is no task named {asked!r}. Pick one of the {len(names)} tasks below.")
+    echo = asked if len(asked) <= ASKED_SHOWN else asked[:ASKED_SHOWN] + "…"
+    st.warning(
+        f"There is no task named {formats.line(repr(echo))}. "
+        f"Pick one of the {len(names)} tasks below."
+    )
 # (The picker's own state is dropped while another page is shown: coming back through a
 # link then takes the link's task too.)
 if asked in names and (
@@ -239,16 +253,20 @@ st.query_params["task"] = task
 state = load_state(url, task)
 config = load_config(url, task)
 if state is None:
-    st.warning(f"The task {task!r} is gone (deleted since the list was read). Pick another.")
+    st.warning(
+        f"The task {formats.line(repr(task))} is gone (deleted since the list was read). "
+        "Pick another."
+    )
     st.stop()
 
 st.markdown(
-    f"**{task}** is in **{state['stage_words']}** since {when(state['stage_changed_at'])}, "
+    f"**{formats.line(task)}** is in **{formats.line(state['stage_words'])}** since {when(state['stage_changed_at'])}, "
     f"config version {state['config_version']}."
 )
 if config is None:
     st.error(
-        f"The stored config version {state['config_version']} of {task} does not parse, so "
+        f"The stored config version {state['config_version']} of {formats.line(task)} does "
+        "not parse, so "
         "nothing is computed for it. Apply a valid config (`shadowplane tasks apply -f FILE`)."
     )
     st.stop()
@@ -259,7 +277,7 @@ decisions = load_decisions(url, task)
 versions = load_versions(url, task)
 alerts = load_alerts(url, task)
 if decisions:
-    st.markdown(f"Last decision: {decisions[0]['reason']}")
+    st.markdown(f"Last decision: {formats.text(decisions[0]['reason'])}")
 
 
 # --- decisions ---------------------------------------------------------------------------
@@ -297,14 +315,14 @@ def evidence_windows(decision: dict[str, Any]) -> None:
         "\n".join(
             f"- {when(w['window_start'])} – {clock(w['window_end'])}: {w['num']:g}/{w['den']:g} "
             f"= {pct(w['estimate'])}, {bound} {pct(w['bound'])}, threshold {w['threshold']:g}: "
-            f"**{w['verdict']}**"
+            f"**{formats.line(w['verdict'])}**"
             for w in windows
         )
     )
     if evidence.get("models"):
         st.markdown(
             "Edge models seen in these windows (blocked from auto-promotion): "
-            + ", ".join(f"`{m}`" for m in evidence["models"])
+            + ", ".join(formats.line(m) for m in evidence["models"])
         )
     cell = decision.get("bucket") or "all"
     version_config = configs_by_version.get(evidence.get("config_version"), task_config)
@@ -314,7 +332,7 @@ def evidence_windows(decision: dict[str, Any]) -> None:
             continue
         start = dt.datetime.fromisoformat(w["window_start"])
         end = dt.datetime.fromisoformat(w["window_end"])
-        with st.expander(f"Example results of {when(start)} – {clock(end)} ({cell})"):
+        with st.expander(f"Example results of {when(start)} – {clock(end)} ({formats.line(cell)})"):
             example_results(task, start, end, cell, cell_bounds)
 
 
@@ -328,9 +346,15 @@ def example_results(
     for r in found:
         comparison = r["comparison"]
         st.markdown(
-            f"`{r['request_id']}` at {when(r['ts'])}: {r['input_tokens']} input tokens, "
-            f"outcome **{comparison['outcome'] or 'none'}**, served by {r['served']}"
-            + (f", degraded ({r['degrade_reason']})" if r["degraded"] else "")
+            f"Request {formats.line(r['request_id'])} at {when(r['ts'])}: "
+            f"{r['input_tokens']} input tokens, "
+            f"outcome **{formats.line(comparison['outcome'] or 'none')}**, "
+            f"served by {formats.line(r['served'])}"
+            + (
+                f", degraded ({formats.line(r['degrade_reason'] or 'no reason given')})"
+                if r["degraded"]
+                else ""
+            )
         )
         payload = r["payload"]
         if payload is None:
@@ -339,7 +363,7 @@ def example_results(
                 "be kept); its counts and comparison are all there is."
             )
         else:
-            st.caption(f"Payload as the policy kept it ({payload['policy']}):")
+            st.caption(f"Payload as the policy kept it ({formats.line(payload['policy'])}):")
             st.json(
                 {k: payload[k] for k in ("input", "edge_output", "cloud_output", "diff")},
                 expanded=False,
@@ -352,7 +376,7 @@ def gate_evidence(evidence: dict[str, Any]) -> None:
         return
     forced = " It was forced past the gate (audited)." if evidence.get("forced") else ""
     passed = "passed" if verdict["passed"] else "did not pass"
-    reasons = "; ".join(verdict["reasons"])
+    reasons = "; ".join(formats.line(r) for r in verdict["reasons"])
     st.markdown(f"The gate {passed} then{': ' + reasons if reasons else ''}.{forced}")
 
 
@@ -360,11 +384,15 @@ for decision in decisions:
     with st.container(border=True):
         stages = f"{decision['stage_before'] or '—'} → {decision['stage_after'] or '—'}"
         st.markdown(
-            f"**{when(decision['created_at'])}** · {decision['action']} by "
-            f"**{decision['actor']}** ({stages})"
-            + (f" · rule `{decision['rule']}` in {decision['bucket']}" if decision["rule"] else "")
+            f"**{when(decision['created_at'])}** · {formats.line(decision['action'])} by "
+            f"**{formats.line(decision['actor'])}** ({formats.line(stages)})"
+            + (
+                f" · rule {formats.line(decision['rule'])} in {formats.line(decision['bucket'])}"
+                if decision["rule"]
+                else ""
+            )
         )
-        st.markdown(decision["reason"])
+        st.markdown(formats.text(decision["reason"]))
         evidence = decision.get("evidence") or {}
         if evidence.get("windows"):
             evidence_windows(decision)
@@ -380,13 +408,19 @@ if gate is not None:
     verdict_words = "passes" if gate["passed"] else "does not pass"
     st.markdown(
         f"The gate {verdict_words} over the last {gate['windows']} windows closed in "
-        f"{gate['stage']}" + (": " + "; ".join(gate["reasons"]) + "." if gate["reasons"] else ".")
+        f"{formats.line(gate['stage'])}"
+        + (
+            ": " + "; ".join(formats.line(r) for r in gate["reasons"]) + "."
+            if gate["reasons"]
+            else "."
+        )
     )
     gate_rows = [{"bucket": bucket, **view} for bucket, view in gate["buckets"].items()]
     st.dataframe(pd.DataFrame(gate_rows), hide_index=True)
     st.markdown(
         "\n".join(
-            f"- {row['bucket']}: **{row['verdict']}** — {row['pairs']} pairs, agreement "
+            f"- {formats.line(row['bucket'])}: **{formats.line(row['verdict'])}** — "
+            f"{row['pairs']} pairs, agreement "
             f"{pct(row['agreement'])} (lower bound {pct(row['agreement_low'])})"
             for row in gate_rows
         )
@@ -469,6 +503,10 @@ def perform(pending: dict[str, Any]) -> None:
         else f"Unblocked {pending['model']}; still blocked: {', '.join(done['blocked']) or 'none'}."
     )
     st.session_state["action_reason"] = ""
+    # A forced action is decided each time: the boxes are unticked once it is done.
+    st.session_state["promote_force"] = False
+    if kind == "unblock":
+        st.session_state.pop(f"unblock_force_{pending['model']}", None)
     st.rerun()
 
 
@@ -476,17 +514,23 @@ if common.can(principal, "admin"):
     st.header("Actions")
     flash = st.session_state.pop("task_flash", None)
     if flash:
-        st.success(f"Done: {flash}")
+        st.success(formats.text(f"Done: {flash}"))
     pending = st.session_state.pop("task_action", None)
     if pending is not None and pending["task"] == task:
         perform(pending)
     stage, shown = state["stage"], state["expected_stage"]
-    st.text_input("Reason (recorded with the action)", key="action_reason")
+    # No max_chars: Streamlit would cut a longer paste silently and record the cut text;
+    # the action refuses it instead, in a sentence, and nothing is recorded.
+    st.text_input(
+        "Reason (recorded with the action)",
+        key="action_reason",
+        help=f"At most {actions.REASON_MAX_CHARS} characters, on the decision and the audit log.",
+    )
     promote_col, rollback_col, rearm_col = st.columns(3)
     with promote_col:
         st.checkbox("Force past the gate (audited)", key="promote_force")
         st.button(
-            f"Promote from {state['stage_words']}",
+            f"Promote from {formats.line(state['stage_words'])}",
             key="promote",
             disabled=stage in ("full", "rolled_back"),
             on_click=queue_action,
@@ -518,7 +562,7 @@ if common.can(principal, "admin"):
         model = block["model"]
         with st.container(border=True):
             st.markdown(
-                f"Edge model `{model}` is blocked from auto-promotion since "
+                f"Edge model {formats.line(model)} is blocked from auto-promotion since "
                 f"{when(block['blocked_at'])} (decision #{block['decision_id']})."
             )
             runs = block["runs"]
@@ -537,7 +581,7 @@ if common.can(principal, "admin"):
                 )
                 st.markdown(
                     "\n".join(
-                        f"- {r['layer']}: {pct(r['accuracy'])} of {r['n']} items"
+                        f"- {formats.line(r['layer'])}: {pct(r['accuracy'])} of {r['n']} items"
                         f"{'' if r['current'] else ' (an older version of the set)'}, "
                         f"{when(r['created_at'])}"
                         for r in runs
@@ -547,7 +591,7 @@ if common.can(principal, "admin"):
                 "Unblock without a passing regression run (audited)", key=f"unblock_force_{model}"
             )
             st.button(
-                f"Unblock {model}",
+                f"Unblock {formats.line(model)}",
                 key=f"unblock_{model}",
                 on_click=queue_action,
                 args=("unblock", task, shown),
@@ -639,7 +683,7 @@ if not frame.empty:
         for c in calibration:
             precision, miss = c["conflict_precision"], c["agree_miss_rate"]
             st.markdown(
-                f"Comparator **{c['comparator']}**: of {precision['n']} labelled conflicts, "
+                f"Comparator **{formats.line(c['comparator'])}**: of {precision['n']} labelled conflicts, "
                 f"{pct(precision['estimate'])}{interval(precision['low'], precision['high'])} "
                 f"were a real difference (conflict precision); of {miss['n']} labelled "
                 f"agreeing pairs, {pct(miss['estimate'])}{interval(miss['low'], miss['high'])} "
@@ -651,7 +695,7 @@ if not frame.empty:
         st.markdown(
             f"Latest closed window ({when(latest_start)}): "
             + "; ".join(
-                f"{row.bucket}: agreement {pct(row.agreement)}"
+                f"{formats.line(row.bucket)}: agreement {pct(row.agreement)}"
                 f"{interval(row.agreement_low, row.agreement_high)} of {row.n_pairs} pairs"
                 for row in latest.itertuples()
             )
@@ -775,7 +819,7 @@ if not frame.empty:
     spent, baseline = detail["total_cost"].sum(), detail["baseline_cost"].sum()
     net = detail["net_savings"].dropna()
     st.markdown(
-        f"Over these windows ({one}): cost {money(spent)} against {money(baseline)} for the "
+        f"Over these windows ({formats.line(one)}): cost {money(spent)} against {money(baseline)} for the "
         f"cloud alone, saving {money(baseline - spent)}"
         + (f"; net of the edge's fixed cost {money(net.sum())}" if not net.empty else "")
         + "."
@@ -864,7 +908,8 @@ else:
     )
     st.markdown(
         "\n".join(
-            f"- {when(a['opened_at'])} · {a['kind']} ({a['state']}): {a['message']}"
+            f"- {when(a['opened_at'])} · {formats.line(a['kind'])} "
+            f"({formats.line(a['state'])}): {formats.line(a['message'])}"
             for a in alerts[:20]
         )
     )
@@ -912,79 +957,100 @@ if whatif_until <= whatif_since:
 elif whatif_until - whatif_since > dt.timedelta(days=WHATIF_MAX_DAYS):
     st.warning(f"The what-if replays at most {WHATIF_MAX_DAYS} days; pick a shorter period.")
 else:
-    replay = load_whatif(
-        url,
+    asked_setting = (
         task,
         whatif_since,
         whatif_until,
         None if no_cap else int(cap),
         float(confidence) if use_confidence else None,
     )
-    rows = replay["buckets"] if replay is not None else []
-    total = next((r for r in rows if r["bucket"] == "all"), None)
-    if replay is None or total is None or total["n_results"] == 0:
-        st.info(
-            f"No results stored from {when(whatif_since)} to {when(whatif_until)}: pick a "
-            "period with traffic (the evidence above shows when there was some)."
-        )
-    else:
-
-        def setting_words(setting: dict[str, Any]) -> str:
-            limit = setting["max_input_tokens"]
-            minimum = setting["min_confidence"]
-            return (f"cap {limit} tokens" if limit is not None else "no cap") + (
-                f", edge confidence at least {minimum:g}" if minimum is not None else ""
+    # Replays are asked for (a busy day is hundreds of thousands of results): each is kept
+    # in the session for its setting, so it shows again until the setting changes.
+    kept: dict[tuple[Any, ...], dict[str, Any]] = st.session_state.setdefault("whatif_kept", {})
+    replay = kept.get(asked_setting)
+    if replay is None:
+        if not load_has_results(url, task, whatif_since, whatif_until):
+            st.info(
+                f"No results stored from {when(whatif_since)} to {when(whatif_until)}: pick a "
+                "period with traffic (the evidence above shows when there was some)."
             )
-
-        def figures(row: dict[str, Any], setting: str) -> str:
-            f = row[setting]
-            share, agreement, fails = f["edge_share"], f["agreement"], f["offload_fail_rate"]
-            return (
-                f"edge serves {share['num']} of {row['n_results']} ({pct(share['value'])}); "
-                f"agreement {pct(agreement['value'])}"
-                f"{interval(agreement['low'], agreement['high'])} over {agreement['den']} pairs; "
-                f"offload failures {fails['num']} of {fails['den']} edge runs "
-                f"({pct(fails['value'])}); cost {money(f['cost'])} against "
-                f"{money(row['baseline_cost'])} cloud-only (saves {money(f['savings'])})"
+        else:
+            st.caption(
+                "Replay reads every result stored in the period (a busy day holds hundreds "
+                "of thousands), so it runs when asked; it is kept for these settings."
             )
+            if st.button("Replay", key="whatif_replay", type="primary"):
+                replay = load_whatif(url, *asked_setting)
+                if replay is not None:
+                    kept[asked_setting] = replay
+                    for old in list(kept)[:-WHATIF_KEPT]:
+                        del kept[old]
+    if replay is not None:
+        rows = replay["buckets"]
+        total = next((r for r in rows if r["bucket"] == "all"), None)
+        if total is None or total["n_results"] == 0:
+            st.info(
+                f"No results stored from {when(whatif_since)} to {when(whatif_until)}: pick a "
+                "period with traffic (the evidence above shows when there was some)."
+            )
+        else:
 
-        st.markdown(
-            f"From {when(whatif_since)} to {when(whatif_until)}, {total['n_results']} results.  \n"
-            f"**Candidate** ({setting_words(replay['candidate'])}): {figures(total, 'candidate')}.  \n"
-            f"**Today** ({setting_words(replay['current'])}): {figures(total, 'current')}."
-        )
-        table = []
-        for row in rows:
-            for setting, label in (("candidate", "candidate"), ("current", "today")):
-                f = row[setting]
-                table.append(
-                    {
-                        "bucket": row["bucket"],
-                        "setting": label,
-                        "results": row["n_results"],
-                        "edge served": f["edge_share"]["num"],
-                        "edge share": f["edge_share"]["value"],
-                        "pairs": f["agreement"]["den"],
-                        "agreement": f["agreement"]["value"],
-                        "agreement low": f["agreement"]["low"],
-                        "agreement high": f["agreement"]["high"],
-                        "edge runs": f["offload_fail_rate"]["den"],
-                        "offload failures": f["offload_fail_rate"]["num"],
-                        "offload-failure rate": f["offload_fail_rate"]["value"],
-                        "cost": f["cost"],
-                        "cloud-only cost": row["baseline_cost"],
-                        "savings": f["savings"],
-                    }
+            def setting_words(setting: dict[str, Any]) -> str:
+                limit = setting["max_input_tokens"]
+                minimum = setting["min_confidence"]
+                return (f"cap {limit} tokens" if limit is not None else "no cap") + (
+                    f", edge confidence at least {minimum:g}" if minimum is not None else ""
                 )
-        st.dataframe(pd.DataFrame(table), hide_index=True)
-        st.markdown(
-            "\n".join(
-                f"- {row['bucket']}, candidate: {figures(row, 'candidate')}; "
-                f"today: {figures(row, 'current')}"
-                for row in rows
-                if row["bucket"] != "all"
+
+            def figures(row: dict[str, Any], setting: str) -> str:
+                f = row[setting]
+                share, agreement, fails = f["edge_share"], f["agreement"], f["offload_fail_rate"]
+                return (
+                    f"edge serves {share['num']} of {row['n_results']} ({pct(share['value'])}); "
+                    f"agreement {pct(agreement['value'])}"
+                    f"{interval(agreement['low'], agreement['high'])} over {agreement['den']} pairs; "
+                    f"offload failures {fails['num']} of {fails['den']} edge runs "
+                    f"({pct(fails['value'])}); cost {money(f['cost'])} against "
+                    f"{money(row['baseline_cost'])} cloud-only (saves {money(f['savings'])})"
+                )
+
+            st.markdown(
+                f"From {when(whatif_since)} to {when(whatif_until)}, {total['n_results']} results.  \n"
+                f"**Candidate** ({setting_words(replay['candidate'])}): {figures(total, 'candidate')}.  \n"
+                f"**Today** ({setting_words(replay['current'])}): {figures(total, 'current')}."
             )
-        )
+            table = []
+            for row in rows:
+                for setting, label in (("candidate", "candidate"), ("current", "today")):
+                    f = row[setting]
+                    table.append(
+                        {
+                            "bucket": row["bucket"],
+                            "setting": label,
+                            "results": row["n_results"],
+                            "edge served": f["edge_share"]["num"],
+                            "edge share": f["edge_share"]["value"],
+                            "pairs": f["agreement"]["den"],
+                            "agreement": f["agreement"]["value"],
+                            "agreement low": f["agreement"]["low"],
+                            "agreement high": f["agreement"]["high"],
+                            "edge runs": f["offload_fail_rate"]["den"],
+                            "offload failures": f["offload_fail_rate"]["num"],
+                            "offload-failure rate": f["offload_fail_rate"]["value"],
+                            "cost": f["cost"],
+                            "cloud-only cost": row["baseline_cost"],
+                            "savings": f["savings"],
+                        }
+                    )
+            st.dataframe(pd.DataFrame(table), hide_index=True)
+            st.markdown(
+                "\n".join(
+                    f"- {row['bucket']}, candidate: {figures(row, 'candidate')}; "
+                    f"today: {figures(row, 'current')}"
+                    for row in rows
+                    if row["bucket"] != "all"
+                )
+            )
 
 
 # --- config versions ---------------------------------------------------------------------------
@@ -995,7 +1061,7 @@ if not versions:
 elif len(versions) == 1:
     only = versions[0]
     st.markdown(
-        f"Only version {only['version']} exists, applied by {only['created_by']} at "
+        f"Only version {only['version']} exists, applied by {formats.line(only['created_by'])} at "
         f"{when(only['created_at'])}; a changed config applied later shows here beside it."
     )
     with st.expander(f"Config version {only['version']}"):
@@ -1014,13 +1080,17 @@ else:
     else:
         st.markdown(
             f"What changed from version {older} to {newer}:\n"
-            + "\n".join(f"- `{c['path']}`: {c['before']!r} → {c['after']!r}" for c in changes)
+            + "\n".join(
+                f"- {formats.line(c['path'])}: {formats.line(repr(c['before']))} → "
+                f"{formats.line(repr(c['after']))}"
+                for c in changes
+            )
         )
     for column, number in ((left_col, older), (right_col, newer)):
         with column:
             v = by_number[number]
             st.caption(
                 f"Version {number}{' (current)' if v['current'] else ''}, applied by "
-                f"{v['created_by']} at {when(v['created_at'])}"
+                f"{formats.line(v['created_by'])} at {when(v['created_at'])}"
             )
             st.json(v["config"], expanded=False)

@@ -100,12 +100,6 @@ def add_alert(seeded: Seeded, task: str, message: str) -> int:
 # ---- Untrusted text as markup ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="task.py writes a decision's reason (typed by an admin through the API, the CLI or "
-    "this page) with st.markdown unescaped: the Task page draws an image fetched from "
-    "anywhere, or a link, in every viewer's browser",
-)
 def test_a_decision_reason_is_not_rendered_as_markdown_on_the_task_page(seeded: Seeded) -> None:
     actions.rollback(seeded.engine, IN_SHADOW, actor="admin", reason=f"{IMAGE} {LINK}")
     at = on_task(seeded, "read", IN_SHADOW)
@@ -182,12 +176,6 @@ def test_a_key_name_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     assert not found, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="task.py puts a blocked edge model's name (reported by a router, any 200 "
-    "characters) in a code span `…` and in the Unblock button's label unescaped: a "
-    "backtick closes the span and the rest renders as markdown",
-)
 def test_a_blocked_model_name_cannot_break_out_of_its_code_span(seeded: Seeded) -> None:
     hostile = f"edge-x` {IMAGE} `"
     with session_scope(seeded.engine) as session:
@@ -210,18 +198,12 @@ def test_unblocking_a_model_with_odd_characters_is_done_once_and_audited(seeded:
     at.checkbox(key=f"unblock_force_{hostile}").check()
     at.button(key=f"unblock_{hostile}").click().run()
     assert not at.exception, at.exception
-    assert any(f"Unblocked {hostile}" in s.value for s in at.success), page_text(at)
+    assert f"Unblocked {hostile}" in page_text(at), page_text(at)
     with session_scope(seeded.engine) as session:
         row = session.scalar(select(BlockedModel).where(BlockedModel.model == hostile))
         assert row is not None and row.lifted_by == "admin"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="task.py echoes ?task= into st.warning with {asked!r} unescaped: a link "
-    "/task?task=![img](http://evil.example/x.png) makes the page of whoever follows it "
-    "fetch the image (and 10 kB of name are echoed in full)",
-)
 def test_a_task_query_parameter_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["api_key"] = seeded.keys["read"]
@@ -249,12 +231,6 @@ def test_odd_task_query_parameters_are_a_sentence(seeded: Seeded) -> None:
 # ---- Admin actions ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Task page passes the Reason to the actions with no length limit, where the "
-    "API refuses more than 2000 characters (ActionIn.reason max_length=2000): a 1 MB "
-    "reason is stored in the decision, the audit log, the flag history and the webhook",
-)
 def test_a_megabyte_reason_is_refused_on_the_task_page(seeded: Seeded) -> None:
     before = newest(seeded, IN_SHADOW)
     at = on_task(seeded, "admin", IN_SHADOW)
@@ -343,12 +319,6 @@ def test_a_promote_from_a_page_gone_stale_is_a_conflict_message(seeded: Seeded) 
     assert newest(seeded, IN_SHADOW)["actor"] == "someone"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="'Force past the gate' stays ticked after a forced promotion (the Reason is "
-    "cleared, the checkbox is not): the next Promote click, a step further, is forced past "
-    "the gate again without anyone deciding to",
-)
 def test_force_past_the_gate_does_not_stay_ticked_after_a_promotion(seeded: Seeded) -> None:
     at = on_task(seeded, "admin", IN_SHADOW)
     at.text_input(key="action_reason").set_value("go")

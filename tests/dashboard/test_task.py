@@ -23,7 +23,7 @@ from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import CONFIGS, END
-from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_the_rollback_decision_shows_its_sentence_and_evidence_table(seeded: See
     windows = rollback["evidence"]["windows"]
     assert rollback["actor"] == "policy" and len(windows) >= 3
     # The sentence the policy wrote, as it wrote it.
-    assert any(m.value == rollback["reason"] for m in at.markdown)
+    assert any(shown(m.value) == rollback["reason"] for m in at.markdown)
     # The evidence table: one row per judged window with its counts, estimate, bound,
     # threshold and verdict, equal to what the decision stored.
     table = next(df.value for df in at.dataframe if "verdict" in df.value and "counts" in df.value)
@@ -69,8 +69,11 @@ def test_the_rollback_decision_shows_its_sentence_and_evidence_table(seeded: See
             f"threshold {w['threshold']:g}: **{w['verdict']}**"
         ) in text
     # The blocked model and the stage it left the task in.
-    for model in rollback["evidence"]["models"]:
-        assert f"`{model}`" in text
+    models = rollback["evidence"]["models"]
+    assert models
+    assert (
+        "Edge models seen in these windows (blocked from auto-promotion): " + ", ".join(models)
+    ) in text
     assert f"**{ROLLED_BACK}** is in **{rollback['stage_after']}**" in text
 
 
@@ -83,7 +86,7 @@ def test_example_results_of_the_breaching_windows_show_the_kept_payload(seeded: 
     # The policy's first example (the earliest bad result of the firing's cell) is the first
     # one shown for the first breaching window, with the payload as the policy kept it.
     first = rollback["evidence"]["examples"][0]
-    assert f"`{first}`" in page_text(at)
+    assert f"Request {first} at " in page_text(at)
     payloads = [j.value for j in at.json]
     assert any('"input"' in p and '"edge_output"' in p for p in payloads), payloads[:2]
 
@@ -139,7 +142,7 @@ def test_a_promotion_from_a_stale_page_shows_the_conflict(seeded: Seeded) -> Non
     at.checkbox(key="promote_force").check()
     at.button(key="promote").click().run()
     assert not at.exception, at.exception
-    errors = [e.value for e in at.error]
+    errors = [shown(e.value) for e in at.error]
     assert any("expected_stage" in e and "it has moved since you looked" in e for e in errors), (
         errors
     )
@@ -164,7 +167,7 @@ def test_a_promotion_the_gate_refuses_is_a_sentence(seeded: Seeded) -> None:
     at = on_task(seeded, "admin", IN_SHADOW)
     at.text_input(key="action_reason").set_value("not forced")
     at.button(key="promote").click().run()
-    errors = [e.value for e in at.error]
+    errors = [shown(e.value) for e in at.error]
     assert any(e.startswith("The promotion gate does not pass (") for e in errors), errors
     assert decisions(seeded, IN_SHADOW) == []
 
@@ -178,7 +181,7 @@ def test_the_task_named_in_the_address_is_shown(seeded: Seeded) -> None:
     assert f"**{ROLLED_BACK}** is in" in page_text(at)
     at.query_params["task"] = "no_such_task"
     at.run()
-    assert any("There is no task named 'no_such_task'" in w.value for w in at.warning)
+    assert any("There is no task named 'no_such_task'" in shown(w.value) for w in at.warning)
 
 
 def test_config_versions_side_by_side_with_what_changed(seeded: Seeded) -> None:
@@ -190,10 +193,10 @@ def test_config_versions_side_by_side_with_what_changed(seeded: Seeded) -> None:
     at = on_task(seeded, "read", ROLLED_BACK)
     text = page_text(at)
     assert "What changed from version 1 to 2:" in text
-    assert f"- `review.quota_per_window`: {before!r} → {before + 4!r}" in text
+    assert f"- review.quota_per_window: {before!r} → {before + 4!r}" in text
     # Only what changed is listed.
-    change_lines = [line for line in text.splitlines() if line.startswith("- `")]
-    assert change_lines == [f"- `review.quota_per_window`: {before!r} → {before + 4!r}"]
+    change_lines = [line for line in text.splitlines() if line.startswith("- ") and " → " in line]
+    assert change_lines == [f"- review.quota_per_window: {before!r} → {before + 4!r}"]
 
 
 def blocked(seeded: Seeded, task: str) -> list[str]:
@@ -208,11 +211,11 @@ def test_unblock_needs_a_passing_regression_run_or_force_and_is_audited(seeded: 
     assert models, "the seeded rollback blocks the edge model it saw"
     model = models[0]
     at = on_task(seeded, "admin", ROLLED_BACK)
-    assert f"Edge model `{model}` is blocked from auto-promotion" in page_text(at)
+    assert f"Edge model {model} is blocked from auto-promotion" in page_text(at)
     assert "It has no eval runs." in page_text(at)
     at.text_input(key="action_reason").set_value("new build")
     at.button(key=f"unblock_{model}").click().run()
-    errors = [e.value for e in at.error]
+    errors = [shown(e.value) for e in at.error]
     assert any(e.startswith("model: ") and "force" in e for e in errors), errors
     assert blocked(seeded, ROLLED_BACK) == models
 

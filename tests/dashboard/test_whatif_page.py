@@ -121,6 +121,11 @@ def set_whatif(
     at.date_input(key="whatif_to").set_value(last)
     at.run()
     assert not at.exception, at.exception
+    # A replay runs when asked (a period without results says so, with nothing to ask).
+    replay = [b for b in at.button if b.key == "whatif_replay"]
+    if replay:
+        replay[0].click().run()
+        assert not at.exception, at.exception
 
 
 def page_table(at: AppTest) -> pd.DataFrame:
@@ -191,3 +196,30 @@ def test_a_period_ending_before_it_starts_is_a_sentence(seeded: Seeded) -> None:
     day = START.date()
     set_whatif(at, 2047, None, day, day - dt.timedelta(days=1))
     assert any("The period ends before it starts" in w.value for w in at.warning)
+
+
+def test_the_whatif_runs_when_asked_and_is_kept_for_its_setting(seeded: Seeded) -> None:
+    at = open_page(seeded, "read", TASK_PAGE)
+    at.selectbox(key="task_pick").set_value(TASK).run()
+    day = START.date()
+    at.checkbox(key="whatif_no_cap").set_value(False)
+    at.run()
+    at.slider(key="whatif_cap").set_value(2047)
+    at.date_input(key="whatif_from").set_value(day)
+    at.date_input(key="whatif_to").set_value((END - dt.timedelta(seconds=1)).date())
+    at.run()
+    # Nothing replayed yet: a button asks for it.
+    assert not any("setting" in df.value for df in at.dataframe)
+    at.button(key="whatif_replay").click().run()
+    assert not at.exception, at.exception
+    assert any("setting" in df.value for df in at.dataframe)
+    # Kept while the setting stays (another control on the page moved)...
+    at.selectbox(key="detail_bucket").set_value("all").run()
+    assert any("setting" in df.value for df in at.dataframe)
+    assert not [b for b in at.button if b.key == "whatif_replay"]
+    # ...asked again once it changes, and kept for the first when it comes back.
+    at.slider(key="whatif_cap").set_value(600).run()
+    assert not any("setting" in df.value for df in at.dataframe)
+    assert [b for b in at.button if b.key == "whatif_replay"]
+    at.slider(key="whatif_cap").set_value(2047).run()
+    assert any("setting" in df.value for df in at.dataframe)
