@@ -106,11 +106,6 @@ def test_a_decision_reason_is_not_rendered_as_markdown_on_the_task_page(seeded: 
     assert not injected(at), injected(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="overview.py writes the last decision's reason into st.caption unescaped (and "
-    "the table's text line): an admin's reason renders as an image or link on the Overview",
-)
 def test_a_decision_reason_is_not_rendered_as_markdown_on_the_overview(seeded: Seeded) -> None:
     actions.rollback(seeded.engine, IN_SHADOW, actor="admin", reason=f"{IMAGE} {LINK}")
     at = open_page(seeded, "read", OVERVIEW)
@@ -118,11 +113,6 @@ def test_a_decision_reason_is_not_rendered_as_markdown_on_the_overview(seeded: S
     assert not injected(at), injected(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="overview.py writes the kill reason into st.error and st.markdown, and the kill "
-    "and lift decisions' reasons into a markdown list, unescaped",
-)
 def test_a_kill_reason_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     actions.kill(seeded.engine, actor="admin", reason=f"{IMAGE} {LINK}")
     at = open_page(seeded, "read", OVERVIEW)
@@ -130,10 +120,6 @@ def test_a_kill_reason_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     assert not injected(at), injected(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="overview.py and task.py write an alert's message into st.markdown unescaped",
-)
 def test_an_alert_message_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     add_alert(seeded, IN_SHADOW, f"{IN_SHADOW}: {IMAGE}")
     at = open_page(seeded, "read", OVERVIEW)
@@ -142,11 +128,6 @@ def test_an_alert_message_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     assert not injected(at) and not injected(task_page), (injected(at), injected(task_page))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit.py's event_line writes each event's detail (a decision's reason, an audit "
-    "entry's details) and actor into st.markdown unescaped",
-)
 def test_an_audit_event_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     actions.rollback(seeded.engine, IN_SHADOW, actor="admin", reason=f"{IMAGE} {LINK}")
     at = open_page(seeded, "read", AUDIT)
@@ -154,12 +135,6 @@ def test_an_audit_event_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     assert not injected(at), injected(at)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a key's name may be any 1-100 characters, and it is written unescaped as the "
-    "actor in the sidebar, the Task page's decisions, the Overview's caption and the Audit "
-    "lines",
-)
 def test_a_key_name_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     name = f"ops {IMAGE}"
     _, plaintext = create_key(seeded.engine, name=name, scopes=["admin"], actor="test")
@@ -240,12 +215,6 @@ def test_a_megabyte_reason_is_refused_on_the_task_page(seeded: Seeded) -> None:
     assert newest(seeded, IN_SHADOW)["id"] == before["id"], "the 1 MB reason was stored"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Overview's kill form passes the Reason to kill() with no length limit, where "
-    "POST /v1/kill refuses more than 2000 characters: a 1 MB reason is copied into every "
-    "task's new flag version, the decision, the audit log and the webhook",
-)
 def test_a_megabyte_kill_reason_is_refused(seeded: Seeded) -> None:
     at = open_page(seeded, "admin", OVERVIEW)
     at.text_input(key="kill_reason").set_value("x" * 1_000_000)
@@ -329,11 +298,6 @@ def test_force_past_the_gate_does_not_stay_ticked_after_a_promotion(seeded: Seed
     assert at.checkbox(key="promote_force").value is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="acknowledging an alert that resolved meanwhile: the action answers it as it is "
-    "(resolved, nothing written), but the Overview says 'Alert N ... acknowledged.'",
-)
 def test_acknowledging_an_alert_that_resolved_meanwhile_says_so(seeded: Seeded) -> None:
     alert_id = add_alert(seeded, IN_SHADOW, f"{IN_SHADOW}: conflict rate jumped")
     at = open_page(seeded, "admin", OVERVIEW)
@@ -377,12 +341,6 @@ def test_a_read_key_cannot_act_through_session_state(seeded: Seeded) -> None:
 # ---- CSV export ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="timeline.csv_text (the Audit page's Download CSV) writes cells as they are: a "
-    "kill reason or a key's name starting with =, +, - or @ is a formula when the SRE "
-    "opens the file in a spreadsheet (CSV injection)",
-)
 def test_the_audit_csv_has_no_cell_a_spreadsheet_runs_as_a_formula(seeded: Seeded) -> None:
     name = "@SUM(1+1)*cmd|' /C calc'!A0"
     _, plaintext = create_key(seeded.engine, name=name, scopes=["admin"], actor="test")
