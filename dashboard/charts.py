@@ -52,6 +52,13 @@ def _layered(layers: list[Any], events: pd.DataFrame | None, title: str) -> alt.
     return cast(alt.LayerChart, alt.layer(*layers).properties(title=title, height=240))
 
 
+def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
+    """The columns a chart draws: the rest of a wide frame would be serialized into the
+    chart's data for nothing (a page draws several charts of the same frame)."""
+    wanted = ["window_start", *(c for c in columns if c is not None)]
+    return frame[[c for c in dict.fromkeys(wanted) if c in frame.columns]]
+
+
 def band_lines(
     frame: pd.DataFrame,
     *,
@@ -68,7 +75,7 @@ def band_lines(
     events: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
     """A line per `color` value with its interval shaded, a dashed rule at `threshold`."""
-    base = alt.Chart(frame).encode(x=TIME)
+    base = alt.Chart(_only(frame, color, y, low, high)).encode(x=TIME)
     # The band's colour stays out of the legend: the legend shows the lines' colours.
     band = base.mark_area(opacity=0.15).encode(
         y=_y(low, y_title, percent), y2=f"{high}:Q", color=_colour(color, order, legend=False)
@@ -123,7 +130,7 @@ def lines(
         encoding["strokeDash"] = alt.StrokeDash(
             f"{dash}:N", legend=alt.Legend(title=dash, orient="bottom")
         )
-    line = alt.Chart(frame).mark_line(point=True).encode(**encoding)
+    line = alt.Chart(_only(frame, color, dash, y)).mark_line(point=True).encode(**encoding)
     return _layered([line], events, title)
 
 

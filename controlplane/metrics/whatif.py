@@ -49,8 +49,9 @@ def _served(max_input_tokens: int | None, min_confidence: float | None) -> Colum
     return and_(true(), *conditions)
 
 
-def _sum_if(condition: Any, value: Any = 1) -> ColumnElement[Any]:
-    return func.coalesce(func.sum(case((condition, value), else_=0)), 0)
+def _count_if(condition: Any) -> ColumnElement[Any]:
+    """The rows where `condition` holds (an aggregate FILTER: cheaper than a sum of cases)."""
+    return func.count().filter(condition)
 
 
 def _columns(
@@ -71,11 +72,13 @@ def _columns(
         else_=baseline,
     )
     return [
-        _sum_if(served).label(f"{prefix}_n_served"),
-        _sum_if(and_(served, Result.outcome.in_(("agree", "conflict")))).label(f"{prefix}_n_pairs"),
-        _sum_if(and_(served, Result.outcome == "agree")).label(f"{prefix}_n_agree"),
-        _sum_if(by_edge).label(f"{prefix}_n_edge_runs"),
-        _sum_if(and_(served, edge_failed)).label(f"{prefix}_n_offload_fails"),
+        _count_if(served).label(f"{prefix}_n_served"),
+        _count_if(and_(served, Result.outcome.in_(("agree", "conflict")))).label(
+            f"{prefix}_n_pairs"
+        ),
+        _count_if(and_(served, Result.outcome == "agree")).label(f"{prefix}_n_agree"),
+        _count_if(by_edge).label(f"{prefix}_n_edge_runs"),
+        _count_if(and_(served, edge_failed)).label(f"{prefix}_n_offload_fails"),
         func.coalesce(func.sum(cost), literal(0.0, Float)).label(f"{prefix}_cost"),
     ]
 
