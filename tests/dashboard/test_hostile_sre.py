@@ -1,9 +1,8 @@
 """A hostile SRE's, careless admin's and hostile task author's review of the Overview, Task
 (with the routing what-if) and Audit pages: untrusted text rendered as markup, actions
 without the API's limits or with misleading messages, odd query parameters, CSV formula
-injection, extreme what-if settings and the database down. Each test marked
-xfail(strict=True) is a defect found and not yet fixed; it starts passing (and so fails
-strictly) once the defect is."""
+injection, extreme what-if settings and the database down. Each test is a defect found
+(or an attack that held), and kept fixed."""
 
 from __future__ import annotations
 
