@@ -18,7 +18,7 @@ from controlplane.db import session_scope
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.sim.evalset_example import END, START
 from tests.dashboard.conftest import Seeded, open_page, page_text
-from tests.metrics.test_whatif import _wilson
+from tests.metrics.test_whatif import _wilson, replayed
 
 pytestmark = pytest.mark.integration
 
@@ -48,33 +48,7 @@ def replay(
 ) -> dict[str, dict[str, Any]]:
     """The what-if's figures per bucket and `all`, computed in pandas."""
     labels = bucket_labels(boundaries)
-    f = f.copy()
-    f["bucket"] = pd.cut(
-        f["input_tokens"], [0, *boundaries, np.inf], right=False, labels=labels
-    ).astype(str)
-    chosen = f["decision"] == "edge"
-    if cap is not None:
-        chosen &= f["input_tokens"] <= cap
-    if min_conf is not None:
-        chosen &= ~f["edge_ran"] | (f["edge_confidence"].fillna(-1.0) >= min_conf)
-    f["chosen"] = chosen
-    f["pair"] = chosen & f["outcome"].isin(["agree", "conflict"])
-    f["agree"] = chosen & (f["outcome"] == "agree")
-    f["run"] = chosen & f["edge_ran"]
-    failed = f["edge_ran"] & (
-        f["edge_error"].notna() | (f["edge_valid"] == False) | (f["outcome"] == "invalid")  # noqa: E712
-    )
-    f["fail"] = chosen & failed
-    tokens_in = f["edge_input_tokens"].fillna(f["input_tokens"])
-    tokens_out = f["edge_output_tokens"].fillna(0)
-    priced = (tokens_in * prices["edge"]["in"] + tokens_out * prices["edge"]["out"]) / 1000
-    edge_cost = f["edge_cost"].fillna(priced)
-    served_out = f["edge_output_tokens"].where(f["served"] == "edge")
-    out_tokens = f["cloud_output_tokens"].fillna(served_out).fillna(0)
-    f["baseline"] = (
-        f["input_tokens"] * prices["cloud"]["in"] + out_tokens * prices["cloud"]["out"]
-    ) / 1000
-    f["cost"] = f["baseline"].where(~f["run"], edge_cost + f["baseline"].where(f["fail"], 0.0))
+    f = replayed(f, boundaries, labels, prices, cap, min_conf)
     out: dict[str, dict[str, Any]] = {}
     for bucket in [*labels, "all"]:
         g = f if bucket == "all" else f[f["bucket"] == bucket]

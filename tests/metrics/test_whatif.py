@@ -86,13 +86,20 @@ def _frame(api: Api) -> pd.DataFrame:
     return f.copy()
 
 
-def _reference(
-    f: pd.DataFrame, cap: int | None, min_conf: float | None
-) -> dict[str, dict[str, Any]]:
-    prices = METRICS_TASK["prices"]
+def replayed(
+    f: pd.DataFrame,
+    boundaries: list[int],
+    labels: list[str],
+    prices: dict[str, Any],
+    cap: int | None,
+    min_conf: float | None,
+) -> pd.DataFrame:
+    """The results with the what-if's rule replayed on each row, in pandas: its bucket, and
+    whether the edge would serve it (`chosen`), with a pair, an agreement, an edge run, an
+    offload failure; its cost under the setting and its cloud-only `baseline`."""
     f = f.copy()
     f["bucket"] = pd.cut(
-        f["input_tokens"], [0, 128, 512, 2048, np.inf], right=False, labels=BUCKETS
+        f["input_tokens"], [0, *boundaries, np.inf], right=False, labels=labels
     ).astype(str)
     chosen = f["decision"] == "edge"
     if cap is not None:
@@ -118,7 +125,13 @@ def _reference(
     ) / 1000
     f["baseline"] = baseline
     f["cost"] = baseline.where(~f["run"], edge_cost + baseline.where(f["fail"], 0.0))
+    return f
 
+
+def _reference(
+    f: pd.DataFrame, cap: int | None, min_conf: float | None
+) -> dict[str, dict[str, Any]]:
+    f = replayed(f, [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], cap, min_conf)
     expected: dict[str, dict[str, Any]] = {}
     for bucket in [*BUCKETS, "all"]:
         g = f if bucket == "all" else f[f["bucket"] == bucket]
