@@ -1,0 +1,40 @@
+"""The compiled text reader (Cython), built where a C compiler exists.
+
+Everything else is declared in pyproject.toml. The extensions are optional: where no
+compiler (or no Cython) is found, `pip install .` installs the package without them and
+Shadowplane runs the Python reader, which it logs at startup and exports on /metrics
+(`shadowplane_native_reader 0`)."""
+
+from __future__ import annotations
+
+from setuptools import Extension, setup
+
+MODULES = ("_counts", "_numbers", "_spans", "_mask")
+
+
+def extensions() -> list[Extension]:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:  # no Cython: the Python reader only
+        return []
+    return cythonize(
+        [
+            Extension(
+                f"controlplane.compare.{name}",
+                [f"controlplane/compare/{name}.pyx"],
+                extra_compile_args=["-O2"],
+                optional=True,
+            )
+            for name in MODULES
+        ],
+        compiler_directives={
+            "language_level": "3",
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+        },
+        quiet=True,
+    )
+
+
+setup(ext_modules=extensions())
