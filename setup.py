@@ -17,13 +17,12 @@ def extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # no Cython: the Python reader only
         return []
-    return cythonize(
+    built = cythonize(
         [
             Extension(
                 f"controlplane.compare.{name}",
                 [f"controlplane/compare/{name}.pyx"],
                 extra_compile_args=["-O2"],
-                optional=True,
             )
             for name in MODULES
         ],
@@ -35,6 +34,11 @@ def extensions() -> list[Extension]:
         },
         quiet=True,
     )
+    for extension in built:
+        # Set here: cythonize() drops `optional` from the extensions it is given. A C
+        # compiler that fails or is missing is then a warning, and the build goes on.
+        extension.optional = True
+    return built
 
 
 setup(ext_modules=extensions())

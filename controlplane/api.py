@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from controlplane.audit.endpoints import router as audit_router
 from controlplane.auth.ratelimit import RateLimiter
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
+from controlplane.compare import native
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import ActionError
 from controlplane.evalsets.endpoints import router as evalsets_router
@@ -237,6 +239,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     settings: Settings = app.state.settings
+    logging.getLogger("shadowplane").info(
+        '{"event": "startup", "text_reader": "%s"} reading texts with %s',
+        "native" if native.ACTIVE else "python",
+        native.reader_name(),
+    )
     flag_copy: FlagCopy = app.state.flag_copy
     await run_in_threadpool(flag_copy.start)
     scheduler = None

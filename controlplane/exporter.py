@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from controlplane.alerts.service import active_counts
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
+from controlplane.compare import native
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.metrics.fields import COUNTS, PERCENTILE_FIELDS, RATES
@@ -157,6 +158,12 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
             counter.add_metric([outcome], n)
         families.append(counter)
     families.append(up)
+    reader = GaugeMetricFamily(
+        "shadowplane_native_reader",
+        "1 when this process reads texts with the compiled reader, 0 with the Python one.",
+    )
+    reader.add_metric([], 1 if native.ACTIVE else 0)
+    families.append(reader)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return Response(

@@ -6,11 +6,13 @@ the job for another; every job is idempotent, so running one twice is harmless.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init
 
+from controlplane.compare import native
 from controlplane.settings import Settings, get_settings
 from workers.schedule import beat_schedule
 
@@ -46,3 +48,8 @@ def _fresh_connections(**_: Any) -> None:
     from controlplane.db import get_engine
 
     get_engine.cache_clear()
+    logging.getLogger("shadowplane").info(
+        '{"event": "worker_startup", "text_reader": "%s"} reading texts with %s',
+        "native" if native.ACTIVE else "python",
+        native.reader_name(),
+    )

@@ -15,20 +15,38 @@ suite uses it so that a build failure cannot pass unnoticed).
 from __future__ import annotations
 
 import os
-from types import ModuleType
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 ENV = "SHADOWPLANE_TEXT_READER"
 CHOICES = ("auto", "python", "native")
 
 
-def _load() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType] | None:
+class Compiled(NamedTuple):
+    """The compiled reader's entry points, each equal to its Python reference."""
+
+    # (conservation.sentence_count, length, negations) of a text.
+    counts: Callable[[str], tuple[int, int, Counter[str]]]
+    # conservation.numbers of the text with its spans blanked out.
+    numbers: Callable[[str], Counter[str]]
+    # (conservation.spans(text).named, .rest).
+    spans: Callable[[str], tuple[frozenset[str], str]]
+    # Masker._mask(text), numbering in the Masker's (placeholders, counts).
+    mask: Callable[[str, dict[tuple[str, str], str], dict[str, int]], str]
+
+
+def _load() -> Compiled | None:
     choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if choice not in CHOICES:
         raise ValueError(f"{ENV}={choice!r}: must be one of {', '.join(CHOICES)}")
     if choice == "python":
         return None
+    modules: dict[str, Any] = {}
     try:
-        from controlplane.compare import _counts, _mask, _numbers, _spans
+        from controlplane.compare import _counts, _mask, _numbers, _spans  # type: ignore[attr-defined]
+
+        modules = {"counts": _counts, "numbers": _numbers, "spans": _spans, "mask": _mask}
     except ImportError as exc:
         if choice == "native":
             raise ImportError(
@@ -37,16 +55,19 @@ def _load() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType] | None:
                 "(python setup.py build_ext --inplace)"
             ) from exc
         return None
-    return _counts, _numbers, _spans, _mask
+    return Compiled(**{name: getattr(module, name) for name, module in modules.items()})
 
 
-_modules = _load()
-# True when the compiled reader runs (logged at startup, `shadowplane_native_reader`).
-ACTIVE = _modules is not None
+# The compiled reader when it runs, else None (the Python reader runs).
+READER = _load()
+# Logged at startup and exported on /metrics as `shadowplane_native_reader`.
+ACTIVE = READER is not None
 
 
 def reader_name() -> str:
     """The reader that runs, in words (for the startup log)."""
     if ACTIVE:
         return "the compiled (native) text reader"
+    if os.environ.get(ENV, "").strip().lower() == "python":
+        return f"the Python text reader ({ENV}=python)"
     return "the Python text reader (the compiled one is not built here)"

@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from controlplane.compare import native
+
 TYPES = ("EMAIL", "IP", "IDCARD", "CARD", "PHONE", "ID", "NUM")
 # The most characters of one text that are read (compared, masked): settings'
 # `compare_max_chars` overrides it per call.
@@ -363,6 +365,14 @@ class Masker:
         return self._mask(text)
 
     def _mask(self, text: str) -> str:
+        """The text masked by the compiled reader when it runs (see native.py), else by
+        _mask_python, its reference: the two give the same text and numbering."""
+        compiled = native.READER
+        if compiled is not None:
+            return compiled.mask(text, self._placeholders, self._counts)
+        return self._mask_python(text)
+
+    def _mask_python(self, text: str) -> str:
         """Two passes: emails, IPs, ID cards, cards and phones by pattern; then, from each
         digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
         # The patterns read the view (ASCII digits, plain spaces, "@"); what they find is

@@ -24,6 +24,7 @@ def native(name: str) -> ModuleType:
 
 # Pieces the readers look for, so drawn texts hit their cases (and their near misses)
 # far more often than uniform characters would.
+# fmt: off
 PIECES = [
     *"0123456789",
     *"０１２３４５６７８９．，％",
@@ -44,6 +45,7 @@ PIECES = [
     "١٣٨", "٠", "९", "＠", "é", "Ж", "Ω",
     "a", "b", "Z", "é", "中", "文", "的", "是", "percent", "per cent", "%",
 ]
+# fmt: on
 
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 # Mostly the pieces, sometimes any character at all.

@@ -16,6 +16,9 @@ from controlplane.compare.comparators import (
     compare,
 )
 
+# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+pytestmark = pytest.mark.text_reader
+
 LABELS = {"kind": "label", "labels": ["refund", "exchange", "complaint"]}
 FREE_LABELS = {"kind": "label"}
 EXACT = {"kind": "exact"}

@@ -28,6 +28,9 @@ from controlplane.compare.comparators import compare
 from controlplane.compare.conservation import read, sentences
 from controlplane.compare.redaction import TYPES, Masker, mask_text
 
+# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+pytestmark = pytest.mark.text_reader
+
 SMALL, LARGE = 20_000, 200_000
 MAX_GROWTH = 15  # time(LARGE) / time(SMALL): 10 when linear, 100 when quadratic
 REPEATS = 3  # each time is the minimum of this many runs

@@ -23,6 +23,9 @@ from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api, make_result
 
+# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+pytestmark = pytest.mark.text_reader
+
 REPLY_TASK: dict[str, Any] = {
     "task": "reply_rewrite",
     "comparator": {"kind": "text_conservation", "length_ratio": [0.7, 1.4]},

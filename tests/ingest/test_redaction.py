@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 from controlplane.compare.redaction import Masker, mask_text, redact_payload
 
+# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+pytestmark = pytest.mark.text_reader
+
 CASES = [
     ("邮箱 Zhang.San@Example.com", "邮箱 <EMAIL_1>"),
     (

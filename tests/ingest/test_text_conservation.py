@@ -21,6 +21,9 @@ from controlplane.compare.conservation import (
     spans,
 )
 
+# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+pytestmark = pytest.mark.text_reader
+
 SPEC: dict[str, Any] = {"kind": "text_conservation", "length_ratio": [0.7, 1.4]}
 
 # (why, edge, cloud, expected outcome, the checks expected to fail)
