@@ -2,20 +2,20 @@
 # buffer, and the character classes Python's `re` and str methods use, so a native reader
 # decides each character exactly as the Python reader's patterns do.
 from cpython.mem cimport PyMem_Free
-from cpython.unicode cimport (
-    Py_UNICODE_ISALNUM,
-    Py_UNICODE_ISALPHA,
-    Py_UNICODE_ISDECIMAL,
-    Py_UNICODE_ISDIGIT,
-    Py_UNICODE_ISLOWER,
-    Py_UNICODE_ISSPACE,
-    Py_UNICODE_ISUPPER,
-    Py_UNICODE_TODECIMAL,
-)
 
 
 cdef extern from "Python.h":
     Py_UCS4* PyUnicode_AsUCS4Copy(object text) except NULL
+    # CPython's own character classes (what `re` and the str methods call), declared
+    # here without the GIL so the readers' inner loops may run without it.
+    bint Py_UNICODE_ISALNUM(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISALPHA(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISDECIMAL(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISDIGIT(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISLOWER(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISSPACE(Py_UCS4 ch) nogil
+    bint Py_UNICODE_ISUPPER(Py_UCS4 ch) nogil
+    int Py_UNICODE_TODECIMAL(Py_UCS4 ch) nogil
 
 
 cdef inline Py_UCS4* code_points(str text) except NULL:
