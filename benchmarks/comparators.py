@@ -5,17 +5,23 @@ hostile texts, on one core.
 
 Inputs are realistic: short labels, JSON invoices, and reply rewrites of about 300 and
 3,000 characters in Chinese and in English (faithful rewrites and ones that drop a
-negation or change a number, as the simulator sends). Beside each figure is the ceiling
-measured in the same run on the same data: a plain string equality (`a == b`) over the
-same pairs. Goal: text_conservation on 3,000-character texts at 5,000 comparisons/s or
-more on one core. Prints medians of --reps runs; asserts nothing about time.
+negation or change a number, as the simulator sends). Beside each label and JSON figure
+is the ceiling measured in the same run on the same data: a plain string equality
+(`a == b`) over the same pairs.
 
-Then the time `conservation.read` and `mask_text` take per 1,000 characters on benign
-texts (the rewrites above) and on adversarial ones (runs that almost match each pattern:
-letters then "@", "1_1_1…", unclosed quotes, …) of 3,000, 30,000 and 300,000 characters,
-each adversarial figure beside its ratio to the benign one. Goal: every ratio within 3×.
-The masker reads the whole text here (max_chars = its length), not the 32,000 characters
-it keeps at ingest.
+Text comparisons and masking run with both text readers on the same texts, the compiled
+one (controlplane/compare/_*.pyx) and the Python one (the reference), beside the ceiling
+of one `str.translate` over the same texts (one pass of C over each text's characters).
+Goals on one core, ~3,000-character texts, the compiled reader: text_conservation ≥ 5,000
+comparisons/s in each language (a comparison reads two texts), masking ≥ 20,000 texts/s.
+Prints medians of --reps runs; asserts nothing about time.
+
+Then the time `conservation.read` and `mask_text` take per 1,000 characters, with each
+reader, on benign texts (the rewrites above) and on adversarial ones (runs that almost
+match each pattern: letters then "@", "1_1_1…", unclosed quotes, …) of 3,000, 30,000 and
+300,000 characters, each adversarial figure beside its ratio to the benign one. Goal:
+every ratio within 3×. The masker reads the whole text here (max_chars = its length), not
+the 32,000 characters it keeps at ingest.
 """
 
 from __future__ import annotations
@@ -26,13 +32,15 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from controlplane.compare import native  # noqa: E402
 from controlplane.compare.comparators import compare  # noqa: E402
 from controlplane.compare.conservation import read  # noqa: E402
 from controlplane.compare.redaction import mask_text  # noqa: E402
@@ -90,6 +98,65 @@ def rate(run: Callable[[], None], count: int, seconds: float) -> float:
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
             return loops * count / elapsed
+
+
+# One C pass over a text: str.translate with a small table (the number reader's own,
+# full-width digits to ASCII), the ceiling a native reader is measured against.
+ONE_PASS = str.maketrans("０１２３４５６７８９．，％", "0123456789.,%")
+
+
+@contextmanager
+def reader(which: str) -> Iterator[None]:
+    """Run the block with the compiled text reader ("native") or the Python one."""
+    kept = native.READER
+    if which == "native" and kept is None:
+        raise SystemExit("the compiled text reader is not built: pip install . with a compiler")
+    native.READER = kept if which == "native" else None
+    try:
+        yield
+    finally:
+        native.READER = kept
+
+
+def measure_readers(
+    label: str,
+    pairs: list[tuple[str, str]],
+    work: Callable[[str, str], Any],
+    texts_per_item: int,
+    reps: int,
+    seconds: float,
+) -> dict[str, float]:
+    """Items per second with each reader on the same items, beside one str.translate over
+    the same texts (`texts_per_item` of each pair: a comparison reads two texts)."""
+
+    def run_work() -> None:
+        for a, b in pairs:
+            work(a, b)
+
+    def run_ceiling() -> None:
+        if texts_per_item == 2:
+            for a, b in pairs:
+                a.translate(ONE_PASS)
+                b.translate(ONE_PASS)
+        else:
+            for _, b in pairs:
+                b.translate(ONE_PASS)
+
+    runs: dict[str, list[float]] = {"native": [], "python": [], "ceiling": []}
+    for _ in range(reps):
+        for which in ("native", "python"):
+            if which == "native" and native.ACTIVE is False:
+                continue
+            with reader(which):
+                runs[which].append(rate(run_work, len(pairs), seconds))
+        runs["ceiling"].append(rate(run_ceiling, len(pairs), seconds))
+    med = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
+    print(
+        f"  {label:<36} compiled {med['native']:>9,.0f}/s   Python {med['python']:>7,.0f}/s"
+        f" ({med['native'] / med['python']:>5.1f}×)   ceiling one str.translate per text "
+        f"{med['ceiling']:>10,.0f}/s   compiled runs: {', '.join(f'{f:,.0f}' for f in runs['native'])}"
+    )
+    return med
 
 
 def measure(
@@ -170,7 +237,7 @@ def per_kchar(work: Callable[[str], Any], text: str, reps: int) -> float:
     return best * 1e6 / (len(text) / 1000)
 
 
-def hostile(reps: int) -> None:
+def hostile(reps: int, which: str) -> None:
     readers: dict[str, Callable[[str], Any]] = {
         "conservation.read": read,
         "mask_text": lambda text: mask_text(text, max_chars=len(text)),
@@ -181,8 +248,9 @@ def hostile(reps: int) -> None:
         for size in HOSTILE_SIZES
     }
     print(
-        "\nReading hostile text, µs per 1,000 characters (best of runs); beside each "
-        "adversarial\nfigure its ratio to the benign one (the mean of en and zh). Goal: ≤ 3×."
+        f"\nReading hostile text with the {which} reader, µs per 1,000 characters (best of "
+        "runs);\nbeside each adversarial figure its ratio to the benign one (the mean of en "
+        "and zh). Goal: ≤ 3×."
     )
     worst: dict[tuple[str, int], tuple[float, str]] = {}
     for reader, work in readers.items():
@@ -219,7 +287,9 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     if args.only_hostile:
-        hostile(args.reps)
+        for which in ("native", "python") if native.ACTIVE else ("python",):
+            with reader(which):
+                hostile(args.reps, "compiled" if which == "native" else "Python")
         return
     rng = random.Random(1)
 
@@ -244,32 +314,46 @@ def main() -> None:
         args.reps,
         args.seconds,
     )
+    print(
+        f"\nText comparisons per second, one core, {native.reader_name()} built: the compiled "
+        "and the Python reader\non the same pairs (median of runs), beside one str.translate "
+        "over both texts of each pair:"
+    )
     texts = {}
+    goals = []
     for language in ("en", "zh"):
         for chars in (300, 3000):
             texts[(language, chars)] = pairs = rewrites(
                 language, chars, 50 if chars > 1000 else 200
             )
             size = statistics.mean(len(c) for _, c in pairs)
-            measure(
+            med = measure_readers(
                 f"text_conservation {language}, ~{size:,.0f} chars",
                 pairs,
                 lambda e, c: compare(TEXT_SPEC, e, c),
+                2,
                 args.reps,
                 args.seconds,
             )
-    print("\nMasking (redacted policy), texts per second, one core:")
-    for (language, _chars), pairs in texts.items():
+            if chars == 3000:
+                goals.append(f"text_conservation {language} {med['native']:,.0f}/s (goal ≥ 5,000)")
+    print("\nMasking (redacted policy), texts per second, one core, the same way:")
+    for (language, chars), pairs in texts.items():
         size = statistics.mean(len(c) for _, c in pairs)
-        measure(
+        med = measure_readers(
             f"mask_text {language}, ~{size:,.0f} chars",
             pairs,
             lambda e, c: mask_text(c),
+            1,
             args.reps,
             args.seconds,
         )
-    print("\nGoal: text_conservation on ~3,000-character texts ≥ 5,000 comparisons/s.")
-    hostile(args.reps)
+        if chars == 3000:
+            goals.append(f"mask_text {language} {med['native']:,.0f}/s (goal ≥ 20,000)")
+    print("\nOn ~3,000-character texts, the compiled reader: " + "; ".join(goals) + ".")
+    for which in ("native", "python") if native.ACTIVE else ("python",):
+        with reader(which):
+            hostile(args.reps, "compiled" if which == "native" else "Python")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Ingest throughput and latency against PostgreSQL, with the ceilings measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--rows 100000] [--senders 4] [--reps 5]
+                                         [--text-rows 10000] [--only latency|throughput|text]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
 unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; runs `shadowplane api --workers 2`;
@@ -15,7 +16,12 @@ then measures, each `--reps` times, and prints medians:
   in a savepoint, the staged path on a unique violation); the goal is judged against the
   faster of the two; the optimistic one is also shown in batches of 500;
 - single results: p50/p99 latency of one-result posts sent open-loop at 200 requests/s,
-  measured from each request's scheduled send time, after a warm-up run that is not counted.
+  measured from each request's scheduled send time, after a warm-up run that is not counted;
+- text: end to end for a `text_conservation` task (reply_rewrite, payloads redacted) whose
+  edge and cloud answers are rewrites of ~3,000 characters (half Chinese, half English),
+  with the compiled text reader and then, the API restarted with
+  SHADOWPLANE_TEXT_READER=python, with the Python one, beside the `label` task's results/s
+  on as many results in the same run (goal: the compiled reader's within 2× of label's).
 
 Prints figures; asserts nothing about time.
 """
@@ -40,6 +46,7 @@ from typing import Any
 import httpx
 import orjson
 import psycopg
+import yaml
 from psycopg.types.json import Jsonb
 from sqlalchemy.engine import make_url
 
@@ -67,10 +74,26 @@ TASK = {
 }
 
 
-def results(n: int, tag: str) -> list[dict[str, Any]]:
-    rows = generate("ticket_classify", n, seed=hash(tag) & 0xFFFF, now=datetime.now(UTC))
+TEXT_TASK = ROOT / "examples" / "tasks" / "reply_rewrite.yaml"
+TEXT_CHARS = 3000
+
+
+def results(n: int, tag: str, task: str = "ticket_classify") -> list[dict[str, Any]]:
+    rows = generate(task, n, seed=hash(tag) & 0xFFFF, now=datetime.now(UTC))
     for i, r in enumerate(rows):
         r["request_id"] = f"{tag}-{i}"
+    return rows
+
+
+def text_results(n: int, tag: str, pool: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """`n` reply_rewrite results whose answers are the ~3,000-character rewrites of `pool`."""
+    rows = results(n, tag, "reply_rewrite")
+    for i, row in enumerate(rows):
+        edge, cloud = pool[i % len(pool)]
+        if row["edge"]["output"] is not None:
+            row["edge"]["output"] = edge
+        row["cloud"]["output"] = cloud
+        row["input_tokens"] = row["edge"]["input_tokens"] = row["cloud"]["input_tokens"] = 2048
     return rows
 
 
@@ -358,6 +381,67 @@ def measure_throughput(args: argparse.Namespace, base: str, key: str, url: str) 
     )
 
 
+def start_api(url: str, port: int, log: Path, reader: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": url,
+        "SHADOWPLANE_LOG_LEVEL": "INFO",
+        "SHADOWPLANE_TEXT_READER": reader,
+    }
+    api = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "shadowplane"), "api", "--workers", "2"]
+        + ["--port", str(port)],
+        env=env,
+        stderr=open(log, "ab"),
+    )
+    wait_ready(f"http://127.0.0.1:{port}", api)
+    return api
+
+
+def stop_api(api: subprocess.Popen[bytes]) -> None:
+    api.terminate()
+    api.wait(timeout=30)
+
+
+def measure_text(
+    args: argparse.Namespace, api: subprocess.Popen[bytes], key: str, url: str, log: Path
+) -> subprocess.Popen[bytes]:
+    """Label against text ingest, the text with each reader; the API it leaves running."""
+    from benchmarks.comparators import rewrites
+
+    base = f"http://127.0.0.1:{args.port}"
+    n = args.text_rows
+    pool = rewrites("en", TEXT_CHARS, 100, seed=3) + rewrites("zh", TEXT_CHARS, 100, seed=4)
+    chars = statistics.mean(len(cloud) for _, cloud in pool)
+    print(
+        f"\nText ingest: {n:,} results per run, answers of ~{chars:,.0f} characters on each "
+        "side (reply_rewrite: text_conservation, payloads redacted):"
+    )
+
+    def run(label: str, make: Callable[[int], list[dict[str, Any]]]) -> float:
+        return median_of(
+            label,
+            args.reps,
+            url,
+            lambda rep: end_to_end(base, key, make(rep), args.senders),
+            "results/s",
+        )
+
+    label = run("label task (ticket_classify)", lambda rep: results(n, f"tl{rep}"))
+    native = run("text task, compiled reader", lambda rep: text_results(n, f"tn{rep}", pool))
+    stop_api(api)
+    api = start_api(url, args.port, log, "python")
+    python = run("text task, Python reader", lambda rep: text_results(n, f"tp{rep}", pool))
+    stop_api(api)
+    api = start_api(url, args.port, log, args.reader)
+    print(
+        f"\n  label / text with the compiled reader: {label / native:.1f}× (goal ≤ 2×); "
+        f"label / text with the Python reader: {label / python:.1f}×; "
+        f"compiled / Python: {native / python:.1f}×"
+    )
+    return api
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -370,7 +454,18 @@ def main() -> None:
     )
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--port", type=int, default=18777)
-    parser.add_argument("--only", choices=["latency", "throughput"], help="run one part only")
+    parser.add_argument(
+        "--only", choices=["latency", "throughput", "text"], help="run one part only"
+    )
+    parser.add_argument(
+        "--text-rows", type=int, default=10_000, help="results per run of the text part"
+    )
+    parser.add_argument(
+        "--reader",
+        choices=["native", "python", "auto"],
+        default="native",
+        help="the API's text reader outside the text part (SHADOWPLANE_TEXT_READER)",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
@@ -381,22 +476,10 @@ def main() -> None:
         url = fresh_database(admin_url, "sp_bench")
         with session_scope(get_engine(url)) as session:
             apply_config(session, TASK, actor="bench")
+            apply_config(session, yaml.safe_load(TEXT_TASK.read_text()), actor="bench")
             _, key = create_key(session, name="bench", scopes=["ingest"], actor="bench")
-        env = {**os.environ, "SHADOWPLANE_DATABASE_URL": url, "SHADOWPLANE_LOG_LEVEL": "INFO"}
-        api = subprocess.Popen(
-            [
-                str(ROOT / ".venv" / "bin" / "shadowplane"),
-                "api",
-                "--workers",
-                "2",
-                "--port",
-                str(args.port),
-            ],
-            env=env,
-            stderr=open(tmp / "api.log", "wb"),
-        )
+        api = start_api(url, args.port, tmp / "api.log", args.reader)
         base = f"http://127.0.0.1:{args.port}"
-        wait_ready(base, api)
 
         print(
             f"PostgreSQL {psycopg.connect(pg_conninfo(url)).info.server_version}, "
@@ -405,14 +488,15 @@ def main() -> None:
         )
         # Latency first, on a young table; then throughput. Every measured run starts
         # after a CHECKPOINT, so one run's dirty pages are not flushed during the next.
-        if args.only != "throughput":
+        if args.only in (None, "latency"):
             measure_latency(args, base, key, url)
-        if args.only != "latency":
+        if args.only in (None, "throughput"):
             measure_throughput(args, base, key, url)
+        if args.only in (None, "text"):
+            api = measure_text(args, api, key, url, tmp / "api.log")
     finally:
         if api is not None:
-            api.terminate()
-            api.wait(timeout=30)
+            stop_api(api)
         get_engine.cache_clear()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
