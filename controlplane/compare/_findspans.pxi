@@ -20,6 +20,11 @@
 #   cdef bint url_next(UrlFinder* f, Py_ssize_t pos, Py_ssize_t* start,
 #                      Py_ssize_t* end) noexcept nogil     # _Urls.next
 #   cdef bint email_letter(Py_UCS4 c) noexcept nogil      # redaction._EMAIL_LETTERS
+#   cdef void span_init(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other,
+#                       bint emails, bint urls) noexcept nogil
+#   cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start,
+#                       Py_ssize_t* end) noexcept nogil
+#       find_spans one span at a time, without building Python objects; False at the end
 
 cdef enum:
     K_EMAIL = 1
@@ -453,38 +458,82 @@ cdef inline Py_ssize_t _other_search(
     return -1
 
 
+cdef struct SpanFinder:
+    const Py_UCS4* s
+    Py_ssize_t n
+    match_at_t other
+    EmailFinder ef
+    UrlFinder uf
+    bint urls
+    bint email_ok  # an email lies at es:ee
+    Py_ssize_t es
+    Py_ssize_t ee
+    Py_ssize_t os  # `other`'s match at os:oe (okind), -1 for none
+    Py_ssize_t oe
+    int okind
+    Py_ssize_t pos
+
+
+cdef void span_init(
+    SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls
+) noexcept nogil:
+    f.s = s
+    f.n = n
+    f.other = other
+    f.urls = urls
+    f.email_ok = False
+    f.es = 0
+    f.ee = 0
+    f.os = -1
+    f.oe = 0
+    f.okind = 0
+    f.pos = 0
+    if emails:
+        email_init(&f.ef, s, n)
+        f.email_ok = email_next(&f.ef, 0, &f.es, &f.ee)
+    if urls:
+        url_init(&f.uf, s, n)
+    if other != NULL:
+        f.os = _other_search(other, s, n, 0, &f.oe, &f.okind)
+
+
+cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start, Py_ssize_t* end) noexcept nogil:
+    """The next (kind, start, end) redaction.find_spans yields; False when none is left."""
+    cdef bint url_ok = False
+    cdef Py_ssize_t us = 0, ue = 0, other_start, pos = f.pos
+    # Each finder only moves forward: what it found is kept while it lies ahead.
+    if f.email_ok and f.es < pos:
+        f.email_ok = email_next(&f.ef, pos, &f.es, &f.ee)
+    if f.urls:
+        url_ok = url_next(&f.uf, pos, &us, &ue)
+    if f.os >= 0 and f.os < pos:
+        f.os = _other_search(f.other, f.s, f.n, pos, &f.oe, &f.okind)
+    other_start = f.os if f.os >= 0 else f.n + 1
+    if f.email_ok and (not url_ok or f.es <= us) and f.es <= other_start:
+        kind[0] = K_EMAIL
+        start[0] = f.es
+        end[0] = f.ee
+    elif url_ok and us <= other_start:
+        kind[0] = K_URL
+        start[0] = us
+        end[0] = ue
+    elif f.os >= 0:
+        kind[0] = f.okind
+        start[0] = f.os
+        end[0] = f.oe
+    else:
+        return False
+    f.pos = end[0]
+    return True
+
+
 cdef list find_spans(const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls):
     """[(kind, start, end), ...]: what redaction.find_spans yields, in order."""
-    cdef EmailFinder ef
-    cdef UrlFinder uf
-    cdef bint email_ok = False, url_ok = False
-    cdef Py_ssize_t es = 0, ee = 0, us = 0, ue = 0, os = -1, oe = 0, other_start, pos = 0
-    cdef int okind = 0
+    cdef SpanFinder f
+    cdef int kind
+    cdef Py_ssize_t start, end
     cdef list out = []
-    if emails:
-        email_init(&ef, s, n)
-        email_ok = email_next(&ef, 0, &es, &ee)
-    if urls:
-        url_init(&uf, s, n)
-    if other != NULL:
-        os = _other_search(other, s, n, 0, &oe, &okind)
-    while True:
-        # Each finder only moves forward: what it found is kept while it lies ahead.
-        if email_ok and es < pos:
-            email_ok = email_next(&ef, pos, &es, &ee)
-        if urls:
-            url_ok = url_next(&uf, pos, &us, &ue)
-        if os >= 0 and os < pos:
-            os = _other_search(other, s, n, pos, &oe, &okind)
-        other_start = os if os >= 0 else n + 1
-        if email_ok and (not url_ok or es <= us) and es <= other_start:
-            out.append((K_EMAIL, es, ee))
-            pos = ee
-        elif url_ok and us <= other_start:
-            out.append((K_URL, us, ue))
-            pos = ue
-        elif os >= 0:
-            out.append((okind, os, oe))
-            pos = oe
-        else:
-            return out
+    span_init(&f, s, n, other, emails, urls)
+    while span_next(&f, &kind, &start, &end):
+        out.append((kind, start, end))
+    return out
