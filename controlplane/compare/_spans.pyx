@@ -1,0 +1,535 @@
+# cython: language_level=3
+# The named spans of a text and the text without them, natively: what
+# conservation.spans(text) gives as (named, rest), exactly, in one linear scan per part
+# (phones, emails and URLs by _findspans.pxi; ID-like tokens, quoted spans and
+# capitalised runs here), no regular expression.
+#
+#   def spans(str text) -> tuple[frozenset, str]
+#   def find_spans_for_tests(str text, bint phones, bint emails, bint urls) -> list
+#       find_spans with the conservation reader's phone pattern (kind K_PHONE = 10)
+include "_text.pxi"
+include "_findspans.pxi"
+
+from cpython.mem cimport PyMem_Malloc
+
+
+cdef extern from "Python.h":
+    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+    int PyUnicode_4BYTE_KIND
+
+
+cdef enum:
+    K_PHONE = 10
+
+
+cdef inline str _str(const Py_UCS4* b, Py_ssize_t length):
+    return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, b, length)
+
+
+cdef Py_ssize_t _phone_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, int* kind) noexcept nogil:
+    kind[0] = K_PHONE
+    return phone_end(s, n, i)
+
+
+# --- phones: conservation._phone ----------------------------------------------------------
+
+
+cdef str _phone(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
+    # "tel:" + phone_key(the \d characters of the match)
+    cdef Py_UCS4* buf = <Py_UCS4*>PyMem_Malloc((end - start + 4) * sizeof(Py_UCS4))
+    cdef Py_ssize_t d = 0, off = 0, k
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        for k in range(start, end):
+            if re_digit(s[k]):
+                buf[4 + d] = s[k]
+                d += 1
+        if d >= 2 and buf[4] == 48 and buf[5] == 48:  # removeprefix("00")
+            off = 2
+        if d - off == 13 and buf[4 + off] == 56 and buf[5 + off] == 54 and buf[6 + off] == 49:
+            off += 2  # +86 mobiles as dialled at home
+        buf[off] = 116  # t
+        buf[off + 1] = 101  # e
+        buf[off + 2] = 108  # l
+        buf[off + 3] = 58  # :
+        return _str(buf + off, 4 + d - off)
+    finally:
+        PyMem_Free(buf)
+
+
+# --- ID-like tokens: conservation._id_like ------------------------------------------------
+
+
+# redaction._TOKEN_CHARS: ASCII letters, digits, _ and -
+cdef inline bint _token_char(Py_UCS4 c) noexcept nogil:
+    return ascii_letter(c) or ascii_digit(c) or c == 95 or c == 45
+
+
+# [A-Za-z_-]
+cdef inline bint _token_letter(Py_UCS4 c) noexcept nogil:
+    return ascii_letter(c) or c == 95 or c == 45
+
+
+cdef inline bint _same(const Py_UCS4* w, Py_ssize_t length, const char* word) noexcept nogil:
+    cdef Py_ssize_t k = 0
+    while k < length:
+        if word[k] == 0 or <Py_UCS4>word[k] != w[k]:
+            return False
+        k += 1
+    return word[k] == 0
+
+
+# The unit endings of conservation._NUMBER_WITH_UNIT.
+cdef const char* _UNITS[32]
+_UNITS[:] = [
+    b"st", b"nd", b"rd", b"th", b"am", b"pm", b"AM", b"PM", b"s", b"m", b"h", b"d", b"w", b"k",
+    b"K", b"M", b"x", b"X", b"%", b"min", b"ms", b"kg", b"km", b"cm", b"mm", b"ml", b"GB", b"MB",
+    b"KB", b"TB", b"gb", b"mb",
+]
+
+
+cdef bint _number_with_unit(const Py_UCS4* t, Py_ssize_t length) noexcept nogil:
+    # _NUMBER_WITH_UNIT.match(token) for an ASCII token without ".": digits, then a unit.
+    cdef Py_ssize_t k = 0, u
+    while k < length and ascii_digit(t[k]):
+        k += 1
+    if k == 0 or length - k > 3:
+        return False
+    for u in range(32):
+        if _same(t + k, length - k, _UNITS[u]):
+            return True
+    return False
+
+
+cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, set named, Py_ssize_t* out_n) except? NULL:
+    """The ID-like tokens of a[:n] added to `named`; the text with each blanked to one space
+    (a new buffer, *out_n long), or `a` itself when none is found."""
+    cdef Py_UCS4* b = NULL
+    cdef Py_ssize_t w = 0, copied = 0, i = 0, j, left, right, start, end, k
+    cdef bint letter
+    while i < n:
+        if not ascii_digit(a[i]) or (i > 0 and ascii_digit(a[i - 1])):
+            i += 1
+            continue
+        j = i + 1
+        while j < n and ascii_digit(a[j]):
+            j += 1
+        # _TOKEN_DIGITS: a digit run next to a letter, _ or -.
+        if not ((i > 0 and _token_letter(a[i - 1])) or (j < n and _token_letter(a[j]))):
+            i = j
+            continue
+        left = i
+        while left > 0 and _token_char(a[left - 1]):
+            left -= 1
+        right = j
+        while right < n and _token_char(a[right]):
+            right += 1
+        i = right
+        start, end = left, right
+        while a[start] == 95 or a[start] == 45:
+            start += 1
+        while a[end - 1] == 95 or a[end - 1] == 45:
+            end -= 1
+        letter = False
+        for k in range(start, end):
+            if ascii_letter(a[k]):
+                letter = True
+                break
+        if not letter or _number_with_unit(a + start, end - start):
+            continue
+        named.add(_str(a + start, end - start))
+        if b == NULL:
+            b = <Py_UCS4*>PyMem_Malloc(n * sizeof(Py_UCS4) + 4)
+            if b == NULL:
+                raise MemoryError()
+        for k in range(copied, start):
+            b[w] = a[k]
+            w += 1
+        b[w] = 32
+        w += 1
+        copied = end
+    if b == NULL:
+        out_n[0] = n
+        return a
+    for k in range(copied, n):
+        b[w] = a[k]
+        w += 1
+    out_n[0] = w
+    return b
+
+
+# --- quoted spans: conservation._quoted ------------------------------------------------------
+
+cdef Py_UCS4 _OPENERS[6]
+cdef Py_UCS4 _CLOSERS[6]
+_OPENERS[:] = [0x201C, 0x300C, 0x300E, 0x300A, 34, 39]  # “ 「 『 《 " '
+_CLOSERS[:] = [0x201D, 0x300D, 0x300F, 0x300B, 34, 39]  # ” 」 』 》 " '
+
+
+cdef inline int _opener(Py_UCS4 c) noexcept nogil:
+    cdef int q
+    if c != 34 and c != 39 and c < 0x201C:
+        return -1
+    for q in range(6):
+        if c == _OPENERS[q]:
+            return q
+    return -1
+
+
+cdef str _collapsed(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Py_UCS4* tmp):
+    # " ".join(s[start:end].split())
+    cdef Py_ssize_t w = 0, k
+    cdef bint gap = False
+    for k in range(start, end):
+        if re_space(s[k]):
+            gap = w > 0
+        else:
+            if gap:
+                tmp[w] = 32
+                w += 1
+                gap = False
+            tmp[w] = s[k]
+            w += 1
+    return _str(tmp, w)
+
+
+cdef void _quoted(const Py_UCS4* s, Py_ssize_t n, set named, Py_UCS4* tmp) except *:
+    cdef Py_ssize_t closing[6]
+    cdef Py_ssize_t pos = 0, start, close, k
+    cdef int q
+    cdef Py_UCS4 closer
+    for q in range(6):
+        closing[q] = -1
+    while True:
+        start = pos
+        q = -1
+        while start < n:
+            q = _opener(s[start])
+            if q >= 0:
+                break
+            start += 1
+        if q < 0:
+            return
+        close = closing[q]
+        if close <= start:
+            closer = _CLOSERS[q]
+            close = start + 1
+            while close < n and s[close] != closer:
+                close += 1
+            closing[q] = close
+        if start + 1 < close <= start + 201 and close < n:
+            pos = close + 1
+            # '…' is a quote only when its marks are not apostrophes inside words.
+            if s[start] == 39 and (
+                (start > 0 and Py_UNICODE_ISALPHA(s[start - 1]))
+                or (pos < n and Py_UNICODE_ISALPHA(s[pos]))
+            ):
+                continue
+            named.add(_collapsed(s, start, pos, tmp))
+        else:
+            pos = start + 1
+
+
+# --- capitalised runs ---------------------------------------------------------------------
+
+
+cdef inline bint _upper(Py_UCS4 c) noexcept nogil:
+    return 65 <= c <= 90
+
+
+cdef inline bint _space_tab(Py_UCS4 c) noexcept nogil:
+    return c == 32 or c == 9
+
+
+# [A-Za-z0-9&'’-]
+cdef inline bint _word_char(Py_UCS4 c) noexcept nogil:
+    return ascii_letter(c) or ascii_digit(c) or c == 38 or c == 39 or c == 0x2019 or c == 45
+
+
+cdef Py_ssize_t _word_end(const Py_UCS4* r, Py_ssize_t n, Py_ssize_t p) noexcept nogil:
+    # _CAPITALISED_WORD from p (r[p] is A-Z): [A-Z][A-Za-z0-9&'’-]*(?:\.[A-Z][A-Za-z0-9]*)*
+    p += 1
+    while p < n and _word_char(r[p]):
+        p += 1
+    while p + 1 < n and r[p] == 46 and _upper(r[p + 1]):
+        p += 2
+        while p < n and (ascii_letter(r[p]) or ascii_digit(r[p])):
+            p += 1
+    return p
+
+
+cdef const char* _CONNECTORS[7]
+_CONNECTORS[:] = [b"of", b"the", b"and", b"de", b"von", b"van", b"&"]
+
+
+cdef Py_ssize_t _run_end(const Py_UCS4* r, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    # _CAPITALISED_RUN from i: WORD (?:[ \t]+(?:(?:of|the|and|de|von|van|&)[ \t]+)?WORD)*+
+    cdef Py_ssize_t e = _word_end(r, n, i), p, q, length
+    cdef int c
+    cdef const char* word
+    while e < n and _space_tab(r[e]):
+        p = e
+        while p < n and _space_tab(r[p]):
+            p += 1
+        q = -1
+        for c in range(7):
+            word = _CONNECTORS[c]
+            length = 0
+            while word[length] != 0 and p + length < n and r[p + length] == <Py_UCS4>word[length]:
+                length += 1
+            if word[length] == 0 and p + length < n and _space_tab(r[p + length]):
+                q = p + length
+                break
+        if q >= 0:
+            while q < n and _space_tab(r[q]):
+                q += 1
+            if q < n and _upper(r[q]):
+                e = _word_end(r, n, q)
+                continue
+        if p < n and _upper(r[p]):
+            e = _word_end(r, n, p)
+            continue
+        break
+    return e
+
+
+# conservation._OPENING_SKIP and _OPENING_MARKS
+cdef inline bint _opening_skip(Py_UCS4 c) noexcept nogil:
+    return (
+        c == 32 or c == 9 or c == 34 or c == 39 or c == 0x201C or c == 0x2018 or c == 40
+        or c == 0xFF08 or c == 0x300C or c == 0x300E or c == 0x300A
+    )
+
+
+cdef inline bint _opening_mark(Py_UCS4 c) noexcept nogil:
+    return (
+        c == 46 or c == 33 or c == 63 or c == 0x3002 or c == 0xFF01 or c == 0xFF1F
+        or c == 58 or c == 0xFF1A or c == 59 or c == 0xFF1B or c == 10
+    )
+
+
+cdef bint _opens_sentence(const Py_UCS4* r, Py_ssize_t start) noexcept nogil:
+    cdef Py_ssize_t i = start - 1
+    while i >= 0 and _opening_skip(r[i]):
+        i -= 1
+    return i < 0 or _opening_mark(r[i])
+
+
+# conservation._OPENING_WORDS
+cdef const char* _OPENING_WORDS[46]
+_OPENING_WORDS[:] = [
+    b"A", b"An", b"The", b"This", b"That", b"These", b"Those", b"Hi", b"Hello", b"Hey", b"Dear",
+    b"Thanks", b"Thank", b"Please", b"Sorry", b"Yes", b"No", b"Ok", b"Okay", b"We", b"You",
+    b"Your", b"Our", b"My", b"It", b"If", b"When", b"As", b"For", b"In", b"On", b"At", b"To",
+    b"From", b"By", b"With", b"And", b"But", b"So", b"Also", b"Unfortunately", b"Good",
+    b"Welcome", b"Congratulations", b"Regards", b"Best",
+]
+cdef int _N_OPENING_WORDS = 46
+
+# conservation._ABBREVIATED_NAMES
+cdef const char* _SHORT_NAMES[23]
+cdef const char* _FULL_NAMES[23]
+_SHORT_NAMES[:] = [
+    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Sept", b"Oct",
+    b"Nov", b"Dec", b"Mon", b"Tue", b"Tues", b"Wed", b"Thu", b"Thur", b"Thurs", b"Fri", b"Sat",
+    b"Sun",
+]
+_FULL_NAMES[:] = [
+    b"January", b"February", b"March", b"April", b"May", b"June", b"July", b"August",
+    b"September", b"September", b"October", b"November", b"December", b"Monday", b"Tuesday",
+    b"Tuesday", b"Wednesday", b"Thursday", b"Thursday", b"Thursday", b"Friday", b"Saturday",
+    b"Sunday",
+]
+
+
+cdef bint _opening_word(const Py_UCS4* w, Py_ssize_t length) noexcept nogil:
+    cdef int k
+    for k in range(_N_OPENING_WORDS):
+        if _same(w, length, _OPENING_WORDS[k]):
+            return True
+    return False
+
+
+cdef Py_ssize_t _put_word(const Py_UCS4* w, Py_ssize_t length, Py_UCS4* out) noexcept nogil:
+    # The word as _ABBREVIATED_NAMES.get(w.rstrip("."), w) spells it; how many written.
+    cdef Py_ssize_t stripped = length, k
+    cdef int a
+    cdef const char* full
+    while stripped > 0 and w[stripped - 1] == 46:
+        stripped -= 1
+    if 3 <= stripped <= 5:
+        for a in range(23):
+            if _same(w, stripped, _SHORT_NAMES[a]):
+                full = _FULL_NAMES[a]
+                k = 0
+                while full[k] != 0:
+                    out[k] = <Py_UCS4>full[k]
+                    k += 1
+                return k
+    for k in range(length):
+        out[k] = w[k]
+    return length
+
+
+cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, set named, Py_UCS4* tmp) except *:
+    # tmp holds at least 3 * n + 16 code points (an expanded name is at most 3 times its run).
+    cdef Py_ssize_t i = 0, start, end, k, first_end, w, word_start
+    cdef bint single, lower
+    while i < n:
+        if not _upper(r[i]):
+            i += 1
+            continue
+        start = i
+        i = _run_end(r, n, start)
+        if start > 0 and Py_UNICODE_ISALNUM(r[start - 1]):
+            continue  # inside a word ("iPhone")
+        end = i
+        while end > start and (r[end - 1] == 46 or r[end - 1] == 45 or r[end - 1] == 38):
+            end -= 1
+        if end == start:
+            continue
+        first_end = start
+        while first_end < end and not _space_tab(r[first_end]):
+            first_end += 1
+        single = first_end == end
+        if single and end - start == 1 and r[start] == 73:
+            continue  # "I"
+        if _opens_sentence(r, start):
+            if _opening_word(r + start, first_end - start):
+                # "Hi John" → "John": the greeting is capitalised by grammar.
+                start = first_end
+                while start < end and _space_tab(r[start]):
+                    start += 1
+                if start == end:
+                    continue
+            elif single:
+                lower = False
+                for k in range(start, end):
+                    if 97 <= r[k] <= 122:
+                        lower = True
+                        break
+                if lower:
+                    continue  # a single capitalised word opening a sentence
+        # The words, one space apart, each as _ABBREVIATED_NAMES spells it.
+        w = 0
+        k = start
+        while k < end:
+            word_start = k
+            while k < end and not _space_tab(r[k]):
+                k += 1
+            if w:
+                tmp[w] = 32
+                w += 1
+            w += _put_word(r + word_start, k - word_start, tmp + w)
+            while k < end and _space_tab(r[k]):
+                k += 1
+        named.add(_str(tmp, w))
+
+
+# --- spans --------------------------------------------------------------------------------
+
+
+def spans(str text):
+    """(conservation.spans(text).named, conservation.spans(text).rest)."""
+    cdef Py_ssize_t n = len(text), i, an, bn, k, w, copied, start, end
+    cdef Py_UCS4* s = code_points(text)
+    cdef Py_UCS4* a = s
+    cdef Py_UCS4* b = s
+    cdef Py_UCS4* tmp = NULL
+    cdef bint email = False, url = False, digits = False
+    cdef Py_UCS4 c
+    cdef int kind
+    cdef SpanFinder finder
+    cdef set named = set()
+    try:
+        for i in range(n):
+            c = s[i]
+            if c < 48 or c > 119:
+                continue
+            if c <= 57:
+                digits = True
+            elif c == 64:
+                email = True
+            elif c == 58:
+                if i + 2 < n and s[i + 1] == 47 and s[i + 2] == 47:
+                    url = True
+            elif c == 119:
+                if i + 3 < n and s[i + 1] == 119 and s[i + 2] == 119 and s[i + 3] == 46:
+                    url = True
+        an = n
+        if email or url or digits:
+            span_init(&finder, s, n, _phone_at if digits else <match_at_t>NULL, email, url)
+            w = 0
+            copied = 0
+            while span_next(&finder, &kind, &start, &end):
+                if a == s:
+                    a = <Py_UCS4*>PyMem_Malloc(n * sizeof(Py_UCS4) + 4)
+                    if a == NULL:
+                        raise MemoryError()
+                if kind == K_EMAIL:
+                    named.add(text[start:end].lower())
+                elif kind == K_PHONE:
+                    named.add(_phone(s, start, end))
+                else:
+                    named.add(text[start:end])
+                for k in range(copied, start):
+                    a[w] = s[k]
+                    w += 1
+                a[w] = 32
+                w += 1
+                copied = end
+            if a != s:
+                for k in range(copied, n):
+                    a[w] = s[k]
+                    w += 1
+                an = w
+            b = a
+            bn = an
+            if digits:
+                b = _id_like(a, an, named, &bn)
+        else:
+            bn = n
+        tmp = <Py_UCS4*>PyMem_Malloc((3 * n + 16) * sizeof(Py_UCS4))
+        if tmp == NULL:
+            raise MemoryError()
+        _quoted(s, n, named, tmp)
+        _capitalised(b, bn, named, tmp)
+        rest = text if b == s else _str(b, bn)
+        return frozenset(named), rest
+    finally:
+        if b != a and b != s:
+            PyMem_Free(b)
+        if a != s:
+            PyMem_Free(a)
+        PyMem_Free(s)
+        if tmp != NULL:
+            PyMem_Free(tmp)
+
+
+def tables_for_tests():
+    """The word tables spelt here, to be checked against conservation's."""
+    return (
+        frozenset(_OPENING_WORDS[k].decode() for k in range(_N_OPENING_WORDS)),
+        {_SHORT_NAMES[k].decode(): _FULL_NAMES[k].decode() for k in range(23)},
+        [_UNITS[k].decode() for k in range(32)],
+    )
+
+
+def phone_end_for_tests(str text, Py_ssize_t i):
+    """phone_end(text, i): the end of redaction.PHONE matched at i, or -1."""
+    cdef Py_UCS4* s = code_points(text)
+    try:
+        return phone_end(s, len(text), i)
+    finally:
+        PyMem_Free(s)
+
+
+def find_spans_for_tests(str text, bint phones, bint emails, bint urls):
+    """find_spans with conservation's phone pattern (K_PHONE) as the other pattern."""
+    cdef match_at_t other = _phone_at if phones else <match_at_t>NULL
+    cdef Py_UCS4* s = code_points(text)
+    try:
+        return find_spans(s, len(text), other, emails, urls)
+    finally:
+        PyMem_Free(s)
