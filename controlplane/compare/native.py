@@ -17,10 +17,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from importlib import import_module
+from typing import NamedTuple
 
 ENV = "SHADOWPLANE_TEXT_READER"
 CHOICES = ("auto", "python", "native")
+# The compiled modules (controlplane/compare/_<name>.pyx), each giving the function <name>.
+MODULES = ("counts", "numbers", "spans", "mask")
 
 
 class Compiled(NamedTuple):
@@ -42,11 +45,8 @@ def _load() -> Compiled | None:
         raise ValueError(f"{ENV}={choice!r}: must be one of {', '.join(CHOICES)}")
     if choice == "python":
         return None
-    modules: dict[str, Any] = {}
     try:
-        from controlplane.compare import _counts, _mask, _numbers, _spans  # type: ignore[attr-defined]
-
-        modules = {"counts": _counts, "numbers": _numbers, "spans": _spans, "mask": _mask}
+        modules = {name: import_module(f"controlplane.compare._{name}") for name in MODULES}
     except ImportError as exc:
         if choice == "native":
             raise ImportError(
@@ -55,7 +55,7 @@ def _load() -> Compiled | None:
                 "(python setup.py build_ext --inplace)"
             ) from exc
         return None
-    return Compiled(**{name: getattr(module, name) for name, module in modules.items()})
+    return Compiled(**{name: getattr(modules[name], name) for name in MODULES})
 
 
 # The compiled reader when it runs, else None (the Python reader runs).
