@@ -15,10 +15,13 @@ or non-ASCII digit runs and Chinese numerals are spelt by conservation's own hel
 
 include "_text.pxi"
 
+cdef enum:
+    # conservation.MAX_DIGITS: a longer number is not read (_decimal, _chinese_integer).
+    MAX_DIGITS = 4300
+
 from collections import Counter
 
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
-from cpython.mem cimport PyMem_Malloc
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
 
 
@@ -41,6 +44,24 @@ cdef object _helpers():
 
 
 # --- character sets --------------------------------------------------------------------
+
+
+cdef inline bint digit(Py_UCS4 c) noexcept nogil:
+    # re_digit, without the call for ASCII (the first Nd digit past 9 is U+0660)
+    if c < 0x660:
+        return 48 <= c <= 57
+    return re_digit(c)
+
+
+# Low six bits of the characters a scan stops at: most characters are passed over with
+# one bit test (a set bit is then checked in full).
+cdef unsigned long long NUMERAL_BITS = 0
+cdef unsigned long long STARTER_BITS = 0
+for _char in "〇零一二两三四五六七八九十百千万亿":
+    NUMERAL_BITS |= 1ULL << (ord(_char) & 63)
+for _char in "一统唯之不第三万十千":
+    STARTER_BITS |= 1ULL << (ord(_char) & 63)
+del _char
 
 
 cdef inline bint zh_numeral(Py_UCS4 c) noexcept nogil:
@@ -136,25 +157,27 @@ cdef inline Py_ssize_t not_number_length(const Py_UCS4* s, Py_ssize_t n, Py_ssiz
     return 0
 
 
-cdef Py_ssize_t blank(const Py_UCS4* s, Py_ssize_t n, Py_UCS4* out) noexcept nogil:
-    """_NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH)) into out; its length."""
+cdef Py_ssize_t blank(Py_UCS4* s, Py_ssize_t n) noexcept nogil:
+    """_NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH)), in place; its length.
+
+    Written at m <= i: what a match at i reads (s[i - 1] to s[i + 3]) is not written yet
+    when m < i, and when m == i nothing was blanked and s[i - 1] is only translated."""
     cdef Py_ssize_t i = 0, m = 0, k
     cdef Py_UCS4 c
     while i < n:
         c = s[i]
-        if c < 0x4E00 or c > 0x7EDF:  # below 一 or above 统: no match starts here
-            out[m] = fullwidth(c)
-            m += 1
-            i += 1
-            continue
-        k = not_number_length(s, n, i)
-        if k:
-            out[m] = 32
-            i += k
-        else:
-            out[m] = c
-            i += 1
+        if 0x4E00 <= c <= 0x7EDF and (STARTER_BITS >> (<unsigned int>c & 63)) & 1:  # 一 … 统
+            k = not_number_length(s, n, i)
+            if k:
+                s[m] = 32
+                m += 1
+                i += k
+                continue
+        elif c >= 0xFF05:
+            c = fullwidth(c)
+        s[m] = c
         m += 1
+        i += 1
     return m
 
 
@@ -192,14 +215,14 @@ cdef Py_ssize_t percent_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t e) noexce
 
 
 cdef inline Py_ssize_t digits_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    while i < n and re_digit(s[i]):
+    while i < n and digit(s[i]):
         i += 1
     return i
 
 
 cdef inline Py_ssize_t fraction_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
     # (?:\.\d+)? after i
-    if i + 1 < n and s[i] == 46 and re_digit(s[i + 1]):
+    if i + 1 < n and s[i] == 46 and digit(s[i + 1]):
         return digits_end(s, n, i + 2)
     return i
 
@@ -219,8 +242,20 @@ cdef inline str text_of(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
     return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, s + start, end - start)
 
 
-cdef inline void add(dict counts, str key):
-    cdef PyObject* found = PyDict_GetItem(counts, key)
+# The spellings of 0 … 9999, made once each (and hashed once): most numbers are these.
+cdef list SMALL = [None] * 10_000
+
+
+cdef str small(long long value):
+    cdef object spelt = SMALL[value]
+    if spelt is None:
+        spelt = SMALL[value] = str(value)
+    return spelt
+
+
+cdef inline void add(object counts, str key):
+    # counts[key] += 1, on the Counter's dict (no __missing__ call)
+    cdef PyObject* found = PyDict_GetItemWithError(counts, key)
     if found is NULL:
         PyDict_SetItem(counts, key, 1)
     else:
@@ -231,8 +266,14 @@ cdef str plain_integer(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Py_UC
     """An ASCII digit run of at most 28 digits, spelt as _spell would spell it."""
     cdef char buf[48]
     cdef Py_ssize_t k = 0, z
+    cdef long long value = 0
     while start < end and s[start] == 48:
         start += 1
+    if end - start <= 4 and not big and not percent:
+        while start < end:
+            value = value * 10 + (<unsigned int>s[start] - 48)
+            start += 1
+        return small(value)
     if start == end:
         buf[0] = 48
         k = 1
@@ -261,7 +302,7 @@ cdef bint plain_ascii(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) noexce
     return True
 
 
-cdef void add_spelt(dict counts, object value, bint percent):
+cdef void add_spelt(object counts, object value, bint percent):
     # counts[_spell(value) + ("%" if percent else "")] += 1, unless value is None
     cdef str spelt
     if value is None:
@@ -375,22 +416,27 @@ cdef object spelt_chinese(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
         if zh_digit_value(s[i]) < 0:
             all_digits = False
     if all_digits:
+        if end - start > MAX_DIGITS:
+            return None
         if end - start > 28:  # Decimal rounds it to 28 digits: conservation spells it
             return _helpers()._spelt_chinese(text_of(s, start, end))
         for i in range(start, end):
             if k or zh_digit_value(s[i]):
                 buf[k] = 48 + zh_digit_value(s[i])
                 k += 1
-        if not k:
-            return "0"
+        if k <= 4:
+            value = 0
+            for i in range(k):
+                value = value * 10 + (buf[i] - 48)
+            return small(value)
         return buf[:k].decode("ascii")
     value = chinese_integer(s, start, end)
     if value < 0:
         return None
-    return str(value)
+    return small(value) if value < 10_000 else str(value)
 
 
-cdef void add_chinese(dict counts, const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, bint percent) except *:
+cdef void add_chinese(object counts, const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, bint percent) except *:
     spelt = spelt_chinese(s, start, end)
     if spelt is not None:
         add(counts, spelt + "%" if percent else spelt)
@@ -412,8 +458,8 @@ cdef bint lone_numeral_counts(const Py_UCS4* b, Py_ssize_t m, Py_ssize_t start, 
     return has_before and before == u"第"
 
 
-cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, dict counts) except *:
-    cdef Py_ssize_t i = 0, j, e, end, pct
+cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
+    cdef Py_ssize_t i = 0, j, e, end, pct, commas
     cdef Py_UCS4 c, big
     cdef bint comma, percent
     while i < m:
@@ -423,24 +469,26 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, dict counts) except *:
                 i += 1
                 continue
         elif 0x3000 <= c <= 0x9FFF:  # no \d among the CJK characters
-            if not zh_numeral(c):
+            if not (NUMERAL_BITS >> (<unsigned int>c & 63)) & 1 or not zh_numeral(c):
                 i += 1
                 continue
         elif not re_digit(c):
             i += 1
             continue
-        if ascii_digit(c) or re_digit(c):
+        if digit(c):
             # (?P<arabic>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<big>[万亿])?(?P<pct>…)?
             j = digits_end(b, m, i)
             e = j
             comma = False
+            commas = 0
             if j - i <= 3:
                 while (
                     e + 3 < m and b[e] == 44
-                    and re_digit(b[e + 1]) and re_digit(b[e + 2]) and re_digit(b[e + 3])
+                    and digit(b[e + 1]) and digit(b[e + 2]) and digit(b[e + 3])
                 ):
                     e += 4
-                comma = e > j
+                    commas += 1
+                comma = commas > 0
             e = fraction_end(b, m, e)
             big = 0
             end = e
@@ -453,6 +501,8 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, dict counts) except *:
                 end = pct
             if not comma and e == j and plain_ascii(b, i, j):
                 add(counts, plain_integer(b, i, j, big, percent))
+            elif e - i - commas > MAX_DIGITS:
+                pass  # _decimal: too long to be a number
             else:
                 arabic_decimal(counts, text_of(b, i, e), big, percent)
             i = end
@@ -468,11 +518,13 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, dict counts) except *:
                 add_chinese(counts, b, j, end, True)
                 i = end
                 continue
-            if re_digit(b[j]):
+            if digit(b[j]):
                 e = digits_end(b, m, j)
                 end = fraction_end(b, m, e)
                 if end == e and plain_ascii(b, j, e):
                     add(counts, plain_integer(b, j, e, 0, True))
+                elif end - j > MAX_DIGITS:
+                    pass  # _decimal: too long to be a number
                 else:
                     add_spelt(counts, _helpers()._decimal(text_of(b, j, end)), True)
                 i = end
@@ -489,7 +541,7 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, dict counts) except *:
         i = pct if percent else end
 
 
-cdef void arabic_decimal(dict counts, str arabic, Py_UCS4 big, bint percent) except *:
+cdef void arabic_decimal(object counts, str arabic, Py_UCS4 big, bint percent) except *:
     helpers = _helpers()
     value = helpers._decimal(arabic.replace(",", ""))
     if value is not None and big:
@@ -499,25 +551,17 @@ cdef void arabic_decimal(dict counts, str arabic, Py_UCS4 big, bint percent) exc
 
 def numbers(str rest):
     """conservation.numbers(rest): numbers as a multiset, each in one spelling."""
-    cdef dict counts = {}
+    cdef object counts = Counter.__new__(Counter)  # filled through its dict
     cdef Py_ssize_t n = len(rest), m
     cdef Py_UCS4* s
-    cdef Py_UCS4* body = NULL
     if n:
         s = code_points(rest)
         try:
             if rest.isascii():
                 read_numbers(s, n, counts)
             else:
-                body = <Py_UCS4*>PyMem_Malloc(n * sizeof(Py_UCS4))
-                if body is NULL:
-                    raise MemoryError()
-                m = blank(s, n, body)
-                read_numbers(body, m, counts)
+                m = blank(s, n)
+                read_numbers(s, m, counts)
         finally:
             PyMem_Free(s)
-            PyMem_Free(body)
-    found = Counter()
-    if counts:
-        dict.update(found, counts)
-    return found
+    return counts
