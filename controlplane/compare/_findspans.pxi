@@ -25,6 +25,18 @@
 #   cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start,
 #                       Py_ssize_t* end) noexcept nogil
 #       find_spans one span at a time, without building Python objects; False at the end
+#   cdef void span_init_filtered(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n,
+#                                match_at_t other, bint emails, bint urls,
+#                                const char* first, int non_ascii) noexcept nogil
+#       span_init, asking `other` only at the ASCII characters in `first` (NULL: all) and
+#       at non-ASCII ones per `non_ascii` (NON_ASCII_NEVER, NON_ASCII_ANY, NON_ASCII_DIGITS)
+#   cdef void span_init_starts(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n,
+#                              match_at_t other, bint emails, bint urls,
+#                              const Py_ssize_t* starts, Py_ssize_t count) noexcept nogil
+#       span_init, asking `other` only at starts[:count] (ascending, every place it may
+#       match at; the array must outlive the finder)
+#   PHONE_FIRST, PHONE_NON_ASCII: where a PHONE match may start (for span_init_filtered)
+#   cdef bint nd_digit(Py_UCS4 c) noexcept nogil          # re_digit, quicker
 
 cdef enum:
     K_EMAIL = 1
@@ -32,11 +44,28 @@ cdef enum:
 
 ctypedef Py_ssize_t (*match_at_t)(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, int* kind) noexcept nogil
 
+cdef enum:
+    # Which non-ASCII characters `other` may start a match at (span_init_filtered).
+    NON_ASCII_NEVER = 0
+    NON_ASCII_ANY = 1
+    NON_ASCII_DIGITS = 2  # \d: decimal digits of any script
+
 
 # --- PHONE ------------------------------------------------------------------------------
 # Each branch is matched by hand with the regex's own backtracking order (greedy counts
 # tried from the most down, optional parts tried present first), so the end is the one
 # Python's `re` picks. The pattern is bounded (at most ~40 characters), so is the work.
+
+# `\d` (re_digit), quicker on the characters of most texts: no decimal digit lies below
+# U+0660 but ASCII's, nor between U+1C5A and U+A620 (CJK and its punctuation) in any
+# Unicode version so far (tests/ingest/test_native_spans.py checks this build's table).
+cdef inline bint nd_digit(Py_UCS4 c) noexcept nogil:
+    if c < 0x660:
+        return 48 <= c <= 57
+    if 0x1C5A <= c < 0xA620:
+        return False
+    return re_digit(c)
+
 
 # [ ./\u200b-\u200d\u2060-]
 cdef inline bint phone_sep(Py_UCS4 c) noexcept nogil:
@@ -44,7 +73,7 @@ cdef inline bint phone_sep(Py_UCS4 c) noexcept nogil:
 
 
 cdef inline bint _digit_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t p) noexcept nogil:
-    return p < n and re_digit(s[p])
+    return p < n and nd_digit(s[p])
 
 
 cdef inline bint _sep_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t p) noexcept nogil:
@@ -54,7 +83,7 @@ cdef inline bint _sep_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t p) noexcept 
 cdef inline Py_ssize_t _digits(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t p, Py_ssize_t most) noexcept nogil:
     """How many \\d (at most `most`) start at p."""
     cdef Py_ssize_t k = 0
-    while k < most and p + k < n and re_digit(s[p + k]):
+    while k < most and p + k < n and nd_digit(s[p + k]):
         k += 1
     return k
 
@@ -100,7 +129,7 @@ cdef Py_ssize_t _intl(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nog
     cdef int opt, opt2
     if s[i] == 43:  # +
         p = i + 1
-    elif s[i] == 48 and not (i > 0 and re_digit(s[i - 1])) and i + 1 < n and s[i + 1] == 48:
+    elif s[i] == 48 and not (i > 0 and nd_digit(s[i - 1])) and i + 1 < n and s[i + 1] == 48:
         p = i + 2
     else:
         return -1
@@ -142,7 +171,7 @@ cdef Py_ssize_t _mobile(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept n
     # 1(?<!\d1)[3-9]\d SEP? \d{4} SEP? \d{4} (?!\d)
     cdef Py_ssize_t p, q1, q2
     cdef int opt1, opt2
-    if s[i] != 49 or (i > 0 and re_digit(s[i - 1])):
+    if s[i] != 49 or (i > 0 and nd_digit(s[i - 1])):
         return -1
     if not (i + 1 < n and 51 <= s[i + 1] <= 57) or not _digit_at(s, n, i + 2):
         return -1
@@ -198,7 +227,7 @@ cdef Py_ssize_t _landline(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept
                 if r >= 0:
                     return r
             c -= 1
-    if s[i] == 48 and not (i > 0 and re_digit(s[i - 1])):
+    if s[i] == 48 and not (i > 0 and nd_digit(s[i - 1])):
         c = _digits(s, n, i + 1, 3)
         while c >= 2:
             r = _landline_tail(s, n, i + 1 + c)
@@ -227,10 +256,15 @@ cdef Py_ssize_t _north_american(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) no
         r = _north_american_tail(s, n, i + 5)
         if r >= 0:
             return r
-    if re_digit(s[i]) and not (i > 0 and re_digit(s[i - 1])):
+    if nd_digit(s[i]) and not (i > 0 and nd_digit(s[i - 1])):
         if _digits(s, n, i + 1, 2) == 2 and _sep_at(s, n, i + 3):
             return _north_american_tail(s, n, i + 4)
     return -1
+
+
+# Where a PHONE match may start: "+", "(" or a digit (of any script).
+cdef const char* PHONE_FIRST = b"+(0123456789"
+cdef int PHONE_NON_ASCII = NON_ASCII_DIGITS
 
 
 cdef Py_ssize_t phone_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
@@ -240,8 +274,8 @@ cdef Py_ssize_t phone_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept
     if i >= n:
         return -1
     c = s[i]
-    # Every branch starts with "+", "(" or a digit.
-    if c != 43 and c != 40 and not re_digit(c):
+    # Every branch starts with "+", "(" or a digit that no digit comes before.
+    if c != 43 and c != 40 and (not nd_digit(c) or (i > 0 and nd_digit(s[i - 1]))):
         return -1
     r = _intl(s, n, i)
     if r >= 0:
@@ -445,11 +479,22 @@ cdef bint url_next(UrlFinder* f, Py_ssize_t pos, Py_ssize_t* start, Py_ssize_t* 
 
 
 cdef inline Py_ssize_t _other_search(
-    match_at_t other, const Py_UCS4* s, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t* end, int* kind
+    match_at_t other, const Py_UCS4* s, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t* end, int* kind,
+    const unsigned char* first, int non_ascii
 ) noexcept nogil:
-    # The start of `other`'s leftmost match at pos or later (its end and kind set), or -1.
+    # The start of `other`'s leftmost match at pos or later (its end and kind set), or -1;
+    # `other` is asked only where its first character may stand.
     cdef Py_ssize_t i = pos, e
+    cdef Py_UCS4 c
     while i < n:
+        c = s[i]
+        if c < 128:
+            if not first[c]:
+                i += 1
+                continue
+        elif non_ascii == NON_ASCII_NEVER or (non_ascii == NON_ASCII_DIGITS and not nd_digit(c)):
+            i += 1
+            continue
         e = other(s, n, i, kind)
         if e >= 0:
             end[0] = e
@@ -472,9 +517,65 @@ cdef struct SpanFinder:
     Py_ssize_t oe
     int okind
     Py_ssize_t pos
+    unsigned char first[128]  # the ASCII characters `other` may start a match at
+    int non_ascii  # and the others: NON_ASCII_NEVER, NON_ASCII_ANY or NON_ASCII_DIGITS
+    const Py_ssize_t* starts  # or, when not NULL, the only places it may start at
+    Py_ssize_t count
+    Py_ssize_t next_start  # starts[:next_start] lie behind the scan
 
 
 cdef void span_init(
+    SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls
+) noexcept nogil:
+    span_init_filtered(f, s, n, other, emails, urls, NULL, NON_ASCII_ANY)
+
+
+cdef void span_init_filtered(
+    SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
+    const char* first, int non_ascii
+) noexcept nogil:
+    cdef int k
+    for k in range(128):
+        f.first[k] = first == NULL
+    if first != NULL:
+        k = 0
+        while first[k] != 0:
+            f.first[<unsigned char>first[k] & 127] = 1
+            k += 1
+    f.non_ascii = non_ascii
+    f.starts = NULL
+    f.count = 0
+    f.next_start = 0
+    _span_begin(f, s, n, other, emails, urls)
+
+
+cdef void span_init_starts(
+    SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
+    const Py_ssize_t* starts, Py_ssize_t count
+) noexcept nogil:
+    f.starts = starts
+    f.count = count
+    f.next_start = 0
+    _span_begin(f, s, n, other, emails, urls)
+
+
+cdef Py_ssize_t _other_next(SpanFinder* f, Py_ssize_t pos) noexcept nogil:
+    # `other`'s leftmost match at pos or later (f.oe, f.okind set): its start, or -1.
+    cdef Py_ssize_t i, e
+    if f.starts == NULL:
+        return _other_search(f.other, f.s, f.n, pos, &f.oe, &f.okind, f.first, f.non_ascii)
+    while f.next_start < f.count:
+        i = f.starts[f.next_start]
+        if i >= pos:
+            e = f.other(f.s, f.n, i, &f.okind)
+            if e >= 0:
+                f.oe = e
+                return i
+        f.next_start += 1
+    return -1
+
+
+cdef void _span_begin(
     SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls
 ) noexcept nogil:
     f.s = s
@@ -494,7 +595,7 @@ cdef void span_init(
     if urls:
         url_init(&f.uf, s, n)
     if other != NULL:
-        f.os = _other_search(other, s, n, 0, &f.oe, &f.okind)
+        f.os = _other_next(f, 0)
 
 
 cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start, Py_ssize_t* end) noexcept nogil:
@@ -507,7 +608,7 @@ cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start, Py_ssize_t* end
     if f.urls:
         url_ok = url_next(&f.uf, pos, &us, &ue)
     if f.os >= 0 and f.os < pos:
-        f.os = _other_search(f.other, f.s, f.n, pos, &f.oe, &f.okind)
+        f.os = _other_next(f, pos)
     other_start = f.os if f.os >= 0 else f.n + 1
     if f.email_ok and (not url_ok or f.es <= us) and f.es <= other_start:
         kind[0] = K_EMAIL

@@ -10,16 +10,77 @@
 include "_text.pxi"
 include "_findspans.pxi"
 
-from cpython.mem cimport PyMem_Malloc
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc
+from cpython.set cimport PySet_Add
+from libc.string cimport memcpy
 
 
 cdef extern from "Python.h":
     object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
     int PyUnicode_4BYTE_KIND
+    object PyFrozenSet_New(void* iterable)
 
 
 cdef enum:
     K_PHONE = 10
+
+
+# Growing buffers: what one text needs, not a bound fixed by its length (a text's
+# buffers stay few and small, so its reading stays in the cache).
+cdef struct Scratch:
+    Py_UCS4* data
+    Py_ssize_t cap
+
+
+cdef Py_UCS4* _room(Scratch* t, Py_ssize_t need) except NULL:
+    cdef Py_UCS4* grown
+    cdef Py_ssize_t cap
+    if need > t.cap:
+        cap = max(need, 2 * t.cap, 256)
+        grown = <Py_UCS4*>PyMem_Realloc(t.data, cap * sizeof(Py_UCS4))
+        if grown == NULL:
+            raise MemoryError()
+        t.data = grown
+        t.cap = cap
+    return t.data
+
+
+cdef struct Positions:
+    Py_ssize_t* data
+    Py_ssize_t count
+    Py_ssize_t cap
+
+
+cdef int _push(Positions* p, Py_ssize_t i) except -1:
+    cdef Py_ssize_t* grown
+    cdef Py_ssize_t cap
+    if p.count == p.cap:
+        cap = max(2 * p.cap, 64)
+        grown = <Py_ssize_t*>PyMem_Realloc(p.data, cap * sizeof(Py_ssize_t))
+        if grown == NULL:
+            raise MemoryError()
+        p.data = grown
+        p.cap = cap
+    p.data[p.count] = i
+    p.count += 1
+    return 0
+
+
+cdef inline void _add(object named, object value) except *:
+    PySet_Add(named, value)
+
+
+cdef str _lower(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Scratch* scratch, str text):
+    # text[start:end].lower(), natively when ASCII.
+    cdef Py_ssize_t k
+    cdef unsigned int c
+    cdef Py_UCS4* tmp = _room(scratch, end - start)
+    for k in range(start, end):
+        c = s[k]
+        if c >= 128:
+            return text[start:end].lower()
+        tmp[k - start] = c + 32 if 65 <= c <= 90 else c
+    return _str(tmp, end - start)
 
 
 cdef inline str _str(const Py_UCS4* b, Py_ssize_t length):
@@ -42,7 +103,7 @@ cdef str _phone(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
         raise MemoryError()
     try:
         for k in range(start, end):
-            if re_digit(s[k]):
+            if nd_digit(s[k]):
                 buf[4 + d] = s[k]
                 d += 1
         if d >= 2 and buf[4] == 48 and buf[5] == 48:  # removeprefix("00")
@@ -102,7 +163,7 @@ cdef bint _number_with_unit(const Py_UCS4* t, Py_ssize_t length) noexcept nogil:
     return False
 
 
-cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, set named, Py_ssize_t* out_n) except? NULL:
+cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, object named, Py_ssize_t* out_n) except? NULL:
     """The ID-like tokens of a[:n] added to `named`; the text with each blanked to one space
     (a new buffer, *out_n long), or `a` itself when none is found."""
     cdef Py_UCS4* b = NULL
@@ -138,24 +199,21 @@ cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, set named, Py_ssize_t* out_n) e
                 break
         if not letter or _number_with_unit(a + start, end - start):
             continue
-        named.add(_str(a + start, end - start))
+        _add(named, _str(a + start, end - start))
         if b == NULL:
             b = <Py_UCS4*>PyMem_Malloc(n * sizeof(Py_UCS4) + 4)
             if b == NULL:
                 raise MemoryError()
-        for k in range(copied, start):
-            b[w] = a[k]
-            w += 1
+        memcpy(b + w, a + copied, (start - copied) * sizeof(Py_UCS4))
+        w += start - copied
         b[w] = 32
         w += 1
         copied = end
     if b == NULL:
         out_n[0] = n
         return a
-    for k in range(copied, n):
-        b[w] = a[k]
-        w += 1
-    out_n[0] = w
+    memcpy(b + w, a + copied, (n - copied) * sizeof(Py_UCS4))
+    out_n[0] = w + n - copied
     return b
 
 
@@ -168,18 +226,24 @@ _CLOSERS[:] = [0x201D, 0x300D, 0x300F, 0x300B, 34, 39]  # ” 」 』 》 " '
 
 
 cdef inline int _opener(Py_UCS4 c) noexcept nogil:
-    cdef int q
-    if c != 34 and c != 39 and c < 0x201C:
-        return -1
-    for q in range(6):
-        if c == _OPENERS[q]:
-            return q
+    # Which of _OPENERS c is, or -1.
+    if c < 0x201C:
+        return 4 if c == 34 else 5 if c == 39 else -1
+    if c == 0x201C:
+        return 0
+    if c == 0x300C:
+        return 1
+    if c == 0x300E:
+        return 2
+    if c == 0x300A:
+        return 3
     return -1
 
 
-cdef str _collapsed(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Py_UCS4* tmp):
+cdef str _collapsed(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Scratch* scratch):
     # " ".join(s[start:end].split())
     cdef Py_ssize_t w = 0, k
+    cdef Py_UCS4* tmp = _room(scratch, end - start)
     cdef bint gap = False
     for k in range(start, end):
         if re_space(s[k]):
@@ -194,23 +258,22 @@ cdef str _collapsed(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end, Py_UCS4*
     return _str(tmp, w)
 
 
-cdef void _quoted(const Py_UCS4* s, Py_ssize_t n, set named, Py_UCS4* tmp) except *:
+cdef void _quoted(
+    const Py_UCS4* s, Py_ssize_t n, object named, Scratch* tmp, const Py_ssize_t* openers,
+    Py_ssize_t count
+) except *:
+    # openers[:count]: where the opening marks stand, in order.
     cdef Py_ssize_t closing[6]
-    cdef Py_ssize_t pos = 0, start, close, k
+    cdef Py_ssize_t pos = 0, start, close, j
     cdef int q
     cdef Py_UCS4 closer
     for q in range(6):
         closing[q] = -1
-    while True:
-        start = pos
-        q = -1
-        while start < n:
-            q = _opener(s[start])
-            if q >= 0:
-                break
-            start += 1
-        if q < 0:
-            return
+    for j in range(count):
+        start = openers[j]
+        if start < pos:
+            continue
+        q = _opener(s[start])
         close = closing[q]
         if close <= start:
             closer = _CLOSERS[q]
@@ -226,7 +289,7 @@ cdef void _quoted(const Py_UCS4* s, Py_ssize_t n, set named, Py_UCS4* tmp) excep
                 or (pos < n and Py_UNICODE_ISALPHA(s[pos]))
             ):
                 continue
-            named.add(_collapsed(s, start, pos, tmp))
+            _add(named, _collapsed(s, start, pos, tmp))
         else:
             pos = start + 1
 
@@ -372,8 +435,8 @@ cdef Py_ssize_t _put_word(const Py_UCS4* w, Py_ssize_t length, Py_UCS4* out) noe
     return length
 
 
-cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, set named, Py_UCS4* tmp) except *:
-    # tmp holds at least 3 * n + 16 code points (an expanded name is at most 3 times its run).
+cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, object named, Scratch* scratch) except *:
+    cdef Py_UCS4* tmp
     cdef Py_ssize_t i = 0, start, end, k, first_end, w, word_start
     cdef bint single, lower
     while i < n:
@@ -382,7 +445,10 @@ cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, set named, Py_UCS4* tmp) 
             continue
         start = i
         i = _run_end(r, n, start)
-        if start > 0 and Py_UNICODE_ISALNUM(r[start - 1]):
+        if start > 0 and (
+            (ascii_letter(r[start - 1]) or ascii_digit(r[start - 1])) if r[start - 1] < 128
+            else Py_UNICODE_ISALNUM(r[start - 1])
+        ):
             continue  # inside a word ("iPhone")
         end = i
         while end > start and (r[end - 1] == 46 or r[end - 1] == 45 or r[end - 1] == 38):
@@ -411,7 +477,9 @@ cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, set named, Py_UCS4* tmp) 
                         break
                 if lower:
                     continue  # a single capitalised word opening a sentence
-        # The words, one space apart, each as _ABBREVIATED_NAMES spells it.
+        # The words, one space apart, each as _ABBREVIATED_NAMES spells it (at most 3
+        # times as long: Wed → Wednesday).
+        tmp = _room(scratch, 3 * (end - start) + 16)
         w = 0
         k = start
         while k < end:
@@ -424,7 +492,31 @@ cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, set named, Py_UCS4* tmp) 
             w += _put_word(r + word_start, k - word_start, tmp + w)
             while k < end and _space_tab(r[k]):
                 k += 1
-        named.add(_str(tmp, w))
+        _add(named, _str(tmp, w))
+
+
+# What one pass over the text looks for: which readers it needs.
+cdef enum:
+    _DIGIT = 1
+    _AT = 2
+    _COLON_W = 4  # ":" or "w": "://" or "www." may follow
+    _QUOTE = 8  # an opening quote mark
+    _UPPER = 16
+    _PHONE_START = 32  # "+" or "("
+
+cdef unsigned char _ASCII_CLASS[128]
+_ASCII_CLASS[:] = [0] * 128
+for _c in range(48, 58):
+    _ASCII_CLASS[_c] = _DIGIT
+for _c in range(65, 91):
+    _ASCII_CLASS[_c] = _UPPER
+_ASCII_CLASS[64] = _AT
+_ASCII_CLASS[58] = _COLON_W
+_ASCII_CLASS[119] = _COLON_W
+_ASCII_CLASS[34] = _QUOTE
+_ASCII_CLASS[39] = _QUOTE
+_ASCII_CLASS[43] = _PHONE_START
+_ASCII_CLASS[40] = _PHONE_START
 
 
 # --- spans --------------------------------------------------------------------------------
@@ -436,30 +528,53 @@ def spans(str text):
     cdef Py_UCS4* s = code_points(text)
     cdef Py_UCS4* a = s
     cdef Py_UCS4* b = s
-    cdef Py_UCS4* tmp = NULL
+    cdef Scratch tmp
+    cdef Positions starts, openers
     cdef bint email = False, url = False, digits = False
+    cdef unsigned char bits, seen = 0
     cdef Py_UCS4 c
     cdef int kind
     cdef SpanFinder finder
-    cdef set named = set()
+    # Filled while no other code holds it (PySet_Add may fill a brand new frozenset).
+    cdef object named = PyFrozenSet_New(NULL)
+    tmp.data = NULL
+    tmp.cap = 0
+    starts.data = openers.data = NULL
+    starts.count = starts.cap = openers.count = openers.cap = 0
     try:
+        # One pass: which readers the text needs, where a phone number may start (a
+        # digit no ASCII digit comes before, "+", "("), where the quote marks stand.
         for i in range(n):
             c = s[i]
-            if c < 48 or c > 119:
-                continue
-            if c <= 57:
-                digits = True
-            elif c == 64:
-                email = True
-            elif c == 58:
-                if i + 2 < n and s[i + 1] == 47 and s[i + 2] == 47:
-                    url = True
-            elif c == 119:
-                if i + 3 < n and s[i + 1] == 119 and s[i + 2] == 119 and s[i + 3] == 46:
-                    url = True
+            if c < 128:
+                bits = _ASCII_CLASS[c]
+                if bits:
+                    seen |= bits
+                    if bits & _DIGIT:
+                        if i == 0 or not ascii_digit(s[i - 1]):
+                            _push(&starts, i)
+                    elif bits & _PHONE_START:
+                        _push(&starts, i)
+                    elif bits & _QUOTE:
+                        _push(&openers, i)
+                    elif bits & _COLON_W:
+                        if c == 58:
+                            if i + 2 < n and s[i + 1] == 47 and s[i + 2] == 47:
+                                url = True
+                        elif i + 3 < n and s[i + 1] == 119 and s[i + 2] == 119 and s[i + 3] == 46:
+                            url = True
+            elif c == 0x201C or c == 0x300A or c == 0x300C or c == 0x300E:
+                _push(&openers, i)
+            elif nd_digit(c):
+                _push(&starts, i)
+        digits = (seen & _DIGIT) != 0
+        email = (seen & _AT) != 0
         an = n
         if email or url or digits:
-            span_init(&finder, s, n, _phone_at if digits else <match_at_t>NULL, email, url)
+            span_init_starts(
+                &finder, s, n, _phone_at if digits else <match_at_t>NULL, email, url,
+                starts.data, starts.count,
+            )
             w = 0
             copied = 0
             while span_next(&finder, &kind, &start, &end):
@@ -468,43 +583,46 @@ def spans(str text):
                     if a == NULL:
                         raise MemoryError()
                 if kind == K_EMAIL:
-                    named.add(text[start:end].lower())
+                    _add(named, _lower(s, start, end, &tmp, text))
                 elif kind == K_PHONE:
-                    named.add(_phone(s, start, end))
+                    _add(named, _phone(s, start, end))
                 else:
-                    named.add(text[start:end])
-                for k in range(copied, start):
-                    a[w] = s[k]
-                    w += 1
+                    _add(named, _str(s + start, end - start))
+                memcpy(a + w, s + copied, (start - copied) * sizeof(Py_UCS4))
+                w += start - copied
                 a[w] = 32
                 w += 1
                 copied = end
             if a != s:
-                for k in range(copied, n):
-                    a[w] = s[k]
-                    w += 1
-                an = w
+                memcpy(a + w, s + copied, (n - copied) * sizeof(Py_UCS4))
+                an = w + n - copied
             b = a
             bn = an
             if digits:
                 b = _id_like(a, an, named, &bn)
         else:
             bn = n
-        tmp = <Py_UCS4*>PyMem_Malloc((3 * n + 16) * sizeof(Py_UCS4))
-        if tmp == NULL:
-            raise MemoryError()
-        _quoted(s, n, named, tmp)
-        _capitalised(b, bn, named, tmp)
+        if openers.count:
+            _quoted(s, n, named, &tmp, openers.data, openers.count)
+        if seen & _UPPER:
+            _capitalised(b, bn, named, &tmp)
         rest = text if b == s else _str(b, bn)
-        return frozenset(named), rest
+        return named, rest
     finally:
         if b != a and b != s:
             PyMem_Free(b)
         if a != s:
             PyMem_Free(a)
         PyMem_Free(s)
-        if tmp != NULL:
-            PyMem_Free(tmp)
+        PyMem_Free(tmp.data)
+        PyMem_Free(starts.data)
+        PyMem_Free(openers.data)
+
+
+def nd_digit_mismatches_for_tests():
+    """The code points where nd_digit and re_digit disagree (none)."""
+    cdef Py_UCS4 c
+    return [c for c in range(0x110000) if nd_digit(c) != re_digit(c)]
 
 
 def tables_for_tests():
