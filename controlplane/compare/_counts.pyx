@@ -8,9 +8,10 @@ code point a bounded number of times:
 - sentences: runs of 。！？!? with their closers end a sentence; a "." ends one when it is
   not followed by "." and is followed by whitespace, the end or a closer, is not the last
   dot of an ellipsis and does not close an abbreviation (_is_abbreviation, read back to
-  the previous space within 12 characters, or over the whole body's start when there is
-  none: that read stops as soon as the word has more than 6 letters, so it is bounded
-  too). The body is the stripped text.
+  the previous space within 12 characters, or to the body's start when there is none:
+  that read stops as soon as the word, dots and leading quotes aside, has more than 6
+  characters, so a character is read back over by a few dots at most). The body is the
+  stripped text.
 - length: Latin units (_LATIN_UNIT: letters with apostrophe joins, digit runs with their
   separators and a percent sign) plus CJK characters minus the extra characters of each
   Chinese number run (_ZH_NUMBER_RUN).
@@ -27,7 +28,7 @@ from libc.stdint cimport uint64_t
 
 include "_text.pxi"
 
-ctypedef unsigned int cp  # a code point, as a C integer (Py_UCS4 does arithmetic as str)
+ctypedef unsigned int cp  # a code point as a plain C integer (Cython does Py_UCS4 arithmetic on str)
 
 # --- the reader's constants (tests check them against conservation.py) ---------------
 
@@ -36,7 +37,6 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc inc ltd co corp fig eg ie approx dept est "
     "jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun".split()
 )
-_ABBREVIATION_STRIP = "\"'“‘(（"
 _NOT_NEGATING_ZH = (
     "非常 无论 别人 别的 别处 特别 区别 分别 告别 类别 级别 性别 识别 未来 否则 是否 能否 "
     "可否 与否 不过 不少 不错 不久 不断 不管 不仅 莫名 无数 无限 无比 无线 除非 "
@@ -79,6 +79,7 @@ cdef enum:
     Z_NUMERAL = 1
     Z_DIGIT = 2
     Z_NEG = 4
+    Z_BLANK = 8  # starts a word _NOT_NEGATING_ZH blanks
 
 cdef enum:
     CJK_LO = 0x4E00
@@ -151,6 +152,7 @@ def _init_tables():
     for g, (first, members) in enumerate(groups.items()):
         assert len(members) <= MAX_IN_GROUP
         ZH_GROUP[ord(first) - CJK_LO] = g + 1
+        ZH_CLASS[ord(first) - CJK_LO] |= Z_BLANK
         GROUP_SIZE[g] = len(members)
         for k, member in enumerate(members):
             GROUP_WORD[g][k] = member
@@ -253,12 +255,28 @@ cdef inline void add_key(State* st, int key) noexcept nogil:
     st.count[key] += 1
 
 
-cdef int en_negation_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t q, bint* contraction) noexcept nogil:
+cdef inline bint could_negate(cp first, cp second) noexcept nogil:
+    """Whether a spelling of _NEGATION_EN starts with these two characters (in either
+    case): n't, no..., never, neither, without, cannot, unable."""
+    if is_apostrophe(second):
+        return first == 0x6E
+    first |= 0x20
+    second |= 0x20
+    if first == 0x6E:
+        return second == 0x6F or second == 0x65
+    if first == 0x77:
+        return second == 0x69
+    if first == 0x63:
+        return second == 0x61
+    return second == 0x6E
+
+
+cdef int en_negation_at(const cp* s, Py_ssize_t n, Py_ssize_t q, bint* contraction) noexcept nogil:
     """The key of _NEGATION_EN's match starting exactly at q, or -1."""
     cdef unsigned int c
     cdef Py_ssize_t k = q
     cdef uint64_t packed = 0
-    cdef bint upper_first, all_upper = True, rest_lower = True
+    cdef bint all_upper = True, rest_lower = True
     cdef int j
     contraction[0] = False
     if s[q] == 0x6E and q + 2 < n and is_apostrophe(s[q + 1]) and s[q + 2] == 0x74:
@@ -290,7 +308,7 @@ cdef int en_negation_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t q, bint* cont
     return -1
 
 
-cdef inline void en_negation(const Py_UCS4* s, State* st, Py_ssize_t q) noexcept nogil:
+cdef inline void en_negation(const cp* s, State* st, Py_ssize_t q) noexcept nogil:
     """Counts _NEGATION_EN's match at q unless it is inside a word (each q looked at once)."""
     cdef bint contraction
     cdef int key
@@ -298,6 +316,8 @@ cdef inline void en_negation(const Py_UCS4* s, State* st, Py_ssize_t q) noexcept
         return
     st.en_checked = q
     if not (s[q] < 128 and ASCII_CLASS[s[q]] & A_NEG):
+        return
+    if not could_negate(s[q], s[q + 1]):  # (s[n] is the copy's closing 0)
         return
     key = en_negation_at(s, st.n, q, &contraction)
     if key < 0:
@@ -307,7 +327,7 @@ cdef inline void en_negation(const Py_UCS4* s, State* st, Py_ssize_t q) noexcept
     add_key(st, key)
 
 
-cdef Py_ssize_t latin_word(const Py_UCS4* s, State* st, Py_ssize_t i) noexcept nogil:
+cdef inline Py_ssize_t latin_word(const cp* s, State* st, Py_ssize_t i) noexcept nogil:
     """_LATIN_UNIT's first branch from i (a Latin letter): its end. Looks for English
     negations where one can start inside it: at its start, after × or ÷ (the range's
     only non-letters), after an apostrophe join, and at an "n" before one (n't)."""
@@ -336,33 +356,40 @@ cdef Py_ssize_t latin_word(const Py_UCS4* s, State* st, Py_ssize_t i) noexcept n
     return j
 
 
-cdef int is_abbreviation(const Py_UCS4* s, State* st, Py_ssize_t dot) except -1:
+cdef int python_abbreviation(const cp* word, Py_ssize_t m) except -1:
+    """The end of _is_abbreviation for a word with a non-ASCII character, in Python
+    (its lower() is the Unicode one: "İ" → "i̇", KELVIN SIGN → "k")."""
+    text = "".join([chr(word[k]) for k in range(m)]).lower()
+    return text in _ABBREVIATIONS or (len(text) == 1 and text.isalpha())
+
+
+cdef int is_abbreviation(const cp* s, State* st, Py_ssize_t dot) except -1:
     """_is_abbreviation(body, dot) for the body s[lo:hi]."""
     cdef Py_ssize_t lo = st.lo
-    cdef Py_ssize_t start = lo, k, p, firm = 0, pending = 0, m = 0
+    cdef Py_ssize_t k, p, firm = 0, pending = 0, m = 0
     cdef int g
     cdef unsigned int c
     cdef cp word[8]
     cdef bint ascii = True
     cdef uint64_t packed = 0
-    # text.rfind(" ", max(0, dot - 12), dot) + 1: the body's start when there is none
-    k = dot - 1
-    while k >= lo and k >= dot - 12:
-        if s[k] == 0x20:
-            start = k + 1
-            break
-        k -= 1
-    if start >= dot or not is_alpha(s[dot - 1]):
+    if dot == lo or not is_alpha(s[dot - 1]):
         return False
-    # word.lstrip(...).replace(".", ""): the characters of s[p:dot] but its dots, where
-    # s[start:p] is the stripped run of quotes and brackets. More than 6 of them is no
-    # abbreviation (the longest is "approx"; lower() never shortens a word), so the
-    # read back stops there.
+    # The word is s[start:dot], start after text.rfind(" ", max(0, dot - 12), dot) (the
+    # body's start when there is none); word.lstrip(...).replace(".", "") is s[p:dot] but
+    # its dots, s[start:p] being the stripped run of quotes and brackets. More than 6
+    # characters is no abbreviation (the longest is "approx"; lower() never shortens a
+    # word), so the read back stops there, wherever the space is.
     p = dot
     k = dot - 1
-    while k >= start:
+    while k >= lo:
         c = s[k]
-        if c == 0x2E:
+        if ascii_letter(c):
+            firm += pending + 1
+            pending = 0
+            p = k
+        elif c == 0x20 and k >= dot - 12:
+            break
+        elif c == 0x2E:
             firm += pending
             pending = 0
             p = k
@@ -383,8 +410,7 @@ cdef int is_abbreviation(const Py_UCS4* s, State* st, Py_ssize_t dot) except -1:
             if c >= 128:
                 ascii = False
     if not ascii:
-        text = "".join([chr(word[k]) for k in range(m)]).lower()
-        return text in _ABBREVIATIONS or (len(text) == 1 and text.isalpha())
+        return python_abbreviation(word, m)
     if m == 1:
         return ascii_letter(word[0])
     for k in range(m):
@@ -401,7 +427,7 @@ cdef int is_abbreviation(const Py_UCS4* s, State* st, Py_ssize_t dot) except -1:
     return False
 
 
-cdef Py_ssize_t sentence_dot(const Py_UCS4* s, State* st, Py_ssize_t i) except -2:
+cdef Py_ssize_t sentence_dot(const cp* s, State* st, Py_ssize_t i) except -2:
     """_SENTENCE_END's "." branch at i: the position after its match, or i + 1."""
     cdef Py_ssize_t hi = st.hi, j = i + 1
     if j < hi and (s[j] == 0x2E or not (Py_UNICODE_ISSPACE(s[j]) or is_closer(s[j]))):
@@ -417,7 +443,7 @@ cdef Py_ssize_t sentence_dot(const Py_UCS4* s, State* st, Py_ssize_t i) except -
     return j
 
 
-cdef inline Py_ssize_t sentence_run(const Py_UCS4* s, State* st, Py_ssize_t i) noexcept nogil:
+cdef inline Py_ssize_t sentence_run(const cp* s, State* st, Py_ssize_t i) noexcept nogil:
     """_SENTENCE_END's first branch at i: [。！？!?]+ and closers."""
     cdef Py_ssize_t hi = st.hi, j = i + 1
     while j < hi and is_end_mark(s[j]):
@@ -429,7 +455,7 @@ cdef inline Py_ssize_t sentence_run(const Py_UCS4* s, State* st, Py_ssize_t i) n
     return j
 
 
-cdef inline Py_ssize_t zh_number_length(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+cdef inline Py_ssize_t zh_number_length(const cp* s, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
     """The length of _ZH's match at j (s[j] a numeral)."""
     cdef Py_ssize_t k = j + 1
     while k < n and zh_numeral(s[k]):
@@ -441,7 +467,7 @@ cdef inline Py_ssize_t zh_number_length(const Py_UCS4* s, Py_ssize_t n, Py_ssize
     return k - j
 
 
-cdef inline int blank_length(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, int group) noexcept nogil:
+cdef inline int blank_length(const cp* s, Py_ssize_t n, Py_ssize_t i, int group) noexcept nogil:
     """The length of _NOT_NEGATING_ZH_RE's match at i (0: none); group: s[i]'s words."""
     cdef int k, w, g
     cdef bint ok
@@ -459,15 +485,16 @@ cdef inline int blank_length(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, int g
     return 0
 
 
-def counts(str text):
+def counts(str text not None):
     """(sentence_count(text), length(text), negations(text)), as conservation.py reads them."""
     cdef Py_ssize_t n = len(text)
-    cdef Py_UCS4* s = code_points(text)
+    cdef Py_UCS4* buffer = code_points(text)
+    cdef const cp* s = <const cp*>buffer
     cdef State st
     cdef Py_ssize_t i, j, length, number_next = 0, blank_next = 0, zh_extra = 0, cjk = 0
     cdef cp c
     cdef unsigned char f
-    cdef int k, group
+    cdef int k
     cdef int order[N_KEYS]
     try:
         st.n = n
@@ -504,7 +531,9 @@ def counts(str text):
             elif CJK_LO <= c <= CJK_HI:
                 cjk += 1
                 f = ZH_CLASS[c - CJK_LO]
-                group = ZH_GROUP[c - CJK_LO]
+                if f == 0:
+                    i += 1
+                    continue
                 if f & Z_NUMERAL and i >= number_next:
                     if c == BAI and i + 3 < n and s[i + 1] == FEN and s[i + 2] == ZHI and zh_numeral(s[i + 3]):
                         length = 3 + zh_number_length(s, n, i + 3)
@@ -513,8 +542,8 @@ def counts(str text):
                     zh_extra += length - 1
                     number_next = i + length
                 if i >= blank_next:
-                    if group:
-                        blank_next = i + blank_length(s, n, i, group - 1)
+                    if f & Z_BLANK:
+                        blank_next = i + blank_length(s, n, i, ZH_GROUP[c - CJK_LO] - 1)
                     if f & Z_NEG and i >= blank_next:
                         add_key(&st, ZH_NEG_KEY[c - CJK_LO] - 1)
                 i += 1
@@ -536,7 +565,7 @@ def counts(str text):
                     cjk += 1
                 i += 1
     finally:
-        PyMem_Free(s)
+        PyMem_Free(buffer)
     found = _new_counter(Counter)
     for k in range(N_KEYS):
         order[k] = k
@@ -550,7 +579,7 @@ def counts(str text):
     return sentences, st.units + cjk - zh_extra, found
 
 
-cdef Py_ssize_t number_unit(const Py_UCS4* s, State* st, Py_ssize_t i) except -2:
+cdef Py_ssize_t number_unit(const cp* s, State* st, Py_ssize_t i) except -2:
     """_LATIN_UNIT's second branch from i (a digit): its end. A "." closing the run may
     end a sentence ("It costs 35. Then")."""
     cdef Py_ssize_t n = st.n, j = i + 1
