@@ -11,7 +11,8 @@ bounded length), so the time is linear in the text's length by construction.
 include "_text.pxi"
 include "_findspans.pxi"
 
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.string cimport memcpy
 
 
 cdef extern from "Python.h":
@@ -293,6 +294,22 @@ cdef str digits_of(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
     return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, k)
 
 
+cdef str without_zero_width(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
+    """view[start:end] without [\u200b-\u200d\u2060] (redaction._ZERO_WIDTH)."""
+    cdef Py_UCS4* buf = <Py_UCS4*>PyMem_Malloc((end - start + 1) * sizeof(Py_UCS4))
+    if buf == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t k = 0, j
+    try:
+        for j in range(start, end):
+            if not ((0x200B <= s[j] <= 0x200D) or s[j] == 0x2060):
+                buf[k] = s[j]
+                k += 1
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, k)
+    finally:
+        PyMem_Free(buf)
+
+
 cdef str placeholder(dict placeholders, dict counts, str kind, str key):
     cdef tuple pair = (kind, key)
     found = placeholders.get(pair)
@@ -366,12 +383,53 @@ cdef object replace(dict placeholders, dict counts, int kind, const Py_UCS4* v, 
         return placeholder(placeholders, counts, "PHONE", key)
     if kind == K_EMAIL:
         # Without its zero-width characters, lower case.
-        key = "".join([
-            chr(v[j]) for j in range(start, end)
-            if not ((0x200B <= v[j] <= 0x200D) or v[j] == 0x2060)
-        ]).lower()
+        key = without_zero_width(v, start, end).lower()
         return placeholder(placeholders, counts, "EMAIL", key)
     return None
+
+
+# --- the output ------------------------------------------------------------------------
+
+cdef struct Out:
+    Py_UCS4* buf
+    Py_ssize_t len
+    Py_ssize_t cap
+    bint changed  # a placeholder was put
+
+
+cdef int reserve(Out* o, Py_ssize_t more) except -1:
+    cdef Py_ssize_t cap
+    cdef Py_UCS4* buf
+    if o.len + more <= o.cap:
+        return 0
+    cap = max(2 * o.cap, o.len + more + 64)
+    buf = <Py_UCS4*>PyMem_Realloc(o.buf, cap * sizeof(Py_UCS4))
+    if buf == NULL:
+        raise MemoryError()
+    o.buf = buf
+    o.cap = cap
+    return 0
+
+
+cdef int put(Out* o, const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) except -1:
+    """s[start:end] appended."""
+    if end <= start:
+        return 0
+    reserve(o, end - start)
+    memcpy(o.buf + o.len, s + start, (end - start) * sizeof(Py_UCS4))
+    o.len += end - start
+    return 0
+
+
+cdef int put_str(Out* o, str text) except -1:
+    """A placeholder appended."""
+    cdef Py_ssize_t k, n = len(text)
+    o.changed = True
+    reserve(o, n)
+    for k in range(n):
+        o.buf[o.len + k] = text[k]
+    o.len += n
+    return 0
 
 
 # --- the token pass ----------------------------------------------------------------------
@@ -390,9 +448,9 @@ cdef bint is_placeholder(const Py_UCS4* t, Py_ssize_t first, Py_ssize_t last) no
     return e == last - 1 and 1 <= e - j <= most
 
 
-cdef void tokens(list out, str text, const Py_UCS4* t, const Py_UCS4* v,
-                 Py_ssize_t lo, Py_ssize_t hi, dict placeholders, dict counts):
-    """Masker._tokens on text[lo:hi] (its view v[lo:hi]), its pieces appended to `out`."""
+cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ssize_t hi,
+                dict placeholders, dict counts) except -1:
+    """Masker._tokens on text[lo:hi] (its view v[lo:hi]), appended to the output."""
     cdef Py_ssize_t copied = lo, pos = lo, j, e, start, end, left, right, k, letters, digits
     cdef bint found
     while True:
@@ -436,8 +494,8 @@ cdef void tokens(list out, str text, const Py_UCS4* t, const Py_UCS4* v,
                 elif digit(v[k]):
                     digits += 1
             if letters and digits >= 2:
-                out.append(text[copied:left])
-                out.append(placeholder(placeholders, counts, "ID", chars(v, left, right)))
+                put(o, t, copied, left)
+                put_str(o, placeholder(placeholders, counts, "ID", chars(v, left, right)))
                 copied = right
                 continue
         # _LONG_DIGIT_RUN.finditer(view, start, pos)
@@ -448,43 +506,45 @@ cdef void tokens(list out, str text, const Py_UCS4* t, const Py_UCS4* v,
                 while e < pos and digit(v[e]):
                     e += 1
                 if e - k >= 6:
-                    out.append(text[copied:k])
-                    out.append(placeholder(placeholders, counts, "NUM", chars(v, k, e)))
+                    put(o, t, copied, k)
+                    put_str(o, placeholder(placeholders, counts, "NUM", chars(v, k, e)))
                     copied = e
                 k = e
             else:
                 k += 1
-    out.append(text[copied:hi])
+    put(o, t, copied, hi)
+    return 0
 
 
 # --- the masker --------------------------------------------------------------------------
 
 def mask(str text, dict placeholders, dict counts):
     """Masker._mask(text) for a Masker holding these placeholders and counts."""
-    cdef Py_ssize_t n = len(text), i, start, end
+    cdef Py_ssize_t n = len(text), i, start, end, copied, k, count = 0, size = 0
     cdef Py_UCS4* t = code_points(text)
     cdef Py_UCS4* v = NULL
+    cdef Py_ssize_t* spans = NULL  # the replaced spans' (start, end)
+    cdef Py_ssize_t* grown
     cdef Py_UCS4 c
-    cdef bint any_digit = False, at = False, dot = False
+    cdef bint any_digit = False, at = False, dot = False, wide = False
     cdef Py_ssize_t colons = 0
     cdef int kind
-    cdef list out, pieces
+    cdef list replacements
     cdef SpanFinder f
     cdef match_at_t first
+    cdef Out o
+    o.buf = NULL
+    o.len = 0
+    o.cap = 0
+    o.changed = False
     try:
-        # The view (redaction._view), one character for one.
-        v = <Py_UCS4*>PyMem_Malloc((n + 1) * sizeof(Py_UCS4))
-        if v == NULL:
-            raise MemoryError()
+        # The view (redaction._view), one character for one: the text's own buffer when
+        # it is ASCII.
         for i in range(n):
             c = t[i]
             if c >= 128:
-                if Py_UNICODE_ISDECIMAL(c):
-                    c = 48 + Py_UNICODE_TODECIMAL(c)
-                elif c == 0xA0 or c == 0x2007 or c == 0x2009 or c == 0x202F:
-                    c = 32
-                elif c == 0xFF20:
-                    c = 64
+                wide = True
+                break
             if 48 <= c <= 57:
                 any_digit = True
             elif c == 64:
@@ -493,7 +553,34 @@ def mask(str text, dict placeholders, dict counts):
                 dot = True
             elif c == 58:
                 colons += 1
-            v[i] = c
+        if wide:
+            v = <Py_UCS4*>PyMem_Malloc((n + 1) * sizeof(Py_UCS4))
+            if v == NULL:
+                raise MemoryError()
+            memcpy(v, t, i * sizeof(Py_UCS4))
+            while i < n:
+                c = t[i]
+                if c >= 128:
+                    if nd_digit(c):
+                        c = 48 + Py_UNICODE_TODECIMAL(c)
+                        any_digit = True
+                    elif c == 0xA0 or c == 0x2007 or c == 0x2009 or c == 0x202F:
+                        c = 32
+                    elif c == 0xFF20:
+                        c = 64
+                        at = True
+                elif 48 <= c <= 57:
+                    any_digit = True
+                elif c == 64:
+                    at = True
+                elif c == 46:
+                    dot = True
+                elif c == 58:
+                    colons += 1
+                v[i] = c
+                i += 1
+        else:
+            v = t
         if not any_digit and not at:
             return text
         if dot:
@@ -504,28 +591,35 @@ def mask(str text, dict placeholders, dict counts):
         span_init_filtered(&f, v, n, first, at, False,
                            b"<+(0123456789abcdefABCDEF" if colons >= 3 else b"<+(0123456789",
                            NON_ASCII_NEVER)
-        out = []
-        start = 0  # where the last replacement ends
-        while span_next(&f, &kind, &i, &end):
-            replacement = replace(placeholders, counts, kind, v, n, i, end)
+        # Every replacement of the first pass is numbered before the token pass reads the
+        # pieces between them.
+        replacements = []
+        while span_next(&f, &kind, &start, &end):
+            replacement = replace(placeholders, counts, kind, v, n, start, end)
             if replacement is not None:
-                out.append(start)
-                out.append(i)
-                out.append(end)
-                out.append(replacement)
-                start = end
-        if not out:
-            pieces = []
-            tokens(pieces, text, t, v, 0, n, placeholders, counts)
-            return "".join(pieces) if len(pieces) != 1 else pieces[0]
-        # The token pass on the text between the placeholders, piece by piece.
-        pieces = []
-        for i in range(0, len(out), 4):
-            tokens(pieces, text, t, v, out[i], out[i + 1], placeholders, counts)
-            pieces.append(out[i + 3])
-        tokens(pieces, text, t, v, start, n, placeholders, counts)
-        return "".join(pieces)
+                if count == size:
+                    size = 2 * size + 16
+                    grown = <Py_ssize_t*>PyMem_Realloc(spans, 2 * size * sizeof(Py_ssize_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    spans = grown
+                spans[2 * count] = start
+                spans[2 * count + 1] = end
+                count += 1
+                replacements.append(replacement)
+        reserve(&o, n + 16)
+        copied = 0
+        for k in range(count):
+            tokens(&o, t, v, copied, spans[2 * k], placeholders, counts)
+            put_str(&o, <str>replacements[k])
+            copied = spans[2 * k + 1]
+        tokens(&o, t, v, copied, n, placeholders, counts)
+        if not o.changed:
+            return text  # nothing replaced
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, o.buf, o.len)
     finally:
-        PyMem_Free(t)
-        if v != NULL:
+        if v != t and v != NULL:
             PyMem_Free(v)
+        PyMem_Free(t)
+        PyMem_Free(spans)
+        PyMem_Free(o.buf)
