@@ -460,6 +460,7 @@ cdef bint lone_numeral_counts(const Py_UCS4* b, Py_ssize_t m, Py_ssize_t start, 
 
 cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
     cdef Py_ssize_t i = 0, j, e, end, pct, commas
+    cdef bint point
     cdef Py_UCS4 c, big
     cdef bint comma, percent
     while i < m:
@@ -489,6 +490,7 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                     e += 4
                     commas += 1
                 comma = commas > 0
+            point = fraction_end(b, m, e) > e
             e = fraction_end(b, m, e)
             big = 0
             end = e
@@ -503,6 +505,8 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                 add(counts, plain_integer(b, i, j, big, percent))
             elif e - i - commas > MAX_DIGITS:
                 pass  # _decimal: too long to be a number
+            elif e - i - commas - point + (0 if not big else 4 if big == u"万" else 8) <= 28:
+                add(counts, spelt_decimal(b, i, e, 0 if not big else 4 if big == u"万" else 8, percent))
             else:
                 arabic_decimal(counts, text_of(b, i, e), big, percent)
             i = end
@@ -525,6 +529,8 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                     add(counts, plain_integer(b, j, e, 0, True))
                 elif end - j > MAX_DIGITS:
                     pass  # _decimal: too long to be a number
+                elif end - j - (end > e) <= 28:
+                    add(counts, spelt_decimal(b, j, end, 0, True))
                 else:
                     add_spelt(counts, _helpers()._decimal(text_of(b, j, end)), True)
                 i = end
@@ -539,6 +545,48 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                 continue
         add_chinese(counts, b, i, end, percent)
         i = pct if percent else end
+
+
+cdef str spelt_decimal(const Py_UCS4* b, Py_ssize_t start, Py_ssize_t end, int shift, bint percent):
+    """_spell(Decimal(b[start:end] without its commas) * 10**shift): digits of any script,
+    commas and at most one point, at most 28 digits with the shift (so Decimal holds the
+    value exactly and normalize() rounds nothing): the point moved, zeros stripped."""
+    cdef char digits[32]
+    cdef char out[48]
+    cdef int n = 0, point = -1, k = 0, first, last, d
+    cdef Py_UCS4 c
+    for start in range(start, end):
+        c = b[start]
+        if c == 44:
+            continue
+        if c == 46:
+            point = n
+            continue
+        digits[n] = <char>(48 + (<int>c - 48 if c < 128 else Py_UNICODE_TODECIMAL(c)))
+        n += 1
+    if point < 0:
+        point = n
+    point += shift
+    for d in range(point):  # the whole part, without its leading zeros
+        if k or (d < n and digits[d] != 48):
+            out[k] = digits[d] if d < n else 48
+            k += 1
+    if not k:
+        out[0] = 48
+        k = 1
+    last = n
+    while last > point and digits[last - 1] == 48:
+        last -= 1
+    if last > point:
+        out[k] = 46
+        k += 1
+        for first in range(point, last):
+            out[k] = digits[first]
+            k += 1
+    if percent:
+        out[k] = 37
+        k += 1
+    return out[:k].decode("ascii")
 
 
 cdef void arabic_decimal(object counts, str arabic, Py_UCS4 big, bint percent) except *:
