@@ -18,6 +18,7 @@ from libc.string cimport memcpy
 cdef extern from "Python.h":
     object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
     int PyUnicode_4BYTE_KIND
+    Py_UCS4 PyUnicode_READ_CHAR(object text, Py_ssize_t index)
 
 
 # The kinds of the first pass's matches (find_spans' `other`: kinds >= 10).
@@ -224,6 +225,10 @@ cdef inline Py_ssize_t first_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, in
             kind[0] = K_KEEP
         return e
     if digit(c):
+        if i > 0 and digit(s[i - 1]):
+            # Every branch starting with a digit reads "not after a digit" (KEEP and IPv6
+            # too: a digit is \w); so do the phones' ("0(?<!\d0)", "1(?<!\d1)", …).
+            return -1
         if ipv4:
             e = ipv4_end(s, n, i)
             if e >= 0:
@@ -427,7 +432,7 @@ cdef int put_str(Out* o, str text) except -1:
     o.changed = True
     reserve(o, n)
     for k in range(n):
-        o.buf[o.len + k] = text[k]
+        o.buf[o.len + k] = PyUnicode_READ_CHAR(text, k)
     o.len += n
     return 0
 
