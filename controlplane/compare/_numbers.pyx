@@ -9,20 +9,22 @@ full-width digits and blanks the words that hold numerals without being numbers
 the second reads _NUMBER's branches at each position of that body, in the regex's order
 (Arabic digits with comma groups, decimals, 万/亿 and percent; 百分之; Chinese numerals),
 and jumps past each match as finditer does. Every look-ahead is bounded (a percent
-spelling), every run is consumed once. Plain integers are spelt here; decimals, long
-or non-ASCII digit runs and Chinese numerals are spelt by conservation's own helpers.
+spelling), every run is consumed once. Integers and decimals of at most 28 digits (in any
+script) and Chinese integers are spelt here; the rest (longer numbers, which Decimal rounds
+to 28 digits, and Chinese numerals with 点) by conservation's own helpers.
 """
 
 include "_text.pxi"
-
-cdef enum:
-    # conservation.MAX_DIGITS: a longer number is not read (_decimal, _chinese_integer).
-    MAX_DIGITS = 4300
 
 from collections import Counter
 
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
+
+
+cdef enum:
+    # conservation.MAX_DIGITS: a longer number is not read (_decimal, _chinese_integer).
+    MAX_DIGITS = 4300
 
 
 cdef extern from "Python.h":
@@ -339,7 +341,7 @@ cdef inline int zh_digit_value(Py_UCS4 c) noexcept nogil:
 cdef long long section(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
     """conservation._section (a number below 10,000 in numerals), or -1 for None."""
     cdef long long total = 0, unit, last_unit = 10_000
-    cdef int digit = -1, value
+    cdef int current = -1, value
     cdef bint zero = False
     cdef Py_UCS4 c
     while start < end:
@@ -347,13 +349,13 @@ cdef long long section(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) noexc
         start += 1
         if c == u"零" or c == u"〇":
             zero = True
-            digit = -1
+            current = -1
             continue
         value = zh_digit_value(c)
         if value >= 0:
-            if digit >= 0:
+            if current >= 0:
                 return -1  # two digits in a row
-            digit = value
+            current = value
             continue
         if c == u"十":
             unit = 10
@@ -365,11 +367,11 @@ cdef long long section(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) noexc
             return -1
         if unit >= last_unit:
             return -1
-        total += (1 if digit < 0 else digit) * unit
-        digit = -1
+        total += (1 if current < 0 else current) * unit
+        current = -1
         last_unit = unit
-    if digit >= 0:
-        total += digit * (last_unit // 10 if 100 <= last_unit < 10_000 and not zero else 1)
+    if current >= 0:
+        total += current * (last_unit // 10 if 100 <= last_unit < 10_000 and not zero else 1)
     return total
 
 
@@ -405,7 +407,7 @@ cdef long long chinese_integer(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t en
 cdef object spelt_chinese(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
     """conservation._spelt_chinese of s[start:end] (a _ZH match): a str or None. Integers
     are read here; a fraction (点) or a digit-by-digit run over 28 digits by conservation."""
-    cdef Py_ssize_t i, first = -1
+    cdef Py_ssize_t i
     cdef bint all_digits = True
     cdef long long value
     cdef char buf[32]
@@ -460,9 +462,9 @@ cdef bint lone_numeral_counts(const Py_UCS4* b, Py_ssize_t m, Py_ssize_t start, 
 
 cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
     cdef Py_ssize_t i = 0, j, e, end, pct, commas
-    cdef bint point
+    cdef int shift
     cdef Py_UCS4 c, big
-    cdef bint comma, percent
+    cdef bint comma, point, percent
     while i < m:
         c = b[i]
         if c < 0x660:  # no numeral, and \d only in 0-9 (the common case)
@@ -490,12 +492,14 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                     e += 4
                     commas += 1
                 comma = commas > 0
-            point = fraction_end(b, m, e) > e
-            e = fraction_end(b, m, e)
+            end = fraction_end(b, m, e)
+            point = end > e
+            e = end
             big = 0
-            end = e
+            shift = 0
             if end < m and (b[end] == u"万" or b[end] == u"亿"):
                 big = b[end]
+                shift = 4 if big == u"万" else 8
                 end += 1
             pct = percent_end(b, m, end)
             percent = pct >= 0
@@ -505,8 +509,8 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
                 add(counts, plain_integer(b, i, j, big, percent))
             elif e - i - commas > MAX_DIGITS:
                 pass  # _decimal: too long to be a number
-            elif e - i - commas - point + (0 if not big else 4 if big == u"万" else 8) <= 28:
-                add(counts, spelt_decimal(b, i, e, 0 if not big else 4 if big == u"万" else 8, percent))
+            elif e - i - commas - point + shift <= 28:
+                add(counts, spelt_decimal(b, i, e, shift, percent))
             else:
                 arabic_decimal(counts, text_of(b, i, e), big, percent)
             i = end
