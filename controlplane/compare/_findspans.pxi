@@ -35,6 +35,10 @@
 #                              const Py_ssize_t* starts, Py_ssize_t count) noexcept nogil
 #       span_init, asking `other` only at starts[:count] (ascending, every place it may
 #       match at; the array must outlive the finder)
+#   cdef void span_init_hinted(..., const Py_ssize_t* starts, Py_ssize_t count,
+#                              const Py_ssize_t* ats, Py_ssize_t n_ats) noexcept nogil
+#       span_init_starts, and ats[:n_ats] where every "@" stands (ascending), so the
+#       email finder need not look for them
 #   PHONE_FIRST, PHONE_NON_ASCII: where a PHONE match may start (for span_init_filtered)
 #   cdef bint nd_digit(Py_UCS4 c) noexcept nogil          # re_digit, quicker
 
@@ -324,20 +328,39 @@ cdef struct EmailFinder:
     Py_ssize_t at  # the "@" under consideration, -1 when none is left
     Py_ssize_t end  # the end of its email: -2 not read yet, -1 none
     Py_ssize_t local  # the start of its local part's run
+    const Py_ssize_t* ats  # when not NULL, where every "@" stands (ats[:n_ats], ascending)
+    Py_ssize_t n_ats
+    Py_ssize_t next_at  # the index in ats of the "@" under consideration
 
 
-cdef inline Py_ssize_t _find_at(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
-    while k < n:
-        if s[k] == 64:
+cdef inline Py_ssize_t _find_at(EmailFinder* f, Py_ssize_t k) noexcept nogil:
+    # The first "@" at k or later, or -1.
+    if f.ats != NULL:
+        while f.next_at < f.n_ats:
+            if f.ats[f.next_at] >= k:
+                return f.ats[f.next_at]
+            f.next_at += 1
+        return -1
+    while k < f.n:
+        if f.s[k] == 64:
             return k
         k += 1
     return -1
 
 
 cdef void email_init(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept nogil:
+    email_init_ats(f, s, n, NULL, 0)
+
+
+cdef void email_init_ats(
+    EmailFinder* f, const Py_UCS4* s, Py_ssize_t n, const Py_ssize_t* ats, Py_ssize_t n_ats
+) noexcept nogil:
     f.s = s
     f.n = n
-    f.at = _find_at(s, n, 0)
+    f.ats = ats
+    f.n_ats = n_ats
+    f.next_at = 0
+    f.at = _find_at(f, 0)
     f.end = -2
     f.local = 0
 
@@ -383,7 +406,7 @@ cdef bint email_next(EmailFinder* f, Py_ssize_t pos, Py_ssize_t* start, Py_ssize
                 start[0] = begin
                 end[0] = f.end
                 return True
-        f.at = _find_at(f.s, f.n, at + 1)
+        f.at = _find_at(f, at + 1)
         f.end = -2
     return False
 
@@ -522,6 +545,8 @@ cdef struct SpanFinder:
     const Py_ssize_t* starts  # or, when not NULL, the only places it may start at
     Py_ssize_t count
     Py_ssize_t next_start  # starts[:next_start] lie behind the scan
+    const Py_ssize_t* ats  # when not NULL, where every "@" stands
+    Py_ssize_t n_ats
 
 
 cdef void span_init(
@@ -546,6 +571,8 @@ cdef void span_init_filtered(
     f.starts = NULL
     f.count = 0
     f.next_start = 0
+    f.ats = NULL
+    f.n_ats = 0
     _span_begin(f, s, n, other, emails, urls)
 
 
@@ -553,9 +580,18 @@ cdef void span_init_starts(
     SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
     const Py_ssize_t* starts, Py_ssize_t count
 ) noexcept nogil:
+    span_init_hinted(f, s, n, other, emails, urls, starts, count, NULL, 0)
+
+
+cdef void span_init_hinted(
+    SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
+    const Py_ssize_t* starts, Py_ssize_t count, const Py_ssize_t* ats, Py_ssize_t n_ats
+) noexcept nogil:
     f.starts = starts
     f.count = count
     f.next_start = 0
+    f.ats = ats
+    f.n_ats = n_ats
     _span_begin(f, s, n, other, emails, urls)
 
 
@@ -590,7 +626,7 @@ cdef void _span_begin(
     f.okind = 0
     f.pos = 0
     if emails:
-        email_init(&f.ef, s, n)
+        email_init_ats(&f.ef, s, n, f.ats, f.n_ats)
         f.email_ok = email_next(&f.ef, 0, &f.es, &f.ee)
     if urls:
         url_init(&f.uf, s, n)

@@ -163,22 +163,29 @@ cdef bint _number_with_unit(const Py_UCS4* t, Py_ssize_t length) noexcept nogil:
     return False
 
 
-cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, object named, Py_ssize_t* out_n) except? NULL:
+cdef Py_UCS4* _id_like(
+    Py_UCS4* a, Py_ssize_t n, object named, Py_ssize_t* out_n, const Py_ssize_t* runs,
+    Py_ssize_t n_runs, Positions* ups
+) except? NULL:
     """The ID-like tokens of a[:n] added to `named`; the text with each blanked to one space
-    (a new buffer, *out_n long), or `a` itself when none is found."""
+    (a new buffer, *out_n long), or `a` itself when none is found.
+
+    runs[:n_runs]: ascending, every place a run of ASCII digits starts at (others too);
+    `ups`, where the capital letters stand, is moved to the new text's places."""
     cdef Py_UCS4* b = NULL
-    cdef Py_ssize_t w = 0, copied = 0, i = 0, j, left, right, start, end, k
+    cdef Py_ssize_t w = 0, copied = 0, pos = 0, i, j, left, right, start, end, k, r
+    cdef Py_ssize_t up_read = 0, up_write = 0, shift = 0
     cdef bint letter
-    while i < n:
-        if not ascii_digit(a[i]) or (i > 0 and ascii_digit(a[i - 1])):
-            i += 1
+    for r in range(n_runs):
+        i = runs[r]
+        if i < pos or not ascii_digit(a[i]) or (i > 0 and ascii_digit(a[i - 1])):
             continue
         j = i + 1
         while j < n and ascii_digit(a[j]):
             j += 1
         # _TOKEN_DIGITS: a digit run next to a letter, _ or -.
         if not ((i > 0 and _token_letter(a[i - 1])) or (j < n and _token_letter(a[j]))):
-            i = j
+            pos = j
             continue
         left = i
         while left > 0 and _token_char(a[left - 1]):
@@ -186,7 +193,7 @@ cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, object named, Py_ssize_t* out_n
         right = j
         while right < n and _token_char(a[right]):
             right += 1
-        i = right
+        pos = right
         start, end = left, right
         while a[start] == 95 or a[start] == 45:
             start += 1
@@ -209,9 +216,22 @@ cdef Py_UCS4* _id_like(Py_UCS4* a, Py_ssize_t n, object named, Py_ssize_t* out_n
         b[w] = 32
         w += 1
         copied = end
+        # The capitals before the token move back by what was blanked before; its own go.
+        while up_read < ups.count and ups.data[up_read] < start:
+            ups.data[up_write] = ups.data[up_read] - shift
+            up_write += 1
+            up_read += 1
+        while up_read < ups.count and ups.data[up_read] < end:
+            up_read += 1
+        shift += end - start - 1
     if b == NULL:
         out_n[0] = n
         return a
+    while up_read < ups.count:
+        ups.data[up_write] = ups.data[up_read] - shift
+        up_write += 1
+        up_read += 1
+    ups.count = up_write
     memcpy(b + w, a + copied, (n - copied) * sizeof(Py_UCS4))
     out_n[0] = w + n - copied
     return b
@@ -435,15 +455,18 @@ cdef Py_ssize_t _put_word(const Py_UCS4* w, Py_ssize_t length, Py_UCS4* out) noe
     return length
 
 
-cdef void _capitalised(const Py_UCS4* r, Py_ssize_t n, object named, Scratch* scratch) except *:
+cdef void _capitalised(
+    const Py_UCS4* r, Py_ssize_t n, object named, Scratch* scratch, const Py_ssize_t* ups,
+    Py_ssize_t n_ups
+) except *:
+    # ups[:n_ups]: where the capital letters (A-Z) of r stand, ascending.
     cdef Py_UCS4* tmp
-    cdef Py_ssize_t i = 0, start, end, k, first_end, w, word_start
+    cdef Py_ssize_t i = 0, start, end, k, first_end, w, word_start, u
     cdef bint single, lower
-    while i < n:
-        if not _upper(r[i]):
-            i += 1
+    for u in range(n_ups):
+        if ups[u] < i:
             continue
-        start = i
+        start = ups[u]
         i = _run_end(r, n, start)
         if start > 0 and (
             (ascii_letter(r[start - 1]) or ascii_digit(r[start - 1])) if r[start - 1] < 128
@@ -529,7 +552,8 @@ def spans(str text):
     cdef Py_UCS4* a = s
     cdef Py_UCS4* b = s
     cdef Scratch tmp
-    cdef Positions starts, openers
+    cdef Positions starts, openers, ats, ups, runs
+    cdef Py_ssize_t shift = 0, run_read = 0, up_read = 0, up_write = 0
     cdef bint email = False, url = False, digits = False
     cdef unsigned char bits, seen = 0
     cdef Py_UCS4 c
@@ -539,8 +563,9 @@ def spans(str text):
     cdef object named = PyFrozenSet_New(NULL)
     tmp.data = NULL
     tmp.cap = 0
-    starts.data = openers.data = NULL
-    starts.count = starts.cap = openers.count = openers.cap = 0
+    starts.data = openers.data = ats.data = ups.data = runs.data = NULL
+    starts.count = starts.cap = openers.count = openers.cap = ats.count = ats.cap = 0
+    ups.count = ups.cap = runs.count = runs.cap = 0
     try:
         # One pass: which readers the text needs, where a phone number may start (a
         # digit no ASCII digit comes before, "+", "("), where the quote marks stand.
@@ -557,6 +582,10 @@ def spans(str text):
                         _push(&starts, i)
                     elif bits & _QUOTE:
                         _push(&openers, i)
+                    elif bits & _AT:
+                        _push(&ats, i)
+                    elif bits & _UPPER:
+                        _push(&ups, i)
                     elif bits & _COLON_W:
                         if c == 58:
                             if i + 2 < n and s[i + 1] == 47 and s[i + 2] == 47:
@@ -571,9 +600,9 @@ def spans(str text):
         email = (seen & _AT) != 0
         an = n
         if email or url or digits:
-            span_init_starts(
+            span_init_hinted(
                 &finder, s, n, _phone_at if digits else <match_at_t>NULL, email, url,
-                starts.data, starts.count,
+                starts.data, starts.count, ats.data, ats.count,
             )
             w = 0
             copied = 0
@@ -593,19 +622,46 @@ def spans(str text):
                 a[w] = 32
                 w += 1
                 copied = end
+                # Where digit runs may start and capitals stand, moved to the rest's
+                # places: back by what was blanked before, dropped inside the span.
+                while run_read < starts.count and starts.data[run_read] < start:
+                    _push(&runs, starts.data[run_read] - shift)
+                    run_read += 1
+                while run_read < starts.count and starts.data[run_read] < end:
+                    run_read += 1
+                while up_read < ups.count and ups.data[up_read] < start:
+                    ups.data[up_write] = ups.data[up_read] - shift
+                    up_write += 1
+                    up_read += 1
+                while up_read < ups.count and ups.data[up_read] < end:
+                    up_read += 1
+                shift += end - start - 1
+                if end < n and ascii_digit(s[end]):
+                    _push(&runs, end - shift)  # a run may start after the blank
             if a != s:
                 memcpy(a + w, s + copied, (n - copied) * sizeof(Py_UCS4))
                 an = w + n - copied
+                while run_read < starts.count:
+                    _push(&runs, starts.data[run_read] - shift)
+                    run_read += 1
+                while up_read < ups.count:
+                    ups.data[up_write] = ups.data[up_read] - shift
+                    up_write += 1
+                    up_read += 1
+                ups.count = up_write
             b = a
             bn = an
             if digits:
-                b = _id_like(a, an, named, &bn)
+                if a == s:
+                    b = _id_like(a, an, named, &bn, starts.data, starts.count, &ups)
+                else:
+                    b = _id_like(a, an, named, &bn, runs.data, runs.count, &ups)
         else:
             bn = n
         if openers.count:
             _quoted(s, n, named, &tmp, openers.data, openers.count)
-        if seen & _UPPER:
-            _capitalised(b, bn, named, &tmp)
+        if ups.count:
+            _capitalised(b, bn, named, &tmp, ups.data, ups.count)
         rest = text if b == s else _str(b, bn)
         return named, rest
     finally:
@@ -617,6 +673,9 @@ def spans(str text):
         PyMem_Free(tmp.data)
         PyMem_Free(starts.data)
         PyMem_Free(openers.data)
+        PyMem_Free(ats.data)
+        PyMem_Free(ups.data)
+        PyMem_Free(runs.data)
 
 
 def nd_digit_mismatches_for_tests():
