@@ -55,17 +55,6 @@ cdef inline bint digit(Py_UCS4 c) noexcept nogil:
     return re_digit(c)
 
 
-# Low six bits of the characters a scan stops at: most characters are passed over with
-# one bit test (a set bit is then checked in full).
-cdef unsigned long long NUMERAL_BITS = 0
-cdef unsigned long long STARTER_BITS = 0
-for _char in "〇零一二两三四五六七八九十百千万亿":
-    NUMERAL_BITS |= 1ULL << (ord(_char) & 63)
-for _char in "一统唯之不第三万十千":
-    STARTER_BITS |= 1ULL << (ord(_char) & 63)
-del _char
-
-
 cdef inline bint zh_numeral(Py_UCS4 c) noexcept nogil:
     # _ZH_NUMERAL: 〇零一二两三四五六七八九十百千万亿
     return c in u"〇零一二两三四五六七八九十百千万亿"
@@ -108,6 +97,39 @@ cdef inline Py_UCS4 fullwidth(Py_UCS4 c) noexcept nogil:
     if c == 0xFF05:
         return 37
     return c
+
+
+# The characters of the Basic Multilingual Plane each scan stops at, one bit each, so the
+# scans pass every other character with one test: the number scan at \d and the numerals,
+# the blanking scan at the first characters of _NOT_NUMBERS_ZH and the full-width ones.
+cdef unsigned long long NUMBER_STOPS[1024]
+cdef unsigned long long BLANK_STOPS[1024]
+
+
+cdef void _stops() noexcept nogil:
+    cdef unsigned int code
+    cdef Py_UCS4 c
+    for code in range(0x10000):
+        c = <Py_UCS4>code
+        if re_digit(c) or zh_numeral(c):
+            NUMBER_STOPS[code >> 6] |= 1ULL << (code & 63)
+        if fullwidth(c) != c or c in u"一统唯之不第三万十千":
+            BLANK_STOPS[code >> 6] |= 1ULL << (code & 63)
+
+
+_stops()
+
+
+cdef inline bint number_stop(Py_UCS4 c) noexcept nogil:
+    cdef unsigned int code = <unsigned int>c
+    if code < 0x10000:
+        return (NUMBER_STOPS[code >> 6] >> (code & 63)) & 1
+    return re_digit(c)
+
+
+cdef inline bint blank_stop(Py_UCS4 c) noexcept nogil:
+    cdef unsigned int code = <unsigned int>c
+    return code < 0x10000 and (BLANK_STOPS[code >> 6] >> (code & 63)) & 1
 
 
 # --- _NOT_NUMBERS_ZH -------------------------------------------------------------------
@@ -168,15 +190,16 @@ cdef Py_ssize_t blank(Py_UCS4* s, Py_ssize_t n) noexcept nogil:
     cdef Py_UCS4 c
     while i < n:
         c = s[i]
-        if 0x4E00 <= c <= 0x7EDF and (STARTER_BITS >> (<unsigned int>c & 63)) & 1:  # 一 … 统
-            k = not_number_length(s, n, i)
-            if k:
-                s[m] = 32
-                m += 1
-                i += k
-                continue
-        elif c >= 0xFF05:
-            c = fullwidth(c)
+        if blank_stop(c):
+            if c >= 0xFF05:
+                c = fullwidth(c)
+            else:
+                k = not_number_length(s, n, i)
+                if k:
+                    s[m] = 32
+                    m += 1
+                    i += k
+                    continue
         s[m] = c
         m += 1
         i += 1
@@ -467,15 +490,7 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
     cdef bint comma, point, percent
     while i < m:
         c = b[i]
-        if c < 0x660:  # no numeral, and \d only in 0-9 (the common case)
-            if not ascii_digit(c):
-                i += 1
-                continue
-        elif 0x3000 <= c <= 0x9FFF:  # no \d among the CJK characters
-            if not (NUMERAL_BITS >> (<unsigned int>c & 63)) & 1 or not zh_numeral(c):
-                i += 1
-                continue
-        elif not re_digit(c):
+        if not number_stop(c):  # neither \d nor a numeral: most characters
             i += 1
             continue
         if digit(c):
