@@ -378,8 +378,8 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_numbers_grows_linearly(family: str) -> None:
     build = FAMILIES[family]
+    assert_same(build(2_000))
     small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    assert_same(small)
     ratios = [test_linear_time._growth(compiled, small, large)]
     while ratios[-1] > test_linear_time.MAX_GROWTH and len(ratios) < test_linear_time.ATTEMPTS:
         ratios.append(test_linear_time._growth(compiled, small, large))
