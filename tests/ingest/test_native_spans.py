@@ -415,4 +415,6 @@ def test_reading_time_grows_linearly(module: ModuleType, family: str) -> None:
     while ratios[-1] > MAX_GROWTH and len(ratios) < 3:
         ratios.append(_growth(module.spans, small, large))
     assert min(ratios) <= MAX_GROWTH, f"{family}: grew {ratios}× for 10× the text"
-    assert module.spans(small) == expected(small)
+    # And the same reading as the Python reader's (on a shorter text: that one is slow).
+    short = build(2_000)
+    assert module.spans(short) == expected(short)
