@@ -7,6 +7,9 @@
 #   def spans(str text) -> tuple[frozenset, str]
 #   def find_spans_for_tests(str text, bint phones, bint emails, bint urls) -> list
 #       find_spans with the conservation reader's phone pattern (kind K_PHONE = 10)
+#   def find_spans_filtered_for_tests(...) -> list: the same through span_init_filtered
+#   def phone_end_for_tests(str text, Py_ssize_t i) -> int
+#   def nd_digit_mismatches_for_tests() -> list; def tables_for_tests() -> tuple
 include "_text.pxi"
 include "_findspans.pxi"
 
@@ -698,6 +701,23 @@ def phone_end_for_tests(str text, Py_ssize_t i):
     cdef Py_UCS4* s = code_points(text)
     try:
         return phone_end(s, len(text), i)
+    finally:
+        PyMem_Free(s)
+
+
+def find_spans_filtered_for_tests(str text, bint phones, bint emails, bint urls):
+    """find_spans_for_tests through span_init_filtered (PHONE_FIRST, PHONE_NON_ASCII)."""
+    cdef match_at_t other = _phone_at if phones else <match_at_t>NULL
+    cdef Py_UCS4* s = code_points(text)
+    cdef SpanFinder finder
+    cdef int kind
+    cdef Py_ssize_t start, end
+    cdef list out = []
+    try:
+        span_init_filtered(&finder, s, len(text), other, emails, urls, PHONE_FIRST, PHONE_NON_ASCII)
+        while span_next(&finder, &kind, &start, &end):
+            out.append((kind, start, end))
+        return out
     finally:
         PyMem_Free(s)
 

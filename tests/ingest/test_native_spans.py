@@ -47,11 +47,12 @@ def assert_find_spans(module: ModuleType, text: str) -> None:
             for urls in (True, False):
                 pattern = PHONE_GROUP if phones else None
                 want = list(redaction.find_spans(text, pattern, emails, urls))
-                got = [
-                    (KINDS[kind], start, end)
-                    for kind, start, end in module.find_spans_for_tests(text, phones, emails, urls)
-                ]
-                assert got == want, (text, phones, emails, urls)
+                for found in (module.find_spans_for_tests, module.find_spans_filtered_for_tests):
+                    got = [
+                        (KINDS[kind], start, end)
+                        for kind, start, end in found(text, phones, emails, urls)
+                    ]
+                    assert got == want, (text, phones, emails, urls, found.__name__)
 
 
 def assert_phones(module: ModuleType, text: str) -> None:
@@ -276,6 +277,10 @@ EDGE_CASES = [
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases(module: ModuleType, text: str) -> None:
     assert_all(module, text)
+
+
+def test_the_quick_digit_test_is_re_digit_everywhere(module: ModuleType) -> None:
+    assert module.nd_digit_mismatches_for_tests() == []
 
 
 def test_the_native_word_tables_are_the_python_readers(module: ModuleType) -> None:
