@@ -184,6 +184,23 @@ def test_drawn_texts_through_one_masker_number_the_same(texts_: list[str]) -> No
     assert_same_through(texts_)
 
 
+@settings(max_examples=200, deadline=None)
+@given(test_redaction.texts_with_secrets())
+def test_texts_with_secrets_mask_the_same(case: tuple[str, list[str]]) -> None:
+    assert_same(case[0])
+
+
+def test_the_simulators_rewrites_mask_the_same() -> None:
+    """Realistic replies (benchmarks' rewrites): the edge and cloud texts of a pair through
+    one Masker, as a result's fields are."""
+    from benchmarks.comparators import rewrites
+
+    for language in ("en", "zh"):
+        for size in (300, 3_000):
+            for edge, cloud in rewrites(language, size, 5, seed=11):
+                assert_same_through([edge, cloud, edge])
+
+
 def test_many_seeded_texts_mask_the_same() -> None:
     """More near misses than hypothesis draws in its budget: 3,000 seeded texts."""
     rng = random.Random(10)
