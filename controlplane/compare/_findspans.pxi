@@ -14,6 +14,9 @@
 #       [(kind, start, end), ...] exactly as redaction.find_spans yields them, kind
 #       K_EMAIL (1), K_URL (2) or what `other` set; `other` may be NULL (no pattern).
 #   cdef void email_init(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept nogil
+#   cdef void email_init_ats(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n,
+#                            const Py_ssize_t* ats, Py_ssize_t n_ats) noexcept nogil
+#       email_init, given where every "@" stands (ascending; NULL: it looks for them)
 #   cdef bint email_next(EmailFinder* f, Py_ssize_t pos, Py_ssize_t* start,
 #                        Py_ssize_t* end) noexcept nogil   # _Emails.next
 #   cdef void url_init(UrlFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept nogil
