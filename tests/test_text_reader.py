@@ -1,0 +1,172 @@
+"""Which text reader runs: chosen by SHADOWPLANE_TEXT_READER, logged at startup, exported on
+/metrics; and a package built where no C compiler exists installs and reads with the Python
+reader."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.compare import native
+from tests.conftest import Api, make_api
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# Run with each reader by scripts/test.
+@pytest.mark.text_reader
+def test_the_reader_the_suite_asked_for_is_the_one_that_runs() -> None:
+    # scripts/test runs the suite with SHADOWPLANE_TEXT_READER=native, then the text-reading
+    # tests with =python: each run must really use the reader it names.
+    choice = os.environ.get(native.ENV, "auto")
+    if choice == "native":
+        assert native.ACTIVE and native.READER is not None
+    elif choice == "python":
+        assert not native.ACTIVE and native.READER is None
+    else:
+        pytest.skip(f"{native.ENV} is {choice!r}: either reader may run")
+
+
+def test_an_unknown_choice_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.ENV, "fast")
+    with pytest.raises(ValueError, match="SHADOWPLANE_TEXT_READER='fast': must be one of"):
+        native._load()
+
+
+def test_python_is_chosen_even_where_the_compiled_reader_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(native.ENV, "python")
+    assert native._load() is None
+
+
+def test_without_the_build_auto_falls_back_and_native_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A module set to None in sys.modules cannot be imported: as if it were never built.
+    monkeypatch.setitem(sys.modules, "controlplane.compare._numbers", None)
+    monkeypatch.setenv(native.ENV, "auto")
+    assert native._load() is None
+    monkeypatch.setenv(native.ENV, "native")
+    with pytest.raises(ImportError, match="SHADOWPLANE_TEXT_READER=native but the compiled"):
+        native._load()
+
+
+@pytest.fixture
+def reader_logs(db_url: str) -> Iterator[tuple[Api, list[str]]]:
+    """An app started with a handler on the `shadowplane` logger; the messages logged."""
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Keep()
+    logger = logging.getLogger("shadowplane")
+    logger.addHandler(handler)
+    try:
+        for api in make_api(db_url):
+            yield api, messages
+    finally:
+        logger.removeHandler(handler)
+
+
+# Run with each reader by scripts/test.
+@pytest.mark.text_reader
+def test_startup_logs_which_reader_runs(reader_logs: tuple[Api, list[str]]) -> None:
+    _, messages = reader_logs
+    which = "native" if native.ACTIVE else "python"
+    started = [m for m in messages if '"event": "startup"' in m]
+    assert len(started) == 1, messages
+    assert f'"text_reader": "{which}"' in started[0]
+    assert native.reader_name() in started[0]
+
+
+def _gauge(api: Api) -> float:
+    response = api.client.get("/metrics", headers=api.headers("read"))
+    assert response.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    [sample] = families["shadowplane_native_reader"].samples
+    return sample.value
+
+
+# Run with each reader by scripts/test.
+@pytest.mark.text_reader
+def test_metrics_export_which_reader_runs(
+    reader_logs: tuple[Api, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, _ = reader_logs
+    assert _gauge(api) == (1 if native.ACTIVE else 0)
+    monkeypatch.setattr(native, "ACTIVE", False)
+    assert _gauge(api) == 0
+    monkeypatch.setattr(native, "ACTIVE", True)
+    assert _gauge(api) == 1
+
+
+def _wheel(tmp_path: Path, **env: str) -> Path:
+    """`pip wheel` of the repository's tracked files (no build products) under `env`."""
+    source = tmp_path / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, tracked):
+        target = source / name.decode()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / name.decode()).read_bytes())
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"]
+        + ["-w", str(wheels), str(source)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    [wheel] = wheels.glob("shadowplane-*.whl")
+    return wheel
+
+
+def test_pip_wheel_makes_a_binary_wheel_with_the_compiled_reader(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path)
+    # A binary wheel: tagged for this interpreter and platform, not pure Python.
+    assert not wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        built = sorted(n for n in archive.namelist() if n.endswith(".so"))
+    assert [Path(n).name.split(".")[0] for n in built] == ["_counts", "_mask", "_numbers", "_spans"]
+    assert all(n.startswith("controlplane/compare/") for n in built), built
+
+
+def test_a_wheel_built_without_a_compiler_installs_and_reads_with_python(
+    tmp_path: Path,
+) -> None:
+    # Built with a compiler that always fails.
+    wheel = _wheel(tmp_path, CC="/bin/false")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        assert "controlplane/compare/conservation.py" in names
+        assert not [n for n in names if n.endswith(".so")], names
+        archive.extractall(tmp_path / "installed")
+    # The unpacked wheel first on the path: its modules, not the repository's, are imported.
+    installed = str(tmp_path / "installed")
+    probe = (
+        "import controlplane.compare.native as n, controlplane.compare.conservation as c;"
+        f"assert n.__file__.startswith({installed!r}), n.__file__;"
+        "print(n.ACTIVE, sorted(c.read('Hi John, not 3 apples.').spans))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,  # `-c` puts the working directory first on the path
+        env={**os.environ, "PYTHONPATH": installed, native.ENV: "auto"},
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["False", "['John']"]
