@@ -94,22 +94,41 @@ def sentence_count(text: str) -> int:
 
 def _sentence_ends(body: str) -> list[int]:
     ends = []
+    # The marks lstrip takes off the body's start, counted once (see _is_abbreviation).
+    lead = len(body) - len(body.lstrip(_WORD_OPENERS))
     for match in _SENTENCE_END.finditer(body):
         if match.group()[0] == ".":
             if match.start() > 0 and body[match.start() - 1] == ".":
                 continue  # the last dot of an ellipsis
-            if _is_abbreviation(body, match.start()):
+            if _is_abbreviation(body, match.start(), lead):
                 continue
         ends.append(match.end())
     return ends
 
 
-def _is_abbreviation(text: str, dot: int) -> bool:
-    # The word before the dot, back to the previous space: "Mr", "e.g", "J".
-    word = text[text.rfind(" ", max(0, dot - 12), dot) + 1 : dot]
+_WORD_OPENERS = "\"'“‘(（"
+# The longest abbreviation, without its dots ("approx", "thurs"): a longer word is none.
+_LONGEST_ABBREVIATION = max(map(len, _ABBREVIATIONS))
+
+
+def _is_abbreviation(text: str, dot: int, lead: int) -> bool:
+    # The word before the dot, back to the previous space: "Mr", "e.g", "J". With no space
+    # in the 12 characters before the dot, the word runs back to the text's start; it is
+    # then read back only until it holds more letters than any abbreviation (reading all
+    # of it at every such dot is quadratic: "a.\t" * 30_000).
+    space = text.rfind(" ", max(0, dot - 12), dot)
+    if space == -1 and dot > 12:
+        start = min(lead, dot)  # lstrip's cut of text[:dot]
+        kept, i = 0, dot
+        while i > start and kept <= _LONGEST_ABBREVIATION:
+            i -= 1
+            kept += text[i] != "."
+        if kept > _LONGEST_ABBREVIATION:
+            return False  # more than any abbreviation, or one letter, holds
+    word = text[space + 1 : dot]
     if not word or not word[-1].isalpha():
         return False
-    word = word.lstrip("\"'“‘(（").replace(".", "").lower()
+    word = word.lstrip(_WORD_OPENERS).replace(".", "").lower()
     # "e.g." and single letters ("J. Smith") are abbreviations too.
     return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
 

@@ -98,6 +98,11 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     "sentences: ....": repeat("."),
     "sentences: !?!?": repeat("!?"),
     "sentences: Mr. Mr.": repeat("Mr. "),
+    # ends with no space in the 12 characters before them: the word before each dot runs
+    # back to the text's start (once read whole at every dot)
+    "sentences: a.<tab>a.<tab>": repeat("a.\t"),
+    "sentences: a.'a.'": repeat("a.'"),
+    'sentences: quotes, then a.<tab>': repeat("a.\t", head='"' * 5000),
     # mixed scripts
     "mixed scripts": repeat("a1中B2。@x.“"),
 }
