@@ -22,7 +22,6 @@ def extensions() -> list[Extension]:
             Extension(
                 f"controlplane.compare.{name}",
                 [f"controlplane/compare/{name}.pyx"],
-                extra_compile_args=["-O2"],
             )
             for name in MODULES
         ],
