@@ -315,13 +315,24 @@ cdef str without_zero_width(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
         PyMem_Free(buf)
 
 
+# "<KIND_n>" spelt once per process for the first numbers of each type (a result's secrets
+# are numbered from 1 in every Masker, so the same few strings are made over and over).
+cdef dict _SPELT = {}
+cdef Py_ssize_t _SPELT_MAX = 1000
+
+
 cdef str placeholder(dict placeholders, dict counts, str kind, str key):
     cdef tuple pair = (kind, key)
     found = placeholders.get(pair)
     if found is None:
         count = counts.get(kind, 0) + 1
         counts[kind] = count
-        found = f"<{kind}_{count}>"
+        name = (kind, count)
+        found = _SPELT.get(name)
+        if found is None:
+            found = f"<{kind}_{count}>"
+            if count <= _SPELT_MAX:
+                _SPELT[name] = found
         placeholders[pair] = found
     return found  # (type-checked: a str)
 
