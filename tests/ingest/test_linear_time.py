@@ -102,7 +102,7 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     # back to the text's start (once read whole at every dot)
     "sentences: a.<tab>a.<tab>": repeat("a.\t"),
     "sentences: a.'a.'": repeat("a.'"),
-    'sentences: quotes, then a.<tab>': repeat("a.\t", head='"' * 5000),
+    "sentences: quotes, then a.<tab>": repeat("a.\t", head='"' * 5000),
     # mixed scripts
     "mixed scripts": repeat("a1中B2。@x.“"),
 }
