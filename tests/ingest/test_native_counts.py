@@ -6,7 +6,6 @@ from the readers' alphabets; and its time grows linearly on hostile text."""
 
 from __future__ import annotations
 
-import gc
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -408,18 +407,6 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 }
 
 
-def growth(small: str, large: str) -> float:
-    """time(large) / time(small), CPU times of this thread (test_linear_time's measure,
-    without its full collection first: the compiled reader makes no garbage to speak of,
-    and a full collection of the test process costs more than the reading)."""
-    gc.disable()
-    try:
-        best_time = test_linear_time._best_time
-        return best_time(compiled, large) / best_time(compiled, small)
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_counting_grows_linearly(family: str) -> None:
     build = FAMILIES[family]
@@ -427,7 +414,6 @@ def test_counting_grows_linearly(family: str) -> None:
     assert (len(small), len(large)) == (test_linear_time.SMALL, test_linear_time.LARGE)
     # (the Python reader is quadratic on some of these: the same counts on a shorter one)
     assert_same(build(2_000))
-    ratios = [growth(small, large)]
-    while ratios[-1] > test_linear_time.MAX_GROWTH and len(ratios) < test_linear_time.ATTEMPTS:
-        ratios.append(growth(small, large))
-    assert min(ratios) <= test_linear_time.MAX_GROWTH, f"{family}: grew {ratios}× for 10×"
+    test_linear_time.assert_grows_linearly(
+        compiled, small, large, family, small_calls=10, collect=False
+    )

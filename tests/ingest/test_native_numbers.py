@@ -380,7 +380,4 @@ def test_reading_numbers_grows_linearly(family: str) -> None:
     build = FAMILIES[family]
     assert_same(build(2_000))
     small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    ratios = [test_linear_time._growth(compiled, small, large)]
-    while ratios[-1] > test_linear_time.MAX_GROWTH and len(ratios) < test_linear_time.ATTEMPTS:
-        ratios.append(test_linear_time._growth(compiled, small, large))
-    assert min(ratios) <= test_linear_time.MAX_GROWTH, f"{family}: grew {ratios}× for 10×"
+    test_linear_time.assert_grows_linearly(compiled, small, large, family, small_calls=10)

@@ -6,10 +6,7 @@ grows linearly on the hostile texts of each family."""
 
 from __future__ import annotations
 
-import gc
-import math
 import re
-import time
 from collections.abc import Callable
 from types import ModuleType
 
@@ -18,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compare import conservation, redaction
+from tests.ingest import test_linear_time
 from tests.ingest.native_support import PIECES, any_texts, native, texts
 from tests.ingest.test_linear_time import repeat
 from tests.ingest.test_text_conservation import CASES
@@ -350,10 +348,6 @@ def test_the_pieces_hold_what_the_span_reader_looks_for() -> None:
 
 # --- linear time --------------------------------------------------------------------------
 
-SMALL, LARGE = 20_000, 200_000
-MAX_GROWTH = 15  # time(LARGE) / time(SMALL): 10 when linear, 100 when quadratic
-# (a native reader's own work is small beside the memory it reads: a ratio a little above
-# 10 is the cache, a quadratic reader's is 100)
 FAMILIES: dict[str, Callable[[int], str]] = {
     "email: letters then @": repeat("a", tail="@"),
     "email: a@a@a@": repeat("a@"),
@@ -391,35 +385,12 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 }
 
 
-def _best_time(read: Callable[[str], object], text: str, calls: int) -> float:
-    """The least CPU time of `calls` readings, of 5 tries."""
-    best = math.inf
-    for _ in range(5):
-        started = time.thread_time()
-        for _ in range(calls):
-            read(text)
-        best = min(best, time.thread_time() - started)
-    return best
-
-
-def _growth(read: Callable[[str], object], small: str, large: str) -> float:
-    # The small text is read 10 times per try: both times are long enough to measure.
-    gc.collect()
-    gc.disable()
-    try:
-        return _best_time(read, large, 1) / _best_time(read, small, 10)
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_time_grows_linearly(module: ModuleType, family: str) -> None:
     build = FAMILIES[family]
-    small, large = build(SMALL), build(LARGE)
-    ratios = [_growth(module.spans, small, large)]
-    while ratios[-1] > MAX_GROWTH and len(ratios) < 3:
-        ratios.append(_growth(module.spans, small, large))
-    assert min(ratios) <= MAX_GROWTH, f"{family}: grew {ratios}× for 10× the text"
+    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
+    # The small text read 10 times a try: long enough to measure beside the large one.
+    test_linear_time.assert_grows_linearly(module.spans, small, large, family, small_calls=10)
     # And the same reading as the Python reader's (on a shorter text: that one is slow).
     short = build(2_000)
     assert module.spans(short) == expected(short)
