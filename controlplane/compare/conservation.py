@@ -577,6 +577,8 @@ def read(text: str) -> Reading:
     native.py) and by read_python, its reference, otherwise: the two give the same Reading."""
     _native = native.READER
     if _native is not None:
+        if type(text) is not str:
+            text = str.__str__(text)  # a str subclass (a StrEnum, numpy.str_): its characters
         named, rest = _native.spans(text)
         sentence_total, units, negation_words = _native.counts(text)
         return Reading(sentence_total, units, negation_words, _native.numbers(rest), named)

@@ -369,6 +369,8 @@ class Masker:
         _mask_python, its reference: the two give the same text and numbering."""
         compiled = native.READER
         if compiled is not None:
+            if type(text) is not str:
+                text = str.__str__(text)  # a str subclass (a StrEnum, numpy.str_): its characters
             return compiled.mask(text, self._placeholders, self._counts)
         return self._mask_python(text)
 
