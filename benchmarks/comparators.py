@@ -66,17 +66,28 @@ def fill(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def rewrites(language: str, target_chars: int, n: int, seed: int = 7) -> list[tuple[str, str]]:
-    """Pairs of (edge, cloud) texts of about `target_chars`, built from the simulator's replies."""
+def rewrites(
+    language: str, target_chars: int, n: int, seed: int = 7, unfaithful: float | None = None
+) -> list[tuple[str, str]]:
+    """Pairs of (edge, cloud) texts of about `target_chars`, built from the simulator's replies.
+
+    Each reply of a pair drops a negation or changes a number with the simulator's odds
+    (1 in 10), so most long pairs conflict somewhere; with `unfaithful`, that share of the
+    pairs holds one such reply and the others none (a rewrite model wrong on 1 text in 10)."""
     rng = random.Random(seed)
     templates = [t for t in REWRITES if (t[0][0] > "\u2e80") == (language == "zh")]
     pairs = []
     for _ in range(n):
         edge_parts, cloud_parts = [], []
+        wrong_pair = unfaithful is not None and rng.random() < unfaithful
         while sum(map(len, cloud_parts)) < target_chars:
             cloud, faithful, no_negation, other_number = rng.choice(templates)
             values = fill(rng)
             roll = rng.random()
+            if unfaithful is not None:
+                # One unfaithful reply, the first that can be, in the pairs chosen wrong.
+                roll = 0.0 if wrong_pair and (no_negation or other_number) else 1.0
+                wrong_pair = wrong_pair and roll == 1.0
             edge = (
                 no_negation
                 if roll < 0.05 and no_negation
