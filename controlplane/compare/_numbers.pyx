@@ -10,8 +10,8 @@ the second reads _NUMBER's branches at each position of that body, in the regex'
 (Arabic digits with comma groups, decimals, 万/亿 and percent; 百分之; Chinese numerals),
 and jumps past each match as finditer does. Every look-ahead is bounded (a percent
 spelling), every run is consumed once. Integers and decimals of at most 28 digits (in any
-script) and Chinese integers are spelt here; the rest (longer numbers, which Decimal rounds
-to 28 digits, and Chinese numerals with 点) by conservation's own helpers.
+script) and Chinese integers and decimals (一点五) are spelt here; the rest (longer numbers,
+which Decimal rounds to 28 digits) by conservation's own helpers.
 """
 
 include "_text.pxi"
@@ -427,6 +427,38 @@ cdef long long chinese_integer(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t en
     return -1 if head < 0 else total + head
 
 
+cdef object spelt_chinese_decimal(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t dot, Py_ssize_t end):
+    """spelt_chinese of a match with 点 at `dot` (一点五 → "1.5", 三点零 → "3"):
+    conservation's Decimal(whole) + Decimal("0." + fraction), spelt by _spell. The
+    fraction holds digits only (the _ZH pattern). Spelt here when the sum has at most 28
+    digits (Decimal's precision: it is then exact); else by conservation."""
+    cdef Py_ssize_t i, last = dot
+    cdef long long whole = 0
+    cdef bint all_digits = True
+    for i in range(start, dot):
+        if zh_digit_value(s[i]) < 0:
+            all_digits = False
+            break
+    if all_digits:
+        if dot - start > 18:  # may not fit: conservation reads it
+            return _helpers()._spelt_chinese(text_of(s, start, end))
+        for i in range(start, dot):
+            whole = whole * 10 + zh_digit_value(s[i])
+    else:
+        whole = chinese_integer(s, start, dot)
+        if whole < 0:
+            return None
+    for i in range(dot + 1, end):
+        if zh_digit_value(s[i]) != 0:
+            last = i  # the fraction's last non-zero digit
+    spelt = str(whole)
+    if len(spelt) + (end - dot - 1) > 28:
+        return _helpers()._spelt_chinese(text_of(s, start, end))
+    if last == dot:
+        return spelt  # a fraction of zeros: the whole number
+    return spelt + "." + "".join([chr(48 + zh_digit_value(s[i])) for i in range(dot + 1, last + 1)])
+
+
 cdef object spelt_chinese(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
     """conservation._spelt_chinese of s[start:end] (a _ZH match): a str or None. Integers
     are read here; a fraction (点) or a digit-by-digit run over 28 digits by conservation."""
@@ -437,7 +469,7 @@ cdef object spelt_chinese(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
     cdef int k = 0
     for i in range(start, end):
         if s[i] == u"点":
-            return _helpers()._spelt_chinese(text_of(s, start, end))
+            return spelt_chinese_decimal(s, start, i, end)
         if zh_digit_value(s[i]) < 0:
             all_digits = False
     if all_digits:
