@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -191,14 +191,28 @@ def nav_links(driver: WebDriver) -> dict[str, WebElement]:
 
 
 def choose(driver: WebDriver, label: str, option: str) -> None:
-    """Pick `option` in the select box labelled `label`: type it, Enter."""
-    boxes = [
-        box
-        for box in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
-        if box.text.splitlines()[:1] == [label]
-    ]
-    assert boxes, f"no select box {label!r}"
-    field = boxes[0].find_element(By.CSS_SELECTOR, "input")
+    """Pick `option` in the select box labelled `label` (once the page has drawn it): type
+    it, Enter."""
+
+    def boxes(d: WebDriver) -> list[WebElement]:
+        return [
+            box
+            for box in d.find_elements(By.CSS_SELECTOR, "[data-testid='stSelectbox']")
+            if box.text.splitlines()[:1] == [label]
+        ]
+
+    try:
+        found = WebDriverWait(
+            driver,
+            PAGE_SECONDS,
+            poll_frequency=0.2,
+            ignored_exceptions=(StaleElementReferenceException,),  # redrawn while read
+        ).until(boxes)
+    except TimeoutException:
+        raise AssertionError(
+            f"no select box {label!r}; the page shows:\n{body_text(driver)}"
+        ) from None
+    field = found[0].find_element(By.CSS_SELECTOR, "input")
     field.click()
     field.send_keys(option + Keys.ENTER)
 
