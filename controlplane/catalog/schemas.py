@@ -157,11 +157,22 @@ RuleMetric = Literal[
 ]
 # A failure class a reviewer names on a label ("amount", "wrong_language"): short and plain.
 FAILURE_CLASS = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-Detector = Literal["consecutive", "cusum"]
-# A rule's defaults for what the policy does not set: the CUSUM's shift to detect, and its
-# decision interval (log-likelihood units).
+Detector = Literal["capped_cusum", "consecutive", "cusum"]
+DEFAULT_DETECTOR: Detector = "capped_cusum"
+# A rule's defaults for what the policy does not set: the CUSUM's shift to detect, its
+# decision interval (log-likelihood units), and the most one window may add to the sum
+# (`capped_cusum`). A rule that sets `h` at or below the default cap gets `h / 2`, so that
+# one window never fires alone.
 DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_H = 5.0
+DEFAULT_CAP = 2.0
+
+
+def resolved_cap(cap: float | None, h: float) -> float:
+    """The cap a rule uses: its own, else the default, else half of a small `h`."""
+    if cap is not None:
+        return cap
+    return DEFAULT_CAP if DEFAULT_CAP < h else h / 2
 
 
 class Rule(Strict):
@@ -181,11 +192,26 @@ class Rule(Strict):
     # The CUSUM's decision interval, in log-likelihood units: 5 is the usual choice, and past
     # a few hundred the detector can no longer fire within any sensible time.
     h: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
+    # `capped_cusum`: the most one window's evidence adds to the sum; below `h`, so that
+    # firing always takes at least ceil(h / cap) windows.
+    cap: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
     # `failure_class` rules only: the class whose weighted share of labelled edge answers
     # the rule judges (written `class:` in a config).
     failure_class: str | None = Field(None, alias="class")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _cap_below_h(self) -> Rule:
+        if self.cap is not None:
+            h = DEFAULT_H if self.h is None else self.h
+            if self.cap >= h:
+                default = ", the default" if self.h is None else ""
+                raise ValueError(
+                    f"cap ({self.cap:g}) must be below h ({h:g}{default}): a window's evidence "
+                    "is capped so that no single window can reach h and fire alone"
+                )
+        return self
 
     @model_validator(mode="after")
     def _class_only_for_failure_class(self) -> Rule:
@@ -226,11 +252,12 @@ class ResolvedRule:
     critical: float | None
     min_effect: float
     h: float
+    cap: float = DEFAULT_CAP
     failure_class: str | None = None
 
 
 class RollbackConfig(Strict):
-    detector: Detector = "consecutive"
+    detector: Detector = DEFAULT_DETECTOR
     consecutive_windows: int = Field(3, ge=1, le=100)
     min_samples: int = Field(200, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] = 0.80
@@ -259,6 +286,7 @@ class RollbackConfig(Strict):
                 critical=rule.critical,
                 min_effect=rule.min_effect or DEFAULT_MIN_EFFECT,
                 h=rule.h or DEFAULT_H,
+                cap=resolved_cap(rule.cap, rule.h or DEFAULT_H),
                 failure_class=rule.failure_class,
             )
             for rule in self.rules

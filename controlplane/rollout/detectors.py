@@ -4,9 +4,13 @@ history in one cell.
 - `consecutive` (default): `consecutive_windows` consecutive conclusive breaches fire;
   `ok` resets the run, `insufficient` neither counts nor resets, and a run spanning more
   than `max_span_windows` windows lapses (the breach that overstretches it starts anew).
-- `cusum`: a Bernoulli CUSUM over the cell's counts, from the threshold (in control) to
-  the threshold moved by `min_effect` toward the bad side (out of control), fires when
-  its sum reaches `h`.
+- `capped_cusum` (default): a Bernoulli CUSUM over the cell's counts, from the threshold
+  (in control) to the threshold moved by `min_effect` toward the bad side (out of
+  control), where each closed window's log-likelihood ratio counts at most `cap` before it
+  is added; it fires when the sum reaches `h`. With `cap < h` no single window fires it,
+  however many samples it holds: firing takes at least `ceil(h / cap)` windows of
+  evidence. A sparse window needs no pooling: its small contribution simply adds up.
+- `cusum`: the same sum without the cap (one heavy window may reach `h` alone).
 - `critical`: any single window whose bound is beyond the optional critical threshold.
 
 The history is scanned from the start of the current stage; the first point where the
@@ -20,7 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from controlplane.catalog.schemas import DEFAULT_H, DEFAULT_MIN_EFFECT, Detector
+from controlplane.catalog.schemas import (
+    DEFAULT_CAP,
+    DEFAULT_DETECTOR,
+    DEFAULT_H,
+    DEFAULT_MIN_EFFECT,
+    Detector,
+)
 from controlplane.rollout.verdicts import (
     CellWindow,
     Confidence,
@@ -32,12 +42,27 @@ from controlplane.rollout.verdicts import (
 
 
 @dataclass(frozen=True, slots=True)
+class CusumStep:
+    """One closed window in a CUSUM: its counts, its log-likelihood ratio (`raw`), what the
+    cap let count of it (`counted`) and the running sum after it (`total`)."""
+
+    window: int
+    num: float
+    den: float
+    raw: float
+    counted: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
 class Firing:
-    how: Literal["consecutive", "cusum", "critical"]
+    how: Literal["consecutive", "cusum", "capped_cusum", "critical"]
     at_window: int
     # The verdicts of the breaching run (consecutive), or the window(s) that tripped.
     verdicts: list[Verdict] = field(default_factory=list)
     statistic: float | None = None
+    # CUSUM detectors: the run that reached `h`, every window since the sum last stood at 0.
+    steps: list[CusumStep] = field(default_factory=list)
 
 
 def consecutive(
@@ -56,20 +81,56 @@ def consecutive(
     return None
 
 
-def cusum(
-    windows: Sequence[CellWindow], op: Op, threshold: float, min_effect: float, h: float
-) -> Firing | None:
-    """Bernoulli CUSUM of the log-likelihood ratio 'moved by min_effect' over 'at threshold'."""
+def llr_weights(op: Op, threshold: float, min_effect: float) -> tuple[float, float]:
+    """The log-likelihood ratio, 'moved by min_effect' over 'at threshold', of one counted
+    sample (the rate's numerator) and of one uncounted sample."""
     p0 = min(max(threshold, 1e-6), 1 - 1e-6)
     p1 = threshold + min_effect if op == "<=" else threshold - min_effect
     p1 = min(max(p1, 1e-6), 1 - 1e-6)
-    hit, miss = math.log(p1 / p0), math.log((1 - p1) / (1 - p0))
+    return math.log(p1 / p0), math.log((1 - p1) / (1 - p0))
+
+
+def cusum_steps(
+    windows: Sequence[CellWindow], op: Op, threshold: float, min_effect: float, cap: float
+) -> list[CusumStep]:
+    """Every window's step of the Bernoulli CUSUM, each window counting at most `cap`."""
+    hit, miss = llr_weights(op, threshold, min_effect)
     total = 0.0
+    out = []
     for window in windows:
-        total = max(0.0, total + window.num * hit + (window.den - window.num) * miss)
-        if total >= h:
-            return Firing("cusum", window.window, statistic=total)
+        raw = window.num * hit + (window.den - window.num) * miss
+        counted = float(min(raw, cap))
+        total = max(0.0, total + counted)
+        out.append(CusumStep(window.window, window.num, window.den, raw, counted, total))
+    return out
+
+
+def capped_cusum(
+    windows: Sequence[CellWindow],
+    op: Op,
+    threshold: float,
+    min_effect: float,
+    h: float,
+    cap: float,
+) -> Firing | None:
+    """The first window at which the capped CUSUM reaches `h`, with its run of evidence."""
+    run: list[CusumStep] = []
+    for step in cusum_steps(windows, op, threshold, min_effect, cap):
+        if step.total > 0:
+            run.append(step)
+        else:
+            run = []
+        if step.total >= h:
+            how = "cusum" if math.isinf(cap) else "capped_cusum"
+            return Firing(how, step.window, statistic=step.total, steps=run)
     return None
+
+
+def cusum(
+    windows: Sequence[CellWindow], op: Op, threshold: float, min_effect: float, h: float
+) -> Firing | None:
+    """The CUSUM without a cap: a window may reach `h` on its own."""
+    return capped_cusum(windows, op, threshold, min_effect, h, math.inf)
 
 
 def critical(
@@ -89,11 +150,12 @@ def should_rollback(
     op: Op,
     threshold: float,
     confidence: Confidence,
-    detector: Detector = "consecutive",
+    detector: Detector = DEFAULT_DETECTOR,
     consecutive_windows: int = 3,
     max_span_windows: int = 36,
     min_effect: float = DEFAULT_MIN_EFFECT,
     h: float = DEFAULT_H,
+    cap: float = DEFAULT_CAP,
     critical_threshold: float | None = None,
 ) -> Firing | None:
     """Whether the rule fires in this cell, from its closed windows and their verdicts.
@@ -104,7 +166,9 @@ def should_rollback(
         found.append(critical(windows, op, critical_threshold, confidence))
     if detector == "consecutive":
         found.append(consecutive(history, consecutive_windows, max_span_windows))
-    else:
+    elif detector == "cusum":
         found.append(cusum(windows, op, threshold, min_effect, h))
+    else:
+        found.append(capped_cusum(windows, op, threshold, min_effect, h, cap))
     fired = [f for f in found if f is not None]
     return min(fired, key=lambda f: f.at_window) if fired else None

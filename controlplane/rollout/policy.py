@@ -4,7 +4,7 @@ Rules judge only the buckets the edge may serve — those holding inputs up to t
 `max_input_tokens` (all of them without a cap) — and their `all` is the union of those
 buckets. A rule's `scope: per_bucket` judges every such bucket and `all`; `scope: all`
 judges `all`. Each rule may override the policy's `min_samples`, `confidence` and
-`detector`, and set `critical`, `mode`, `min_effect` and `h` (resolved on the schema:
+`detector`, and set `critical`, `mode`, `min_effect`, `h` and `cap` (resolved on the schema:
 `RollbackConfig.resolved_rules`).
 
 `route_acc` and `failure_class` come from human labels (docs/route-accuracy.md): they read
@@ -130,6 +130,7 @@ def evaluate(
                 max_span_windows=policy.span_windows,
                 min_effect=rule.min_effect,
                 h=rule.h,
+                cap=rule.cap,
                 critical_threshold=rule.critical,
             )
             out.append(CellOutcome(index, rule, cell, series, found, firing))

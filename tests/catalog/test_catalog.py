@@ -143,7 +143,7 @@ CONFIG_ERRORS: list[tuple[dict[str, Any], str]] = [
                 "rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "scop": "all"}]
             }
         },
-        "rollback.rules.0.scop: unknown field; allowed here: class, confidence, critical, detector, h,",
+        "rollback.rules.0.scop: unknown field; allowed here: cap, class, confidence, critical, detector, h,",
     ),
     ({"comparator": None}, "comparator:"),
 ]

@@ -159,7 +159,8 @@ def test_a_breach_in_one_bucket_fires_while_all_is_fine() -> None:
     assert outcomes["all"].firing is None
     assert outcomes["all"].windows[0].num == 3040 and outcomes["all"].windows[0].den == 3200
     fired = outcomes["2048+"].firing
-    assert fired is not None and fired.at_window == 2 and len(fired.verdicts) == 3
+    # The default capped CUSUM: each of the three windows counts its cap (2), 6 >= 5.
+    assert fired is not None and fired.at_window == 2 and len(fired.steps) == 3
     assert [o.firing for c, o in outcomes.items() if c not in ("2048+",)] == [None] * 4
 
 
@@ -174,7 +175,7 @@ def test_rules_judge_only_the_buckets_the_edge_may_serve() -> None:
 @pytest.mark.parametrize(
     ("rollback", "message"),
     [
-        ({"detector": "ewma"}, "rollback.detector: Input should be 'consecutive' or 'cusum'"),
+        ({"detector": "ewma"}, "rollback.detector: Input should be 'capped_cusum', 'consecutive' or 'cusum'"),
         ({"confidence": 1.5}, "rollback.confidence"),
         (
             {"rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "mode": "page"}]},
