@@ -8,8 +8,12 @@ from typing import Any
 from controlplane.catalog.schemas import ResolvedRule, TaskConfig
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.windows import from_index
+from controlplane.rollout.detectors import CusumStep
 from controlplane.rollout.policy import LABEL_METRICS, CellOutcome
 from controlplane.rollout.verdicts import Verdict
+
+# A CUSUM sentence lists the shares of at most this many windows (the latest).
+LISTED = 8
 
 
 def window_seconds(config: TaskConfig, metric: str | None = None) -> int:
@@ -53,6 +57,53 @@ def verdict_view(v: Verdict, config: TaskConfig, metric: str | None = None) -> d
     }
 
 
+def step_view(step: CusumStep, config: TaskConfig, metric: str | None = None) -> dict[str, Any]:
+    """One window of a CUSUM run, as recorded in a decision's evidence: its counts, its
+    log-likelihood ratio, what the cap let count of it, and the running sum after it."""
+    return {
+        "window_start": window_start(step.window, config, metric).isoformat(),
+        "window_end": window_start(step.window + 1, config, metric).isoformat(),
+        "num": _count(step.num, metric),
+        "den": _count(step.den, metric),
+        **({"counts": "effective labels"} if metric in LABEL_METRICS else {}),
+        "estimate": step.num / step.den if step.den else None,
+        "contribution": round(step.raw, 4),
+        "counted": round(step.counted, 4),
+        "sum": round(step.total, 4),
+    }
+
+
+def share(value: float | None) -> str:
+    """A rate as a percentage: whole when it is one, else to a tenth ("46%", "46.7%")."""
+    if value is None:
+        return "no data"
+    whole = round(value * 100)
+    return f"{whole}%" if abs(value * 100 - whole) < 0.05 else f"{value:.1%}"
+
+
+def _threshold(value: float) -> str:
+    """0.9 → "0.90", 0.02 → "0.02", 0.005 → "0.005"."""
+    return f"{value:.2f}" if round(value, 2) == value else f"{value:g}"
+
+
+def cusum_sentence(outcome: CellOutcome) -> str:
+    """What a CUSUM firing rests on, checkable by hand: "evidence 6.0 ≥ 5 over 3 windows
+    (each window counts at most 2): 46%, 52%, 50% vs 0.90"."""
+    firing = outcome.firing
+    assert firing is not None and firing.statistic is not None
+    rule = outcome.rule
+    steps = firing.steps
+    windows = f"{len(steps)} window{'s' if len(steps) != 1 else ''}"
+    capped = f" (each window counts at most {rule.cap:g})" if firing.how == "capped_cusum" else ""
+    shares = [share(s.num / s.den if s.den else None) for s in steps[-LISTED:]]
+    if len(steps) > LISTED:
+        shares.insert(0, "…")
+    return (
+        f"evidence {firing.statistic:.1f} ≥ {rule.h:g} over {windows}{capped}: "
+        f"{', '.join(shares)} vs {_threshold(rule.threshold)}"
+    )
+
+
 def explain(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
     """One sentence: why the task was rolled back."""
     firing = outcome.firing
@@ -83,11 +134,7 @@ def explain(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
             f"{task} rolled back: {what} {where} crossed its critical line "
             f"{outcome.rule.critical:g} in one window ({bound} {firing.statistic:.1%})."
         )
-    return (
-        f"{task} rolled back: the CUSUM of {what} {where} reached "
-        f"{firing.statistic:.1f} (h = {outcome.rule.h:g}), evidence that it moved "
-        f"past {outcome.rule.op} {outcome.rule.threshold:g} by {outcome.rule.min_effect:g}."
-    )
+    return f"{task} rolled back: {what} {where}: {cusum_sentence(outcome)}."
 
 
 def notice_sentence(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
@@ -102,7 +149,10 @@ def time_range(outcome: CellOutcome, config: TaskConfig) -> tuple[datetime, date
     firing = outcome.firing
     assert firing is not None
     metric = outcome.rule.metric
-    first = firing.verdicts[0].first_window if firing.verdicts else firing.at_window
+    if firing.verdicts:
+        first = firing.verdicts[0].first_window
+    else:
+        first = firing.steps[0].window if firing.steps else firing.at_window
     start = window_start(first, config, metric)
     end = window_start(firing.at_window, config, metric) + timedelta(
         seconds=window_seconds(config, metric)
@@ -111,10 +161,20 @@ def time_range(outcome: CellOutcome, config: TaskConfig) -> tuple[datetime, date
 
 
 def breach_ranges(outcome: CellOutcome, config: TaskConfig) -> list[tuple[datetime, datetime]]:
-    """The time each breaching verdict of the firing covers (a pool: all its windows)."""
+    """The time each breaching verdict of the firing covers (a pool: all its windows); for
+    a CUSUM, each window of the run that added evidence."""
     firing = outcome.firing
     assert firing is not None
     metric = outcome.rule.metric
+    if firing.steps:
+        return [
+            (
+                window_start(s.window, config, metric),
+                window_start(s.window + 1, config, metric),
+            )
+            for s in firing.steps
+            if s.counted > 0
+        ]
     return [
         (
             window_start(v.first_window, config, metric),

@@ -91,9 +91,24 @@ def close(api: Api, start: datetime, k: int) -> Any:
     return run_pass(api.engine, start + timedelta(seconds=(k + 1) * WINDOW + LATENESS))
 
 
+def name_detector(api: Api, detector: str, tasks: tuple[str, ...]) -> None:
+    """Apply each task's config again, naming `detector` for the whole policy."""
+    with session_scope(api.engine) as session:
+        for name in tasks:
+            named = config(name)
+            named["rollback"] = {**named["rollback"], "detector": detector}
+            apply_config(session, named, actor="test")
+
+
+@pytest.mark.parametrize("detector", [None, "consecutive"])
 def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_three_windows(
-    api: Api,
+    api: Api, detector: str | None
 ) -> None:
+    """At 60 results per bucket and window: the default `capped_cusum` and a named
+    `consecutive` both roll back at the 3rd breaching window; neither touches the task whose
+    every bucket had one bad window (a spike)."""
+    if detector is not None:
+        name_detector(api, detector, ("canary_task", "noisy_task", "quiet_task"))
     for task in ("canary_task", "noisy_task", "quiet_task"):
         assert promote(api, task).status_code == 200
     start = rewind(api)
@@ -126,10 +141,29 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
     decision = decisions[0]
     assert decision["action"] == "rollback" and decision["actor"] == "policy"
     assert decision["bucket"] == "2048+" and decision["rule"] == "agreement >= 0.9 per bucket"
-    windows = decision["evidence"]["windows"]
-    assert [(w["num"], w["den"], w["verdict"]) for w in windows] == [(36, 60, "breach")] * 3
-    assert all(w["bound"] < 0.9 and w["estimate"] == 0.6 for w in windows)
-    assert "in 3 consecutive windows (last: 36/60 = 60.0%" in decision["reason"]
+    evidence = decision["evidence"]
+    if detector == "consecutive":
+        windows = evidence["windows"]
+        assert [(w["num"], w["den"], w["verdict"]) for w in windows] == [(36, 60, "breach")] * 3
+        assert all(w["bound"] < 0.9 and w["estimate"] == 0.6 for w in windows)
+        assert "in 3 consecutive windows (last: 36/60 = 60.0%" in decision["reason"]
+    else:
+        # Each window: 36 x ln(0.85/0.9) + 24 x ln(0.15/0.1) = 7.673, counted as 2.
+        assert (evidence["detector"], evidence["h"], evidence["cap"]) == ("capped_cusum", 5, 2)
+        steps = evidence["steps"]
+        assert [(s["num"], s["den"], s["counted"], s["sum"]) for s in steps] == [
+            (36, 60, 2, 2),
+            (36, 60, 2, 4),
+            (36, 60, 2, 6),
+        ]
+        assert all(s["contribution"] == pytest.approx(7.6735, abs=1e-4) for s in steps)
+        assert [s["window_start"] for s in steps] == [
+            (start + timedelta(seconds=k * WINDOW)).isoformat() for k in range(3)
+        ]
+        assert decision["reason"] == (
+            "canary_task rolled back: agreement on inputs of 2048+ tokens: evidence 6.0 ≥ 5 "
+            "over 3 windows (each window counts at most 2): 60%, 60%, 60% vs 0.90."
+        )
     assert decision["evidence"]["models"] == ["small@3"]
     examples = decision["evidence"]["examples"]
     assert 0 < len(examples) <= 20 and all("-2048+-" in e for e in examples)
@@ -300,3 +334,88 @@ def test_a_stage_change_resets_the_input_length_baseline(api: Api) -> None:
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "noisy_task").one()
         assert task.input_p95_baseline is None and task.stage == "canary"
+
+
+def single_bucket(
+    task: str, start: datetime, k: int, agree: int, n: int, tokens: int = 60
+) -> list[dict[str, Any]]:
+    """`n` results of one bucket in window `k`, the first `agree` of them agreeing."""
+    return [
+        make_result(
+            request_id=f"{task}-{k}-{i}",
+            task=task,
+            ts=(start + timedelta(seconds=k * WINDOW + i * 0.5)).isoformat(),
+            input_tokens=tokens,
+            edge={"output": "refund" if i < agree else "exchange", "model": "small@3"},
+        )
+        for i in range(n)
+    ]
+
+
+def stage(api: Api, task: str) -> str:
+    return api.client.get(f"/v1/tasks/{task}", headers=api.headers("read")).json()["stage"]
+
+
+def test_a_sparse_canary_whose_agreement_drops_to_70_percent_is_rolled_back_within_8_windows(
+    api: Api,
+) -> None:
+    """30 results per window, agreement drawn at 0.97 and then at 0.70 (seeded), under the
+    default policy (min_samples 200): the default detector rolls the canary back within 8
+    windows of the drop, and not before it."""
+    import random
+
+    rng = random.Random(20261201)
+    sparse = config("sparse_task")
+    sparse["rollback"] = {"rules": sparse["rollback"]["rules"]}
+    with session_scope(api.engine) as session:
+        apply_config(session, sparse, actor="test")
+    assert promote(api, "sparse_task").status_code == 200
+    start = rewind(api, windows=16)
+    healthy, bad = 4, 8
+    fired_at = None
+    for k in range(healthy + bad):
+        p = 0.97 if k < healthy else 0.70
+        agree = sum(rng.random() < p for _ in range(30))
+        post_all(api, single_bucket("sparse_task", start, k, agree, 30))
+        decisions = [d for d in close(api, start, k).decisions if d["task"] == "sparse_task"]
+        if decisions:
+            assert [d["action"] for d in decisions] == ["rollback"]
+            fired_at = k
+            break
+        assert stage(api, "sparse_task") == "canary", k
+    assert fired_at is not None and healthy <= fired_at < healthy + bad, fired_at
+    assert stage(api, "sparse_task") == "rolled_back"
+    evidence = decisions[0]["evidence"]
+    assert evidence["detector"] == "capped_cusum" and evidence["steps"][-1]["sum"] >= 5
+    assert all(s["den"] == 30 for s in evidence["steps"])
+
+
+def test_the_evidence_restarts_at_a_stage_change(api: Api) -> None:
+    """Two bad windows in canary build 4 of the 5 needed; a promotion to full starts the
+    sum again, so the next bad window does not fire: three in the new stage do."""
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+
+    assert promote(api, "canary_task").status_code == 200
+    start = rewind(api)
+    for k in range(2):
+        post_all(api, single_bucket("canary_task", start, k, 36, 60, tokens=3000))
+        assert not close(api, start, k).decisions
+    assert promote(api, "canary_task").status_code == 200
+    with session_scope(api.engine) as session:
+        session.execute(
+            update(Task)
+            .where(Task.name == "canary_task")
+            .values(stage_changed_at=start + timedelta(seconds=2 * WINDOW))
+        )
+    assert stage(api, "canary_task") == "full"
+    for k in range(2, 5):
+        post_all(api, single_bucket("canary_task", start, k, 36, 60, tokens=3000))
+        decisions = close(api, start, k).decisions
+        assert bool(decisions) == (k == 4), k
+    assert stage(api, "canary_task") == "rolled_back"
+    steps = decisions[0]["evidence"]["steps"]
+    assert [s["window_start"] for s in steps] == [
+        (start + timedelta(seconds=k * WINDOW)).isoformat() for k in (2, 3, 4)
+    ]
