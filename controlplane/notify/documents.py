@@ -29,7 +29,8 @@ class AlertLike(Protocol):
 def decision_document(decision: dict[str, Any]) -> dict[str, Any]:
     """A decision view (`id`, `task`, `action`, `actor`, `reason`, `evidence`, …) to announce."""
     evidence = decision.get("evidence") or {}
-    windows = evidence.get("windows") or []
+    # The windows of the firing's run: a CUSUM's steps, else the verdicts.
+    windows = evidence.get("steps") or evidence.get("windows") or []
     return {
         "kind": "decision",
         "task": decision.get("task"),

@@ -319,6 +319,50 @@ def evidence_windows(decision: dict[str, Any]) -> None:
             for w in windows
         )
     )
+    models_and_examples(decision, [w for w in windows if w["verdict"] == "breach"])
+
+
+def cusum_evidence(decision: dict[str, Any]) -> None:
+    """A CUSUM's run: per window its counts, its evidence (the log-likelihood ratio), what
+    the cap let count of it and the running sum, which fired on reaching h."""
+    evidence = decision.get("evidence") or {}
+    steps = evidence.get("steps") or []
+    cap = evidence.get("cap")
+    table = pd.DataFrame(
+        [
+            {
+                "window": f"{when(s['window_start'])} – {clock(s['window_end'])}",
+                "counts": f"{s['num']:g}/{s['den']:g}",
+                "estimate": s["estimate"],
+                "evidence": s["contribution"],
+                "counted": s["counted"],
+                "sum": s["sum"],
+            }
+            for s in steps
+        ]
+    )
+    st.dataframe(table, hide_index=True)
+    capped = f"; each window counts at most {cap:g}" if cap is not None else ""
+    st.caption(
+        f"Evidence is the window's log-likelihood ratio: how much likelier its counts are "
+        f"if the rate moved past the threshold by {evidence.get('min_effect', 0):g} than "
+        f"if it sits at the threshold. The sum adds each window's evidence{capped}, never "
+        f"goes below 0, and fires at h = {evidence.get('h', 0):g}."
+    )
+    st.markdown(
+        "\n".join(
+            f"- {when(s['window_start'])} – {clock(s['window_end'])}: {s['num']:g}/{s['den']:g}"
+            f" = {pct(s['estimate'])}, evidence {s['contribution']:+.2f}, counted "
+            f"{s['counted']:+.2f}, sum **{s['sum']:.2f}**"
+            for s in steps
+        )
+    )
+    models_and_examples(decision, [s for s in steps if s["counted"] > 0])
+
+
+def models_and_examples(decision: dict[str, Any], bad: list[dict[str, Any]]) -> None:
+    """The edge models the firing saw, and the example results of each bad window."""
+    evidence = decision.get("evidence") or {}
     if evidence.get("models"):
         st.markdown(
             "Edge models seen in these windows (blocked from auto-promotion): "
@@ -327,9 +371,7 @@ def evidence_windows(decision: dict[str, Any]) -> None:
     cell = decision.get("bucket") or "all"
     version_config = configs_by_version.get(evidence.get("config_version"), task_config)
     cell_bounds = tuple(version_config.get("length_buckets", boundaries))
-    for w in windows:
-        if w["verdict"] != "breach":
-            continue
+    for w in bad:
         start = dt.datetime.fromisoformat(w["window_start"])
         end = dt.datetime.fromisoformat(w["window_end"])
         with st.expander(f"Example results of {when(start)} – {clock(end)} ({formats.line(cell)})"):
@@ -394,7 +436,9 @@ for decision in decisions:
         )
         st.markdown(formats.text(decision["reason"]))
         evidence = decision.get("evidence") or {}
-        if evidence.get("windows"):
+        if evidence.get("steps"):
+            cusum_evidence(decision)
+        elif evidence.get("windows"):
             evidence_windows(decision)
         elif "gate" in evidence:
             gate_evidence(evidence)

@@ -45,13 +45,68 @@ def on_task(seeded: Seeded, key: str, task: str) -> AppTest:
     return at
 
 
-def test_the_rollback_decision_shows_its_sentence_and_evidence_table(seeded: Seeded) -> None:
+def test_the_rollback_decision_shows_its_sentence_and_the_cusum_run(seeded: Seeded) -> None:
+    """The seeded rollback ran the default detector (capped_cusum): its run of windows,
+    each with counts, evidence, what counted and the running sum, as table and text."""
     at = on_task(seeded, "read", ROLLED_BACK)
     text = page_text(at)
     rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
-    windows = rollback["evidence"]["windows"]
-    assert rollback["actor"] == "policy" and len(windows) >= 3
+    evidence = rollback["evidence"]
+    steps = evidence["steps"]
+    assert rollback["actor"] == "policy" and evidence["detector"] == "capped_cusum"
+    assert len(steps) >= 3 and steps[-1]["sum"] >= evidence["h"]
     # The sentence the policy wrote, as it wrote it.
+    assert any(shown(m.value) == rollback["reason"] for m in at.markdown)
+    assert (
+        f"evidence {evidence['statistic']:.1f} ≥ 5 over {len(steps)} windows" in rollback["reason"]
+    )
+    table = next(df.value for df in at.dataframe if "sum" in df.value and "counts" in df.value)
+    assert list(table["counts"]) == [f"{s['num']:g}/{s['den']:g}" for s in steps]
+    assert list(table["evidence"]) == pytest.approx([s["contribution"] for s in steps])
+    assert list(table["counted"]) == pytest.approx([s["counted"] for s in steps])
+    assert list(table["sum"]) == pytest.approx([s["sum"] for s in steps])
+    assert "each window counts at most 2" in text and "fires at h = 5" in text
+    for s in steps:
+        assert (
+            f"{s['num']:g}/{s['den']:g} = {s['estimate']:.1%}, evidence {s['contribution']:+.2f}, "
+            f"counted {s['counted']:+.2f}, sum **{s['sum']:.2f}**"
+        ) in text
+    models = evidence["models"]
+    assert models
+    assert (
+        "Edge models seen in these windows (blocked from auto-promotion): " + ", ".join(models)
+    ) in text
+    assert f"**{ROLLED_BACK}** is in **{rollback['stage_after']}**" in text
+
+
+def test_a_consecutive_rollback_shows_its_evidence_table(seeded: Seeded) -> None:
+    """A config that names `consecutive` keeps it: the same windows judged again under it
+    (re-armed, canaried from before them) roll back with the verdict table."""
+    named = copy.deepcopy(CONFIGS[0])
+    named["rollback"]["detector"] = "consecutive"
+    engine = seeded.engine
+    actions.rearm(engine, ROLLED_BACK, actor="test", reason="judge again under consecutive")
+    actions.apply_tasks(engine, [named], actor="test")
+    actions.promote(engine, ROLLED_BACK, actor="test", reason="again", veto=0.7, force=True)
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+    from controlplane.sim.evalset_example import START
+
+    with session_scope(engine) as session:
+        session.execute(
+            update(Task)
+            .where(Task.name == ROLLED_BACK)
+            .values(stage_changed_at=START - timedelta(hours=2))
+        )
+    run_pass(engine, END + timedelta(seconds=150), veto=0.7)
+    rollback = decisions(seeded, ROLLED_BACK)[0]
+    assert rollback["action"] == "rollback" and rollback["evidence"]["detector"] == "consecutive"
+    windows = rollback["evidence"]["windows"]
+    assert len(windows) >= 3 and "consecutive windows" in rollback["reason"]
+
+    at = on_task(seeded, "read", ROLLED_BACK)
+    text = page_text(at)
     assert any(shown(m.value) == rollback["reason"] for m in at.markdown)
     # The evidence table: one row per judged window with its counts, estimate, bound,
     # threshold and verdict, equal to what the decision stored.
@@ -68,19 +123,16 @@ def test_the_rollback_decision_shows_its_sentence_and_evidence_table(seeded: See
             f"{w['num']:g}/{w['den']:g} = {w['estimate']:.1%}, {bound} {w['bound']:.1%}, "
             f"threshold {w['threshold']:g}: **{w['verdict']}**"
         ) in text
-    # The blocked model and the stage it left the task in.
-    models = rollback["evidence"]["models"]
-    assert models
-    assert (
-        "Edge models seen in these windows (blocked from auto-promotion): " + ", ".join(models)
-    ) in text
-    assert f"**{ROLLED_BACK}** is in **{rollback['stage_after']}**" in text
+    breaching = [w for w in windows if w["verdict"] == "breach"]
+    labels = [e.label for e in at.expander]
+    assert sum(label.startswith("Example results of") for label in labels) >= len(breaching)
 
 
 def test_example_results_of_the_breaching_windows_show_the_kept_payload(seeded: Seeded) -> None:
     at = on_task(seeded, "read", ROLLED_BACK)
     rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
-    breaching = [w for w in rollback["evidence"]["windows"] if w["verdict"] == "breach"]
+    # The windows of the run that added evidence.
+    breaching = [s for s in rollback["evidence"]["steps"] if s["counted"] > 0]
     labels = [e.label for e in at.expander]
     assert sum(label.startswith("Example results of") for label in labels) == len(breaching)
     # The policy's first example (the earliest bad result of the firing's cell) is the first

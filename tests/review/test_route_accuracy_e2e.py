@@ -43,7 +43,10 @@ def config(name: str, rule: dict[str, Any]) -> dict[str, Any]:
         "window_seconds": WINDOW,
         "allowed_lateness_seconds": LATENESS,
         "keep_agreeing_rate": 1.0,
-        "rollback": {"min_samples": 3, "rules": [rule]},
+        # `consecutive`, named: these canaries are judged on three windows of ~10 labels
+        # each, where the default CUSUM would want a fourth (tests/review/
+        # test_route_accuracy_rule.py covers it on label windows).
+        "rollback": {"min_samples": 3, "detector": "consecutive", "rules": [rule]},
         "promotion": {"canary_steps": [50]},
         "review": {
             "quota_per_window": 10,

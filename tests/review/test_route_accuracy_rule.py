@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from controlplane.catalog.schemas import parse_config
-from controlplane.rollout.explain import breach_ranges, explain, rule_name, verdict_view
+from controlplane.rollout.explain import (
+    breach_ranges,
+    explain,
+    rule_name,
+    step_view,
+    verdict_view,
+)
 from controlplane.rollout.policy import evaluate
 
 
@@ -33,7 +39,7 @@ HOUR0 = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp()) // 3600
 
 
 def test_route_acc_fires_after_three_breaching_hours_counted_in_effective_labels() -> None:
-    cfg = config({"metric": "route_acc", "op": ">=", "threshold": 0.95})
+    cfg = config({"metric": "route_acc", "op": ">=", "threshold": 0.95, "detector": "consecutive"})
     labelled = [(HOUR0 + k, row(0.70, 40.5)) for k in range(3)]
     (outcome,) = evaluate(cfg, [], labelled)
     assert outcome.cell == "all"
@@ -51,6 +57,37 @@ def test_route_acc_fires_after_three_breaching_hours_counted_in_effective_labels
     sentence = explain("t", outcome, cfg)
     assert "route accuracy from labels overall breached >= 0.95" in sentence
     assert "70.0% of 40.5 effective labels" in sentence
+
+
+def test_the_default_detector_sums_effective_labels_and_needs_three_hours_at_least() -> None:
+    """capped_cusum on label windows: each hour's evidence from its effective labels (per
+    label ln(0.90/0.95) right, ln(0.10/0.05) wrong), capped at 2; the hours that added it are
+    the firing's ranges."""
+    import math
+
+    cfg = config({"metric": "route_acc", "op": ">=", "threshold": 0.95})
+    labelled = [(HOUR0 + k, row(0.70, 40.5)) for k in range(4)]
+    (outcome,) = evaluate(cfg, [], labelled)
+    firing = outcome.firing
+    assert firing is not None and firing.how == "capped_cusum" and firing.at_window == HOUR0 + 2
+    raw = 0.70 * 40.5 * math.log(0.90 / 0.95) + 0.30 * 40.5 * math.log(0.10 / 0.05)
+    assert [s.raw for s in firing.steps] == pytest.approx([raw] * 3)
+    assert [s.total for s in firing.steps] == pytest.approx([2.0, 4.0, 6.0])
+    view = step_view(firing.steps[0], cfg, "route_acc")
+    assert view["counts"] == "effective labels" and view["den"] == 40.5
+    assert datetime.fromisoformat(view["window_end"]) - datetime.fromisoformat(
+        view["window_start"]
+    ) == timedelta(hours=1)
+    ranges = breach_ranges(outcome, cfg)
+    assert [end - begin for begin, end in ranges] == [timedelta(hours=1)] * 3
+    assert explain("t", outcome, cfg) == (
+        "t rolled back: route accuracy from labels overall: evidence 6.0 ≥ 5 over 3 windows "
+        "(each window counts at most 2): 70%, 70%, 70% vs 0.95."
+    )
+    # Few labels an hour: the same share over 4 effective labels adds up more slowly.
+    sparse = [(HOUR0 + k, row(0.70, 4.0)) for k in range(12)]
+    (outcome,) = evaluate(cfg, [], sparse)
+    assert outcome.firing is not None and outcome.firing.at_window > HOUR0 + 2
 
 
 def test_route_acc_ok_and_sparse_windows() -> None:

@@ -175,7 +175,10 @@ def test_rules_judge_only_the_buckets_the_edge_may_serve() -> None:
 @pytest.mark.parametrize(
     ("rollback", "message"),
     [
-        ({"detector": "ewma"}, "rollback.detector: Input should be 'capped_cusum', 'consecutive' or 'cusum'"),
+        (
+            {"detector": "ewma"},
+            "rollback.detector: Input should be 'capped_cusum', 'consecutive' or 'cusum'",
+        ),
         ({"confidence": 1.5}, "rollback.confidence"),
         (
             {"rules": [{"metric": "agreement", "op": ">=", "threshold": 0.9, "mode": "page"}]},
