@@ -312,7 +312,15 @@ KEY={admin_key}""")
 
 def _print_decision(decision: dict[str, Any], elapsed: float) -> None:
     typer.echo(f"\n[{elapsed:4.0f} s] DECISION by the policy: {decision['reason']}")
-    for w in decision["evidence"].get("windows", []):
+    evidence = decision["evidence"]
+    for s in evidence.get("steps", []):
+        rate = "no data" if s["estimate"] is None else f"{s['estimate']:.1%}"
+        typer.echo(
+            f"    {s['window_start'][11:19]}-{s['window_end'][11:19]}: "
+            f"{s['num']}/{s['den']} = {rate}: evidence {s['contribution']:+.2f}, "
+            f"counted {s['counted']:+.2f}, sum {s['sum']:.2f}"
+        )
+    for w in evidence.get("windows", []):
         pooled = f" ({w['windows']} windows pooled)" if w["windows"] > 1 else ""
         typer.echo(
             f"    {w['window_start'][11:19]}-{w['window_end'][11:19]}{pooled}: "
