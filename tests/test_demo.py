@@ -79,6 +79,13 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
         in out
     )
     assert "ticket_classify is now in rolled_back" in out
+    # Its evidence, window by window: the default detector's run up to h = 5.
+    run = re.findall(
+        r"^    \S+: \d+/\d+ = [\d.]+%: evidence [-+][\d.]+, counted [-+][\d.]+, sum ([\d.]+)$",
+        out,
+        re.MULTILINE,
+    )
+    assert len(run) >= 3 and float(run[-1]) >= 4.99, out
     key = out.strip().splitlines()[-1].removeprefix("KEY=")
     assert key.startswith("sp_")
     # The dashboard's URL and the keys to sign in with, printed; the dashboard stops with

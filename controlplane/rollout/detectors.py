@@ -121,7 +121,7 @@ def capped_cusum(
         else:
             run = []
         if step.total >= h:
-            how = "cusum" if math.isinf(cap) else "capped_cusum"
+            how: Literal["cusum", "capped_cusum"] = "cusum" if math.isinf(cap) else "capped_cusum"
             return Firing(how, step.window, statistic=step.total, steps=run)
     return None
 
