@@ -16,6 +16,7 @@ from tests.windowdata import post_all
 
 pytestmark = pytest.mark.integration
 WINDOW, LATENESS = 60, 30
+HIGH = 150  # results per bucket and window at high traffic
 BUCKET_TOKENS = {"0-127": 60, "128-511": 300, "512-2047": 1000, "2048+": 3000}
 
 
@@ -63,7 +64,7 @@ def window_results(
                 make_result(
                     request_id=f"{task}-{k}-{bucket}-{i}",
                     task=task,
-                    ts=(start + timedelta(seconds=k * WINDOW + i * 0.5)).isoformat(),
+                    ts=(start + timedelta(seconds=k * WINDOW + i * 30 / per_bucket)).isoformat(),
                     input_tokens=tokens,
                     edge={"output": "exchange" if i < conflicts else "refund", "model": "small@3"},
                 )
@@ -104,9 +105,10 @@ def name_detector(api: Api, detector: str, tasks: tuple[str, ...]) -> None:
 def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_three_windows(
     api: Api, detector: str | None
 ) -> None:
-    """At 60 results per bucket and window: the default `capped_cusum` and a named
-    `consecutive` both roll back at the 3rd breaching window; neither touches the task whose
-    every bucket had one bad window (a spike)."""
+    """At high traffic (150 results per bucket and window, three times `min_samples`; one
+    such window alone would reach h under a plain CUSUM): the default `capped_cusum` and a
+    named `consecutive` both roll back at the 3rd breaching window; neither touches the task
+    whose every bucket had one bad window (a spike)."""
     if detector is not None:
         name_detector(api, detector, ("canary_task", "noisy_task", "quiet_task"))
     for task in ("canary_task", "noisy_task", "quiet_task"):
@@ -117,12 +119,12 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
 
     decisions = []
     for k in range(6):
-        post_all(api, window_results("canary_task", start, k, {"2048+": 0.4}))
+        post_all(api, window_results("canary_task", start, k, {"2048+": 0.4}, HIGH))
         # One bad window in every bucket, then healthy ones.
         post_all(
             api,
             window_results(
-                "noisy_task", start, k, {b: 0.5 for b in BUCKET_TOKENS} if k == 0 else {}
+                "noisy_task", start, k, {b: 0.5 for b in BUCKET_TOKENS} if k == 0 else {}, HIGH
             ),
         )
         # Low traffic, healthy but close to the threshold: 11 of 12 agree (0.917 >= 0.9).
@@ -144,19 +146,19 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
     evidence = decision["evidence"]
     if detector == "consecutive":
         windows = evidence["windows"]
-        assert [(w["num"], w["den"], w["verdict"]) for w in windows] == [(36, 60, "breach")] * 3
+        assert [(w["num"], w["den"], w["verdict"]) for w in windows] == [(90, 150, "breach")] * 3
         assert all(w["bound"] < 0.9 and w["estimate"] == 0.6 for w in windows)
-        assert "in 3 consecutive windows (last: 36/60 = 60.0%" in decision["reason"]
+        assert "in 3 consecutive windows (last: 90/150 = 60.0%" in decision["reason"]
     else:
-        # Each window: 36 x ln(0.85/0.9) + 24 x ln(0.15/0.1) = 7.673, counted as 2.
+        # Each window: 90 x ln(0.85/0.9) + 60 x ln(0.15/0.1) = 19.184, counted as 2.
         assert (evidence["detector"], evidence["h"], evidence["cap"]) == ("capped_cusum", 5, 2)
         steps = evidence["steps"]
         assert [(s["num"], s["den"], s["counted"], s["sum"]) for s in steps] == [
-            (36, 60, 2, 2),
-            (36, 60, 2, 4),
-            (36, 60, 2, 6),
+            (90, 150, 2, 2),
+            (90, 150, 2, 4),
+            (90, 150, 2, 6),
         ]
-        assert all(s["contribution"] == pytest.approx(7.6735, abs=1e-4) for s in steps)
+        assert all(s["contribution"] == pytest.approx(19.1836, abs=1e-3) for s in steps)
         assert [s["window_start"] for s in steps] == [
             (start + timedelta(seconds=k * WINDOW)).isoformat() for k in range(3)
         ]
