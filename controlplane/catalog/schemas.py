@@ -168,11 +168,30 @@ DEFAULT_H = 5.0
 DEFAULT_CAP = 2.0
 
 
+# An evaluation reads at least this many windows (rollout.repository.evaluation_windows):
+# a cap so small that firing takes more windows than that could never fire.
+MIN_WINDOWS_READ = 100
+
+
 def resolved_cap(cap: float | None, h: float) -> float:
     """The cap a rule uses: its own, else the default, else half of a small `h`."""
     if cap is not None:
         return cap
     return DEFAULT_CAP if DEFAULT_CAP < h else h / 2
+
+
+def room(op: str, threshold: float) -> float:
+    """How far a rate can move past the threshold toward the bad side (within 0–1)."""
+    return threshold if op == ">=" else 1.0 - threshold
+
+
+def resolved_min_effect(min_effect: float | None, op: str, threshold: float) -> float:
+    """The shift a CUSUM looks for: the rule's own, else the default, else half the room
+    past a threshold near 0 or 1 (a `>= 0.03` rule cannot fall by 0.05)."""
+    if min_effect is not None:
+        return min_effect
+    space = room(op, threshold)
+    return DEFAULT_MIN_EFFECT if space <= 0 or DEFAULT_MIN_EFFECT < space else space / 2
 
 
 class Rule(Strict):
@@ -205,12 +224,34 @@ class Rule(Strict):
     def _cap_below_h(self) -> Rule:
         if self.cap is not None:
             h = DEFAULT_H if self.h is None else self.h
-            if self.cap >= h:
-                default = ", the default" if self.h is None else ""
+            default = ", the default" if self.h is None else ""
+            # "Below" by more than rounding: the sum fires within 1e-12 of h.
+            if self.cap >= h * (1 - 1e-9):
                 raise ValueError(
                     f"cap ({self.cap:g}) must be below h ({h:g}{default}): a window's evidence "
                     "is capped so that no single window can reach h and fire alone"
                 )
+            if math.ceil(h / self.cap) > MIN_WINDOWS_READ:
+                raise ValueError(
+                    f"cap ({self.cap:g}) is too small for h ({h:g}{default}): firing would take "
+                    f"at least {math.ceil(h / self.cap):,} windows, and an evaluation reads "
+                    f"{MIN_WINDOWS_READ}; use a cap of at least h / {MIN_WINDOWS_READ}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _min_effect_within_rates(self) -> Rule:
+        if self.min_effect is not None and 0 < room(self.op, self.threshold) <= self.min_effect:
+            moved = (
+                self.threshold - self.min_effect
+                if self.op == ">="
+                else (self.threshold + self.min_effect)
+            )
+            raise ValueError(
+                f"min_effect ({self.min_effect:g}) moves the threshold {self.threshold:g} to "
+                f"{moved:g}, outside the rates 0–1: it must be below "
+                f"{room(self.op, self.threshold):g}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -284,7 +325,7 @@ class RollbackConfig(Strict):
                 min_samples=rule.min_samples or self.min_samples,
                 confidence=rule.confidence if rule.confidence is not None else self.confidence,
                 critical=rule.critical,
-                min_effect=rule.min_effect or DEFAULT_MIN_EFFECT,
+                min_effect=resolved_min_effect(rule.min_effect, rule.op, rule.threshold),
                 h=rule.h or DEFAULT_H,
                 cap=resolved_cap(rule.cap, rule.h or DEFAULT_H),
                 failure_class=rule.failure_class,
@@ -468,6 +509,22 @@ def config_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def _non_finite(document: Any) -> tuple[str, float] | None:
+    """The path and value of the first NaN or infinity in a YAML document (which may hold
+    cycles through anchors: each container is visited once)."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    seen: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path or "(body)", value
+        if isinstance(value, dict | list) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in items)
+    return None
+
+
 def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
     """The config documents of a YAML (several, `---` apart) or JSON text, as plain JSON data.
 
@@ -481,6 +538,15 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
         documents = list(yaml.safe_load_all(text)) if yaml_text else [orjson.loads(text)]
     except (yaml.YAMLError, orjson.JSONDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
+    if yaml_text:
+        for document in documents:
+            found = _non_finite(document)
+            if found is not None:
+                # JSON has no NaN or infinity: the round trip below would make it null, and
+                # a null field takes its default, silently.
+                raise ConfigError(
+                    [f"{found[0]}: {found[1]} is not a finite number (JSON has no NaN or infinity)"]
+                )
     try:
         # A round trip through JSON: what survives it is plain data (no cycles, no surrogates).
         return [orjson.loads(orjson.dumps(d)) for d in documents if d is not None]

@@ -52,7 +52,7 @@ from controlplane.rollout.explain import (
     notice_sentence,
     promoted_to,
     rule_name,
-    step_view,
+    run_evidence,
     time_range,
     verdict_view,
     window_start,
@@ -335,16 +335,7 @@ def _fire(
         "confidence": outcome.rule.confidence,
         "windows": [verdict_view(v, config, outcome.rule.metric) for v in firing.verdicts],
         "statistic": firing.statistic,
-        **(
-            {
-                "h": outcome.rule.h,
-                "cap": outcome.rule.cap if firing.how == "capped_cusum" else None,
-                "min_effect": outcome.rule.min_effect,
-                "steps": [step_view(s, config, outcome.rule.metric) for s in firing.steps],
-            }
-            if firing.steps
-            else {}
-        ),
+        **run_evidence(outcome, config),
         "models": models,
         "examples": repository.examples(session, where),
         "explanation": explain(task.name, outcome, config),

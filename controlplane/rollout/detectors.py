@@ -1,7 +1,7 @@
 """`should_rollback` (docs/evidence.md, "Rollouts"): a pure function of one rule's verdict
 history in one cell.
 
-- `consecutive` (default): `consecutive_windows` consecutive conclusive breaches fire;
+- `consecutive`: `consecutive_windows` consecutive conclusive breaches fire;
   `ok` resets the run, `insufficient` neither counts nor resets, and a run spanning more
   than `max_span_windows` windows lapses (the breach that overstretches it starts anew).
 - `capped_cusum` (default): a Bernoulli CUSUM over the cell's counts, from the threshold
@@ -99,6 +99,8 @@ def cusum_steps(
     out = []
     for window in windows:
         raw = window.num * hit + (window.den - window.num) * miss
+        if math.isnan(raw):  # counts that are no numbers: no data, neither evidence nor reset
+            raw = 0.0
         counted = float(min(raw, cap))
         total = max(0.0, total + counted)
         out.append(CusumStep(window.window, window.num, window.den, raw, counted, total))
@@ -120,7 +122,8 @@ def capped_cusum(
             run.append(step)
         else:
             run = []
-        if step.total >= h:
+        # Within rounding: three windows of 0.3 reach h = 0.9 (0.30000000000000004 + …).
+        if step.total >= h * (1 - 1e-12):
             how: Literal["cusum", "capped_cusum"] = "cusum" if math.isinf(cap) else "capped_cusum"
             return Firing(how, step.window, statistic=step.total, steps=run)
     return None

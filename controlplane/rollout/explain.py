@@ -14,6 +14,8 @@ from controlplane.rollout.verdicts import Verdict
 
 # A CUSUM sentence lists the shares of at most this many windows (the latest).
 LISTED = 8
+# The most windows of a CUSUM's run a decision's evidence keeps (the latest).
+STEPS_KEPT = 200
 
 
 def window_seconds(config: TaskConfig, metric: str | None = None) -> int:
@@ -73,6 +75,24 @@ def step_view(step: CusumStep, config: TaskConfig, metric: str | None = None) ->
     }
 
 
+def run_evidence(outcome: CellOutcome, config: TaskConfig) -> dict[str, Any]:
+    """A CUSUM firing's part of the decision's evidence: h, the cap, min_effect and the run
+    window by window. A long run of sparse windows keeps its latest `STEPS_KEPT` windows
+    and says how many earlier ones it left out. Empty for other firings."""
+    firing = outcome.firing
+    assert firing is not None
+    if not firing.steps:
+        return {}
+    rule = outcome.rule
+    return {
+        "h": rule.h,
+        "cap": rule.cap if firing.how == "capped_cusum" else None,
+        "min_effect": rule.min_effect,
+        "steps": [step_view(s, config, rule.metric) for s in firing.steps[-STEPS_KEPT:]],
+        "steps_omitted": max(0, len(firing.steps) - STEPS_KEPT),
+    }
+
+
 def share(value: float | None) -> str:
     """A rate as a percentage: whole when it is one, else to a tenth ("46%", "46.7%")."""
     if value is None:
@@ -84,6 +104,15 @@ def share(value: float | None) -> str:
 def _threshold(value: float) -> str:
     """0.9 → "0.90", 0.02 → "0.02", 0.005 → "0.005"."""
     return f"{value:.2f}" if round(value, 2) == value else f"{value:g}"
+
+
+def _evidence(total: float, h: float) -> str:
+    """The sum to one decimal, or more where one would show it below h (h = 0.04)."""
+    for digits in range(1, 7):
+        shown = f"{total:.{digits}f}"
+        if float(shown) >= h:
+            return shown
+    return f"{total:g}"
 
 
 def cusum_sentence(outcome: CellOutcome) -> str:
@@ -99,7 +128,7 @@ def cusum_sentence(outcome: CellOutcome) -> str:
     if len(steps) > LISTED:
         shares.insert(0, "…")
     return (
-        f"evidence {firing.statistic:.1f} ≥ {rule.h:g} over {windows}{capped}: "
+        f"evidence {_evidence(firing.statistic, rule.h)} ≥ {rule.h:g} over {windows}{capped}: "
         f"{', '.join(shares)} vs {_threshold(rule.threshold)}"
     )
 

@@ -18,6 +18,7 @@ fire.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ def label_series(labelled: LabelWindows, rule: ResolvedRule) -> list[CellWindow]
             share = row.get("estimate")
         else:
             share = (row.get("failure_classes") or {}).get(rule.failure_class or "", 0.0)
-        if share is None or size <= 0:
+        if share is None or not size > 0 or not math.isfinite(float(share)):
             out.append(CellWindow(number, 0.0, 0.0))
         else:
             out.append(CellWindow(number, float(share) * size, size))

@@ -342,6 +342,11 @@ def cusum_evidence(decision: dict[str, Any]) -> None:
         ]
     )
     st.dataframe(table, hide_index=True)
+    if evidence.get("steps_omitted"):
+        st.caption(
+            f"The run began {evidence['steps_omitted']:,} windows before the first shown: "
+            "the evidence keeps the latest windows of a long run."
+        )
     capped = f"; each window counts at most {cap:g}" if cap is not None else ""
     st.caption(
         f"Evidence is the window's log-likelihood ratio: how much likelier its counts are "

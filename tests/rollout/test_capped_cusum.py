@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controlplane.catalog.schemas import ConfigError, parse_config
 from controlplane.rollout.detectors import capped_cusum, cusum, cusum_steps, should_rollback
-from controlplane.rollout.explain import explain
+from controlplane.rollout.explain import STEPS_KEPT, explain, run_evidence
 from controlplane.rollout.policy import evaluate
 from controlplane.rollout.verdicts import CellWindow, Op
 
@@ -94,7 +94,8 @@ def cells(draw: Any, max_size: int = 30) -> list[CellWindow]:
 @st.composite
 def h_and_cap(draw: Any) -> tuple[float, float]:
     h = draw(st.floats(0.5, 50))
-    return h, draw(st.floats(0.05, h, exclude_max=True))
+    # Below h by more than rounding (the config refuses a cap within 1e-9 of h).
+    return h, draw(st.floats(0.05, h * (1 - 1e-9)))
 
 
 def reference_cusum(
@@ -133,7 +134,7 @@ def test_firing_takes_at_least_h_over_cap_windows_of_evidence(
         assert len(adding) >= math.ceil(h / cap - 1e-9)
         assert all(s.counted <= cap for s in fired.steps)
         assert fired.steps[-1].window == fired.at_window
-        assert fired.statistic == fired.steps[-1].total >= h
+        assert fired.statistic == fired.steps[-1].total >= h * (1 - 1e-12)
 
 
 @given(cells(), ops, thresholds, effects, h_and_cap(), st.data())
@@ -254,3 +255,19 @@ def test_the_sentence_lists_the_evidence_an_sre_can_check_by_hand() -> None:
         "t rolled back: agreement on inputs of 2048+ tokens: evidence 19.3 ≥ 5 over 1 window: "
         "46% vs 0.90."
     )
+
+
+def test_a_long_run_keeps_its_latest_windows_and_counts_the_rest() -> None:
+    """A sparse cell adds a little each window: its run may be hundreds of windows long. The
+    decision keeps the latest STEPS_KEPT of them and says how many it left out."""
+    cfg = config({"rules": [{**RULE, "h": 100, "cap": 1}]})
+    rows = [(w, {"2048+": {"n_pairs": 10, "n_agree": 8}}) for w in range(400)]
+    fired = next(o for o in evaluate(cfg, rows) if o.firing is not None and o.cell == "2048+")
+    assert fired.firing is not None and len(fired.firing.steps) > STEPS_KEPT
+    evidence = run_evidence(fired, cfg)
+    assert len(evidence["steps"]) == STEPS_KEPT
+    assert evidence["steps_omitted"] == len(fired.firing.steps) - STEPS_KEPT
+    assert evidence["steps"][-1]["sum"] == pytest.approx(fired.firing.statistic, abs=1e-3)
+    assert (evidence["h"], evidence["cap"], evidence["min_effect"]) == (100, 1, 0.05)
+    sentence = explain("t", fired, cfg)
+    assert f"over {len(fired.firing.steps)} windows" in sentence and ": …, 80%" in sentence
