@@ -4,6 +4,8 @@ cusum and pooling."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -89,12 +91,44 @@ def test_one_bad_window_never_rolls_back_and_low_traffic_is_pooled() -> None:
     assert [v.verdict for v in verdicts(trickle, **rule)] == ["insufficient"]
 
 
+def _normal_quantile(q: Fraction) -> Decimal:
+    """The standard normal quantile by bisection on math.erf (not NormalDist.inv_cdf)."""
+    lo, hi = 0.0, 10.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if (1 + math.erf(mid / math.sqrt(2))) / 2 < q:
+            lo = mid
+        else:
+            hi = mid
+    return Decimal(lo)
+
+
+def _exact_wilson(num: int, den: int, z: Decimal) -> tuple[Decimal, Decimal]:
+    """Both roots of (p̂ - p)² = z² p (1 - p) / n, the Wilson score interval's definition,
+    solved in 50-digit decimal arithmetic."""
+    with localcontext() as ctx:
+        ctx.prec = 50
+        n, p_hat, z2 = Decimal(den), Decimal(num) / Decimal(den), z * z
+        a = 1 + z2 / n
+        b = -(2 * p_hat + z2 / n)
+        c = p_hat * p_hat
+        root = (b * b - 4 * a * c).sqrt()
+        return (-b - root) / (2 * a), (-b + root) / (2 * a)
+
+
 def test_bounds_are_one_sided_wilson() -> None:
     # 170/200 = 0.85: the 80% upper bound sits just above, the lower just below.
     upper = one_sided_bound(170, 200, ">=", 0.80)
     lower = one_sided_bound(170, 200, "<=", 0.80)
     assert upper is not None and lower is not None
-    assert lower < 0.85 < upper and upper == pytest.approx(0.8706, abs=1e-3)
+    # The one-sided 80% quantile, tabulated as 0.8416212336, and the interval from it.
+    z = _normal_quantile(Fraction(8, 10))
+    assert abs(z - Decimal("0.8416212336")) < Decimal("1e-10")
+    exact_lower, exact_upper = _exact_wilson(170, 200, z)
+    assert upper == pytest.approx(float(exact_upper), abs=1e-12)
+    assert lower == pytest.approx(float(exact_lower), abs=1e-12)
+    assert round(upper, 5) == 0.87001 and round(lower, 5) == 0.82752
+    assert lower < 0.85 < upper
     assert one_sided_bound(170, 200, ">=", "point") == 0.85
     assert one_sided_bound(0, 0, ">=", 0.8) is None
     wider = one_sided_bound(170, 200, ">=", 0.95)
