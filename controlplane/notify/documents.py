@@ -66,13 +66,15 @@ def alert_document(event: AlertLike) -> dict[str, Any]:
 
 
 def notice_document(notice: dict[str, Any]) -> dict[str, Any]:
-    """A rule in notify mode that would have acted (`task`, `rule`, `bucket`, `explanation`)."""
+    """A rule in notify mode that would have acted (`task`, `rule`, `bucket`, `window_end`:
+    the end of the window at which it fired, `explanation`); announced once per firing."""
     return {
         "kind": "notice",
         "task": notice.get("task"),
         "action": notice.get("action", "notify"),
         "rule": notice.get("rule"),
         "bucket": notice.get("bucket"),
+        "window_end": notice.get("window_end"),
         "explanation": notice.get("explanation"),
     }
 

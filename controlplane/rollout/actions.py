@@ -228,15 +228,18 @@ def _judge(session: Session, task: Task, config: TaskConfig, veto: float) -> _Ju
     notices = []
     for outcome in fired:
         if outcome.rule.mode == "notify":
-            notices.append(
-                {
-                    "task": task.name,
-                    "action": "notify",
-                    "rule": rule_name(outcome.rule),
-                    "bucket": outcome.cell,
-                    "explanation": notice_sentence(task.name, outcome, config),
-                }
-            )
+            notice = {
+                "task": task.name,
+                "action": "notify",
+                "rule": rule_name(outcome.rule),
+                "bucket": outcome.cell,
+                # The end of the window at which the rule fired: with the rule and bucket,
+                # what makes the notice the same one at the next pass.
+                "window_end": time_range(outcome, config)[1].isoformat(),
+                "explanation": notice_sentence(task.name, outcome, config),
+            }
+            if not repository.noticed(session, task, notice):
+                notices.append(notice)
             continue
         if repository.decided(session, _dedupe_key(task, outcome)):
             return _Judgement(notices)

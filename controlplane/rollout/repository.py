@@ -16,6 +16,7 @@ from controlplane.models import (
     BlockedModel,
     Decision,
     Flag,
+    OutboxEvent,
     Result,
     RouteAccuracyWindow,
     Task,
@@ -25,6 +26,8 @@ from controlplane.models import (
 from controlplane.rollout.policy import LabelWindows, Windows, judged_buckets
 
 EXAMPLES = 20
+# The task's latest notices a new one is compared with (one per rule, bucket and firing).
+NOTICES_READ = 500
 
 
 def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
@@ -128,6 +131,23 @@ def flag_version(session: Session, task_id: int) -> int | None:
 def decided(session: Session, dedupe_key: str) -> bool:
     """Whether a decision with this key was already made."""
     return session.scalar(select(Decision.id).where(Decision.dedupe_key == dedupe_key)) is not None
+
+
+def noticed(session: Session, task: Task, notice: dict[str, Any]) -> bool:
+    """Whether this stage already announced the notice: the same rule, bucket and firing
+    window (a rule in notify mode fires at every pass over the same windows)."""
+    query = (
+        select(OutboxEvent.document)
+        .where(OutboxEvent.kind == "notice", OutboxEvent.task == task.name)
+        .order_by(OutboxEvent.id.desc())
+        .limit(NOTICES_READ)
+    )
+    if task.stage_changed_at is not None:
+        query = query.where(OutboxEvent.created_at >= task.stage_changed_at)
+    same = ("rule", "bucket", "window_end")
+    return any(
+        all(document.get(k) == notice[k] for k in same) for document in session.scalars(query)
+    )
 
 
 def block(session: Session, task: Task, model: str, decision_id: int | None) -> None:
