@@ -552,10 +552,20 @@ def simulate(
     ] = 0.0,
     batch_size: Annotated[int, typer.Option(help="Results per request.")] = 500,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    progress_every: Annotated[
+        float,
+        typer.Option(
+            help="Seconds between progress lines (sent, accepted, rejected, not delivered, "
+            "the flag held, per task); 0: none, only the totals at the end."
+        ),
+    ] = 5.0,
 ) -> None:
-    """Play routing services against a running API: post realistic results over HTTP, live."""
+    """Play routing services against a running API: post realistic results over HTTP, live.
+
+    Every --progress-every seconds it prints one line per task; at the end, the totals
+    (exit status 1 if any result was rejected or not delivered)."""
     from controlplane.sim.profiles import GENERATORS, SCENARIOS
-    from controlplane.sim.runner import Plan, stream
+    from controlplane.sim.runner import Plan, Totals, stream
 
     tasks = task or list(GENERATORS)
     if scenario not in SCENARIOS:
@@ -565,11 +575,36 @@ def simulate(
         raise _fail(f"task: no simulator profile for {unknown}; profiles: {', '.join(GENERATORS)}")
     if rate <= 0 or duration <= 0:
         raise _fail("rate and duration must be positive")
+    if progress_every < 0:
+        raise _fail("progress-every: must be 0 (no progress lines) or a number of seconds")
     if not key:
         raise _fail("key: pass --key or set SHADOWPLANE_KEY (an ingest key)")
     plan = Plan(scenario, set(scenario_task) if scenario_task else None, scenario_after)
+    due = progress_every
+
+    def progress(elapsed: float, totals: dict[str, Totals]) -> None:
+        # Called once a second, after that second's results are handed to the reporters.
+        nonlocal due
+        if not progress_every or elapsed + 1 < due:
+            return
+        due += progress_every * (1 + int((elapsed + 1 - due) // progress_every))
+        for name, t in totals.items():
+            typer.echo(
+                f"[{elapsed + 1:5.0f}s] {name}: sent {t.generated}, accepted {t.accepted}, "
+                f"duplicates {t.duplicates}, rejected {t.rejected}, not delivered {t.dropped}, "
+                f"in flight {t.in_flight}; flag {t.flag}"
+            )
+
     totals = stream(
-        url, key, tasks, rate=rate, duration=duration, plan=plan, batch_size=batch_size, seed=seed
+        url,
+        key,
+        tasks,
+        rate=rate,
+        duration=duration,
+        plan=plan,
+        batch_size=batch_size,
+        seed=seed,
+        every_second=progress,
     )
     failed = False
     for name, t in totals.items():

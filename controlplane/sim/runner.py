@@ -40,7 +40,16 @@ class Totals:
     rejected: int = 0
     dropped: int = 0
     served_edge: int = 0
+    # The task's flag as this router holds it now: "canary 10% edge, version 4", or
+    # "none, cloud only" (no flag for the task), "starting, …", "stale, …", "stopped, …".
+    flag: str = "none"
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> int:
+        """Generated and handed to the reporter, with no answer from the API yet."""
+        answered = self.accepted + self.duplicates + self.rejected + self.dropped
+        return max(0, self.generated - answered)
 
     def note(self, error: str | None) -> None:
         if error and (not self.errors or self.errors[-1] != error):
@@ -139,6 +148,7 @@ def stream(
                     counter[task] += 1
                 totals[task].generated += n
                 totals[task].note(flag_error and f"flags: {flag_error}")
+                totals[task].flag = _describe(flags, task)
                 _count(totals[task], reporters[task])
             if every_second is not None:
                 every_second(elapsed, totals)
@@ -150,6 +160,14 @@ def stream(
             reporter.close(timeout=FLUSH_SECONDS)
             _count(totals[task], reporter)
     return totals
+
+
+def _describe(flags: FlagClient, task: str) -> str:
+    flag = flags.flag(task)
+    if flag is None:  # no flag for the task, or no current copy: the cloud serves it all
+        state = flags.status().state
+        return f"{'none' if state == 'ok' else state}, cloud only"
+    return f"{flag.get('stage')} {flag.get('edge_percent')}% edge, version {flag.get('version')}"
 
 
 def _as_routed(result: dict[str, Any], route: Route) -> dict[str, Any]:
