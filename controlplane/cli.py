@@ -453,10 +453,32 @@ def tick(
 def worker(
     concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            "--hostname",
+            "-n",
+            help="The worker's node name, unique among the workers on the broker; %h is "
+            "this host's name. Default: shadowplane-<pid>-<4 random hex digits>@%h, a new one "
+            "at each start.",
+        ),
+    ] = None,
 ) -> None:
     """Run a Celery worker for the periodic jobs (needs SHADOWPLANE_REDIS_URL)."""
     _need_redis()
-    _celery("worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}")
+    name = hostname or default_worker_name()
+    _celery(
+        "worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", f"--hostname={name}"
+    )
+
+
+def default_worker_name() -> str:
+    """A node name no other worker holds: Celery's own default, celery@<host>, is the same
+    for every worker on a host, so their control replies and heartbeats clash."""
+    import secrets
+
+    # The pid stays: this process becomes the worker (execv).
+    return f"shadowplane-{os.getpid()}-{secrets.token_hex(2)}@%h"
 
 
 @app.command()
