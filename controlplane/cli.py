@@ -484,13 +484,33 @@ def default_worker_name() -> str:
 @app.command()
 def beat(
     schedule_file: Annotated[
-        Path, typer.Option(help="Where beat keeps its last-run times.")
-    ] = Path("celerybeat-schedule"),
+        Path | None,
+        typer.Option(
+            help="Where beat keeps its last-run times (its folder is created). Default: "
+            "$XDG_STATE_HOME/shadowplane/celerybeat-schedule, or "
+            "~/.local/state/shadowplane/celerybeat-schedule without XDG_STATE_HOME; never "
+            "the working directory."
+        ),
+    ] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
 ) -> None:
     """Run Celery beat: queues the window plan every SHADOWPLANE_TICK_SECONDS (run exactly one)."""
     _need_redis()
-    _celery("beat", f"--loglevel={loglevel}", f"--schedule={schedule_file}")
+    path = schedule_file or default_beat_schedule()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(f"schedule-file: cannot create {path.parent}: {exc.strerror or exc}") from None
+    _celery("beat", f"--loglevel={loglevel}", f"--schedule={path}")
+
+
+def default_beat_schedule() -> Path:
+    """Beat's schedule file by default: state of this user's, outside any checkout. (Losing
+    it is harmless: beat then runs each periodic job at once and goes on from there.)"""
+    state = Path(os.environ.get("XDG_STATE_HOME") or "")
+    if not state.is_absolute():  # unset, empty or relative: ignored, as XDG says
+        state = Path.home() / ".local" / "state"
+    return state / "shadowplane" / "celerybeat-schedule"
 
 
 def _celery(*args: str) -> None:
