@@ -1,0 +1,178 @@
+"""Drill: Redis (the broker, the flag channel, the shared counters) restarted under an API,
+a Celery beat and a worker, while results arrive and a window closes. `/readyz` reports
+the outage and the recovery; beat and the worker resume on their own; nothing is lost:
+every result sent is stored, and counted in the windows the worker closes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from controlplane.client.reporter import ResultReporter
+from controlplane.db import get_engine, session_scope
+from controlplane.rollout.actions import apply_config
+from tests.conftest import make_result
+from tests.drills.servers import Celery, PgServer, celery_env, poll
+from tests.liveapi import ApiServer, RedisServer, seed
+
+pytestmark = [pytest.mark.integration, pytest.mark.drills]
+TASK = "drill_task"
+WINDOW, LATENESS = 10, 5  # the shortest windows a config may have: one closes in the outage
+
+
+@pytest.fixture
+def api(own_pg: PgServer, own_redis: RedisServer, tmp_path: Path) -> Iterator[ApiServer]:
+    keys = seed(own_pg.url)
+    with session_scope(get_engine(own_pg.url)) as session:
+        apply_config(
+            session,
+            {
+                "task": TASK,
+                "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
+                "window_seconds": WINDOW,
+                "allowed_lateness_seconds": LATENESS,
+            },
+            actor="test",
+        )
+    server = ApiServer(
+        own_pg.url,
+        tmp_path / "api.log",
+        keys=keys,
+        settings={"SHADOWPLANE_REDIS_URL": own_redis.url},
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def windows(pg: PgServer) -> list[dict[str, Any]]:
+    """The drill task's windows (bucket `all`) that hold results, oldest first."""
+    with pg.admin().connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT w.window_start, w.closed_at, m.n_results, m.n_late FROM windows w "
+                "JOIN tasks t ON t.id = w.task_id JOIN window_metrics m ON m.window_id = w.id "
+                "WHERE t.name = :task AND m.bucket = 'all' AND m.n_results + m.n_late > 0 "
+                "ORDER BY w.window_start"
+            ),
+            {"task": TASK},
+        ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def stored(pg: PgServer) -> tuple[int, int]:
+    with pg.admin().connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT count(*), count(DISTINCT r.request_id) FROM results r "
+                "JOIN tasks t ON t.id = r.task_id WHERE t.name = :task"
+            ),
+            {"task": TASK},
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def ready(api: ApiServer) -> tuple[int, dict[str, str]]:
+    response = httpx.get(f"{api.base}/readyz", timeout=30)
+    return response.status_code, response.json()["checks"]
+
+
+class Traffic:
+    """Results of the drill task stamped with the time they are sent, a few every 50 ms,
+    through the SDK's reporter, until `stop`."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.reporter = ResultReporter(
+            api.base, api.keys["ingest"], batch_size=100, flush_interval=0.1, max_backoff=1.0
+        )
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):  # pacing, not synchronisation
+            for _ in range(5):
+                now = datetime.now(UTC).isoformat()
+                result = make_result(request_id=f"r-{self.sent}", task=TASK, ts=now)
+                assert self.reporter.report(result)
+                self.sent += 1
+
+    def stop(self) -> bool:
+        self._stop.set()
+        self._thread.join(30)
+        return self.reporter.close(timeout=60)
+
+
+def test_redis_restarted_during_ingest_and_a_window_close(
+    own_pg: PgServer, own_redis: RedisServer, api: ApiServer, tmp_path: Path
+) -> None:
+    env = celery_env(own_pg.url, own_redis.url, SHADOWPLANE_TICK_SECONDS="1")
+    beat = Celery(
+        ["beat", "--schedule-file", str(tmp_path / "beat-schedule")], env, tmp_path / "beat.log"
+    )
+    worker = Celery(["worker", "--concurrency", "1"], env, tmp_path / "worker.log")
+    traffic: Traffic | None = None
+    try:
+        beat.start()
+        worker.start()
+        assert ready(api) == (200, {"database": "ok", "schema": "ok", "redis": "ok"})
+        traffic = Traffic(api)
+        # Beat and the worker at work: a window of the results being sent is computed.
+        poll(lambda: windows(own_pg), "the worker computing a window", timeout=90)
+
+        own_redis.stop()
+        outage = datetime.now(UTC)
+        status, checks = ready(api)
+        assert status == 503 and checks["redis"].startswith("error"), checks
+        assert checks["database"] == "ok"
+        # A window closes while Redis is away: stay down past the close of the window the
+        # outage began in (its end plus the allowed lateness).
+        due = outage.timestamp() - outage.timestamp() % WINDOW + WINDOW + LATENESS
+        poll(lambda: datetime.now(UTC).timestamp() > due + 1, "the window's close time")
+        assert ready(api)[0] == 503
+        own_redis.start()
+        back = datetime.now(UTC)
+
+        poll(lambda: ready(api)[0] == 200, "/readyz to report the recovery")
+        # Beat and the worker resumed: a window that began after the restart is computed.
+        poll(
+            lambda: any(w["window_start"] >= back.replace(microsecond=0) for w in windows(own_pg)),
+            "a window after the restart computed",
+            timeout=90,
+        )
+        assert traffic.stop(), (traffic.reporter.drop_reasons, traffic.reporter.last_error)
+        sent = traffic.sent
+        reporter = traffic.reporter
+        assert reporter.dropped == 0 and reporter.rejected == 0
+        assert reporter.accepted + reporter.duplicates == sent
+        assert stored(own_pg) == (sent, sent)
+
+        # Every window closes, and together they count every result sent, once.
+        def all_counted() -> bool:
+            rows = windows(own_pg)
+            counted = sum(w["n_results"] + w["n_late"] for w in rows)
+            return all(w["closed_at"] is not None for w in rows) and counted == sent
+
+        poll(all_counted, "every window closed with every result counted", timeout=90)
+        closed_in_outage = [
+            w for w in windows(own_pg) if w["window_start"].timestamp() + WINDOW + LATENESS == due
+        ]
+        assert closed_in_outage and closed_in_outage[0]["closed_at"] is not None
+    except BaseException:
+        print("--- beat ---\n" + beat.log() + "\n--- worker ---\n" + worker.log())
+        print("--- api ---\n" + api.log())
+        raise
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        worker.stop()
+        beat.stop()

@@ -1,0 +1,140 @@
+"""Drill: a Celery worker SIGKILLed while it computes a window. The test holds a lock the
+computation needs, so the kill lands inside it; then the lock goes and the workers carry
+on. The killed job is redelivered (acks late, requeued when its worker is lost) and the
+windows close: one row per window and bucket, and one rollback decision."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from controlplane.db import session_scope
+from controlplane.rollout.actions import apply_config
+from tests.conftest import Api, make_api
+from tests.drills.servers import Celery, PgServer, celery_env, poll, waiting_on_lock
+from tests.liveapi import RedisServer
+from tests.rollout.test_rollback_e2e import HIGH, LATENESS, WINDOW, config, promote, window_results
+from tests.windowdata import post_all
+from workers.app import make_celery
+from workers.schedule import PLAN_JOB
+
+pytestmark = [pytest.mark.integration, pytest.mark.drills]
+TASK = "canary_task"
+WINDOWS = 3  # the canary's long bucket breaches in each: the third one rolls it back
+
+
+@pytest.fixture
+def api(own_pg: PgServer) -> Iterator[Api]:
+    for api in make_api(own_pg.url):
+        with session_scope(api.engine) as session:
+            apply_config(session, config(TASK), actor="test")
+        yield api
+
+
+def rewind_canary(api: Api, windows: int = 8) -> datetime:
+    """`rewind` for the canary alone: the other tasks keep their creation time, so the plan
+    has no empty windows of theirs to queue."""
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+
+    now = datetime.now(UTC)
+    start = now - timedelta(seconds=now.timestamp() % WINDOW) - timedelta(seconds=windows * WINDOW)
+    with session_scope(api.engine) as session:
+        earlier = start - timedelta(hours=1)
+        session.execute(
+            update(Task)
+            .where(Task.name == TASK)
+            .values(created_at=earlier, stage_changed_at=earlier)
+        )
+    return start
+
+
+def state(pg: PgServer) -> dict[str, object]:
+    with pg.admin().connect() as conn:
+        windows = conn.execute(
+            text(
+                "SELECT w.window_start, w.closed_at IS NOT NULL FROM windows w "
+                "JOIN tasks t ON t.id = w.task_id WHERE t.name = :task AND EXISTS "
+                "(SELECT 1 FROM window_metrics m WHERE m.window_id = w.id AND m.n_results > 0)"
+            ),
+            {"task": TASK},
+        ).all()
+        per_bucket = conn.execute(
+            text(
+                "SELECT count(*) FROM window_metrics m JOIN windows w ON w.id = m.window_id "
+                "JOIN tasks t ON t.id = w.task_id WHERE t.name = :task "
+                "GROUP BY w.task_id, w.window_start, m.bucket HAVING count(*) > 1"
+            ),
+            {"task": TASK},
+        ).all()
+        decisions = conn.execute(
+            text(
+                "SELECT d.action FROM decisions d JOIN tasks t ON t.id = d.task_id "
+                "WHERE t.name = :task AND d.actor = 'policy'"
+            ),
+            {"task": TASK},
+        ).all()
+        stage = conn.scalar(text("SELECT stage FROM tasks WHERE name = :task"), {"task": TASK})
+    return {
+        "closed": sorted(closed for _, closed in windows).count(True),
+        "windows": len(windows),
+        "doubled": len(per_bucket),
+        "decisions": [d for (d,) in decisions],
+        "stage": stage,
+    }
+
+
+def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
+    own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
+) -> None:
+    assert promote(api, TASK).status_code == 200
+    start = rewind_canary(api)
+    for k in range(WINDOWS):
+        post_all(api, window_results(TASK, start, k, {"2048+": 0.4}, HIGH))
+    env = celery_env(own_pg.url, own_redis.url)
+    worker = Celery(["worker", "--concurrency", "1"], env, tmp_path / "worker.log").start()
+    locker = own_pg.admin().connect()
+    celery = make_celery(
+        api.client.app.state.settings.model_copy(update={"redis_url": own_redis.url})
+    )
+    try:
+        # Every write of window rows waits on the test: the first compute job stops inside
+        # its transaction, with the window locked and half its work done.
+        locker.execute(text("BEGIN"))
+        locker.execute(text("LOCK TABLE window_metrics IN EXCLUSIVE MODE"))
+        now = start + timedelta(seconds=WINDOWS * WINDOW + LATENESS)
+        celery.send_task(PLAN_JOB, kwargs={"now": now.isoformat()})
+        engine = own_pg.admin()
+        poll(
+            lambda: waiting_on_lock(engine, "window_metrics") >= 1,
+            "a worker computing a window",
+            timeout=90,
+        )
+        children = worker.children()
+        assert len(children) == 1, children
+        os.kill(children[0], signal.SIGKILL)  # the pool process computing the window
+        locker.execute(text("ROLLBACK"))
+        # No new plan is sent: the killed job's window closes only if it is redelivered.
+        poll(
+            lambda: state(own_pg)["closed"] == WINDOWS and state(own_pg)["stage"] == "rolled_back",
+            "the windows closed and the canary rolled back",
+            timeout=90,
+        )
+        poll(lambda: "WorkerLostError" in worker.log(tail=10**7), "the worker to log the lost job")
+    except BaseException:
+        print("--- worker ---\n" + worker.log())
+        raise
+    finally:
+        locker.close()
+        worker.stop()
+        celery.close()
+    final = state(own_pg)
+    assert final["windows"] == WINDOWS and final["doubled"] == 0, final
+    assert final["decisions"] == ["rollback"], final
