@@ -1,7 +1,12 @@
 """Drill: a Celery worker SIGKILLed while it computes a window. The test holds a lock the
 computation needs, so the kill lands inside it; then the lock goes and the workers carry
 on. The killed job is redelivered (acks late, requeued when its worker is lost) and the
-windows close: one row per window and bucket, and one rollback decision."""
+windows close: one row per window and bucket, and one rollback decision.
+
+When the whole worker dies (its main process too, as with a lost host), nobody is left to
+requeue the job: the broker keeps it unacknowledged until its visibility timeout (an hour,
+Redis's default) and the beat's next plans queue the unclosed windows again, for the next
+worker to close."""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+import redis
+from sqlalchemy import Connection, text
 
 from controlplane.db import session_scope
 from controlplane.rollout.actions import apply_config
@@ -56,6 +63,31 @@ def rewind_canary(api: Api, windows: int = 8) -> datetime:
     return start
 
 
+def canary_windows(api: Api) -> datetime:
+    """The canary promoted, and WINDOWS windows of its results (in the past) whose long
+    bucket breaches; returns the first window's start."""
+    assert promote(api, TASK).status_code == 200
+    start = rewind_canary(api)
+    for k in range(WINDOWS):
+        post_all(api, window_results(TASK, start, k, {"2048+": 0.4}, HIGH))
+    return start
+
+
+def stopped_in_a_window(pg: PgServer, locker: Connection, celery: Any, start: datetime) -> None:
+    """A plan queued; returns once a worker is inside a window's transaction, waiting on
+    the lock `locker` holds on every write of window rows (until it rolls back)."""
+    locker.execute(text("BEGIN"))
+    locker.execute(text("LOCK TABLE window_metrics IN EXCLUSIVE MODE"))
+    now = start + timedelta(seconds=WINDOWS * WINDOW + LATENESS)
+    celery.send_task(PLAN_JOB, kwargs={"now": now.isoformat()})
+    engine = pg.admin()
+    poll(
+        lambda: waiting_on_lock(engine, "window_metrics") >= 1,
+        "a worker computing a window",
+        timeout=90,
+    )
+
+
 def state(pg: PgServer) -> dict[str, object]:
     with pg.admin().connect() as conn:
         windows = conn.execute(
@@ -94,10 +126,7 @@ def state(pg: PgServer) -> dict[str, object]:
 def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
     own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
 ) -> None:
-    assert promote(api, TASK).status_code == 200
-    start = rewind_canary(api)
-    for k in range(WINDOWS):
-        post_all(api, window_results(TASK, start, k, {"2048+": 0.4}, HIGH))
+    start = canary_windows(api)
     env = celery_env(own_pg.url, own_redis.url)
     worker = Celery(["worker", "--concurrency", "1"], env, tmp_path / "worker.log").start()
     locker = own_pg.admin().connect()
@@ -105,18 +134,7 @@ def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
         api.client.app.state.settings.model_copy(update={"redis_url": own_redis.url})
     )
     try:
-        # Every write of window rows waits on the test: the first compute job stops inside
-        # its transaction, with the window locked and half its work done.
-        locker.execute(text("BEGIN"))
-        locker.execute(text("LOCK TABLE window_metrics IN EXCLUSIVE MODE"))
-        now = start + timedelta(seconds=WINDOWS * WINDOW + LATENESS)
-        celery.send_task(PLAN_JOB, kwargs={"now": now.isoformat()})
-        engine = own_pg.admin()
-        poll(
-            lambda: waiting_on_lock(engine, "window_metrics") >= 1,
-            "a worker computing a window",
-            timeout=90,
-        )
+        stopped_in_a_window(own_pg, locker, celery, start)
         children = worker.children()
         assert len(children) == 1, children
         os.kill(children[0], signal.SIGKILL)  # the pool process computing the window
@@ -135,6 +153,57 @@ def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
         locker.close()
         worker.stop()
         celery.close()
+    final = state(own_pg)
+    assert final["windows"] == WINDOWS and final["doubled"] == 0, final
+    assert final["decisions"] == ["rollback"], final
+
+
+def test_a_whole_worker_killed_mid_window_the_next_plans_close_its_windows(
+    own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
+) -> None:
+    start = canary_windows(api)
+    env = celery_env(own_pg.url, own_redis.url, SHADOWPLANE_TICK_SECONDS="1")
+    first = Celery(["worker", "--concurrency", "1"], env, tmp_path / "first.log").start()
+    second = Celery(["worker", "--concurrency", "1"], env, tmp_path / "second.log")
+    beat = Celery(
+        ["beat", "--schedule-file", str(tmp_path / "beat-schedule")], env, tmp_path / "beat.log"
+    )
+    locker = own_pg.admin().connect()
+    celery = make_celery(
+        api.client.app.state.settings.model_copy(update={"redis_url": own_redis.url})
+    )
+    broker = redis.Redis.from_url(own_redis.url)
+    try:
+        stopped_in_a_window(own_pg, locker, celery, start)
+        first.kill()  # the main process and its pool process, at once
+        locker.execute(text("ROLLBACK"))
+        # The job it held is still the broker's, unacknowledged, until its visibility
+        # timeout: nothing is lost, and nothing is requeued before then.
+        assert broker.hlen("unacked") >= 1
+        second.start()
+        beat.start()
+        poll(
+            lambda: state(own_pg)["closed"] == WINDOWS and state(own_pg)["stage"] == "rolled_back",
+            "the windows closed and the canary rolled back",
+            timeout=90,
+        )
+        # Beat goes on planning every second: later plans find the windows closed and
+        # evaluate them again, and make no second decision.
+        planned = second.log(tail=10**7).count("metrics.plan")
+        poll(
+            lambda: second.log(tail=10**7).count("metrics.plan") >= planned + 6,
+            "three more plans run",
+        )
+    except BaseException:
+        print("--- second worker ---\n" + second.log() + "\n--- beat ---\n" + beat.log())
+        raise
+    finally:
+        locker.close()
+        first.kill()
+        second.stop()
+        beat.stop()
+        celery.close()
+        broker.close()
     final = state(own_pg)
     assert final["windows"] == WINDOWS and final["doubled"] == 0, final
     assert final["decisions"] == ["rollback"], final
