@@ -5,6 +5,7 @@ real workers on the real Redis broker answer a control ping under those names.""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -30,10 +31,12 @@ def broker_url() -> str:
     return url.rsplit("/", 1)[0] + "/6"  # a database of its own: no other test's workers
 
 
-def test_two_default_names_differ() -> None:
-    a, b = default_worker_name(), default_worker_name()
-    assert a != b
-    assert a.startswith(f"shadowplane-{os.getpid()}-") and a.endswith("@%h")
+def test_default_names_carry_the_pid_and_a_random_part() -> None:
+    names = [default_worker_name() for _ in range(20)]
+    # Even within one process (a pid reused in another container on the same host name):
+    # 4 random hex digits; 20 draws all equal would happen once in 65536**19.
+    assert len(set(names)) > 1
+    assert all(re.fullmatch(rf"shadowplane-{os.getpid()}-[0-9a-f]{{4}}@%h", n) for n in names)
 
 
 def test_workers_on_one_host_answer_under_distinct_names(pg_url: str, tmp_path: Path) -> None:
