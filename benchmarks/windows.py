@@ -1,13 +1,18 @@
 """Computing one window on PostgreSQL: time and peak memory, with and without history.
 
     .venv/bin/python benchmarks/windows.py [--window-rows 1000000] [--history 5000000] [--reps 5]
+    .venv/bin/python benchmarks/windows.py --history-days 30 [--per-day 1000000]
+        [--window-rows 41667]
 
 Starts its own PostgreSQL via scripts/services (unless SHADOWPLANE_BENCH_DATABASE_URL
 points at a server), registers a task, and fills `results` on the server with
 generate_series: first `--window-rows` results inside one window spread over the four
 length buckets (with missing latencies, errors, invalid outputs, costs and tokens), then
 measures; then adds `--history` results in the five days before the window and measures
-again. Each measurement is the median of `--reps` runs of:
+again. With `--history-days D`, the history is instead D whole days of `--per-day` results
+each (loaded a day at a time) before the window, and the last line puts the window's time
+with that history next to its time with none (the goal: within 1.2x). Each measurement is
+the median of `--reps` runs of:
 
 - `compute_window`: the production function (one hashed SQL pass for sums and the
   percentile columns' values, numpy percentiles, upsert of every bucket row, commit),
@@ -94,7 +99,9 @@ FROM results WHERE task_id = :task_id AND ts >= :start AND ts < :end
 """
 
 
-def fill(url: str, task_id: int, n: int, start: datetime, span: float, tag: str) -> float:
+def fill(
+    url: str, task_id: int, n: int, start: datetime, span: float, tag: str, vacuum: bool = True
+) -> float:
     engine = create_engine(url, poolclass=NullPool)
     began = time.perf_counter()
     chunk = 1_000_000
@@ -110,11 +117,16 @@ def fill(url: str, task_id: int, n: int, start: datetime, span: float, tag: str)
                     "n": min(chunk, n - offset),
                 },
             )
+    if vacuum:
+        _vacuum(engine)
+    engine.dispose()
+    return time.perf_counter() - began
+
+
+def _vacuum(engine: Any) -> None:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE results"))
         conn.execute(text("CHECKPOINT"))
-    engine.dispose()
-    return time.perf_counter() - began
 
 
 def backend_peak_mb(conn: Any) -> float:
@@ -158,7 +170,8 @@ def run_ceiling(url: str, task_id: int, index_only: bool) -> tuple[float, float,
     return elapsed, peak, row[0]
 
 
-def measure(label: str, url: str, task_id: int, reps: int) -> None:
+def measure(label: str, url: str, task_id: int, reps: int) -> float:
+    """Print one measurement; the median `compute_window` time."""
     run_compute(url, task_id)  # warm the cache once; not counted
     run_ceiling(url, task_id, True)
     computes, ceilings, planned = [], [], []
@@ -182,6 +195,24 @@ def measure(label: str, url: str, task_id: int, reps: int) -> None:
         f"process max RSS {_max_rss_mb():.0f} MiB; PostgreSQL backend peak RSS "
         f"{max(x[2] for x in computes):.0f} MiB (ceiling query's: {max(x[1] for x in ceilings):.0f} MiB)"
     )
+    return t
+
+
+def history_days(url: str, task_id: int, args: argparse.Namespace) -> float:
+    """Load `--history-days` days of `--per-day` results before the window (newest day first,
+    as a live table grows backwards from the window being read), then measure again."""
+    total = 0.0
+    for day in range(1, args.history_days + 1):
+        start = START - timedelta(days=day)
+        total += fill(url, task_id, args.per_day, start, 86400, f"d{day}", vacuum=False)
+        print(f"loaded day -{day}: {args.per_day:,} results ({total:.0f} s so far)", flush=True)
+    began = time.perf_counter()
+    engine = create_engine(url, poolclass=NullPool)
+    _vacuum(engine)
+    engine.dispose()
+    total += time.perf_counter() - began
+    print(f"\nloaded {args.history_days * args.per_day:,} results of history in {total:.0f} s")
+    return measure(f"with {args.history_days} days of history", url, task_id, args.reps)
 
 
 def _max_rss_mb() -> float:
@@ -197,6 +228,13 @@ def main() -> None:
     parser.add_argument("--window-rows", type=int, default=1_000_000)
     parser.add_argument("--history", type=int, default=5_000_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--history-days",
+        type=int,
+        default=0,
+        help="Instead of --history: this many whole days of --per-day results before the window.",
+    )
+    parser.add_argument("--per-day", type=int, default=1_000_000)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
@@ -213,7 +251,16 @@ def main() -> None:
         print(f"PostgreSQL {version}, {os.cpu_count()} cores, medians of {args.reps} runs\n")
         took = fill(url, task_id, args.window_rows, START, WINDOW_SECONDS, "w")
         print(f"loaded {args.window_rows:,} results into one window in {took:.0f} s")
-        measure("no history", url, task_id, args.reps)
+        bare = measure("no history", url, task_id, args.reps)
+        if args.history_days > 0:
+            with_history = history_days(url, task_id, args)
+            print(
+                f"\none window ({args.window_rows:,} results): {bare:.3f} s with no history, "
+                f"{with_history:.3f} s with {args.history_days} days of {args.per_day:,} "
+                f"results a day ({args.history_days * args.per_day:,} rows): "
+                f"{with_history / bare:.2f}x (goal: within 1.2x)"
+            )
+            return
         history_start = START - timedelta(days=5)
         took = fill(url, task_id, args.history, history_start, 5 * 86400, "h")
         print(f"\nloaded {args.history:,} results of older history in {took:.0f} s")
