@@ -1,4 +1,6 @@
-"""Every metric of every bucket, against a reference computed here with pandas from the raw rows."""
+"""Every metric of every bucket, against a reference computed here with pandas from the posted
+JSON alone (outcome, bucket, window and every count derived here, none read back from the
+stored rows)."""
 
 from __future__ import annotations
 
@@ -37,16 +39,61 @@ def _wilson(k: int, n: int) -> tuple[float, float] | tuple[None, None]:
     return centre - half, centre + half
 
 
-def _raw(api: Api) -> pd.DataFrame:
-    with api.engine.connect() as conn:
-        frame = pd.read_sql(
-            "SELECT r.* FROM results r JOIN tasks t ON t.id = r.task_id "
-            "WHERE t.name = 'metrics_task'",
-            conn,
-        )
-    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
-    for column in ("edge_ran", "cloud_ran", "degraded"):
-        frame[column] = frame[column].astype(bool)
+LABELS = frozenset(METRICS_TASK["comparator"]["labels"])
+SIDE_COLUMNS = ("latency_ms", "ttfb_ms", "input_tokens", "output_tokens", "cost")
+
+
+def _label(value: Any) -> str | None:
+    """The label comparator's reading of an output: a non-empty string, case- and
+    space-normalised (docs/evidence.md, "Comparators")."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return " ".join(value.split()).casefold()
+
+
+def _outcome(result: dict[str, Any]) -> str | None:
+    """The comparison outcome, written out from the posted JSON: only a pair is compared
+    (both sides ran, neither errored, both answered, the edge not `valid: false`); the edge
+    label outside `labels` is invalid, the cloud's is a conflict, equal labels agree."""
+    edge, cloud = result.get("edge"), result.get("cloud")
+    if edge is None or cloud is None:
+        return None
+    if edge.get("error") is not None or cloud.get("error") is not None:
+        return None
+    if edge.get("output") is None or cloud.get("output") is None or edge.get("valid") is False:
+        return None
+    e, c = _label(edge["output"]), _label(cloud["output"])
+    if e is None or e not in LABELS:
+        return "invalid"
+    if c is None or c not in LABELS:
+        return "conflict"
+    return "agree" if e == c else "conflict"
+
+
+def _posted(results: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per posted result, every column read from the JSON as it was posted (none
+    from what ingest stored), so a wrong ingest computation shows as a mismatch."""
+    rows = []
+    for r in results:
+        edge, cloud = r.get("edge"), r.get("cloud")
+        row: dict[str, Any] = {
+            "ts": r["ts"],
+            "input_tokens": r["input_tokens"],
+            "served": r["served"],
+            "degraded": bool(r.get("degraded", False)),
+            "outcome": _outcome(r),
+            "edge_ran": edge is not None,
+            "cloud_ran": cloud is not None,
+            "edge_error": edge.get("error") if edge else None,
+            "edge_valid": edge.get("valid") if edge else None,
+        }
+        for name, side in (("edge", edge), ("cloud", cloud)):
+            for column in SIDE_COLUMNS:
+                value = side.get(column) if side else None
+                row[f"{name}_{column}"] = np.nan if value is None else float(value)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True, format="ISO8601")
     return frame
 
 
@@ -63,8 +110,8 @@ def _reference(frame: pd.DataFrame) -> dict[tuple[Any, str], dict[str, Any]]:
     f["conflict"] = f["outcome"] == "conflict"
     f["edge_error"] = f["edge_ran"] & f["edge_error"].notna()
     f["edge_failed"] = f["edge_ran"] & (
-        # valid is stored false/true/NULL (0/1/NULL on SQLite): only a stored false is a failure
-        f["edge_error"] | (f["edge_valid"] == 0) | (f["outcome"] == "invalid")
+        # only a posted `valid: false` is a failure (true and absent are not)
+        f["edge_error"] | f["edge_valid"].map(lambda v: v is False) | (f["outcome"] == "invalid")
     )
     f["attempt"] = (f["served"] == "edge") | f["degraded"]
     f["offload_fail"] = f["attempt"] & f["edge_failed"]
@@ -179,7 +226,7 @@ def test_every_metric_of_every_bucket_matches_a_pandas_reference(metrics_api: Ap
     )
     assert response.status_code == 200, response.text
     rows = response.json()["windows"]
-    expected = _reference(_raw(metrics_api))
+    expected = _reference(_posted(results))
     assert len(expected) == 2 * 5
     got = {(pd.Timestamp(r["window_start"]).to_pydatetime(), r["bucket"]): r for r in rows}
     assert set(got) == set(expected)
