@@ -607,7 +607,7 @@ def simulate(
     Every --progress-every seconds it prints one line per task; at the end, the totals
     (exit status 1 if any result was rejected or not delivered)."""
     from controlplane.sim.profiles import GENERATORS, SCENARIOS
-    from controlplane.sim.runner import Plan, Totals, stream
+    from controlplane.sim.runner import FLUSH_SECONDS, Plan, Totals, stream
 
     tasks = task or list(GENERATORS)
     if scenario not in SCENARIOS:
@@ -637,6 +637,14 @@ def simulate(
                 f"in flight {t.in_flight}; flag {t.flag}"
             )
 
+    def flushing(totals: dict[str, Totals]) -> None:
+        if progress_every:
+            waiting = sum(t.in_flight for t in totals.values())
+            typer.echo(
+                f"traffic stopped; delivering what is still in flight ({waiting} results, "
+                f"at most {FLUSH_SECONDS:g} s)"
+            )
+
     totals = stream(
         url,
         key,
@@ -647,6 +655,7 @@ def simulate(
         batch_size=batch_size,
         seed=seed,
         every_second=progress,
+        on_flush=flushing,
     )
     failed = False
     for name, t in totals.items():

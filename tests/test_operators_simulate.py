@@ -55,8 +55,13 @@ def test_simulate_prints_progress_lines_with_growing_consistent_counts(
     generated = int(total.split("generated ")[1].split(",")[0])
     assert generated >= counts[-1]["sent"]
     assert f"accepted {generated}, duplicates 0, rejected 0, not delivered 0" in total
-    # The lines come before the totals: progress, not a report at the end.
-    assert lines.index(total) > max(i for i, x in enumerate(lines) if PROGRESS.match(x))
+    # The lines come before the totals: progress, not a report at the end; and the wait for
+    # the last deliveries is announced between them.
+    last_progress = max(i for i, x in enumerate(lines) if PROGRESS.match(x))
+    flushing = next(
+        i for i, x in enumerate(lines) if x.startswith("traffic stopped; delivering what is")
+    )
+    assert last_progress < flushing < lines.index(total)
 
 
 def test_simulate_without_progress_lines_when_asked(tmp_path: Path) -> None:

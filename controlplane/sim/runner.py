@@ -84,8 +84,10 @@ def stream(
     stop: threading.Event | None = None,
     every_second: Callable[[float, dict[str, Totals]], None] | None = None,
     flag_stream: bool = True,
+    on_flush: Callable[[dict[str, Totals]], None] | None = None,
 ) -> dict[str, Totals]:
-    """Post `rate` results per second per task for `duration` seconds (until `stop` is set)."""
+    """Post `rate` results per second per task for `duration` seconds (until `stop` is set);
+    then deliver what is still queued, for at most FLUSH_SECONDS (`on_flush` hears first)."""
     plan = plan or Plan()
     stop = stop or threading.Event()
     totals = {task: Totals() for task in tasks}
@@ -156,6 +158,10 @@ def stream(
             stop.wait(max(0.0, started + second - time.monotonic()))
     finally:
         flags.close()
+        if on_flush is not None:
+            for task, reporter in reporters.items():
+                _count(totals[task], reporter)
+            on_flush(totals)
         for task, reporter in reporters.items():  # deliver what is still queued
             reporter.close(timeout=FLUSH_SECONDS)
             _count(totals[task], reporter)
