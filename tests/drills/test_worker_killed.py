@@ -45,8 +45,11 @@ def api(own_pg: PgServer) -> Iterator[Api]:
 
 
 def rewind_canary(api: Api, windows: int = 8) -> datetime:
-    """`rewind` for the canary alone: the other tasks keep their creation time, so the plan
-    has no empty windows of theirs to queue."""
+    """The start of a window `windows` windows ago, with the canary created and promoted
+    then (results may lie at most 5 minutes ahead of the clock, so its windows lie in the
+    past). Its first window is the first the plan queues: the job stopped and killed is
+    one of the windows holding results. The other tasks keep their creation time, so the
+    plan has no empty windows of theirs to queue."""
     from sqlalchemy import update
 
     from controlplane.models import Task
@@ -54,11 +57,8 @@ def rewind_canary(api: Api, windows: int = 8) -> datetime:
     now = datetime.now(UTC)
     start = now - timedelta(seconds=now.timestamp() % WINDOW) - timedelta(seconds=windows * WINDOW)
     with session_scope(api.engine) as session:
-        earlier = start - timedelta(hours=1)
         session.execute(
-            update(Task)
-            .where(Task.name == TASK)
-            .values(created_at=earlier, stage_changed_at=earlier)
+            update(Task).where(Task.name == TASK).values(created_at=start, stage_changed_at=start)
         )
     return start
 
