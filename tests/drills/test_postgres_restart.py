@@ -96,7 +96,6 @@ def test_the_reporter_gets_503s_then_every_result_is_stored_exactly_once(
     assert reporter.dropped == 0 and reporter.rejected == 0
     # Each result once: stored, or (a batch whose answer was lost) a duplicate of itself.
     assert reporter.accepted + reporter.duplicates == 900
-    assert reporter.accepted == 900 - reporter.duplicates
     assert stored(own_pg) == (900, 900)
 
 
