@@ -1,7 +1,10 @@
 """The Celery app. Broker: Redis (`SHADOWPLANE_REDIS_URL`); no result backend is needed.
 
-Jobs are acknowledged after they run (`acks_late`), so a worker that dies mid-job leaves
-the job for another; every job is idempotent, so running one twice is harmless.
+Jobs are acknowledged after they run (`acks_late`). A job whose pool process dies is given
+back at once (`reject_on_worker_lost`); a job whose whole worker dies stays unacknowledged in
+Redis and is delivered again after the visibility timeout (15 minutes), and sooner in
+effect, since the beat's next plans queue the same windows again. Every job is idempotent,
+so running one twice is harmless.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         # A job queued but never started for this long is stale: the next plan queues it again.
         task_time_limit=600,
+        # An unacknowledged job (its worker gone) is delivered again after this long: longer
+        # than any job may run, so a running job is never handed to a second worker.
+        broker_transport_options={"visibility_timeout": 900},
         beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,
     )
