@@ -7,6 +7,7 @@ a Celery job) commits on success and rolls back on error.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,22 +26,43 @@ StorageError = SQLAlchemyError
 
 
 class StoredJSON:
-    """A JSON value already turned into the text `json_text` stores, written as it is.
+    """A JSON value already turned into the text `json_text` stores, written as it is;
+    `replaced_nul` says whether a NUL character in it was stored as U+FFFD.
 
     Ingest serialises each item's JSON columns while handling that item, so a value that
     cannot be stored rejects its own item instead of failing the batch's INSERT."""
 
-    __slots__ = ("text",)
+    __slots__ = ("replaced_nul", "text")
 
     def __init__(self, value: Any) -> None:
-        self.text = json_text(value)
+        text = dumps(value).decode()
+        self.text = _without_nul(text)
+        self.replaced_nul = self.text is not text
+
+
+# A JSON escape: every backslash in serialised JSON begins one, so reading them left to
+# right tells a NUL (`\u0000`) from text that spells it (`\\u0000`: a backslash, then u0000).
+_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)", re.DOTALL)
+
+
+def _nul_to_fffd(match: re.Match[str]) -> str:
+    return "\\ufffd" if match.group() == "\\u0000" else match.group()
+
+
+def _without_nul(text: str) -> str:
+    """Serialised JSON with each NUL escape turned into U+FFFD's; the same object when
+    there was none."""
+    if "\\u0000" not in text:
+        return text
+    replaced = _ESCAPE.sub(_nul_to_fffd, text)
+    return replaced if replaced != text else text
 
 
 def json_text(value: Any) -> str:
     """JSON for storage. PostgreSQL's jsonb refuses the NUL escape: store U+FFFD instead."""
     if type(value) is StoredJSON:
         return value.text
-    return dumps(value).decode().replace("\\u0000", "\\ufffd")
+    return _without_nul(dumps(value).decode())
 
 
 def make_engine(url: str) -> Engine:

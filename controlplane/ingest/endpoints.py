@@ -71,7 +71,8 @@ async def post_results(
     except service.BodyError as exc:
         raise HTTPException(422, str(exc)) from None
 
-    return ORJSONResponse(report.model_dump())
+    # `altered` is answered only when an item was stored otherwise than posted.
+    return ORJSONResponse(report.model_dump(exclude=None if report.altered else {"altered"}))
 
 
 def _id_hash_key(app: FastAPI) -> bytes:

@@ -91,8 +91,9 @@ def consistency_problem(item: ResultIn) -> str | None:
     return None
 
 
-# Columns of text that PostgreSQL cannot store with a NUL character in them. (Outputs and
-# inputs are JSON: their NUL escapes are stored as U+FFFD instead.)
+# Columns of text that PostgreSQL cannot store with a NUL character in them: an item holding
+# one there is rejected. (Outputs and inputs are JSON: a NUL in them is stored as U+FFFD,
+# and the answer lists the item in `altered`.)
 TEXT_FIELDS = ("request_id", "task", "session_id", "user_id", "degrade_reason")
 SIDE_TEXT_FIELDS = ("error", "error_message", "model")
 
@@ -174,10 +175,20 @@ class Rejected(BaseModel):
     error: str
 
 
+class Altered(BaseModel):
+    """An accepted item stored otherwise than posted, and which of its fields."""
+
+    index: int
+    request_id: str
+    fields: list[str]
+    note: str
+
+
 class IngestReport(BaseModel):
     accepted: int = 0
     duplicates: int = 0
     rejected: list[Rejected] = []
+    altered: list[Altered] = []
 
 
 # --- what `GET /v1/results/{task}/{request_id}` answers -------------------------------

@@ -19,7 +19,7 @@ import math
 import secrets
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from operator import itemgetter
@@ -38,6 +38,7 @@ from controlplane.errors import describe_errors
 from controlplane.ingest import repository
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.schemas import (
+    Altered,
     IngestReport,
     Rejected,
     ResultBatch,
@@ -340,6 +341,8 @@ def id_hash_key(session: Session, configured: str | None) -> bytes:
 class Scored:
     row: dict[str, Any]
     payload: dict[str, Any] | None
+    # The posted fields whose NUL characters are stored as U+FFFD (set by stored_form).
+    replaced_nul: list[str] = field(default_factory=list)
 
 
 _NOT_FINITE = "holds a number that is not finite (or has more than 4300 digits)"
@@ -494,10 +497,16 @@ def stored_form(scored: Scored) -> Scored:
         row["input_segments"] = _stored_json("input.segments", row["input_segments"])
     payload = scored.payload
     if payload is not None:
-        for column, field in JSON_PAYLOAD_FIELDS.items():
+        for column, name in JSON_PAYLOAD_FIELDS.items():
             if payload[column] is not None:
-                payload[column] = _stored_json(field, payload[column])
+                payload[column] = stored = _stored_json(name, payload[column])
+                # The diff quotes the outputs: their fields are named, not it.
+                if stored.replaced_nul and column != "diff":
+                    scored.replaced_nul.append(name)
     return scored
+
+
+NUL_NOTE = "NUL character stored as U+FFFD (storage cannot hold it)"
 
 
 def _stored_json(field: str, value: Any) -> StoredJSON:
@@ -521,6 +530,7 @@ def ingest(
     runtimes = task_runtimes(session, {item["task"] for _, item in valid}) if valid else {}
     seen: set[tuple[str, str]] = set()
     scored: list[Scored] = []
+    altered: list[Altered] = []
     in_batch_duplicates = 0
     for index, item in valid:
         task = runtimes.get(item["task"])
@@ -538,7 +548,7 @@ def ingest(
             in_batch_duplicates += 1
             continue
         try:
-            scored.append(stored_form(score(item, task, received_at, context)))
+            one = stored_form(score(item, task, received_at, context))
         except ItemError as exc:
             rejected.append(Rejected(index=index, request_id=item["request_id"], error=str(exc)))
             continue
@@ -554,11 +564,24 @@ def ingest(
             error = f"(result): {problem_of(exc)}"
             rejected.append(Rejected(index=index, request_id=item["request_id"], error=error))
             continue
+        scored.append(one)
+        if one.replaced_nul:
+            altered.append(
+                Altered(
+                    index=index,
+                    request_id=item["request_id"],
+                    fields=one.replaced_nul,
+                    note=NUL_NOTE,
+                )
+            )
         seen.add(key)  # a rejected item does not make a later one with its id a duplicate
     stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
     rejected.sort(key=lambda r: r.index)
     return IngestReport(
-        accepted=stored, duplicates=in_batch_duplicates + len(scored) - stored, rejected=rejected
+        accepted=stored,
+        duplicates=in_batch_duplicates + len(scored) - stored,
+        rejected=rejected,
+        altered=altered,
     )
 
 
