@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.schemas import TaskConfig
+from controlplane.catalog.schemas import MIN_WINDOWS_READ, TaskConfig
 from controlplane.metrics.fields import ALL, STORED
 from controlplane.metrics.repository import bucket_of
 from controlplane.models import (
@@ -84,9 +84,9 @@ def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> Lab
 
 def evaluation_windows(config: TaskConfig) -> int:
     """How many recent windows an evaluation reads: three times the longest run the rule can
-    span, and never fewer than the gate needs or 100. A pass costs the same in week one
-    and week ten of a canary."""
-    return max(3 * config.rollback.span_windows, config.promotion.min_windows, 100)
+    span, and never fewer than the gate needs or `MIN_WINDOWS_READ` (100: a CUSUM's cap is
+    validated against it). A pass costs the same in week one and week ten of a canary."""
+    return max(3 * config.rollback.span_windows, config.promotion.min_windows, MIN_WINDOWS_READ)
 
 
 def in_cell(task: Task, config: TaskConfig, cell: str, start: datetime, end: datetime) -> Any:
