@@ -174,10 +174,14 @@ MIN_WINDOWS_READ = 100
 
 
 def resolved_cap(cap: float | None, h: float) -> float:
-    """The cap a rule uses: its own, else the default, else half of a small `h`."""
+    """The cap a rule uses: its own, else the default; half of a small `h` (one window never
+    fires alone), and a hundredth of a large one (firing never needs more windows than an
+    evaluation reads)."""
     if cap is not None:
         return cap
-    return DEFAULT_CAP if DEFAULT_CAP < h else h / 2
+    if h <= DEFAULT_CAP:
+        return h / 2
+    return max(DEFAULT_CAP, h / MIN_WINDOWS_READ)
 
 
 def room(op: str, threshold: float) -> float:

@@ -223,6 +223,17 @@ def test_a_cap_not_below_h_is_refused_naming_both(rule: dict[str, Any], message:
     assert any("rollback.rules.0" in e for e in refused.value.errors)
 
 
+def test_a_large_h_without_a_cap_can_still_fire_within_the_windows_read() -> None:
+    """h 1000 at the default cap 2 would need 500 windows, and an evaluation reads 100 (at
+    least): without a cap of its own the rule counts h / 100 per window."""
+    rule = config({"rules": [{**RULE, "h": 1000}]}).rollback.resolved_rules()[0]
+    assert rule.cap == 10
+    windows = [CellWindow(i, 0, 10_000) for i in range(100)]
+    fired = capped_cusum(windows, ">=", 0.9, 0.05, rule.h, rule.cap)
+    assert fired is not None and fired.at_window == 99
+    assert config({"rules": [{**RULE, "h": 200}]}).rollback.resolved_rules()[0].cap == 2
+
+
 def test_a_small_h_without_a_cap_still_takes_two_windows() -> None:
     rule = config({"rules": [{**RULE, "h": 1}]}).rollback.resolved_rules()[0]
     assert rule.cap == 0.5
