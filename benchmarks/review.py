@@ -102,8 +102,9 @@ FROM (
 # What ingest keeps: every notable result (keep probability 1), agreeing ones at 5%.
 NOTABLE = "(outcome IS DISTINCT FROM 'agree' OR edge_confidence < 0.6)"
 PAYLOADS = f"""
-INSERT INTO payloads (result_id, policy, keep_probability, input, edge_output, cloud_output, diff)
-SELECT id, 'full', CASE WHEN {NOTABLE} THEN 1.0 ELSE 0.05 END,
+INSERT INTO payloads (result_id, result_ts, policy, keep_probability, input, edge_output,
+                      cloud_output, diff)
+SELECT id, ts, 'full', CASE WHEN {NOTABLE} THEN 1.0 ELSE 0.05 END,
        jsonb_build_object('text', 'please help with order ' || request_id),
        to_jsonb('refund'::text), to_jsonb(CASE WHEN outcome = 'conflict' THEN 'exchange'
                                                 ELSE 'refund' END),
@@ -111,14 +112,15 @@ SELECT id, 'full', CASE WHEN {NOTABLE} THEN 1.0 ELSE 0.05 END,
             THEN '{{"label": {{"edge": "refund", "cloud": "exchange"}}}}'::jsonb END
 FROM results
 WHERE task_id = :task_id AND ({NOTABLE} OR :all_kept OR random() < 0.05)
-      AND NOT EXISTS (SELECT 1 FROM payloads p WHERE p.result_id = results.id)
+      AND NOT EXISTS (SELECT 1 FROM payloads p WHERE p.result_id = results.id
+                                                 AND p.result_ts = results.ts)
 """
 
 CEILING_JOINED = """
 SELECT count(*), sum(r.input_tokens), count(r.outcome), count(r.edge_error),
        count(r.edge_valid), sum(r.edge_confidence), count(r.decision), count(r.cloud_error),
        count(r.request_id), sum(p.keep_probability)
-FROM results r JOIN payloads p ON p.result_id = r.id
+FROM results r JOIN payloads p ON p.result_id = r.id AND p.result_ts = r.ts
 WHERE r.task_id = :task_id AND r.ts >= :start AND r.ts < :end
 """
 CEILING_RESULTS = """

@@ -53,6 +53,7 @@ from controlplane.catalog.service import runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.metrics.service import compute_window  # noqa: E402
 from controlplane.models import Task  # noqa: E402
+from controlplane.models.partitions import ensure_partitions, partition_days  # noqa: E402
 from controlplane.rollout.actions import apply_config  # noqa: E402
 
 WINDOW_SECONDS = 3600
@@ -246,9 +247,16 @@ def main() -> None:
             apply_config(session, TASK, actor="bench")
             task_id = session.query(Task.id).filter(Task.name == "ticket_classify").scalar()
             runtimes(session)
-        with create_engine(url, poolclass=NullPool).connect() as conn:
+        with create_engine(url, poolclass=NullPool).begin() as conn:
             version = conn.execute(text("SHOW server_version")).scalar_one()
-        print(f"PostgreSQL {version}, {os.cpu_count()} cores, medians of {args.reps} runs\n")
+            # The day partitions of the window's day and of every day of history (production
+            # keeps only the days a result may still arrive for; these are older).
+            ensure_partitions(conn, START.date(), behind=args.history_days + 5, ahead=1)
+            days = len(partition_days(conn))
+        print(
+            f"PostgreSQL {version}, {os.cpu_count()} cores, medians of {args.reps} runs; "
+            f"results partitioned by day ({days} day partitions)\n"
+        )
         took = fill(url, task_id, args.window_rows, START, WINDOW_SECONDS, "w")
         print(f"loaded {args.window_rows:,} results into one window in {took:.0f} s")
         bare = measure("no history", url, task_id, args.reps)

@@ -411,8 +411,10 @@ def tick(
     ] = None,
 ) -> None:
     """One synchronous pass: compute due windows, close them, evaluate alerts and rollout
-    rules, then send the webhooks they wrote."""
+    rules, then send the webhooks they wrote (and, on PostgreSQL, create the day partitions
+    ahead, as the beat does)."""
     from controlplane.db import get_engine
+    from controlplane.models.partitions import keep_partitions
     from controlplane.notify.delivery import deliver_pending
     from controlplane.scheduler import run_pass
     from controlplane.timeutil import as_utc
@@ -432,6 +434,9 @@ def tick(
         f"({report.count('computed')} open, {report.count('closed')} closed now, "
         f"{report.count('late')} late counts updated)"
     )
+    made = keep_partitions(get_engine(settings.database_url), report.now, settings.max_backfill)
+    if made.days:
+        typer.echo(f"  day partitions created: {', '.join(d.isoformat() for d in made.days)}")
     for event in report.alerts:
         typer.echo(f"  alert {event.change}: {event.task} {event.kind}: {event.message}")
     for decision in report.decisions:
@@ -533,7 +538,10 @@ def prune(
     older_than: Annotated[str, typer.Option(help="Age of the results to delete, e.g. 30d, 12h.")],
     batch_size: Annotated[int, typer.Option(help="Results deleted per transaction.")] = 5000,
 ) -> None:
-    """Delete results and payloads older than a cut-off (by result time), in batches; metrics stay."""
+    """Remove results and payloads older than a cut-off (by result time); metrics stay.
+
+    On PostgreSQL whole days are dropped (the day the cut-off falls in stays until it is
+    wholly older); elsewhere, and in the default partition, rows are deleted in batches."""
     from controlplane.db import get_engine
     from controlplane.ingest.retention import parse_duration
     from controlplane.ingest.retention import prune as run_prune
@@ -547,10 +555,19 @@ def prune(
     pruned = run_prune(
         get_engine(get_settings().database_url), before=before, batch_size=batch_size
     )
+    cut = pruned.before or before
+    days = f"{len(pruned.days_dropped)} whole days dropped and " if pruned.days_dropped else ""
     typer.echo(
         f"deleted {pruned.results} results and {pruned.payloads} payloads with ts before "
-        f"{before.isoformat()} in {pruned.batches} batches; window metrics are kept"
+        f"{cut.isoformat()} ({days}{pruned.batches} batches), and {pruned.keys} request-id "
+        "keys; window metrics are kept"
     )
+    if pruned.days_busy:
+        typer.echo(
+            "not dropped, busy (queries were reading them; run prune again): "
+            + ", ".join(day.isoformat() for day in pruned.days_busy),
+            err=True,
+        )
 
 
 @app.command()

@@ -10,6 +10,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
+from controlplane.db import make_engine
+from controlplane.models.base import utcnow
+from controlplane.models.partitions import keep_partitions
+from controlplane.settings import get_settings
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,7 +32,13 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    """Migrate, then create the day partitions a result may arrive for (PostgreSQL)."""
     command.upgrade(alembic_config(database_url), revision)
+    engine = make_engine(database_url)
+    try:
+        keep_partitions(engine, utcnow(), get_settings().max_backfill)
+    finally:
+        engine.dispose()
 
 
 def check(database_url: str) -> None:

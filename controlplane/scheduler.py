@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -33,12 +34,15 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
+from controlplane.models.partitions import keep_partitions
 from controlplane.review.accuracy import refresh_route_accuracy
 from controlplane.review.sampler import sample_closed_windows
 from controlplane.rollout.actions import evaluate_rollout
 from controlplane.settings import get_settings
 
 log = logging.getLogger("shadowplane.scheduler")
+# Seconds between two runs of `keep_partitions` (PostgreSQL's day partitions).
+PARTITIONS_EVERY = 3600.0
 # A window that closed now, or a closed one that counted late results: both are evaluated
 # (a retried job finds the window it closed already closed, and must still evaluate it).
 EVALUATED = ("closed", "late")
@@ -201,7 +205,14 @@ class InProcessScheduler:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        partitions_due = 0.0
         while not self._stop.is_set():
+            if time.monotonic() >= partitions_due:
+                try:  # hourly: the days ahead exist long before they are needed
+                    keep_partitions(self.engine, utcnow(), get_settings().max_backfill)
+                    partitions_due = time.monotonic() + PARTITIONS_EVERY
+                except Exception:
+                    log.exception("creating day partitions failed")
             try:
                 self.last = run_pass(self.engine, veto=self.veto, retry=self._retry)
                 self._retry = self.last.unevaluated

@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 from controlplane.db import make_engine
 from controlplane.models import Base
 from controlplane.models.base import UTCDateTime
+from controlplane.models.partitions import is_partition
 from controlplane.settings import get_settings
 
 config = context.config
@@ -23,6 +24,13 @@ def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[Fa
     return False
 
 
+def _include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """The day partitions of `results` and `payloads` are made at run time, not modelled."""
+    return not (type_ == "table" and reflected and name is not None and is_partition(name))
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -30,6 +38,7 @@ def _run(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         render_item=_render_item,
+        include_object=_include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

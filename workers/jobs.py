@@ -15,12 +15,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from controlplane.db import get_engine, in_transaction
 from controlplane.metrics.service import compute_window, plan
 from controlplane.models.base import utcnow
+from controlplane.models.partitions import keep_partitions
 from controlplane.notify import delivery
 from controlplane.notify.delivery import DELIVER_JOB
 from controlplane.scheduler import EVALUATED, after_window
 from controlplane.settings import get_settings
 from workers.app import app
-from workers.schedule import PLAN_JOB
+from workers.schedule import PARTITIONS_JOB, PLAN_JOB
 
 log = logging.getLogger("shadowplane.jobs")
 # The database is unreachable or overloaded: try again later. Anything else is a bug or
@@ -77,6 +78,15 @@ def compute_window_job(task_id: int, window_start: str, now: str | None = None) 
         # A transient error retries the job, which finds the window closed and evaluates it.
         raise done.errors[0]
     return computed.action
+
+
+@app.task(name=PARTITIONS_JOB, **RETRY)
+def keep_partitions_job(now: str | None = None) -> list[str]:
+    """Create the day partitions a result may arrive for (PostgreSQL; nothing on SQLite)."""
+    created = keep_partitions(get_engine(), _clock(now), get_settings().max_backfill)
+    for day in created.skipped:
+        log.warning("day %s left to the default partition: it already holds rows of it", day)
+    return [day.isoformat() for day in created.days]
 
 
 @app.task(name=DELIVER_JOB)

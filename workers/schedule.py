@@ -1,5 +1,6 @@
 """The beat schedule: `metrics.plan` every `SHADOWPLANE_TICK_SECONDS`, and the webhook
-delivery pass every `SHADOWPLANE_WEBHOOK_POLL_SECONDS` (at least a second).
+delivery pass every `SHADOWPLANE_WEBHOOK_POLL_SECONDS` (at least a second), and the
+day partitions of PostgreSQL's `results` and `payloads` kept created ahead every hour.
 
 The plan job lists the (task, window) pairs that are due or have new results and queues
 one `metrics.compute_window` job for each, which the workers share. The delivery job
@@ -14,6 +15,9 @@ from controlplane.notify.delivery import DELIVER_JOB
 from controlplane.settings import Settings
 
 PLAN_JOB = "metrics.plan"
+PARTITIONS_JOB = "storage.partitions"
+# The day partitions (PostgreSQL) are kept DAYS_AHEAD days ahead: hourly is plenty.
+PARTITIONS_EVERY = 3600.0
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -24,6 +28,11 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "schedule": settings.tick_seconds or 10.0,
             # A plan older than one period is superseded by the next one.
             "options": {"expires": settings.tick_seconds or 10.0},
+        },
+        "day-partitions": {
+            "task": PARTITIONS_JOB,
+            "schedule": PARTITIONS_EVERY,
+            "options": {"expires": PARTITIONS_EVERY},
         },
         "deliver-webhooks": {
             "task": DELIVER_JOB,

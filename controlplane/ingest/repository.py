@@ -1,12 +1,13 @@
 """All SQL of ingest: storing results and payloads idempotently, reading one back, and the
 server secret that keys the hash of session and user ids.
 
-Large batches on PostgreSQL take ids from the sequence and go in with one binary `COPY`
-straight into `results`, inside a savepoint; when that meets a stored `(task, request_id)`
-(a resend), the savepoint is rolled back and the batch goes through a session-local
-temporary table and one `INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING`. Small
-batches, and SQLite, use a Core `INSERT … ON CONFLICT DO NOTHING RETURNING`. The ORM
-stays off this path.
+A result is stored once per `(task, request_id)`, whatever its `ts`: a batch first claims
+its keys in `result_keys` (`INSERT … ON CONFLICT DO NOTHING RETURNING`, one statement per
+batch), and only the rows whose key it claimed are written. On PostgreSQL the keys go in
+as three arrays (`unnest`), and a batch of at least `COPY_MIN_ROWS` new results takes its
+ids from the sequence and goes into `results` (and `payloads`) with one binary `COPY`;
+`results` and `payloads` are partitioned by day there, and the key table is what spans
+the days. Small batches, and SQLite, use Core `INSERT`s. The ORM stays off this path.
 """
 
 from __future__ import annotations
@@ -15,44 +16,33 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
-from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Engine, FromClause, Insert, event, func, insert, select, text
+from sqlalchemy import FromClause, Insert, func, insert, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert, json_text
-from controlplane.models import Payload, Result, ServerSecret, Task
+from controlplane.models import Payload, Result, ResultKey, ServerSecret, Task
 
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
 JSON_RESULT_COLUMNS = {"input_segments"}
 JSON_PAYLOAD_COLUMNS = {"input", "edge_output", "cloud_output", "diff"}
-# Below this many rows the three round trips of the COPY path cost more than they save.
+# Below this many rows the round trips of the COPY path cost more than they save.
 COPY_MIN_ROWS = 20
 
-_COLS = ", ".join(RESULT_COLUMNS)
 _ID_AND_RESULT_COLUMNS = ["id", *RESULT_COLUMNS]
 _NEXT_IDS = text("SELECT nextval('results_id_seq') FROM generate_series(1, :n)")
-_CREATE_STAGING = text(
-    "CREATE TEMPORARY TABLE IF NOT EXISTS ingest_staging ON COMMIT DELETE ROWS AS "
-    f"SELECT {_COLS} FROM results WITH NO DATA"
+# The keys in the order given (sorted by the caller: the order every writer takes the key
+# locks in, so two routers resending overlapping batches wait instead of deadlocking).
+_CLAIM_KEYS = text(
+    "INSERT INTO result_keys (task_id, request_id, ts) "
+    "SELECT task_id, request_id, ts FROM unnest("
+    "CAST(:task_ids AS integer[]), CAST(:request_ids AS text[]), "
+    "CAST(:ts AS timestamp with time zone[])) WITH ORDINALITY "
+    "AS k(task_id, request_id, ts, n) ORDER BY n "
+    "ON CONFLICT (task_id, request_id) DO NOTHING RETURNING task_id, request_id"
 )
-# Moving the rows out of the staging table (DELETE … RETURNING) empties it in the same
-# statement, so a second batch in one transaction never merges the first one's rows again.
-_MERGE_STAGING = text(
-    f"WITH staged AS (DELETE FROM ingest_staging RETURNING {_COLS}) "
-    f"INSERT INTO results ({_COLS}) SELECT {_COLS} FROM staged "
-    # The order every writer takes unique-key locks in (see insert_results).
-    'ORDER BY task_id, request_id COLLATE "C" '
-    "ON CONFLICT (task_id, request_id) DO NOTHING RETURNING id, task_id, request_id"
-)
-
-
-@event.listens_for(Engine, "rollback")
-def _forget_staging(connection: Connection) -> None:
-    # A rolled-back transaction may have rolled back the staging table's creation too.
-    connection.info.pop("ingest_staging", None)
 
 
 def insert_results(
@@ -61,24 +51,34 @@ def insert_results(
     """Insert the rows that are new; write payloads for those only. Returns how many were new."""
     if not rows:
         return 0
-    # Every writer inserts in one order (task, then request id by code point, which is
-    # PostgreSQL's "C" collation), so two routers resending overlapping batches in
-    # opposite orders wait for each other instead of deadlocking.
+    # Every writer claims keys in one order (task, then request id by code point, which is
+    # PostgreSQL's "C" collation).
     rows = sorted(rows, key=_key)
     postgres = session.get_bind().dialect.name == "postgresql"
+    claimed = _claim_keys(session, rows, postgres)
+    new_rows = []
+    for row in rows:
+        if _key(row) in claimed:
+            claimed.remove(_key(row))  # a key twice in `rows` was claimed once
+            new_rows.append(row)
+    rows = new_rows
+    if not rows:
+        return 0
     if postgres and len(rows) >= COPY_MIN_ROWS:
-        inserted = _copy_results(session, rows)
+        ids = session.scalars(_NEXT_IDS, {"n": len(rows)}).all()
+        for row, result_id in zip(rows, ids, strict=True):
+            row["id"] = result_id
+        _copy(session, "results", _ID_AND_RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
+        inserted = [(row["id"], row["task_id"], row["request_id"], row["ts"]) for row in rows]
     else:
-        stmt = dialect_insert(session, Result).on_conflict_do_nothing(
-            index_elements=["task_id", "request_id"]
-        )
         returned = session.execute(
-            stmt.returning(Result.id, Result.task_id, Result.request_id), rows
+            insert(Result).returning(Result.id, Result.task_id, Result.request_id, Result.ts),
+            rows,
         )
-        inserted = [(r[0], r[1], r[2]) for r in returned]
+        inserted = [(r[0], r[1], r[2], r[3]) for r in returned]
     new_payloads = [
-        {"result_id": result_id, **payload}
-        for result_id, task_id, request_id in inserted
+        {"result_id": result_id, "result_ts": ts, **payload}
+        for result_id, task_id, request_id, ts in inserted
         if (payload := payloads.get((task_id, request_id))) is not None
     ]
     if new_payloads:
@@ -92,34 +92,33 @@ def insert_results(
 _key = itemgetter("task_id", "request_id")
 
 
+def _claim_keys(
+    session: Session, rows: list[dict[str, Any]], postgres: bool
+) -> set[tuple[int, str]]:
+    """The keys of `rows` this transaction stored in `result_keys`: those not stored before.
+    A key another transaction is storing right now waits for it, then counts as stored."""
+    if postgres:
+        returned = session.execute(
+            _CLAIM_KEYS,
+            {
+                "task_ids": [row["task_id"] for row in rows],
+                "request_ids": [row["request_id"] for row in rows],
+                "ts": [row["ts"] for row in rows],
+            },
+        )
+    else:
+        stmt = dialect_insert(session, ResultKey).on_conflict_do_nothing(
+            index_elements=["task_id", "request_id"]
+        )
+        returned = session.execute(
+            stmt.returning(ResultKey.task_id, ResultKey.request_id),
+            [{"task_id": r["task_id"], "request_id": r["request_id"], "ts": r["ts"]} for r in rows],
+        )
+    return {(r[0], r[1]) for r in returned}
+
+
 def insert_payload() -> Insert:
     return insert(Payload)
-
-
-def _copy_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
-    """Optimistic first: ids drawn from the sequence, then one COPY straight into `results`
-    inside a savepoint. A resend (a unique violation) rolls the savepoint back and the batch
-    goes through the staging table, which skips what is already stored."""
-    ids = session.scalars(_NEXT_IDS, {"n": len(rows)}).all()
-    for row, result_id in zip(rows, ids, strict=True):
-        row["id"] = result_id
-    try:
-        with session.begin_nested():
-            _copy(session, "results", _ID_AND_RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
-    except UniqueViolation:
-        return _merge_results(session, rows)
-    return [(row["id"], row["task_id"], row["request_id"]) for row in rows]
-
-
-def _merge_results(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
-    connection = session.connection()
-    # The temporary table lives as long as the database connection: create it once per
-    # connection (the flag lives and dies with the pooled connection).
-    if not connection.info.get("ingest_staging"):
-        session.execute(_CREATE_STAGING)
-        connection.info["ingest_staging"] = True
-    _copy(session, "ingest_staging", RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
-    return [(r[0], r[1], r[2]) for r in session.execute(_MERGE_STAGING)]
 
 
 def copy_types(table: FromClause, columns: list[str]) -> list[str]:
@@ -174,7 +173,7 @@ def get_result(
     row = session.execute(
         select(Result, Payload)
         .join(Task, Task.id == Result.task_id)
-        .outerjoin(Payload, Payload.result_id == Result.id)
+        .outerjoin(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
         .where(Task.name == task, Result.request_id == request_id)
     ).first()
     return None if row is None else (row[0], row[1])

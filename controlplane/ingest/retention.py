@@ -1,25 +1,43 @@
-"""Retention: delete results (and their payloads) older than a cut-off, in batches.
+"""Retention: results (and their payloads and keys) older than a cut-off go; window
+metrics, alerts and audit entries stay.
 
-Window metric rows, alerts and audit entries stay. Each batch is its own short
-transaction, so pruning a large table never holds locks for long, and the counts say
-exactly what was deleted.
+On PostgreSQL, where `results` and `payloads` are partitioned by day, every day wholly
+before the cut-off is detached and dropped: the cost of a day is the same whatever it
+holds, and its rows are counted before it goes. The day the cut-off falls in stays until
+it is wholly older, so there the cut-off is that day's midnight (UTC). Rows of the default
+partition (a day no partition covers) are deleted in batches, as everything is on SQLite
+and on a database not yet converted. The narrow `result_keys` rows older than the cut-off
+are deleted in batches on every database. Each batch, and each day, is its own short
+transaction, so pruning never holds locks for long, and the counts say exactly what went.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from functools import partial
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, text, tuple_
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from controlplane.db import in_transaction, session_scope
-from controlplane.models import Payload, Result, Task
+from controlplane.models import Payload, Result, ResultKey, Task
+from controlplane.models.partitions import (
+    DroppedDay,
+    day_start,
+    drop_day,
+    is_partitioned,
+    partition_days,
+)
 
+log = logging.getLogger("shadowplane.retention")
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
+# How long dropping a day waits for the queries reading it before it gives up (and says so).
+DROP_LOCK_TIMEOUT = "30s"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -34,14 +52,40 @@ def parse_duration(text: str) -> timedelta:
 
 @dataclass
 class Pruned:
+    # Results and payloads deleted or dropped, with ts before `before`.
     results: int = 0
     payloads: int = 0
+    keys: int = 0
     batches: int = 0
+    # The cut-off applied: the one asked for, or on partitions that day's midnight.
+    before: datetime | None = None
+    days_dropped: list[date] = field(default_factory=list)
+    # Days that could not be dropped (their lock was not free in time): run prune again.
+    days_busy: list[date] = field(default_factory=list)
 
 
 def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned:
-    """Delete every result with `ts` before `before`, with its payload, task by task."""
-    pruned = Pruned()
+    """Delete every result with `ts` before the cut-off, with its payload and key."""
+    with engine.connect() as connection:
+        partitioned = is_partitioned(connection)
+        days = partition_days(connection) if partitioned else []
+    if partitioned:
+        before = day_start(before.date())
+    pruned = Pruned(before=before)
+    for day in days:
+        if day_start(day + timedelta(days=1)) > before:
+            break
+        try:
+            dropped = in_transaction(engine, partial(_drop_day, day=day))
+        except OperationalError as exc:
+            log.warning("day %s not dropped (busy): %s", day, exc)
+            pruned.days_busy.append(day)
+            continue
+        pruned.results += dropped.results
+        pruned.payloads += dropped.payloads
+        pruned.days_dropped.append(day)
+    # What is left before the cut-off: the default partition's rows on PostgreSQL (and
+    # a busy day's), every row elsewhere.
     with session_scope(engine) as session:
         task_ids = list(session.scalars(select(Task.id).order_by(Task.id)))
     for task_id in task_ids:
@@ -55,24 +99,52 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
                 pruned.batches += 1
             if results < batch_size:
                 break
+    while keys := in_transaction(
+        engine, partial(_prune_keys, before=before, batch_size=batch_size)
+    ):
+        pruned.keys += keys
+        if keys < batch_size:
+            break
     return pruned
+
+
+def _drop_day(session: Session, *, day: date) -> DroppedDay:
+    session.execute(text(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'"))
+    return drop_day(session.connection(), day)
 
 
 def _prune_batch(
     session: Session, *, task_id: int, before: datetime, batch_size: int
 ) -> tuple[int, int]:
-    ids = list(
-        session.scalars(
-            select(Result.id)
-            .where(Result.task_id == task_id, Result.ts < before)
-            .order_by(Result.ts)
-            .limit(batch_size)
-        )
-    )
-    if not ids:
-        return 0, 0
-    payloads = session.execute(
-        delete(Payload).where(Payload.result_id.in_(ids)).returning(Payload.result_id)
+    rows = session.execute(
+        select(Result.id, Result.ts)
+        .where(Result.task_id == task_id, Result.ts < before)
+        .order_by(Result.ts)
+        .limit(batch_size)
     ).all()
-    results = session.execute(delete(Result).where(Result.id.in_(ids)).returning(Result.id)).all()
+    if not rows:
+        return 0, 0
+    ids = [row[0] for row in rows]
+    payloads = session.execute(
+        delete(Payload)
+        .where(Payload.result_id.in_(ids), Payload.result_ts < before)
+        .returning(Payload.result_id)
+    ).all()
+    results = session.execute(
+        delete(Result).where(Result.id.in_(ids), Result.ts < before).returning(Result.id)
+    ).all()
     return len(results), len(payloads)
+
+
+def _prune_keys(session: Session, *, before: datetime, batch_size: int) -> int:
+    oldest = (
+        select(ResultKey.task_id, ResultKey.request_id)
+        .where(ResultKey.ts < before)
+        .limit(batch_size)
+    )
+    deleted = session.execute(
+        delete(ResultKey)
+        .where(tuple_(ResultKey.task_id, ResultKey.request_id).in_(oldest))
+        .returning(ResultKey.task_id)
+    ).all()
+    return len(deleted)

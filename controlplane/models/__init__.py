@@ -6,7 +6,7 @@ from controlplane.models.base import Base
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
 from controlplane.models.outbox import OutboxEvent, WebhookDelivery
-from controlplane.models.results import Payload, Result
+from controlplane.models.results import Payload, Result, ResultKey
 from controlplane.models.review import ReviewItem, ReviewLabel, ReviewSkip, RouteAccuracyWindow
 from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagHistory, FlagState
 from controlplane.models.secrets import ServerSecret
@@ -27,6 +27,7 @@ __all__ = [
     "OutboxEvent",
     "Payload",
     "Result",
+    "ResultKey",
     "ReviewItem",
     "ReviewLabel",
     "ReviewSkip",

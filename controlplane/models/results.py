@@ -1,4 +1,12 @@
-"""Results: one slim row per result, and the payload text kept per the task's policy."""
+"""Results: one slim row per result, the payload text kept per the task's policy, and the
+key that makes a request id count once.
+
+On PostgreSQL `results` and `payloads` are partitioned by day of `ts` (see
+`controlplane.models.partitions`): their primary keys there carry the time too
+(`(id, ts)` and `(result_id, result_ts)`), and no unique key can span the days, so
+`result_keys` holds each `(task, request id)` once and ingest claims it before it writes
+the result. SQLite keeps the same tables unpartitioned.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +22,6 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
-    UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -24,9 +31,10 @@ from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime
 class Result(Base):
     __tablename__ = "results"
     __table_args__ = (
-        UniqueConstraint("task_id", "request_id"),
         # Serves every per-task time-range scan (windows, review sampling, prune).
         Index("ix_results_task_id_ts", "task_id", "ts"),
+        # Reads one result back by its request id (unique through `result_keys`).
+        Index("ix_results_task_id_request_id", "task_id", "request_id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -82,9 +90,11 @@ class Payload(Base):
 
     __tablename__ = "payloads"
 
-    result_id: Mapped[int] = mapped_column(
-        BigIntPK, ForeignKey("results.id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign key: a day of payloads is dropped with its day of results (retention), and
+    # a key into a partitioned table would have to carry the day too.
+    result_id: Mapped[int] = mapped_column(BigIntPK, primary_key=True)
+    # The result's `ts`: what the payloads are partitioned by on PostgreSQL.
+    result_ts: Mapped[datetime] = mapped_column(UTCDateTime)
     policy: Mapped[str] = mapped_column(String(16))
     # Probability this payload was kept (1 for conflicts, errors, invalid and
     # low-confidence results), so samples can be weighted back.
@@ -95,3 +105,21 @@ class Payload(Base):
     diff: Mapped[Any] = mapped_column(JSONType, nullable=True)
     edge_error_message: Mapped[str | None] = mapped_column(Text)
     cloud_error_message: Mapped[str | None] = mapped_column(Text)
+
+
+class ResultKey(Base):
+    """Each (task, request id) stored once, whatever its `ts`: a resend is a duplicate even
+    when it carries another time, or none (stored at the time received)."""
+
+    __tablename__ = "result_keys"
+    __table_args__ = (
+        # Retention deletes keys older than its cut-off by this.
+        Index("ix_result_keys_ts", "ts"),
+    )
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    # The stored result's `ts`.
+    ts: Mapped[datetime] = mapped_column(UTCDateTime)

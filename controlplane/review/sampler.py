@@ -290,7 +290,7 @@ def _drawn_rows(
             _cell_code(config, boundaries).label("cell"),
             draw_hash(Result.id, seed).label("h"),
         )
-        .join(Payload, Payload.result_id == Result.id)
+        .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
         .where(Result.task_id == task.id, Result.ts >= start, Result.ts < end)
         .cte("candidates")
     )
@@ -489,7 +489,7 @@ def sample_window(
     cells = dict(chosen)
     found = session.execute(
         select(*_fields())
-        .join(Payload, Payload.result_id == Result.id)
+        .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
         .where(Result.id.in_(list(cells)))
         .order_by(Result.id)
     ).all()
@@ -606,7 +606,9 @@ def queue_regression(
             in_cell,
             stratum.is_not(None),
         ]
-        in_range = select(Result.request_id).join(Payload, Payload.result_id == Result.id)
+        in_range = select(Result.request_id).join(
+            Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts)
+        )
         moved = session.execute(
             update(ReviewItem)
             .where(
@@ -620,7 +622,7 @@ def queue_regression(
         done += moved.rowcount  # type: ignore[attr-defined]
         found = session.execute(
             select(*_fields(), bucket.label("bucket"), stratum.label("stratum"))
-            .join(Payload, Payload.result_id == Result.id)
+            .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
             .where(*where)
             .order_by(Result.id)
         ).all()

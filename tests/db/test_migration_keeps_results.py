@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from controlplane.catalog.service import runtimes
 from controlplane.db import get_engine, session_scope
@@ -22,9 +22,12 @@ from controlplane.metrics import repository as metrics_repository
 from controlplane.metrics.windows import window_start
 from controlplane.migrate import alembic_config, current_revisions, head_revisions, upgrade
 from controlplane.models import Payload, Result
+from controlplane.models.partitions import is_partitioned
 from tests.conftest import Api, make_api, make_result
 
-DAYS = [datetime(2026, 11, 27, tzinfo=UTC) + timedelta(days=d) for d in range(4)]
+# Four recent days (each gets a partition of its own on PostgreSQL), ending yesterday.
+_MIDNIGHT = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+DAYS = [_MIDNIGHT - timedelta(days=d) for d in range(4, 0, -1)]
 OUTPUTS = ["refund", "exchange", "complaint", "inquiry"]
 
 
@@ -115,10 +118,28 @@ def test_the_latest_migration_down_and_up_keeps_every_result(loaded: Api) -> Non
 
     get_engine(url).dispose()
     command.downgrade(alembic_config(url), "-1")
+    with get_engine(url).connect() as conn:
+        # On PostgreSQL the latest migration is the conversion to day partitions: down, the
+        # tables are plain ones again, holding every row.
+        assert not is_partitioned(conn)
+        assert conn.execute(text("SELECT count(*) FROM results")).scalar_one() == len(
+            before["results"]
+        )
+    get_engine(url).dispose()
     upgrade(url)
     get_engine(url).dispose()
     with get_engine(url).connect() as conn:
         assert current_revisions(conn) == head_revisions()
+        if conn.dialect.name == "postgresql":
+            assert is_partitioned(conn)
+            # Each day's rows in that day's partition (those a few seconds before midnight
+            # in the day before), none in the default partition.
+            for day in DAYS:
+                held = conn.execute(text(f"SELECT count(*) FROM results_p{day:%Y%m%d}"))
+                assert held.scalar_one() == sum(
+                    1 for r in before["results"] if r["ts"].date() == day.date()
+                )
+            assert conn.execute(text("SELECT count(*) FROM results_default")).scalar_one() == 0
 
     after = snapshot(url)
     assert len(after["results"]) == len(before["results"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from sqlalchemy import inspect
 
 from controlplane.db import get_engine
 from controlplane.migrate import check, upgrade
+from controlplane.models.partitions import DAYS_AHEAD, is_partition
 
 TABLES = {
     "alembic_version",
@@ -24,6 +26,7 @@ TABLES = {
     "flags",
     "outbox_events",
     "payloads",
+    "result_keys",
     "results",
     "review_items",
     "review_labels",
@@ -43,7 +46,14 @@ TABLES = {
 def test_postgresql_upgrade_head_then_check(pg_url: str) -> None:
     # pg_url is cloned from a template migrated by the same code; check it has no drift...
     check(pg_url)
-    assert set(inspect(get_engine(pg_url)).get_table_names()) == TABLES
+    names = set(inspect(get_engine(pg_url)).get_table_names())
+    assert {n for n in names if not is_partition(n)} == TABLES
+    # results and payloads by day: today's, and the days ahead, made by `migrate`.
+    today = datetime.now(UTC).date()
+    for offset in range(-1, DAYS_AHEAD + 1):
+        day = today + timedelta(days=offset)
+        assert {f"results_p{day:%Y%m%d}", f"payloads_p{day:%Y%m%d}"} <= names
+    assert {"results_default", "payloads_default"} <= names
     # ...and upgrading an already-current database is a no-op.
     upgrade(pg_url)
     check(pg_url)
