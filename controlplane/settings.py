@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import lru_cache
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./shadowplane.db"
@@ -83,6 +83,18 @@ class Settings(BaseSettings):
     # Seconds a reviewer holds a claimed review item; past it the item returns to the queue
     # and a label from them is refused (409).
     review_lease_seconds: float = Field(600.0, gt=0, le=7 * 86400)
+
+    @field_validator("max_backfill", mode="before")
+    @classmethod
+    def _backfill_in_seconds(cls, value: object) -> object:
+        # An environment variable is text, and pydantic reads text only as an ISO 8601 or
+        # HH:MM:SS duration: `SHADOWPLANE_MAX_BACKFILL=86400` is seconds, as documented.
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                return value
+        return value
 
     @property
     def is_sqlite(self) -> bool:
