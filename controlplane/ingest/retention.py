@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import partial
 
-from sqlalchemy import Engine, delete, select, text, tuple_
+from sqlalchemy import (
+    Engine,
+    TableClause,
+    column,
+    delete,
+    select,
+    table,
+    text,
+    tuple_,
+)
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from controlplane.db import in_transaction, session_scope
-from controlplane.models import Payload, Result, ResultKey, Task
+from controlplane.models import ResultKey, Task
 from controlplane.models.partitions import (
     DroppedDay,
     day_start,
@@ -36,8 +46,12 @@ from controlplane.models.partitions import (
 log = logging.getLogger("shadowplane.retention")
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
-# How long dropping a day waits for the queries reading it before it gives up (and says so).
-DROP_LOCK_TIMEOUT = "30s"
+# Dropping a day locks the partitioned tables for an instant; while it waits for queries
+# still reading them, ingest queues behind it. So it waits at most this long, then steps
+# aside and tries again after DROP_PAUSE seconds, DROP_ATTEMPTS times, then says so.
+DROP_LOCK_TIMEOUT = "2s"
+DROP_ATTEMPTS = 5
+DROP_PAUSE = 3.0
 
 
 def parse_duration(text: str) -> timedelta:
@@ -75,23 +89,34 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
     for day in days:
         if day_start(day + timedelta(days=1)) > before:
             break
-        try:
-            dropped = in_transaction(engine, partial(_drop_day, day=day))
-        except OperationalError as exc:
-            log.warning("day %s not dropped (busy): %s", day, exc)
+        dropped = _drop_day_when_free(engine, day)
+        if dropped is None:
             pruned.days_busy.append(day)
             continue
         pruned.results += dropped.results
         pruned.payloads += dropped.payloads
         pruned.days_dropped.append(day)
-    # What is left before the cut-off: the default partition's rows on PostgreSQL (and
-    # a busy day's), every row elsewhere.
+    # What is left before the cut-off in batches: every row on SQLite (or a database not
+    # yet converted), the default partition's rows on PostgreSQL (a busy day waits for the
+    # next run: deleting it row by row is what the days are there to avoid).
+    suffix = "_default" if partitioned else ""
+    tables = (
+        table(f"results{suffix}", column("id"), column("task_id"), column("ts")),
+        table(f"payloads{suffix}", column("result_id"), column("result_ts")),
+    )
     with session_scope(engine) as session:
         task_ids = list(session.scalars(select(Task.id).order_by(Task.id)))
     for task_id in task_ids:
         while True:
             results, payloads = in_transaction(
-                engine, partial(_prune_batch, task_id=task_id, before=before, batch_size=batch_size)
+                engine,
+                partial(
+                    _prune_batch,
+                    tables=tables,
+                    task_id=task_id,
+                    before=before,
+                    batch_size=batch_size,
+                ),
             )
             pruned.results += results
             pruned.payloads += payloads
@@ -108,30 +133,49 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
     return pruned
 
 
+def _drop_day_when_free(engine: Engine, day: date) -> DroppedDay | None:
+    for attempt in range(1, DROP_ATTEMPTS + 1):
+        try:
+            return in_transaction(engine, partial(_drop_day, day=day))
+        except OperationalError as exc:  # lock_timeout: queries were reading the day
+            log.warning("day %s not dropped yet (attempt %d, busy): %s", day, attempt, exc)
+            if attempt < DROP_ATTEMPTS:
+                time.sleep(DROP_PAUSE)
+    return None
+
+
 def _drop_day(session: Session, *, day: date) -> DroppedDay:
     session.execute(text(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'"))
     return drop_day(session.connection(), day)
 
 
 def _prune_batch(
-    session: Session, *, task_id: int, before: datetime, batch_size: int
+    session: Session,
+    *,
+    tables: tuple[TableClause, TableClause],
+    task_id: int,
+    before: datetime,
+    batch_size: int,
 ) -> tuple[int, int]:
+    results_table, payloads_table = tables
     rows = session.execute(
-        select(Result.id, Result.ts)
-        .where(Result.task_id == task_id, Result.ts < before)
-        .order_by(Result.ts)
+        select(results_table.c.id, results_table.c.ts)
+        .where(results_table.c.task_id == task_id, results_table.c.ts < before)
+        .order_by(results_table.c.ts)
         .limit(batch_size)
     ).all()
     if not rows:
         return 0, 0
     ids = [row[0] for row in rows]
     payloads = session.execute(
-        delete(Payload)
-        .where(Payload.result_id.in_(ids), Payload.result_ts < before)
-        .returning(Payload.result_id)
+        delete(payloads_table)
+        .where(payloads_table.c.result_id.in_(ids), payloads_table.c.result_ts < before)
+        .returning(payloads_table.c.result_id)
     ).all()
     results = session.execute(
-        delete(Result).where(Result.id.in_(ids), Result.ts < before).returning(Result.id)
+        delete(results_table)
+        .where(results_table.c.id.in_(ids), results_table.c.ts < before)
+        .returning(results_table.c.id)
     ).all()
     return len(results), len(payloads)
 

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, text
 PARTITIONED = {"results": "ts", "payloads": "result_ts"}
 # Days created ahead of today, so the beat can miss a few runs.
 DAYS_AHEAD = 3
+CREATE_LOCK_TIMEOUT = "2s"
 # At most this many days behind today are created (a result may come back this late).
 MAX_DAYS_BEHIND = 62
 _DAY_NAME = re.compile(r"^(results|payloads)_p(\d{8})$")
@@ -92,6 +93,10 @@ def ensure_partitions(
         return created
     # One creator at a time: a transaction-scoped advisory lock on a fixed key.
     connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('shadowplane.partitions'))"))
+    # Creating a partition locks its parent for an instant; ingest must never queue behind
+    # it for long while a slow query reads the table: give up after a moment, and let the
+    # next run (the beat's, within the hour; days are made 3 ahead) try again.
+    connection.execute(text(f"SET LOCAL lock_timeout = '{CREATE_LOCK_TIMEOUT}'"))
     have = set(partition_days(connection))
     behind = min(behind, MAX_DAYS_BEHIND)
     for offset in range(-behind, ahead + 1):

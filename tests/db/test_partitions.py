@@ -279,3 +279,29 @@ def test_tick_creates_the_days_ahead_as_the_beat_does(pg_url: str, tmp_path: Pat
     assert "day partitions created: " in done.stdout and last.isoformat() in done.stdout
     with get_engine(pg_url).connect() as conn:
         assert last in partition_days(conn)
+
+
+def test_a_day_being_read_is_not_waited_for_long_and_is_dropped_by_the_next_prune(
+    pg_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.ingest import retention
+
+    monkeypatch.setattr(retention, "DROP_ATTEMPTS", 2)
+    monkeypatch.setattr(retention, "DROP_PAUSE", 0.0)
+    engine = pg_api.engine
+    old = TODAY - timedelta(days=40)
+    with engine.begin() as conn:
+        ensure_partitions(conn, old, behind=0, ahead=0)
+    post_all(
+        pg_api, [make_result(request_id="old", ts=(MIDNIGHT - timedelta(days=40)).isoformat())]
+    )
+    # A long read holds the day (as a slow query would): prune gives up on it, says so, and
+    # drops nothing of it.
+    with engine.connect() as reader:
+        reader.execute(text(f"SELECT count(*) FROM results_p{old:%Y%m%d}"))
+        pruned = prune(engine, before=MIDNIGHT - timedelta(days=30))
+        reader.rollback()
+    assert (pruned.days_busy, pruned.days_dropped, pruned.results) == ([old], [], 0)
+    assert f"results_p{old:%Y%m%d}" in _tables(pg_api)
+    again = prune(engine, before=MIDNIGHT - timedelta(days=30))
+    assert (again.days_dropped, again.results, again.days_busy) == ([old], 1, [])
