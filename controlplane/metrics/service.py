@@ -238,13 +238,25 @@ def lag(session: Session, now: datetime) -> list[TaskLag]:
     for tid, (task, rt) in sorted(tasks.items(), key=lambda item: item[1][0].name):
         ws, lateness = rt.config.window_seconds, rt.config.allowed_lateness_seconds
         due = start_of(now - timedelta(seconds=ws + lateness), ws)
+        first = start_of(task.created_at, ws)
         close_lag = 0.0
-        if due >= start_of(task.created_at, ws):
+        if due >= first:
             closed = session.scalar(
                 select(Window.closed_at).where(Window.task_id == tid, Window.window_start == due)
             )
             if closed is None:
-                close_lag = (now - closes_at(due, ws, lateness)).total_seconds()
+                # Counted from the oldest window left open (the one after the newest closed),
+                # not the newest due: with nothing closing windows the lag grows with the
+                # clock instead of starting again at 0 every window.
+                last_closed = session.scalar(
+                    select(func.max(Window.window_start)).where(
+                        Window.task_id == tid,
+                        Window.closed_at.is_not(None),
+                        Window.window_start < due,
+                    )
+                )
+                waiting = first if last_closed is None else last_closed + timedelta(seconds=ws)
+                close_lag = (now - closes_at(max(waiting, first), ws, lateness)).total_seconds()
         last = computed.get(tid)
         out.append(TaskLag(task.name, close_lag, (now - last).total_seconds() if last else None))
     return out
