@@ -12,7 +12,7 @@ import pytest
 from controlplane.auth.service import create_key
 from controlplane.db import session_scope
 from controlplane.review import actions
-from tests.conftest import Api, make_api
+from tests.conftest import make_api
 from tests.review.queuedata import add_items
 
 T = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
