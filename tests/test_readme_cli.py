@@ -50,3 +50,17 @@ def test_tasks_apply_reads_json_from_stdin(sqlite_url: str) -> None:
     assert done.exit_code == 0, done.output
     assert "stdin_json: created (version 1" in done.output
     assert "stdin_json: unchanged (version 1" in again.output
+
+
+def test_the_api_and_the_dashboard_listen_where_the_readme_says_by_default() -> None:
+    """`shadowplane api` on 127.0.0.1:8000 and `shadowplane dashboard` on 127.0.0.1:8501
+    unless told (README, "A five-minute tour" and "Dashboard")."""
+    import inspect
+
+    from controlplane import cli
+
+    for command, port in ((cli.api, 8000), (cli.dashboard, 8501), (cli.demo, 8000)):
+        parameters = inspect.signature(command).parameters
+        assert parameters["port"].default == port, command.__name__
+        if "host" in parameters:
+            assert parameters["host"].default == "127.0.0.1", command.__name__

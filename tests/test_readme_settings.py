@@ -169,3 +169,17 @@ def test_tick_seconds_zero_turns_the_in_process_scheduler_off(sqlite_url: str) -
     app = create_app(Settings(database_url=sqlite_url, tick_seconds=3600))
     with TestClient(app):
         assert app.state.scheduler is not None
+
+
+def test_log_level_is_the_level_of_the_api_logs(sqlite_url: str) -> None:
+    import logging
+
+    logger = logging.getLogger("shadowplane")
+    before = logger.level
+    try:
+        create_app(Settings(database_url=sqlite_url, tick_seconds=0, log_level="WARNING"))
+        assert logger.getEffectiveLevel() == logging.WARNING
+        create_app(Settings(database_url=sqlite_url, tick_seconds=0))
+        assert logger.getEffectiveLevel() == logging.INFO
+    finally:
+        logger.setLevel(before)
