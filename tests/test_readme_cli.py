@@ -64,3 +64,33 @@ def test_the_api_and_the_dashboard_listen_where_the_readme_says_by_default() -> 
         assert parameters["port"].default == port, command.__name__
         if "host" in parameters:
             assert parameters["host"].default == "127.0.0.1", command.__name__
+
+
+def test_tick_with_a_time_in_the_future_closes_the_windows_due_by_then(sqlite_url: str) -> None:
+    """`shadowplane tick [--now ISO-TIME]`: one pass at the time given, which may be in the
+    future — the windows of results posted just now are computed and closed."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.conftest import make_api, make_result
+
+    for api in make_api(sqlite_url):
+        now = datetime.now(UTC)
+        ts = (now - timedelta(seconds=30)).isoformat()
+        batch = {"results": [make_result(request_id=f"tick-{i}", ts=ts) for i in range(5)]}
+        assert api.post_results(batch).json()["accepted"] == 5
+        future = now + timedelta(hours=1)
+        with cli_env(sqlite_url):
+            done = CliRunner().invoke(app, ["tick", "--now", future.isoformat()])
+        assert done.exit_code == 0, done.output
+        rows = api.client.get(
+            "/v1/tasks/ticket_classify/windows",
+            params={
+                "since": (now - timedelta(hours=1)).isoformat(),
+                "until": future.isoformat(),
+                "bucket": "all",
+            },
+            headers=api.headers("read"),
+        ).json()["windows"]
+        counted = [r for r in rows if r["n_results"]]
+        assert sum(r["n_results"] for r in counted) == 5
+        assert counted and all(r["closed"] for r in counted), counted
