@@ -42,6 +42,7 @@ from controlplane.models.partitions import (
     is_partitioned,
     partition_days,
 )
+from controlplane.timeutil import as_utc
 
 log = logging.getLogger("shadowplane.retention")
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -83,6 +84,9 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
     with engine.connect() as connection:
         partitioned = is_partitioned(connection)
         days = partition_days(connection) if partitioned else []
+    # The days are UTC days: a cut-off given in another offset (or naive, read as UTC) is
+    # taken in UTC before its day is found, never on its local calendar (a later day).
+    before = as_utc(before)
     if partitioned:
         before = day_start(before.date())
     pruned = Pruned(before=before)
@@ -124,8 +128,11 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
                 pruned.batches += 1
             if results < batch_size:
                 break
+    # A busy day keeps its results until the next run, so it keeps their keys too (else a
+    # resend of one of them would be stored a second time): keys go up to its midnight only.
+    keys_before = min(before, day_start(pruned.days_busy[0])) if pruned.days_busy else before
     while keys := in_transaction(
-        engine, partial(_prune_keys, before=before, batch_size=batch_size)
+        engine, partial(_prune_keys, before=keys_before, batch_size=batch_size)
     ):
         pruned.keys += keys
         if keys < batch_size:

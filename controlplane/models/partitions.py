@@ -158,9 +158,13 @@ class DroppedDay:
 
 def drop_day(connection: Connection, day: date) -> DroppedDay:
     """Detach and drop one day of both tables, counting its rows first (from the day's own
-    table: a count of one partition, read while it is locked against writes)."""
+    table: a count of one partition, read while it is locked against writes).
+
+    `results` first, then `payloads`: the order ingest writes them in (and reads join them
+    in). The other order deadlocks with a batch between its two inserts: it holds `results`
+    and waits for `payloads`, which the drop holds while it waits for `results`."""
     counts = {}
-    for table in ("payloads", "results"):
+    for table in ("results", "payloads"):
         name = partition_name(table, day)
         connection.execute(text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
         counts[table] = connection.execute(text(f"SELECT count(*) FROM {name}")).scalar_one()
