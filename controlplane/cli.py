@@ -413,6 +413,8 @@ def tick(
     """One synchronous pass: compute due windows, close them, evaluate alerts and rollout
     rules, then send the webhooks they wrote (and, on PostgreSQL, create the day partitions
     ahead, as the beat does)."""
+    from sqlalchemy.exc import OperationalError
+
     from controlplane.db import get_engine
     from controlplane.models.partitions import keep_partitions
     from controlplane.notify.delivery import deliver_pending
@@ -434,9 +436,13 @@ def tick(
         f"({report.count('computed')} open, {report.count('closed')} closed now, "
         f"{report.count('late')} late counts updated)"
     )
-    made = keep_partitions(get_engine(settings.database_url), report.now, settings.max_backfill)
-    if made.days:
-        typer.echo(f"  day partitions created: {', '.join(d.isoformat() for d in made.days)}")
+    try:
+        made = keep_partitions(get_engine(settings.database_url), report.now, settings.max_backfill)
+    except OperationalError as exc:  # its lock was not free in time: the next tick tries again
+        typer.echo(f"  day partitions not created now, the next tick tries again: {exc}", err=True)
+    else:
+        if made.days:
+            typer.echo(f"  day partitions created: {', '.join(d.isoformat() for d in made.days)}")
     for event in report.alerts:
         typer.echo(f"  alert {event.change}: {event.task} {event.kind}: {event.message}")
     for decision in report.decisions:

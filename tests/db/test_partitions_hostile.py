@@ -495,12 +495,6 @@ def test_review_sampling_finds_payloads_in_a_day_and_in_the_default_partition(
 # --- the commands that create days ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tick calls keep_partitions unguarded: a day that cannot be created within its "
-    "2 s lock timeout (a long read of results) makes tick exit 1 after its pass, before it "
-    "prints alerts and decisions and before it delivers webhooks",
-)
 def test_tick_finishes_when_a_day_cannot_be_created_in_time(pg_url: str, tmp_path: Path) -> None:
     engine = get_engine(pg_url)
     last = TODAY + timedelta(days=DAYS_AHEAD)
