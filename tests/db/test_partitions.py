@@ -305,3 +305,22 @@ def test_a_day_being_read_is_not_waited_for_long_and_is_dropped_by_the_next_prun
     assert f"results_p{old:%Y%m%d}" in _tables(pg_api)
     again = prune(engine, before=MIDNIGHT - timedelta(days=30))
     assert (again.days_dropped, again.results, again.days_busy) == ([old], 1, [])
+
+
+def test_migrate_is_not_failed_by_a_day_it_cannot_create_in_time(pg_url: str) -> None:
+    from controlplane.migrate import upgrade
+
+    engine = get_engine(pg_url)
+    last = TODAY + timedelta(days=DAYS_AHEAD)
+    with engine.begin() as conn:
+        for table in ("payloads", "results"):
+            conn.execute(text(f"DROP TABLE {table}_p{last:%Y%m%d}"))
+    with engine.connect() as reader:  # a long read of results holds its lock meanwhile
+        reader.execute(text("SELECT count(*) FROM results"))
+        upgrade(pg_url)  # the schema is current; the day waits for the beat
+        reader.rollback()
+    with engine.connect() as conn:
+        assert last not in partition_days(conn)
+    upgrade(pg_url)
+    with engine.connect() as conn:
+        assert last in partition_days(conn)
