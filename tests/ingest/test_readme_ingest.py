@@ -109,3 +109,14 @@ def test_a_nul_in_each_named_text_field_rejects_its_item_alone_naming_the_field(
         error = errors[2 * i + 1]
         assert error.startswith(f"{field}: ") and "NUL" in error, (field, error)
     assert stored_ids(api) == {f"good-{i}" for i in range(len(TEXT_FIELDS))} | {"good-last"}
+
+
+def test_the_batch_limit_is_the_setting(db_url: str) -> None:
+    """`SHADOWPLANE_MAX_BATCH_ITEMS`: results per ingest request."""
+    for api in make_api(db_url, max_batch_items=3):
+        items = [make_result(request_id=f"limit-{i}") for i in range(4)]
+        refused = api.post_results({"results": items})
+        assert refused.status_code == 422, refused.text
+        assert "4 items, at most 3" in refused.text
+        assert stored_ids(api) == set()
+        assert api.post_results({"results": items[:3]}).json()["accepted"] == 3
