@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import IntegrityError
 
 # Partitioned table → the column it is partitioned by.
 PARTITIONED = {"results": "ts", "payloads": "result_ts"}
 # Days created ahead of today, so the beat can miss a few runs.
 DAYS_AHEAD = 3
 CREATE_LOCK_TIMEOUT = "2s"
+# What PostgreSQL answers when a new day's rows already sit in the default partition.
+CHECK_VIOLATION = "23514"
 # At most this many days behind today are created (a result may come back this late).
 MAX_DAYS_BEHIND = 62
 _DAY_NAME = re.compile(r"^(results|payloads)_p(\d{8})$")
@@ -103,13 +106,29 @@ def ensure_partitions(
         day = today + timedelta(days=offset)
         if day in have:
             continue
-        if _default_holds(connection, day):
+        if _default_holds(connection, day) or not _create_both(connection, day):
             created.skipped.append(day)
             continue
-        for table in PARTITIONED:
-            create_day(connection, table, day)
         created.days.append(day)
     return created
+
+
+def _create_both(connection: Connection, day: date) -> bool:
+    """Create the day of both tables; False when PostgreSQL refuses it because the default
+    partition holds rows of it after all: a batch wrote one there after `_default_holds`
+    looked, and committed while the creation waited for its lock. Only that day is given
+    up (a savepoint), not the days created before it in this transaction."""
+    savepoint = connection.begin_nested()
+    try:
+        for table in PARTITIONED:
+            create_day(connection, table, day)
+    except IntegrityError as exc:
+        savepoint.rollback()
+        if getattr(exc.orig, "sqlstate", None) == CHECK_VIOLATION:
+            return False
+        raise
+    savepoint.commit()
+    return True
 
 
 def days_behind(max_backfill: timedelta) -> int:

@@ -389,6 +389,61 @@ def test_two_creators_of_days_at_once_both_succeed_and_make_each_day_once(pg_api
     assert {later.date() + timedelta(days=d) for d in range(-40, 4)} <= have
 
 
+def test_a_day_whose_rows_reach_the_default_partition_while_it_is_created_is_skipped(
+    pg_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch writes a day's result to the default partition (its day is missing) and has
+    not committed when the day's creation asks whether the default holds rows of it. The
+    creation then waits for the batch, and PostgreSQL refuses the day: that day is left to
+    the default partition, the other days are still made, and the batch is stored."""
+    engine = pg_api.engine
+    missing = TODAY - timedelta(days=5)
+    ahead = TODAY + timedelta(days=DAYS_AHEAD)
+    with engine.begin() as conn:  # the day, and one the creation makes after it
+        for table in ("payloads", "results"):
+            for day in (missing, ahead):
+                conn.execute(text(f"DROP TABLE {table}_p{day:%Y%m%d}"))
+    paused, go = threading.Event(), threading.Event()
+    real = repository.insert_payload
+
+    def slow_insert_payload() -> Any:
+        paused.set()  # its result is written (to the default partition), not committed
+        go.wait(30)
+        return real()
+
+    monkeypatch.setattr(repository, "insert_payload", slow_insert_payload)
+    answers: list[Any] = []
+    ts = (MIDNIGHT - timedelta(days=5)).isoformat()
+    body = {"results": [make_result(request_id="late", ts=ts, edge=CONFLICT)]}
+    ingest = threading.Thread(target=lambda: answers.append(pg_api.post_results(body).json()))
+    ingest.start()
+    assert paused.wait(30)
+    made: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            made.append(keep_partitions(engine, datetime.now(UTC), timedelta(days=7)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    creating = threading.Thread(target=create)
+    creating.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the creation waits for the batch's lock
+        if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted"):
+            break
+        time.sleep(0.02)
+    go.set()
+    ingest.join(60)
+    creating.join(60)
+    assert answers and answers[0]["accepted"] == 1
+    assert errors == [], errors[0] if errors else None
+    assert made[0].skipped == [missing]
+    assert made[0].days == [ahead]
+    assert _where(engine, "late") == [("results_default", "payloads_default")]
+
+
 # --- the conversion -------------------------------------------------------------------------
 
 
