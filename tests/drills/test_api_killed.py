@@ -1,7 +1,8 @@
 """Drill: an API process SIGKILLed in the middle of a batch. A batch is one transaction:
-killed before its commit, nothing of it is stored and the resend stores it all; killed
-after its commit with the answer never read, the resend is answered as duplicates. Either
-way each result is counted once."""
+killed before its commit, nothing of it is stored (neither results nor payloads, wherever
+its writes had got to) and the resend stores it all; killed after its commit with the
+answer never read, the resend is answered as duplicates. Either way each result is
+counted once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
+from controlplane.db import get_engine, make_sessionmaker
+from controlplane.ingest import service
+from controlplane.models.base import utcnow
 from tests.conftest import make_result
 from tests.drills.servers import PgServer, poll, waiting_on_lock
 from tests.liveapi import ApiServer, seed
@@ -33,24 +38,53 @@ def api(own_pg: PgServer, tmp_path: Path) -> Iterator[ApiServer]:
         server.stop()
 
 
-def stored(pg: PgServer) -> int:
+def stored(pg: PgServer) -> tuple[int, int]:
+    """(results, payloads) stored."""
     with pg.admin().connect() as conn:
-        return int(conn.scalar(text("SELECT count(*) FROM results")) or 0)
+        row = conn.execute(
+            text("SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM payloads)")
+        ).one()
+    return int(row[0]), int(row[1])
 
 
 def body(prefix: str) -> dict[str, Any]:
-    return {"results": [make_result(request_id=f"{prefix}-{i}") for i in range(N)]}
+    """N results whose sides disagree: the task keeps the payload of every conflict, so each
+    result is written as a row in `results` and one in `payloads`."""
+    return {
+        "results": [
+            make_result(
+                request_id=f"{prefix}-{i}",
+                edge={"output": "refund", "latency_ms": 41.0, "confidence": 0.9},
+                cloud={"output": "exchange", "latency_ms": 380.0},
+            )
+            for i in range(N)
+        ]
+    }
 
 
 def post(api: ApiServer, batch: dict[str, Any]) -> httpx.Response:
     return api.call("POST", "/v1/results", scope="ingest", json=batch)
 
 
+def hold(session: Session, where: str, batch: dict[str, Any]) -> None:
+    """Make the batch's writes wait on the test's open transaction: at a table the test
+    locks (`results`, where its writes begin; `payloads`, once its results are written), or
+    at the key of the result that sorts last in the batch (every result before it
+    written), which the test is storing itself, uncommitted."""
+    if where == "last key":
+        last = max(batch["results"], key=lambda r: r["request_id"])  # code-point order
+        valid, rejected = service.validate_items([last])
+        service.ingest(session, valid, rejected, utcnow())
+    else:
+        session.execute(text(f"LOCK TABLE {where} IN EXCLUSIVE MODE"))
+
+
+@pytest.mark.parametrize("where", ["results", "payloads", "last key"])
 def test_killed_before_the_commit_nothing_is_stored_and_the_resend_stores_it_once(
-    own_pg: PgServer, api: ApiServer
+    own_pg: PgServer, api: ApiServer, where: str
 ) -> None:
     batch = body("first")
-    locker = own_pg.admin().connect()
+    holder = make_sessionmaker(get_engine(own_pg.url))()
     outcome: list[Any] = []
 
     def send() -> None:
@@ -61,23 +95,23 @@ def test_killed_before_the_commit_nothing_is_stored_and_the_resend_stores_it_onc
 
     try:
         # The batch's writes wait on the test, inside the API's transaction.
-        locker.execute(text("BEGIN"))
-        locker.execute(text("LOCK TABLE results IN EXCLUSIVE MODE"))
+        hold(holder, where, batch)
         sender = threading.Thread(target=send)
         sender.start()
         poll(lambda: waiting_on_lock(own_pg.admin(), "") >= 1, "the batch waiting on the lock")
         api.kill()
-        locker.execute(text("ROLLBACK"))
+        holder.rollback()
         sender.join(60)
         assert not sender.is_alive()
     finally:
-        locker.close()
+        holder.close()
     assert isinstance(outcome[0], httpx.HTTPError), outcome  # no answer: the client resends
-    assert stored(own_pg) == 0  # nothing half-stored: the transaction died with the process
+    # Nothing half-stored: the transaction died with the process.
+    assert stored(own_pg) == (0, 0)
     api.start()
     assert post(api, batch).json() == {"accepted": N, "duplicates": 0, "rejected": []}
     assert post(api, batch).json() == {"accepted": 0, "duplicates": N, "rejected": []}
-    assert stored(own_pg) == N
+    assert stored(own_pg) == (N, N)
 
 
 def test_killed_after_the_commit_the_resend_is_a_duplicate_not_a_double_count(
@@ -93,11 +127,11 @@ def test_killed_after_the_commit_the_resend_is_a_duplicate_not_a_double_count(
     # A client whose answer is lost: it sends the batch, and never reads what comes back.
     with socket.create_connection(("127.0.0.1", api.port), timeout=30) as client:
         client.sendall(head + payload)
-        poll(lambda: stored(own_pg) == N, "the batch committed")
+        poll(lambda: stored(own_pg) == (N, N), "the batch committed")
         api.kill()
     api.start()
     assert post(api, batch).json() == {"accepted": 0, "duplicates": N, "rejected": []}
-    assert stored(own_pg) == N
+    assert stored(own_pg) == (N, N)
     # The process that counted the first send is gone; the new one counts the resend as
     # duplicates, never as results accepted twice.
     metrics = api.call("GET", "/metrics", scope="read").text

@@ -1,7 +1,8 @@
 """Drill: PostgreSQL restarted under a running API (a process of its own, on a cluster of
 the drill's own). The SDK's `ResultReporter` keeps sending through it: the API answers
-503 while the database is away, and once it is back every result is stored exactly once.
-Keys the process has already seen keep working through the outage."""
+503 while the database is away, and once it is back every result is stored exactly once,
+with its payload, a batch caught half-written by the crash included. Keys the process
+has already seen keep working through the outage."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy import text
 
 from controlplane.client.reporter import ResultReporter
 from tests.conftest import make_result
-from tests.drills.servers import PgServer, poll
+from tests.drills.servers import PgServer, poll, waiting_on_lock
 from tests.liveapi import ApiServer, new_keys, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
@@ -37,20 +38,32 @@ def api(own_pg: PgServer, tmp_path: Path) -> Iterator[ApiServer]:
         server.stop()
 
 
-def stored(pg: PgServer) -> tuple[int, int]:
-    """(rows, distinct request ids) of ticket_classify's results."""
+def stored(pg: PgServer) -> tuple[int, int, int]:
+    """(rows, distinct request ids, payloads) of ticket_classify's results."""
     with pg.admin().connect() as conn:
         row = conn.execute(
             text(
-                "SELECT count(*), count(DISTINCT r.request_id) FROM results r "
-                "JOIN tasks t ON t.id = r.task_id WHERE t.name = 'ticket_classify'"
+                "SELECT count(*), count(DISTINCT r.request_id), "
+                "(SELECT count(*) FROM payloads p JOIN results q ON q.id = p.result_id "
+                "JOIN tasks u ON u.id = q.task_id WHERE u.name = 'ticket_classify') "
+                "FROM results r JOIN tasks t ON t.id = r.task_id "
+                "WHERE t.name = 'ticket_classify'"
             )
         ).one()
-    return int(row[0]), int(row[1])
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 def batch(prefix: str, n: int) -> list[dict[str, object]]:
-    return [make_result(request_id=f"{prefix}-{i}") for i in range(n)]
+    """Results whose sides disagree: the task keeps the payload of every conflict, so each
+    result stored is a row in `results` and one in `payloads`."""
+    return [
+        make_result(
+            request_id=f"{prefix}-{i}",
+            edge={"output": "refund", "latency_ms": 41.0, "confidence": 0.9},
+            cloud={"output": "exchange", "latency_ms": 380.0},
+        )
+        for i in range(n)
+    ]
 
 
 def test_the_reporter_gets_503s_then_every_result_is_stored_exactly_once(
@@ -64,7 +77,19 @@ def test_the_reporter_gets_503s_then_every_result_is_stored_exactly_once(
             assert reporter.report(result)
         poll(lambda: reporter.accepted == 300, "the first 300 results stored")
 
+        # A batch in the middle of its transaction when the database goes: its results are
+        # written, its payloads wait on the test's lock.
+        locker = own_pg.admin().connect()
+        locker.execute(text("BEGIN"))
+        locker.execute(text("LOCK TABLE payloads IN EXCLUSIVE MODE"))
+        for result in batch("caught", 50):
+            assert reporter.report(result)
+        poll(lambda: waiting_on_lock(own_pg.admin(), "") >= 1, "a batch waiting on the lock")
         own_pg.stop("immediate")  # as a crash: no clean shutdown, recovery at the next start
+        try:
+            locker.close()
+        except Exception:  # its server is gone: nothing to close
+            pass
         try:
             for result in batch("during", 300):
                 assert reporter.report(result)
@@ -95,8 +120,8 @@ def test_the_reporter_gets_503s_then_every_result_is_stored_exactly_once(
         reporter.close(timeout=5)
     assert reporter.dropped == 0 and reporter.rejected == 0
     # Each result once: stored, or (a batch whose answer was lost) a duplicate of itself.
-    assert reporter.accepted + reporter.duplicates == 900
-    assert stored(own_pg) == (900, 900)
+    assert reporter.accepted + reporter.duplicates == 950
+    assert stored(own_pg) == (950, 950, 950)
 
 
 def test_a_key_already_seen_keeps_working_through_a_database_outage(
