@@ -63,3 +63,16 @@ def test_a_worker_logs_which_text_reader_it_runs_at_startup(pg_url: str, tmp_pat
     lines = [line for line in output.splitlines() if '"text_reader"' in line]
     assert lines, output[-3000:]
     assert f'"text_reader": "{which}"' in lines[0] and native.reader_name() in lines[0]
+
+
+def test_beat_queues_the_passes_every_tick_and_reads_the_outbox_every_poll() -> None:
+    """README, "Running it in production" and "Settings": beat queues the window work every
+    `SHADOWPLANE_TICK_SECONDS` and the webhook delivery every `SHADOWPLANE_WEBHOOK_POLL_SECONDS`."""
+    from workers.schedule import beat_schedule
+
+    for tick, poll in ((10.0, 1.0), (30.0, 5.0)):
+        schedule = beat_schedule(
+            Settings(database_url="sqlite://", tick_seconds=tick, webhook_poll_seconds=poll)
+        )
+        assert schedule["plan-windows"]["schedule"] == tick
+        assert schedule["deliver-webhooks"]["schedule"] == poll
