@@ -100,6 +100,20 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
         pruned.results += dropped.results
         pruned.payloads += dropped.payloads
         pruned.days_dropped.append(day)
+    # The keys before the rows they stand for: a batch committing meanwhile may add a
+    # result older than the cut-off, and whatever is left of it must keep its key (else a
+    # resend of it is stored a second time). One added after this pass is deleted below
+    # (or by the next run) while its key stays: a key without its result refuses a resend
+    # of a result older than the cut-off, which is what prune is for anyway.
+    # A busy day keeps its results until the next run, so it keeps their keys too: keys go
+    # up to its midnight only.
+    keys_before = min(before, day_start(pruned.days_busy[0])) if pruned.days_busy else before
+    while keys := in_transaction(
+        engine, partial(_prune_keys, before=keys_before, batch_size=batch_size)
+    ):
+        pruned.keys += keys
+        if keys < batch_size:
+            break
     # What is left before the cut-off in batches: every row on SQLite (or a database not
     # yet converted), the default partition's rows on PostgreSQL (a busy day waits for the
     # next run: deleting it row by row is what the days are there to avoid).
@@ -128,15 +142,6 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
                 pruned.batches += 1
             if results < batch_size:
                 break
-    # A busy day keeps its results until the next run, so it keeps their keys too (else a
-    # resend of one of them would be stored a second time): keys go up to its midnight only.
-    keys_before = min(before, day_start(pruned.days_busy[0])) if pruned.days_busy else before
-    while keys := in_transaction(
-        engine, partial(_prune_keys, before=keys_before, batch_size=batch_size)
-    ):
-        pruned.keys += keys
-        if keys < batch_size:
-            break
     return pruned
 
 

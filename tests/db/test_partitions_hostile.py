@@ -359,6 +359,33 @@ def test_prune_while_ingest_writes_loses_nothing_and_counts_each_row_once(pg_api
     assert _count(engine, "SELECT count(*) FROM payloads") == 0
 
 
+def test_a_late_result_stored_during_prune_keeps_its_key_while_it_stays(
+    pg_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch may commit at any moment of a prune: here a result older than the cut-off
+    (accepted: the ingest bound is wider than the retention) commits just before prune
+    deletes the old keys. Whatever prune leaves of it must keep its key, or a resend of
+    it is stored a second time."""
+    engine = pg_api.engine
+    far = (MIDNIGHT - timedelta(days=70)).isoformat()  # the default partition
+    late = {"results": [make_result(request_id="late", ts=far, edge=CONFLICT)]}
+    real = retention._prune_keys
+    sent: list[Any] = []
+
+    def keys_after_a_batch(session: Any, **kwargs: Any) -> int:
+        if not sent:
+            sent.append(pg_api.post_results(late).json())
+        return real(session, **kwargs)
+
+    monkeypatch.setattr(retention, "_prune_keys", keys_after_a_batch)
+    prune(engine, before=MIDNIGHT - timedelta(days=30))
+    assert sent and sent[0]["accepted"] == 1
+    results, unkeyed, _ = _keys_match_results(engine)
+    assert unkeyed == 0, "a result was left without its key"
+    pg_api.post_results(late)
+    assert _count(engine, "SELECT count(*) FROM results WHERE request_id = 'late'") == 1
+
+
 # --- creating days --------------------------------------------------------------------------
 
 
