@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     tick_seconds: float = 10.0
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
-    max_backfill: timedelta = timedelta(days=7)
+    max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))
     # Text fields longer than this are stored and counted but not compared (`too_long`),
     # and under `redacted` only their first `compare_max_chars` are masked and kept.
     compare_max_chars: int = 32_000

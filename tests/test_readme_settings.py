@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from controlplane.api import create_app
 from controlplane.compare import native
@@ -128,6 +129,16 @@ def test_max_backfill_is_an_iso_duration_or_seconds(
 ) -> None:
     monkeypatch.setenv("SHADOWPLANE_MAX_BACKFILL", written)
     assert Settings().max_backfill == timedelta(seconds=meant)
+
+
+@pytest.mark.parametrize("written", ["-5", "0", "-P1D"])
+def test_a_max_backfill_that_is_not_positive_is_refused_naming_it(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    # It would reject every result as too old: refused at start, not obeyed.
+    monkeypatch.setenv("SHADOWPLANE_MAX_BACKFILL", written)
+    with pytest.raises(ValidationError, match="max_backfill"):
+        Settings()
 
 
 def test_each_variable_sets_its_setting(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
