@@ -30,7 +30,7 @@ from sqlalchemy import (
     text,
     tuple_,
 )
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from controlplane.db import in_transaction, session_scope
@@ -41,6 +41,7 @@ from controlplane.models.partitions import (
     drop_day,
     is_partitioned,
     partition_days,
+    partition_name,
 )
 from controlplane.timeutil import as_utc
 
@@ -94,6 +95,8 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
         if day_start(day + timedelta(days=1)) > before:
             break
         dropped = _drop_day_when_free(engine, day)
+        if dropped is _GONE:
+            continue
         if dropped is None:
             pruned.days_busy.append(day)
             continue
@@ -145,15 +148,36 @@ def prune(engine: Engine, *, before: datetime, batch_size: int = 5000) -> Pruned
     return pruned
 
 
+# `_drop_day_when_free` found the day gone: another prune running at the same time (cron's
+# and an operator's) dropped it after this one listed the days. Its rows are that one's.
+_GONE = DroppedDay(date.min, 0, 0)
+UNDEFINED_TABLE = "42P01"
+
+
 def _drop_day_when_free(engine: Engine, day: date) -> DroppedDay | None:
     for attempt in range(1, DROP_ATTEMPTS + 1):
         try:
             return in_transaction(engine, partial(_drop_day, day=day))
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) == UNDEFINED_TABLE and not _day_exists(
+                engine, day
+            ):
+                return _GONE
+            raise
         except OperationalError as exc:  # lock_timeout: queries were reading the day
             log.warning("day %s not dropped yet (attempt %d, busy): %s", day, attempt, exc)
             if attempt < DROP_ATTEMPTS:
                 time.sleep(DROP_PAUSE)
     return None
+
+
+def _day_exists(engine: Engine, day: date) -> bool:
+    with engine.connect() as connection:
+        name = partition_name("results", day)
+        return (
+            connection.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar()
+            is not None
+        )
 
 
 def _drop_day(session: Session, *, day: date) -> DroppedDay:

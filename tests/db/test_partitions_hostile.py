@@ -638,3 +638,44 @@ def test_the_in_process_scheduler_does_not_retry_a_busy_day_on_every_pass(
     with engine.connect() as conn:
         assert last not in partition_days(conn)  # the day could not be made meanwhile
     assert len(tries) == 1
+
+
+def test_two_prunes_at_once_both_finish_and_count_each_row_once(
+    pg_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cron's prune and an operator's overlap: both find the same old day, one drops it,
+    the other finds it gone. Neither fails, and the day's rows are counted once."""
+    monkeypatch.setattr(retention, "DROP_PAUSE", 0.0)
+    engine = pg_api.engine
+    old = TODAY - timedelta(days=40)
+    with engine.begin() as conn:
+        ensure_partitions(conn, old, behind=0, ahead=0)
+    ts = (MIDNIGHT - timedelta(days=40)).isoformat()
+    rows = [make_result(request_id=f"old-{i}", ts=ts, edge=CONFLICT) for i in range(3)]
+    assert pg_api.post_results({"results": rows}).json()["accepted"] == 3
+    done: list[retention.Pruned] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(prune(engine, before=MIDNIGHT - timedelta(days=30)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    with engine.connect() as reader:  # holds the day until both prunes wait for it
+        reader.execute(text(f"SELECT count(*) FROM results_p{old:%Y%m%d}"))
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted") >= 2:
+                break
+            time.sleep(0.02)
+        reader.rollback()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [], errors[0] if errors else None
+    assert sorted(p.results for p in done) == [0, 3]
+    assert sorted(len(p.days_dropped) for p in done) == [0, 1]
+    assert _keys_match_results(engine) == (0, 0, 0)
