@@ -679,3 +679,18 @@ def test_two_prunes_at_once_both_finish_and_count_each_row_once(
     assert sorted(p.results for p in done) == [0, 3]
     assert sorted(len(p.days_dropped) for p in done) == [0, 1]
     assert _keys_match_results(engine) == (0, 0, 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GET /v1/results/{task}/{request_id} takes one path segment: a request id with "
+    "a slash (accepted by POST, up to 200 characters of anything but NUL) is never found, "
+    "even percent-encoded (404 from the router, not the endpoint)",
+)
+@pytest.mark.parametrize("request_id", ["order/1234", "tenant/a/b"])
+def test_a_request_id_with_a_slash_is_read_back(pg_api: Api, request_id: str) -> None:
+    body = {"results": [make_result(request_id=request_id, edge=CONFLICT)]}
+    assert pg_api.post_results(body).json()["accepted"] == 1
+    got = _get(pg_api, request_id)
+    assert got.status_code == 200, got.text
+    assert got.json()["edge"]["output"] == "exchange"
