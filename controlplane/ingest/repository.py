@@ -173,8 +173,15 @@ def get_result(
     row = session.execute(
         select(Result, Payload)
         .join(Task, Task.id == Result.task_id)
+        # The key gives the result's ts, so only its day's partition is read.
+        .join(
+            ResultKey,
+            (ResultKey.task_id == Result.task_id)
+            & (ResultKey.request_id == Result.request_id)
+            & (ResultKey.ts == Result.ts),
+        )
         .outerjoin(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
-        .where(Task.name == task, Result.request_id == request_id)
+        .where(Task.name == task, ResultKey.request_id == request_id)
     ).first()
     return None if row is None else (row[0], row[1])
 

@@ -30,11 +30,11 @@ from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime
 
 class Result(Base):
     __tablename__ = "results"
+    # No index on the request id: one result is read back through `result_keys`, which
+    # gives its `ts` (and so its day); every other read is a time range.
     __table_args__ = (
         # Serves every per-task time-range scan (windows, review sampling, prune).
         Index("ix_results_task_id_ts", "task_id", "ts"),
-        # Reads one result back by its request id (unique through `result_keys`).
-        Index("ix_results_task_id_request_id", "task_id", "request_id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

@@ -76,7 +76,6 @@ def upgrade() -> None:
         "ALTER TABLE results ADD CONSTRAINT fk_results_task_id_tasks FOREIGN KEY (task_id) "
         "REFERENCES tasks (id) ON DELETE CASCADE",
         "CREATE INDEX ix_results_task_id_ts ON results (task_id, ts)",
-        "CREATE INDEX ix_results_task_id_request_id ON results (task_id, request_id)",
         "CREATE TABLE payloads (LIKE payloads_old INCLUDING DEFAULTS, "
         "result_ts timestamp with time zone NOT NULL) PARTITION BY RANGE (result_ts)",
         "ALTER TABLE payloads ADD CONSTRAINT pk_payloads PRIMARY KEY (result_id, result_ts)",
@@ -128,9 +127,6 @@ def _upgrade_sqlite() -> None:
     )
     with op.batch_alter_table("results", schema=None) as batch_op:
         batch_op.drop_constraint("uq_results_task_id_request_id", type_="unique")
-        batch_op.create_index(
-            "ix_results_task_id_request_id", ["task_id", "request_id"], unique=False
-        )
 
 
 def downgrade() -> None:
@@ -145,7 +141,6 @@ def downgrade() -> None:
             "ALTER TABLE results_days RENAME CONSTRAINT pk_results TO pk_results_days",
             "ALTER TABLE results_days RENAME CONSTRAINT fk_results_task_id_tasks TO fk_results_days",
             "ALTER INDEX ix_results_task_id_ts RENAME TO ix_results_days_ts",
-            "ALTER INDEX ix_results_task_id_request_id RENAME TO ix_results_days_request_id",
             "CREATE TABLE results (LIKE results_days INCLUDING DEFAULTS)",
             "ALTER SEQUENCE results_id_seq OWNED BY results.id",
             "INSERT INTO results SELECT * FROM results_days",
@@ -172,7 +167,6 @@ def downgrade() -> None:
 def _downgrade_sqlite() -> None:
     # `results` first, while no foreign key points at it (see _upgrade_sqlite).
     with op.batch_alter_table("results", schema=None) as batch_op:
-        batch_op.drop_index("ix_results_task_id_request_id")
         batch_op.create_unique_constraint(
             "uq_results_task_id_request_id", ["task_id", "request_id"]
         )
