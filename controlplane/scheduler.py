@@ -43,6 +43,7 @@ from controlplane.settings import get_settings
 log = logging.getLogger("shadowplane.scheduler")
 # Seconds between two runs of `keep_partitions` (PostgreSQL's day partitions).
 PARTITIONS_EVERY = 3600.0
+PARTITIONS_RETRY = 300.0
 # A window that closed now, or a closed one that counted late results: both are evaluated
 # (a retried job finds the window it closed already closed, and must still evaluate it).
 EVALUATED = ("closed", "late")
@@ -212,7 +213,9 @@ class InProcessScheduler:
                     keep_partitions(self.engine, utcnow(), get_settings().max_backfill)
                     partitions_due = time.monotonic() + PARTITIONS_EVERY
                 except Exception:
-                    log.exception("creating day partitions failed")
+                    # Not at every pass: each try queues ingest behind its lock request.
+                    log.exception("creating day partitions failed; trying again in 5 minutes")
+                    partitions_due = time.monotonic() + PARTITIONS_RETRY
             try:
                 self.last = run_pass(self.engine, veto=self.veto, retry=self._retry)
                 self._retry = self.last.unevaluated

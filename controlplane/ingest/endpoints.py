@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
@@ -17,6 +18,22 @@ from controlplane.ingest.schemas import IngestReport, ResultOut
 from controlplane.models.base import utcnow
 
 router = APIRouter(prefix="/v1/results", tags=["results"])
+
+
+class _AnyText(Convertor[str]):
+    """A request id is any text but NUL (a slash, a newline too): one path parameter that
+    takes the rest of the path, whatever it holds (Starlette's `path` stops at a newline)."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("request_id", _AnyText())
 
 
 @router.post(
@@ -87,7 +104,7 @@ def _id_hash_key(app: FastAPI) -> bytes:
 
 
 @router.get(
-    "/{task}/{request_id}",
+    "/{task}/{request_id:request_id}",
     response_model=ResultOut,
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )

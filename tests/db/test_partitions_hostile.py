@@ -592,12 +592,6 @@ def test_tick_finishes_when_a_day_cannot_be_created_in_time(pg_url: str, tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="InProcessScheduler._run advances partitions_due only on success: while a long "
-    "read holds results, it tries again on every pass (every SHADOWPLANE_TICK_SECONDS), and "
-    "each try queues ingest behind its lock request for up to 2 s",
-)
 def test_the_in_process_scheduler_does_not_retry_a_busy_day_on_every_pass(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -681,12 +675,6 @@ def test_two_prunes_at_once_both_finish_and_count_each_row_once(
     assert _keys_match_results(engine) == (0, 0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /v1/results/{task}/{request_id} takes one path segment: a request id with "
-    "a slash (accepted by POST, up to 200 characters of anything but NUL) is never found, "
-    "even percent-encoded (404 from the router, not the endpoint)",
-)
 @pytest.mark.parametrize("request_id", ["order/1234", "tenant/a/b"])
 def test_a_request_id_with_a_slash_is_read_back(pg_api: Api, request_id: str) -> None:
     body = {"results": [make_result(request_id=request_id, edge=CONFLICT)]}
