@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, inspect, select, text
@@ -36,9 +36,16 @@ TODAY = datetime.now(UTC).date()
 MIDNIGHT = datetime.combine(TODAY, datetime.min.time(), tzinfo=UTC)
 
 
-@pytest.fixture
-def pg_api(pg_url: str) -> Iterator[Api]:
-    yield from make_api(pg_url)
+def conflicts(prefix: str, start: datetime, step: timedelta, n: int) -> list[dict[str, Any]]:
+    """`n` results `step` apart from `start`, each a conflict (which keeps its payload)."""
+    return [
+        make_result(
+            request_id=f"{prefix}-{i}",
+            ts=(start + i * step).isoformat(),
+            edge={"output": "exchange"},
+        )
+        for i in range(n)
+    ]
 
 
 def _rows(api: Api, table: str) -> int:
@@ -54,23 +61,8 @@ def test_results_and_payloads_land_in_their_days_partition(pg_api: Api) -> None:
     yesterday = MIDNIGHT - timedelta(days=1)
     post_all(
         pg_api,
-        [
-            # A conflict keeps its payload (probability 1).
-            make_result(
-                request_id=f"y-{i}",
-                ts=(yesterday + timedelta(hours=i)).isoformat(),
-                edge={"output": "exchange"},
-            )
-            for i in range(3)
-        ]
-        + [
-            make_result(
-                request_id=f"t-{i}",
-                ts=(MIDNIGHT + timedelta(seconds=i)).isoformat(),
-                edge={"output": "exchange"},
-            )
-            for i in range(25)
-        ],
+        conflicts("y", yesterday, timedelta(hours=1), 3)
+        + conflicts("t", MIDNIGHT, timedelta(seconds=1), 25),
     )
     y, t = f"{yesterday:%Y%m%d}", f"{MIDNIGHT:%Y%m%d}"
     assert (_rows(pg_api, f"results_p{y}"), _rows(pg_api, f"payloads_p{y}")) == (3, 3)
@@ -179,23 +171,9 @@ def test_prune_drops_whole_days_and_counts_them(pg_api: Api) -> None:
     old_day = MIDNIGHT - timedelta(days=40)
     cut = MIDNIGHT - timedelta(days=30) + timedelta(hours=12)  # mid-day
     results = (
-        [
-            make_result(
-                request_id=f"old-{i}",
-                ts=(old_day + timedelta(minutes=i)).isoformat(),
-                edge={"output": "exchange"},
-            )
-            for i in range(30)
-        ]
+        conflicts("old", old_day, timedelta(minutes=1), 30)
         # The day the cut-off falls in: before and after it.
-        + [
-            make_result(
-                request_id=f"cut-{i}",
-                ts=(cut + timedelta(hours=h)).isoformat(),
-                edge={"output": "exchange"},
-            )
-            for i, h in enumerate((-6, 6))
-        ]
+        + conflicts("cut", cut - timedelta(hours=6), timedelta(hours=12), 2)
         + [make_result(request_id=f"new-{i}", ts=MIDNIGHT.isoformat()) for i in range(4)]
     )
     post_all(pg_api, results)
@@ -234,17 +212,7 @@ def test_prune_drops_whole_days_and_counts_them(pg_api: Api) -> None:
 def test_prune_deletes_rows_of_the_default_partition_in_batches(pg_api: Api) -> None:
     # 70 days back: older than any partition `migrate` makes, so in the default partition.
     far = MIDNIGHT - timedelta(days=70)
-    post_all(
-        pg_api,
-        [
-            make_result(
-                request_id=f"far-{i}",
-                ts=(far + timedelta(seconds=i)).isoformat(),
-                edge={"output": "exchange"},
-            )
-            for i in range(12)
-        ],
-    )
+    post_all(pg_api, conflicts("far", far, timedelta(seconds=1), 12))
     assert _rows(pg_api, "results_default") == 12
     pruned = prune(pg_api.engine, before=MIDNIGHT - timedelta(days=30), batch_size=5)
     assert (pruned.results, pruned.payloads, pruned.batches, pruned.keys) == (12, 12, 3, 12)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -28,24 +27,27 @@ from controlplane.models.partitions import (
     keep_partitions,
     partition_days,
 )
-from tests.conftest import Api, make_api, make_result
+from tests.conftest import Api, make_result
+from tests.db.test_partitions import MIDNIGHT, TODAY
 from tests.liveapi import run_cli
 
 pytestmark = pytest.mark.integration
 
-TODAY = datetime.now(UTC).date()
-MIDNIGHT = datetime.combine(TODAY, datetime.min.time(), tzinfo=UTC)
 CONFLICT = {"output": "exchange"}  # against the cloud's "refund": a conflict keeps its payload
-
-
-@pytest.fixture
-def pg_api(pg_url: str) -> Iterator[Api]:
-    yield from make_api(pg_url)
 
 
 def _count(engine: Engine, sql: str, **params: Any) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text(sql), params).scalar_one())
+
+
+def _wait_for_a_lock_waiter(engine: Engine, waiters: int = 1) -> None:
+    """Until that many lock requests wait (at most 20 s)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted") >= waiters:
+            return
+        time.sleep(0.02)
 
 
 def _where(engine: Engine, request_id: str) -> list[tuple[str, str]]:
@@ -304,11 +306,7 @@ def test_dropping_a_day_while_ingest_writes_takes_the_tables_in_ingests_order(
     monkeypatch.setattr(retention, "drop_day", drop_day)
     pruning.start()
     # Let the batch go on once prune waits for a lock the batch holds.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted"):
-            break
-        time.sleep(0.02)
+    _wait_for_a_lock_waiter(engine)
     go.set()
     ingest.join(60)
     pruning.join(60)
@@ -456,11 +454,7 @@ def test_a_day_whose_rows_reach_the_default_partition_while_it_is_created_is_ski
 
     creating = threading.Thread(target=create)
     creating.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # the creation waits for the batch's lock
-        if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted"):
-            break
-        time.sleep(0.02)
+    _wait_for_a_lock_waiter(engine)  # the creation waits for the batch's lock
     go.set()
     ingest.join(60)
     creating.join(60)
@@ -661,11 +655,7 @@ def test_two_prunes_at_once_both_finish_and_count_each_row_once(
         reader.execute(text(f"SELECT count(*) FROM results_p{old:%Y%m%d}"))
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if _count(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted") >= 2:
-                break
-            time.sleep(0.02)
+        _wait_for_a_lock_waiter(engine, 2)
         reader.rollback()
     for thread in threads:
         thread.join(60)
