@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from pydantic import BaseModel, Field
 
 from controlplane.alerts import actions, service
-from controlplane.alerts.schemas import AlertOut, AlertsOut
+from controlplane.alerts.schemas import AckIn, AlertOut, AlertsOut
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
@@ -16,10 +15,6 @@ from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
-
-
-class AckIn(BaseModel):
-    note: str | None = Field(None, max_length=2000)
 
 
 @router.get("", response_model=AlertsOut, responses=error_responses(401, 403, 422, 429, 503))

@@ -1,13 +1,17 @@
-"""What the alerts API answers."""
+"""What the alerts API reads and answers."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 AlertState = Literal["open", "acknowledged", "resolved"]
+
+
+class AckIn(BaseModel):
+    note: str | None = Field(None, max_length=2000)
 
 
 class AlertOut(BaseModel):

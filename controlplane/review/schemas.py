@@ -80,3 +80,79 @@ class QueueRowOut(BaseModel):
 
 class QueueOut(BaseModel):
     tasks: list[QueueRowOut]
+
+
+class RouteAccuracyWindowOut(BaseModel):
+    window_start: datetime
+    window_end: datetime
+    closed: bool
+    closed_at: datetime | None
+    # The weighted route accuracy, Kish's effective sample size and the Wilson interval.
+    estimate: float | None
+    n_effective: float
+    low: float | None
+    high: float | None
+    # Weighted shares: decided cloud while the edge was right; decided edge while it was wrong.
+    missed_offload: float | None
+    wrong_offload: float | None
+    # Pairs counted, and left out as unclear.
+    n_labels: int
+    n_unclear: int
+    # failure class → weighted share of the counted pairs with that class on a wrong edge answer
+    failure_classes: dict[str, float]
+    config_version: int
+    computed_at: datetime
+
+
+class RouteAccuracyOut(BaseModel):
+    task: str
+    window_seconds: int
+    lateness_seconds: int
+    note: str | None
+    windows: list[RouteAccuracyWindowOut]
+
+
+class PairKappaOut(BaseModel):
+    reviewers: list[str]
+    items: int
+    observed: float
+    kappa: float | None
+
+
+class AgreementOut(BaseModel):
+    task: str
+    # Items with votes from two or more reviewers, and those reviewers.
+    items: int
+    reviewers: list[str]
+    # Krippendorff's alpha (nominal); Cohen's kappa when exactly two reviewers share items.
+    alpha: float | None
+    kappa: float | None
+    unanimous: float | None
+    pairs: list[PairKappaOut]
+    note: str | None
+
+
+class ShareOut(BaseModel):
+    n: int
+    estimate: float | None
+    n_effective: float
+    low: float | None
+    high: float | None
+
+
+class CheckOut(BaseModel):
+    check: str
+    conflict_precision: ShareOut
+
+
+class ComparatorCalibrationOut(BaseModel):
+    comparator: str
+    conflict_precision: ShareOut
+    agree_miss_rate: ShareOut
+    checks: list[CheckOut]
+
+
+class CalibrationOut(BaseModel):
+    task: str
+    note: str | None
+    comparators: list[ComparatorCalibrationOut]
