@@ -1,14 +1,21 @@
 """Altair charts of metrics over time, from pandas frames with a `window_start` column.
 
 Every chart shares the time axis, so rules for events (alerts, decisions) can be layered
-over any of them."""
+over any of them; `draw` makes each chart a page shows from its `Chart` description."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import altair as alt
 import pandas as pd
+
+from dashboard import formats
+
+# A page draws a few months of windows per bucket: more than Altair's default of 5,000 rows.
+alt.data_transformers.disable_max_rows()
 
 TIME = alt.X("window_start:T", title=None)
 EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
@@ -40,7 +47,7 @@ def events_layer(events: pd.DataFrame) -> list[alt.Chart]:
             .mark_rule(strokeWidth=2, opacity=0.7, color=colour)
             .encode(
                 x=alt.X("at:T", title=None),
-                tooltip=[alt.Tooltip("at:T", format="%Y-%m-%d %H:%M"), "kind:N", "text:N"],
+                tooltip=[alt.Tooltip("at:T", format=formats.MINUTE), "kind:N", "text:N"],
             )
         )
     return layers
@@ -84,7 +91,7 @@ def band_lines(
         y=_y(y, y_title, percent),
         color=_colour(color, order),
         tooltip=[
-            alt.Tooltip("window_start:T", format="%Y-%m-%d %H:%M"),
+            alt.Tooltip("window_start:T", format=formats.MINUTE),
             f"{color}:N",
             alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.4g"),
             alt.Tooltip(f"{low}:Q", format=".1%" if percent else ",.4g"),
@@ -120,7 +127,7 @@ def lines(
         "y": _y(y, y_title, percent),
         "color": _colour(color, order),
         "tooltip": [
-            alt.Tooltip("window_start:T", format="%Y-%m-%d %H:%M"),
+            alt.Tooltip("window_start:T", format=formats.MINUTE),
             f"{color}:N",
             *([f"{dash}:N"] if dash else []),
             alt.Tooltip(f"{y}:Q", format=".2%" if percent else ",.6g"),
@@ -145,3 +152,90 @@ def long_form(frame: pd.DataFrame, columns: dict[str, dict[str, str]], value: st
             part[name] = label
         parts.append(part)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of a metric over time: a line per `color` value (and `dash` value), with
+    its interval shaded when `band` names the interval's (low, high) columns."""
+
+    y: str
+    title: str
+    y_title: str
+    color: str = "bucket"
+    percent: bool = True
+    band: tuple[str, str] | None = None
+    dash: str | None = None
+    # The label of the dashed threshold rule drawn when a threshold is given.
+    rule: str = "threshold"
+
+
+def draw(
+    chart: Chart,
+    frame: pd.DataFrame,
+    *,
+    order: list[str] | None = None,
+    threshold: float | None = None,
+    events: pd.DataFrame | None = None,
+) -> alt.LayerChart:
+    """The chart `chart` describes, of `frame`, with a rule at `threshold` (a band chart's
+    only) and the `events` marked."""
+    if chart.band is not None:
+        low, high = chart.band
+        return band_lines(
+            frame,
+            y=chart.y,
+            low=low,
+            high=high,
+            title=chart.title,
+            y_title=chart.y_title,
+            color=chart.color,
+            order=order,
+            percent=chart.percent,
+            threshold=threshold,
+            threshold_label=chart.rule,
+            events=events,
+        )
+    return lines(
+        frame,
+        y=chart.y,
+        title=chart.title,
+        y_title=chart.y_title,
+        color=chart.color,
+        order=order,
+        dash=chart.dash,
+        percent=chart.percent,
+        events=events,
+    )
+
+
+EVENT_COLUMNS = ["at", "kind", "text"]
+
+
+def events(
+    decisions: Iterable[Mapping[str, Any]], alerts: Iterable[Mapping[str, Any]]
+) -> pd.DataFrame:
+    """The events `events_layer` draws: each decision at its time, each alert at its
+    window (or when it opened), with its sentence."""
+    frame = pd.DataFrame(
+        [{"at": d["created_at"], "kind": "decision", "text": d["reason"]} for d in decisions]
+        + [
+            {"at": a["window_start"] or a["opened_at"], "kind": "alert", "text": a["message"]}
+            for a in alerts
+        ],
+        columns=EVENT_COLUMNS,
+    )
+    if not frame.empty:
+        frame["at"] = pd.to_datetime(frame["at"], utc=True)
+    return frame
+
+
+def events_within(
+    events: pd.DataFrame, first: pd.Timestamp, last: pd.Timestamp, seconds: int
+) -> pd.DataFrame:
+    """The events from the first window's start to the last window's end (`seconds` after
+    its start): one far off would stretch the time axis until the windows are a sliver."""
+    if events.empty:
+        return events
+    end = last + pd.Timedelta(seconds, "s")
+    return events[(events["at"] >= first) & (events["at"] <= end)]

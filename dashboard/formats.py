@@ -7,7 +7,7 @@ so it is shown as written: never as a link, an image, a colour, maths or code.""
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 # Every character Streamlit's Markdown gives a meaning to.
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&=^])")
@@ -29,25 +29,75 @@ def line(value: object) -> str:
 
 
 NONE = "—"
+# A time to the minute: Python's strftime and Vega's tooltips read the same directives.
+MINUTE = "%Y-%m-%d %H:%M"
+
+
+def missing(value: object) -> bool:
+    """No figure to show: None, or the NaN, NaT or NA a pandas frame holds for a gap (the
+    only values unequal to themselves; NA's comparison is NA, which has no truth value)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:
+        return True
 
 
 def percent(value: float | None) -> str:
     """A rate as a percentage with one decimal ("94.3%"); "—" without data."""
-    return NONE if value is None else f"{value:.1%}"
+    return NONE if missing(value) else f"{value:.1%}"
+
+
+def change(value: float | None) -> str:
+    """A difference of two rates, signed ("+2.5%", "-0.4%"); "—" without data."""
+    return NONE if missing(value) else f"{value:+.1%}"
+
+
+def coefficient(value: float | None) -> str:
+    """A statistic between -1 and 1 (Krippendorff's alpha, Cohen's kappa) to two decimals."""
+    return NONE if missing(value) else f"{value:.2f}"
 
 
 def interval(low: float | None, high: float | None) -> str:
-    """A Wilson interval as "91.0–96.4%"; "—" without data."""
-    if low is None or high is None:
+    """A Wilson interval as "91.0%–96.4%"; "—" without data."""
+    if missing(low) or missing(high):
         return NONE
-    return f"{low * 100:.1f}–{high * 100:.1f}%"
+    return f"{percent(low)}–{percent(high)}"
+
+
+def estimate(value: float | None, low: float | None, high: float | None) -> str:
+    """A rate with its interval when there is one ("94.3% (91.0%–96.4%)"), else the rate."""
+    if missing(low) or missing(high):
+        return percent(value)
+    return f"{percent(value)} ({interval(low, high)})"
 
 
 def money(value: float | None) -> str:
-    """An amount in the cost unit with two decimals and its sign ("-40.57")."""
-    return NONE if value is None else f"{value:,.2f}"
+    """An amount in the prices' unit with its sign: two decimals ("-40.57"), six below 1
+    ("0.000420") so a window of cheap calls never reads 0.00; "—" without data."""
+    if value is None or missing(value):
+        return NONE
+    return f"{value:,.2f}" if abs(value) >= 1 else f"{value:,.6f}"
 
 
-def moment(value: datetime | None) -> str:
-    """A time in UTC to the minute ("2026-11-30 02:57 UTC")."""
-    return NONE if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
+def _utc(value: datetime | str) -> datetime:
+    """An ISO text or a datetime in UTC; a naive one is taken as UTC already (as stored)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def moment(value: datetime | str | None) -> str:
+    """A time in UTC to the minute ("2026-11-30 02:57 UTC"); "—" without one."""
+    return NONE if value is None or missing(value) else f"{_utc(value):{MINUTE}} UTC"
+
+
+def clock(value: datetime | str) -> str:
+    """The UTC time of day ("03:00"), e.g. the end of a window whose start is a moment."""
+    return f"{_utc(value):%H:%M}"
+
+
+def span(start: datetime | str, end: datetime | str) -> str:
+    """A window as its start and the time it ends ("2026-11-30 02:55 UTC – 03:00")."""
+    return f"{moment(start)} – {clock(end)}"

@@ -1,0 +1,200 @@
+"""The Task page's evidence over time and route accuracy as data: the charts it draws (one
+`charts.Chart` each), the frames they draw from, the rules' thresholds and the sentences
+written under them. Plain functions of the loaded windows, no Streamlit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from dashboard import charts
+from dashboard.formats import estimate, line, moment, money, percent
+
+PERIODS = {
+    "the last 6 hours": dt.timedelta(hours=6),
+    "the last 24 hours": dt.timedelta(hours=24),
+    "the last 3 days": dt.timedelta(days=3),
+    "the last 7 days": dt.timedelta(days=7),
+}
+
+
+def _banded(metric: str, title: str, y_title: str) -> charts.Chart:
+    """A rate per bucket with its interval (columns `{metric}_low`, `{metric}_high`) and the
+    threshold of the rollback rule on it."""
+    return charts.Chart(
+        metric, title, y_title, band=(f"{metric}_low", f"{metric}_high"), rule=f"{metric} rule"
+    )
+
+
+AGREEMENT = _banded("agreement", "Agreement (95% interval) and the rule's threshold", "agreement")
+CONFLICTS = charts.Chart("conflict_rate", "Conflict rate", "conflicts / pairs")
+EDGE_ERRORS = charts.Chart("edge_error_rate", "Edge error rate", "errors / edge runs")
+DEGRADES = _banded("degrade_rate", "Degrade rate", "of edge attempts")
+OFFLOAD_FAILURES = _banded("offload_fail_rate", "Offload-failure rate", "of edge attempts")
+# Rates of the requests the router sent to the edge to serve: none in a window without any.
+PER_EDGE_ATTEMPT = (DEGRADES, OFFLOAD_FAILURES)
+ROUTE_ACCURACY = charts.Chart(
+    "estimate",
+    "Route accuracy (95% interval)",
+    "routed right",
+    color="series",
+    band=("low", "high"),
+    rule="route_acc rule",
+)
+MISSES = charts.Chart(
+    "share", "missed_offload and wrong_offload", "share of labelled results", color="kind"
+)
+# The rule each chart draws the threshold of, by the chart's y column.
+RULE_METRICS = {"estimate": "route_acc"}
+
+
+def latency(bucket: str) -> charts.Chart:
+    return charts.Chart(
+        "latency_ms",
+        f"Latency p50/p95/p99, edge against cloud ({bucket})",
+        "ms",
+        color="side",
+        dash="percentile",
+        percent=False,
+    )
+
+
+def input_length(bucket: str) -> charts.Chart:
+    return charts.Chart(
+        "input_tokens", f"Input length ({bucket})", "tokens", color="percentile", percent=False
+    )
+
+
+def cost(bucket: str) -> charts.Chart:
+    return charts.Chart(
+        "cost",
+        f"Cost against the cloud-only baseline ({bucket})",
+        "cost per window",
+        color="series",
+        percent=False,
+    )
+
+
+def rule_threshold(config: Mapping[str, Any], metric: str) -> float | None:
+    """The threshold of the first rollback rule on `metric` that is not off."""
+    for rule in config.get("rollback", {}).get("rules", []):
+        if rule["metric"] == metric and rule.get("mode") != "off":
+            return float(rule["threshold"])
+    return None
+
+
+def threshold(config: Mapping[str, Any], chart: charts.Chart) -> float | None:
+    """The rule's threshold a banded chart draws; None for the others."""
+    if chart.band is None:
+        return None
+    return rule_threshold(config, RULE_METRICS.get(chart.y, chart.y))
+
+
+def since(span: tuple[dt.datetime, dt.datetime], period: str) -> dt.datetime:
+    """The start of the windows shown: `period` back from the newest, not before the first."""
+    first, last = span
+    return max(first, last - PERIODS[period])
+
+
+def no_edge_attempts(chart: charts.Chart) -> str:
+    return (
+        f"{chart.title}: no edge attempts in these windows (it counts requests the router "
+        "sent to the edge to serve), so there is nothing to draw."
+    )
+
+
+def latest_line(frame: pd.DataFrame) -> str | None:
+    """The figures of the newest closed window, per bucket (None: no window closed)."""
+    latest_start = frame.loc[frame["closed"], "window_start"].max()
+    if pd.isna(latest_start):
+        return None
+    latest = frame[frame["window_start"] == latest_start]
+    return (
+        f"Latest closed window ({moment(latest_start)}): "
+        + "; ".join(
+            f"{line(row.bucket)}: agreement "
+            f"{estimate(row.agreement, row.agreement_low, row.agreement_high)} "
+            f"of {row.n_pairs} pairs"
+            for row in latest.itertuples()
+        )
+        + "."
+    )
+
+
+def calibration_line(found: Mapping[str, Any]) -> str:
+    precision, miss = found["conflict_precision"], found["agree_miss_rate"]
+    return (
+        f"Comparator **{line(found['comparator'])}**: of {precision['n']} labelled conflicts, "
+        f"{estimate(precision['estimate'], precision['low'], precision['high'])} were a real "
+        f"difference (conflict precision); of {miss['n']} labelled agreeing pairs, "
+        f"{estimate(miss['estimate'], miss['low'], miss['high'])} hid a wrong answer (agree "
+        "miss rate). Agreement is only as good as these: a high miss rate means wrong edge "
+        "answers pass as agreeing."
+    )
+
+
+def latencies(detail: pd.DataFrame) -> pd.DataFrame:
+    return charts.long_form(
+        detail,
+        {
+            f"{side}_latency_ms_{p}": {"side": side, "percentile": p}
+            for side in ("edge", "cloud")
+            for p in ("p50", "p95", "p99")
+        },
+        "latency_ms",
+    )
+
+
+def input_lengths(detail: pd.DataFrame) -> pd.DataFrame:
+    return charts.long_form(
+        detail,
+        {"input_tokens_p50": {"percentile": "p50"}, "input_tokens_p95": {"percentile": "p95"}},
+        "input_tokens",
+    )
+
+
+def costs(detail: pd.DataFrame) -> pd.DataFrame:
+    return charts.long_form(
+        detail,
+        {"total_cost": {"series": "edge + cloud"}, "baseline_cost": {"series": "cloud only"}},
+        "cost",
+    )
+
+
+def savings_line(detail: pd.DataFrame, bucket: str) -> str:
+    spent, baseline = detail["total_cost"].sum(), detail["baseline_cost"].sum()
+    net = detail["net_savings"].dropna()
+    return (
+        f"Over these windows ({line(bucket)}): cost {money(spent)} against {money(baseline)} "
+        f"for the cloud alone, saving {money(baseline - spent)}"
+        + (f"; net of the edge's fixed cost {money(net.sum())}" if not net.empty else "")
+        + "."
+    )
+
+
+def routes(accuracy: list[dict[str, Any]]) -> pd.DataFrame:
+    """The route-accuracy windows with an estimate, as one series over time."""
+    frame = pd.DataFrame(accuracy)
+    frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
+    frame["series"] = "route accuracy"
+    return frame
+
+
+def misses(routes: pd.DataFrame) -> pd.DataFrame:
+    return charts.long_form(
+        routes,
+        {"missed_offload": {"kind": "missed_offload"}, "wrong_offload": {"kind": "wrong_offload"}},
+        "share",
+    )
+
+
+def newest_accuracy(newest: Mapping[str, Any]) -> str:
+    return (
+        f"Newest estimate ({moment(newest['window_start'])}): route accuracy "
+        f"{estimate(newest['estimate'], newest['low'], newest['high'])} from "
+        f"{newest['n_labels']} labels; missed_offload {percent(newest['missed_offload'])}, "
+        f"wrong_offload {percent(newest['wrong_offload'])}."
+    )

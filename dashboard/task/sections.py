@@ -1,0 +1,503 @@
+"""The Task page's sections, one render function each, in the order the page shows them.
+What a section says comes from `views`, `evidence` and `whatif`; what a button does from
+`actions`; every read from `loaders`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from controlplane.auth.service import Principal
+from controlplane.catalog.versions import config_diff
+from dashboard import charts, formats
+from dashboard.task import actions, evidence, loaders, views, whatif
+from dashboard.task.views import Shown
+
+
+def draw(
+    chart: charts.Chart,
+    frame: pd.DataFrame,
+    shown: Shown,
+    *,
+    events: pd.DataFrame | None = None,
+    order: list[str] | None = None,
+) -> None:
+    """One chart across its column, with its rule's threshold from the task's config."""
+    st.altair_chart(
+        charts.draw(
+            chart,
+            frame,
+            order=order,
+            threshold=evidence.threshold(shown.config, chart),
+            events=events,
+        ),
+        width="stretch",
+    )
+
+
+# --- which task, and where it stands ------------------------------------------------------
+
+
+def task_picker(url: str) -> str:
+    """The task to show: `?task=` picks it (links from other pages and alerts), and the
+    pick is written back so the address can be shared. Stops when there is no task."""
+    names = loaders.load_task_names(url)
+    if not names:
+        st.info(
+            "No tasks yet. Register one with `shadowplane tasks apply -f FILE` (or POST "
+            "/v1/tasks with an admin key); its evidence shows here once its routers post results."
+        )
+        st.stop()
+    asked = st.query_params.get("task")
+    if asked and asked not in names:
+        st.warning(views.unknown_task(asked, names))
+    # The picker's own state is dropped while another page is shown: coming back through a
+    # link then takes the link's task too.
+    chosen = views.pick(
+        asked,
+        names,
+        linked=st.session_state.get("task_linked"),
+        current=st.session_state.get("task_pick"),
+    )
+    if chosen != st.session_state.get("task_pick"):
+        st.session_state["task_pick"] = chosen
+    task: str = st.selectbox("Task", names, key="task_pick")
+    st.session_state["task_linked"] = task
+    st.query_params["task"] = task
+    return task
+
+
+def standing(url: str, task: str) -> Shown:
+    """Where the task stands, and what every other section reads. Stops when the task is
+    gone or its stored config does not parse."""
+    state = loaders.load_state(url, task)
+    config = loaders.load_config(url, task)
+    if state is None:
+        st.warning(
+            f"The task {formats.line(repr(task))} is gone (deleted since the list was read). "
+            "Pick another."
+        )
+        st.stop()
+    st.markdown(views.stage_line(task, state))
+    if config is None:
+        st.error(
+            f"The stored config version {state['config_version']} of {formats.line(task)} "
+            "does not parse, so nothing is computed for it. Apply a valid config "
+            "(`shadowplane tasks apply -f FILE`)."
+        )
+        st.stop()
+    shown = Shown(
+        url,
+        task,
+        state,
+        config,
+        decisions=loaders.load_decisions(url, task),
+        versions=loaders.load_versions(url, task),
+        alerts=loaders.load_alerts(url, task),
+    )
+    if shown.decisions:
+        st.markdown(f"Last decision: {formats.text(shown.decisions[0]['reason'])}")
+    return shown
+
+
+# --- decisions ----------------------------------------------------------------------------
+
+
+def decisions(shown: Shown) -> None:
+    st.header("Decisions")
+    if not shown.decisions:
+        st.info(
+            "No decisions yet. The policy writes one when a rollback rule fires (or the gate "
+            "promotes with auto_promote); people's promotions, rollbacks and re-arms show here too."
+        )
+    for decision in shown.decisions:
+        with st.container(border=True):
+            st.markdown(views.decision_heading(decision))
+            st.markdown(formats.text(decision["reason"]))
+            decision_evidence(shown, decision)
+
+
+def decision_evidence(shown: Shown, decision: dict[str, Any]) -> None:
+    """The windows a rule judged (a CUSUM's run, or a verdict per window) with the example
+    results of the bad ones, or the gate a promotion passed."""
+    found = decision.get("evidence") or {}
+    kind = views.evidence_kind(decision)
+    if kind == "gate":
+        passed = views.gate_passed(found)
+        if passed is not None:
+            st.markdown(passed)
+        return
+    if kind == "steps":
+        st.dataframe(views.step_rows(found), hide_index=True)
+        omitted = views.omitted_steps(found)
+        if omitted:
+            st.caption(omitted)
+        st.caption(views.cusum_explained(found))
+        st.markdown(views.step_lines(found))
+    elif kind == "windows":
+        st.dataframe(views.window_rows(found), hide_index=True)
+        st.markdown(views.window_lines(found))
+    else:
+        return
+    models = views.models_seen(found)
+    if models:
+        st.markdown(models)
+    cell = decision.get("bucket") or "all"
+    bounds = shown.cell_bounds(decision)
+    for window in views.bad_windows(decision):
+        with st.expander(views.example_heading(window, cell)):
+            example_results(shown, window, cell, bounds)
+
+
+def example_results(
+    shown: Shown, window: Mapping[str, Any], cell: str, bounds: tuple[int, ...]
+) -> None:
+    start = dt.datetime.fromisoformat(window["window_start"])
+    end = dt.datetime.fromisoformat(window["window_end"])
+    found = loaders.load_examples(shown.url, shown.task, start, end, cell, bounds)
+    if not found:
+        st.markdown("No conflicting, invalid, failed or degraded result is stored for this window.")
+        return
+    for result in found:
+        st.markdown(views.example_line(result))
+        payload = result["payload"]
+        if payload is None:
+            st.caption(
+                "No payload was kept for this result (payload policy none, or not drawn to "
+                "be kept); its counts and comparison are all there is."
+            )
+        else:
+            st.caption(f"Payload as the policy kept it ({formats.line(payload['policy'])}):")
+            st.json(
+                {k: payload[k] for k in ("input", "edge_output", "cloud_output", "diff")},
+                expanded=False,
+            )
+
+
+# --- the gate and the admin's actions -----------------------------------------------------
+
+
+def gate(shown: Shown) -> None:
+    st.header("Promotion gate")
+    verdict = shown.state["gate"]
+    if verdict is None:
+        return
+    st.markdown(views.gate_sentence(verdict))
+    rows = views.gate_rows(verdict)
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.markdown(views.gate_lines(rows))
+
+
+def admin_actions(shown: Shown, principal: Principal) -> None:
+    """Promote, roll back, re-arm and unblock, each with a reason (admin keys only)."""
+    st.header("Actions")
+    flash = st.session_state.pop(actions.FLASH, None)
+    if flash:
+        st.success(formats.text(f"Done: {flash}"))
+    pending = st.session_state.pop(actions.PENDING, None)
+    if pending is not None and pending["task"] == shown.task:
+        actions.perform(pending, principal)
+    state, task = shown.state, shown.task
+    stage, expected = state["stage"], state["expected_stage"]
+    # No max_chars: Streamlit would cut a longer paste silently and record the cut text;
+    # the action refuses it instead, in a sentence, and nothing is recorded.
+    st.text_input(
+        "Reason (recorded with the action)",
+        key=actions.REASON,
+        help=f"At most {actions.REASON_MAX_CHARS} characters, on the decision and the audit log.",
+    )
+    promote_col, rollback_col, rearm_col = st.columns(3)
+    with promote_col:
+        st.checkbox("Force past the gate (audited)", key=actions.FORCE_PROMOTION)
+        st.button(
+            f"Promote from {formats.line(state['stage_words'])}",
+            key="promote",
+            disabled=stage in ("full", "rolled_back"),
+            on_click=actions.queue,
+            args=("promote", task, expected),
+        )
+    with rollback_col:
+        st.button(
+            "Roll back to the cloud",
+            key="rollback",
+            disabled=stage in ("cloud", "rolled_back"),
+            on_click=actions.queue,
+            args=("rollback", task, expected),
+        )
+    with rearm_col:
+        st.button(
+            "Re-arm to shadow",
+            key="rearm",
+            disabled=stage != "rolled_back",
+            on_click=actions.queue,
+            args=("rearm", task, expected),
+        )
+    if stage == "rolled_back":
+        st.caption("A rolled-back task is re-armed to shadow before it can be promoted again.")
+    blocked_models(shown)
+
+
+def blocked_models(shown: Shown) -> None:
+    """Each edge model blocked from auto-promotion, its eval runs and its unblock button."""
+    blocked = shown.state["blocked"]
+    if not blocked:
+        st.markdown("No edge model is blocked from auto-promotion for this task.")
+    for block in blocked:
+        model = block["model"]
+        with st.container(border=True):
+            st.markdown(views.blocked_line(block))
+            runs = block["runs"]
+            if not runs:
+                st.markdown(views.no_runs(shown.state["regression_min_accuracy"]))
+            else:
+                st.dataframe(
+                    pd.DataFrame(runs)[
+                        ["layer", "accuracy", "n", "correct", "current", "actor", "created_at"]
+                    ],
+                    hide_index=True,
+                )
+                st.markdown(views.run_lines(runs))
+            st.checkbox(
+                "Unblock without a passing regression run (audited)",
+                key=actions.force_unblock(model),
+            )
+            st.button(
+                f"Unblock {formats.line(model)}",
+                key=f"unblock_{model}",
+                on_click=actions.queue,
+                args=("unblock", shown.task, shown.state["expected_stage"]),
+                kwargs={"model": model},
+            )
+
+
+# --- evidence over time -------------------------------------------------------------------
+
+
+def evidence_over_time(shown: Shown) -> None:
+    st.header("Evidence over time")
+    config = shown.config
+    span = loaders.load_span(shown.url, config["id"])
+    if span is None:
+        st.info(
+            f"No windows yet. Results posted to POST /v1/results are counted in windows of "
+            f"{config['window_seconds']} s; the first shows here once a pass computes it."
+        )
+        return
+    period = st.selectbox(
+        "Show",
+        list(evidence.PERIODS),
+        index=1,
+        key="period",
+        help="Up to the task's newest window.",
+    )
+    since = evidence.since(span, period)
+    frame = loaders.load_windows(shown.url, shown.task, since, span[1])
+    st.caption(f"Windows from {formats.moment(since)} to {formats.moment(span[1])}.")
+    if frame.empty:
+        return
+    frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
+    events = charts.events_within(
+        shown.events,
+        frame["window_start"].min(),
+        frame["window_start"].max(),
+        config["window_seconds"],
+    )
+    order = [*shown.buckets, "all"]
+    chosen = st.multiselect("Length buckets", order, default=order, key="buckets")
+    rates = frame[frame["bucket"].isin(chosen)]
+    st.caption("Red rules mark decisions, orange rules alerts (hover for their sentence).")
+
+    agreement_col, calibration_col = st.columns([3, 2])
+    with agreement_col:
+        draw(evidence.AGREEMENT, rates, shown, events=events, order=order)
+    with calibration_col:
+        calibration(shown)
+    latest = evidence.latest_line(frame)
+    if latest is not None:
+        st.markdown(latest)
+
+    for pair in (
+        (evidence.CONFLICTS, evidence.EDGE_ERRORS),
+        (evidence.DEGRADES, evidence.OFFLOAD_FAILURES),
+    ):
+        for column, chart in zip(st.columns(2), pair, strict=True):
+            with column:
+                if chart in evidence.PER_EDGE_ATTEMPT and rates[chart.y].isna().all():
+                    st.caption(evidence.no_edge_attempts(chart))
+                draw(chart, rates, shown, events=events, order=order)
+
+    one = st.selectbox(
+        "Bucket for latency, input length and cost", ["all", *shown.buckets], key="detail_bucket"
+    )
+    detail = frame[frame["bucket"] == one]
+    draw(evidence.latency(one), evidence.latencies(detail), shown, events=events)
+    length_col, cost_col = st.columns(2)
+    with length_col:
+        draw(evidence.input_length(one), evidence.input_lengths(detail), shown, events=events)
+    with cost_col:
+        draw(evidence.cost(one), evidence.costs(detail), shown, events=events)
+    st.markdown(evidence.savings_line(detail, one))
+
+
+def calibration(shown: Shown) -> None:
+    """How far the comparator's agreement can be trusted, from reviewers' labels."""
+    st.subheader("Can agreement be trusted?")
+    found = loaders.load_calibration(shown.url, shown.config["id"])
+    if not found:
+        st.markdown(
+            "No labelled pairs yet, so nobody knows how often the comparator is wrong: "
+            "agreement is what the comparator calls equal, not what is right. Label a few "
+            "on the Review page."
+        )
+    for comparator in found:
+        st.markdown(evidence.calibration_line(comparator))
+
+
+def route_accuracy(shown: Shown) -> None:
+    st.header("Route accuracy from labels")
+    config = shown.config
+    seconds = config["review"]["route_acc_window_seconds"]
+    accuracy = [
+        w for w in loaders.load_accuracy(shown.url, config["id"]) if w["estimate"] is not None
+    ]
+    if not accuracy:
+        st.info(
+            "No route-accuracy estimate yet: it comes from reviewers' labels of sampled results "
+            f"in windows of {seconds} s. Label items on the Review page and it shows here."
+        )
+        return
+    routes = evidence.routes(accuracy)
+    events = charts.events_within(
+        shown.events, routes["window_start"].min(), routes["window_start"].max(), seconds
+    )
+    accuracy_col, miss_col = st.columns(2)
+    with accuracy_col:
+        draw(evidence.ROUTE_ACCURACY, routes, shown, events=events)
+    with miss_col:
+        draw(evidence.MISSES, evidence.misses(routes), shown)
+    st.caption(
+        "missed_offload: sent to the cloud while the edge was right (money left on the "
+        "table); wrong_offload: served by the edge, which was wrong (users got a wrong answer)."
+    )
+    st.markdown(evidence.newest_accuracy(accuracy[0]))
+
+
+# --- alerts, the what-if, config versions -------------------------------------------------
+
+
+def alerts(shown: Shown) -> None:
+    st.header("Alerts")
+    if not shown.alerts:
+        st.markdown("No alerts were raised for this task.")
+        return
+    st.markdown("Alerts are drawn as orange rules on the charts' time axis.")
+    st.dataframe(
+        pd.DataFrame(shown.alerts)[["opened_at", "kind", "state", "message", "acknowledged_by"]],
+        hide_index=True,
+    )
+    st.markdown(views.alert_lines(shown.alerts))
+
+
+def routing_whatif(shown: Shown) -> None:
+    """Another input-length cap and minimum edge confidence replayed over a period of
+    stored results, beside today's setting; a replay runs when asked."""
+    st.header("Routing what-if")
+    st.markdown(
+        "Replays the stored results of a period under another input-length cap and a minimum "
+        "edge confidence, beside today's setting: what the edge would have served, its "
+        "agreement, offload failures and cost."
+    )
+    config = shown.config
+    current_cap = config["max_input_tokens"]
+    top, start = whatif.cap_range(shown.boundaries, current_cap)
+    no_cap = st.checkbox("No input-length cap", value=current_cap is None, key="whatif_no_cap")
+    cap = st.slider(
+        "max_input_tokens",
+        min_value=1,
+        max_value=top,
+        value=start,
+        key="whatif_cap",
+        disabled=no_cap,
+    )
+    use_confidence = st.checkbox("Require a minimum edge confidence", key="whatif_use_confidence")
+    confidence = st.slider(
+        "Minimum edge confidence",
+        min_value=0.0,
+        max_value=1.0,
+        value=float(config.get("low_confidence", 0.6)),
+        step=0.05,
+        key="whatif_confidence",
+        disabled=not use_confidence,
+    )
+    day = whatif.default_day(loaders.load_span(shown.url, config["id"]), dt.datetime.now(dt.UTC))
+    from_col, to_col = st.columns(2)
+    with from_col:
+        first_day = st.date_input("From (UTC day)", value=day, key="whatif_from")
+    with to_col:
+        last_day = st.date_input("To (UTC day, included)", value=day, key="whatif_to")
+    since, until, problem = whatif.period(first_day, last_day)
+    if problem is not None:
+        st.warning(problem)
+        return
+    setting: whatif.Setting = (
+        shown.task,
+        since,
+        until,
+        None if no_cap else int(cap),
+        float(confidence) if use_confidence else None,
+    )
+    # Replays are asked for (a busy day is hundreds of thousands of results): each is kept
+    # in the session for its setting, so it shows again until the setting changes.
+    kept: dict[Any, dict[str, Any]] = st.session_state.setdefault("whatif_kept", {})
+    replay = kept.get(setting)
+    if replay is None:
+        if not loaders.load_has_results(shown.url, shown.task, since, until):
+            st.info(whatif.no_results(since, until))
+            return
+        st.caption(
+            "Replay reads every result stored in the period (a busy day holds hundreds "
+            "of thousands), so it runs when asked; it is kept for these settings."
+        )
+        if not st.button("Replay", key="whatif_replay", type="primary"):
+            return
+        replay = loaders.load_whatif(shown.url, *setting)
+        if replay is None:
+            return
+        whatif.keep(kept, setting, replay)
+    if whatif.total(replay) is None:
+        st.info(whatif.no_results(since, until))
+        return
+    st.markdown(whatif.summary(replay, since, until))
+    st.dataframe(pd.DataFrame(whatif.rows(replay)), hide_index=True)
+    st.markdown(whatif.bucket_lines(replay))
+
+
+def config_versions(shown: Shown) -> None:
+    st.header("Config versions")
+    versions = shown.versions
+    if not versions:
+        st.info("No config versions are stored for this task.")
+        return
+    if len(versions) == 1:
+        only = versions[0]
+        st.markdown(views.only_version(only))
+        with st.expander(f"Config version {only['version']}"):
+            st.json(only["config"], expanded=True)
+        return
+    numbers = [v["version"] for v in versions]
+    by_number = {v["version"]: v for v in versions}
+    left_col, right_col = st.columns(2)
+    with left_col:
+        older = st.selectbox("Version", numbers, index=1, key="version_left")
+    with right_col:
+        newer = st.selectbox("Against version", numbers, index=0, key="version_right")
+    changes = config_diff(by_number[older]["config"], by_number[newer]["config"])
+    st.markdown(views.what_changed(older, newer, changes))
+    for column, number in ((left_col, older), (right_col, newer)):
+        with column:
+            st.caption(views.version_caption(by_number[number]))
+            st.json(by_number[number]["config"], expanded=False)

@@ -1,0 +1,66 @@
+"""dashboard.formats: every number and time the dashboard writes, without a render."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from dashboard import formats
+
+
+@pytest.mark.parametrize("gap", [None, math.nan, pd.NA, pd.NaT])
+def test_a_gap_reads_as_a_dash(gap: object) -> None:
+    assert formats.missing(gap)
+    assert formats.percent(gap) == formats.change(gap) == formats.money(gap) == "—"  # type: ignore[arg-type]
+    assert formats.interval(gap, 0.5) == formats.interval(0.5, gap) == "—"  # type: ignore[arg-type]
+
+
+def test_zero_is_a_figure() -> None:
+    assert not formats.missing(0) and not formats.missing(0.0)
+    assert formats.percent(0.0) == "0.0%"
+    assert formats.money(0.0) == "0.000000"
+
+
+def test_rates_and_intervals() -> None:
+    assert formats.percent(0.943) == "94.3%"
+    assert formats.change(0.025) == "+2.5%" and formats.change(-0.004) == "-0.4%"
+    assert formats.interval(0.91, 0.964) == "91.0%–96.4%"
+    assert formats.estimate(0.943, 0.91, 0.964) == "94.3% (91.0%–96.4%)"
+    assert formats.estimate(0.943, None, 0.964) == "94.3%"
+    assert formats.estimate(None, None, None) == "—"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (-40.567, "-40.57"),
+        (1234.5, "1,234.50"),
+        (1.0, "1.00"),
+        (0.00042, "0.000420"),
+        (-0.5, "-0.500000"),
+    ],
+)
+def test_money_keeps_small_sums_readable(value: float, shown: str) -> None:
+    assert formats.money(value) == shown
+
+
+def test_times_are_written_in_utc() -> None:
+    at = datetime(2026, 11, 30, 2, 57, 31, tzinfo=UTC)
+    assert formats.moment(at) == "2026-11-30 02:57 UTC"
+    # Another zone, a naive value (stored as UTC) and ISO text are the same moment.
+    assert formats.moment(at.astimezone(timezone(timedelta(hours=2)))) == "2026-11-30 02:57 UTC"
+    assert formats.moment(at.replace(tzinfo=None)) == "2026-11-30 02:57 UTC"
+    assert formats.moment("2026-11-30T02:57:31+00:00") == "2026-11-30 02:57 UTC"
+    assert formats.moment(pd.Timestamp(at)) == "2026-11-30 02:57 UTC"
+    assert formats.moment(None) == formats.moment(pd.NaT) == "—"
+    assert formats.clock("2026-11-30T03:00:00+01:00") == "02:00"
+    assert formats.span(at, at + timedelta(minutes=3)) == "2026-11-30 02:57 UTC – 03:00"
+
+
+def test_untrusted_text_is_literal() -> None:
+    assert formats.text("[x](y) *b*") == r"\[x\]\(y\) \*b\*"
+    assert formats.text("a\n  b") == "a  \n\u00a0\u00a0b"
+    assert formats.line("a\n  b") == "a b"
