@@ -64,7 +64,8 @@ from controlplane.ingest.repository import (  # noqa: E402
     RESULT_COLUMNS,
     copy_types,
 )
-from controlplane.ingest.service import parse_result, score  # noqa: E402
+from controlplane.ingest.scoring import score  # noqa: E402
+from controlplane.ingest.validation import parse_result  # noqa: E402
 from controlplane.models import Result  # noqa: E402
 from controlplane.rollout.actions import apply_config  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402

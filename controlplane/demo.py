@@ -31,7 +31,7 @@ from controlplane.api import create_app
 from controlplane.auth.service import create_key
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
-from controlplane.ingest.service import conflict_ids
+from controlplane.ingest.repository import conflict_ids
 from controlplane.migrate import ROOT, upgrade
 from controlplane.rollout.actions import apply_config
 from controlplane.settings import Settings, get_settings

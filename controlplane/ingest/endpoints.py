@@ -13,7 +13,7 @@ from controlplane.auth.service import Principal
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
-from controlplane.ingest import service
+from controlplane.ingest import repository, scoring, service, validation
 from controlplane.ingest.schemas import IngestReport, ResultOut
 from controlplane.models.base import utcnow
 
@@ -68,8 +68,8 @@ async def post_results(
 
     def store() -> IngestReport:
         received_at = utcnow()  # the `ts` bounds hold relative to this
-        valid, rejected = service.validate_body(body, settings.max_batch_items)
-        context = service.IngestContext(
+        valid, rejected = validation.validate_body(body, settings.max_batch_items)
+        context = scoring.IngestContext(
             id_hash_key=_id_hash_key(request.app),
             max_backfill=settings.max_backfill,
             max_chars=settings.compare_max_chars,
@@ -85,7 +85,7 @@ async def post_results(
 
     try:
         report = await run_in_threadpool(store)
-    except service.BodyError as exc:
+    except validation.BodyError as exc:
         raise HTTPException(422, str(exc)) from None
 
     # `altered` is answered only when an item was stored otherwise than posted.
@@ -113,7 +113,7 @@ def get_result(
 ) -> ORJSONResponse:
     """A stored result with its bucket, comparison and the payload its policy kept."""
     with session_scope(request.app.state.engine) as session:
-        view = service.result_view(session, task, request_id)
+        view = repository.result_view(session, task, request_id)
     if view is None:
         raise HTTPException(404, f"no result {request_id!r} for task {task!r}")
     return ORJSONResponse(view)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog import repository as catalog
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.ingest.service import result_view
+from controlplane.ingest.repository import result_view
 from controlplane.models import Result
 
 # "all" (or None) is every bucket.

@@ -1,4 +1,4 @@
-"""All SQL of ingest: storing results and payloads idempotently, reading one back, and the
+"""All SQL of ingest: storing results and payloads idempotently, reading them back, and the
 server secret that keys the hash of session and user ids.
 
 A result is stored once per `(task, request_id)`, whatever its `ts`: a batch first claims
@@ -17,13 +17,17 @@ from operator import itemgetter
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import FromClause, Insert, func, insert, select, text
+from sqlalchemy import FromClause, Insert, insert, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert, json_text
 from controlplane.models import Payload, Result, ResultKey, ServerSecret, Task
 
+# The per-side fields stored as `edge_*` / `cloud_*` columns (outputs and error messages
+# are payload text and live in the payloads table).
+SIDE_FIELDS = ("error", "latency_ms", "ttfb_ms", "model", "input_tokens", "output_tokens", "cost")
+EDGE_FIELDS = (*SIDE_FIELDS, "confidence", "valid")
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
 JSON_RESULT_COLUMNS = {"input_segments"}
@@ -167,9 +171,8 @@ def _copy(
             copy.write_row(values)
 
 
-def get_result(
-    session: Session, task: str, request_id: str
-) -> tuple[Result, Payload | None] | None:
+def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] | None:
+    """A stored result in the shape it was posted, with bucket, received_at, comparison, payload."""
     row = session.execute(
         select(Result, Payload)
         .join(Task, Task.id == Result.task_id)
@@ -183,24 +186,65 @@ def get_result(
         .outerjoin(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
         .where(Task.name == task, ResultKey.request_id == request_id)
     ).first()
-    return None if row is None else (row[0], row[1])
+    if row is None:
+        return None
+    r: Result = row[0]
+    p: Payload | None = row[1]
+
+    def side(name: str) -> dict[str, Any] | None:
+        if not getattr(r, f"{name}_ran"):
+            return None
+        fields = EDGE_FIELDS if name == "edge" else SIDE_FIELDS
+        out = {f: getattr(r, f"{name}_{f}") for f in fields}
+        out["output"] = getattr(p, f"{name}_output") if p is not None else None
+        out["error_message"] = getattr(p, f"{name}_error_message") if p is not None else None
+        return out
+
+    return {
+        "request_id": r.request_id,
+        "task": task,
+        "ts": r.ts,
+        "received_at": r.received_at,
+        "session_id": r.session_id,
+        "user_id": r.user_id,
+        "sticky_bucket": r.sticky_bucket,
+        "input_tokens": r.input_tokens,
+        "decision": r.decision,
+        "served": r.served,
+        "degraded": r.degraded,
+        "degrade_reason": r.degrade_reason,
+        "flag_version": r.flag_version,
+        "input_segments": r.input_segments,
+        "bucket": r.bucket,
+        "config_version": r.config_version,
+        "edge": side("edge"),
+        "cloud": side("cloud"),
+        "comparison": {
+            "outcome": r.outcome,
+            "diff": p.diff if p is not None else None,
+            "comparator": r.comparator,
+            "comparator_version": r.comparator_version,
+        },
+        "payload": None
+        if p is None
+        else {
+            "policy": p.policy,
+            "keep_probability": p.keep_probability,
+            "input": p.input,
+            "edge_output": p.edge_output,
+            "cloud_output": p.cloud_output,
+            "diff": p.diff,
+            "edge_error_message": p.edge_error_message,
+            "cloud_error_message": p.cloud_error_message,
+        },
+    }
 
 
-def outcome_counts(session: Session, task_id: int) -> list[tuple[str | None, int]]:
-    rows = session.execute(
-        select(Result.outcome, func.count())
-        .where(Result.task_id == task_id)
-        .group_by(Result.outcome)
-    )
-    return [(r[0], r[1]) for r in rows]
-
-
-def request_ids_by_outcome(
-    session: Session, task_id: int, outcome: str, *, limit: int
-) -> list[str]:
+def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:
+    """Request ids of a task's most recent conflicting results."""
     query = (
         select(Result.request_id)
-        .where(Result.task_id == task_id, Result.outcome == outcome)
+        .where(Result.task_id == task_id, Result.outcome == "conflict")
         .order_by(Result.ts.desc())
         .limit(limit)
     )

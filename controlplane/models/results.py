@@ -43,7 +43,7 @@ class Result(Base):
     ts: Mapped[datetime] = mapped_column(UTCDateTime)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # Raw under `payload_policy: full`; under `redacted` and `none` a keyed hash ("h:" and
-    # 32 hex digits, see ingest.service.hashed_id), never the id that was sent.
+    # 32 hex digits, see ingest.scoring.hashed_id), never the id that was sent.
     session_id: Mapped[str | None] = mapped_column(String(200))
     user_id: Mapped[str | None] = mapped_column(String(200))
     # sticky_bucket(task, key) of the raw key the task's `sticky_by` names, computed at

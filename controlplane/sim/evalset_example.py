@@ -27,6 +27,8 @@ from controlplane.db import in_transaction, make_engine, session_scope
 from controlplane.evalsets import actions as evalset_actions
 from controlplane.evalsets import service as evalsets
 from controlplane.ingest import service as ingest
+from controlplane.ingest.schemas import IngestReport
+from controlplane.ingest.validation import validate_body
 from controlplane.migrate import upgrade
 from controlplane.models import Task
 from controlplane.review import actions as review
@@ -78,11 +80,9 @@ def _ts(result: dict[str, Any]) -> datetime:
 def _store(engine: Engine, results: list[dict[str, Any]], received_at: datetime) -> None:
     """Ingest the results as the API would, received at `received_at`."""
     for start in range(0, len(results), 500):
-        valid, rejected = ingest.validate_body(
-            dumps({"results": results[start : start + 500]}), 1000
-        )
+        valid, rejected = validate_body(dumps({"results": results[start : start + 500]}), 1000)
 
-        def store(session: Session, v: Any = valid, r: Any = rejected) -> ingest.IngestReport:
+        def store(session: Session, v: Any = valid, r: Any = rejected) -> IngestReport:
             return ingest.ingest(session, v, list(r), received_at)
 
         report = in_transaction(engine, store)

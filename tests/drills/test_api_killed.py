@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from controlplane.db import get_engine, make_sessionmaker
-from controlplane.ingest import service
+from controlplane.ingest import service, validation
 from controlplane.models.base import utcnow
 from tests.conftest import make_result
 from tests.drills.servers import PgServer, poll, waiting_on_lock
@@ -73,7 +73,7 @@ def hold(session: Session, where: str, batch: dict[str, Any]) -> None:
     written), which the test is storing itself, uncommitted."""
     if where == "last key":
         last = max(batch["results"], key=lambda r: r["request_id"])  # code-point order
-        valid, rejected = service.validate_items([last])
+        valid, rejected = validation.validate_items([last])
         service.ingest(session, valid, rejected, utcnow())
     else:
         session.execute(text(f"LOCK TABLE {where} IN EXCLUSIVE MODE"))

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from controlplane.compare.comparators import REGISTRY, Comparator, Comparison, compare_label
 from controlplane.db import json_text, session_scope
-from controlplane.ingest import service
+from controlplane.ingest import scoring, service, validation
 from controlplane.models import Result
 from controlplane.rollout.actions import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
@@ -154,7 +154,7 @@ def test_each_bad_item_is_rejected_alone_and_the_good_ones_are_stored(api: Api, 
     bads = fast_path_bad() if path == "fast" else fast_path_bad() + careful_path_bad()
     body, bad_indexes, n_good = batch_with_goods_between(bads)
     if path == "fast":  # every item is well typed: the batch is validated straight from bytes
-        assert len(service._BATCH.validate_json(body)["results"]) == n_good + len(bads)
+        assert len(validation._BATCH.validate_json(body)["results"]) == n_good + len(bads)
     response = api.client.post("/v1/results", content=body, headers=api.headers("ingest"))
     assert response.status_code == 200, response.text
     report = response.json()
@@ -209,14 +209,14 @@ def test_a_comparator_failure_rejects_its_item_naming_the_output(
 def test_a_masking_failure_rejects_its_item_naming_the_field(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = service.redact_payload
+    real = scoring.redact_payload
 
     def failing(payload: dict[str, Any], *, max_chars: int) -> dict[str, Any]:
         if payload.get("cloud_output") == "boom":
             raise RecursionError("maximum recursion depth exceeded")
         return real(payload, max_chars=max_chars)
 
-    monkeypatch.setattr(service, "redact_payload", failing)
+    monkeypatch.setattr(scoring, "redact_payload", failing)
     for api in make_api(db_url):
         with session_scope(api.engine) as session:
             apply_config(session, {**TICKET_TASK, "payload_policy": "redacted"}, actor="test")
@@ -237,14 +237,14 @@ def test_a_masking_failure_rejects_its_item_naming_the_field(
 def test_a_value_that_cannot_be_stored_is_refused_while_serialising_its_item(
     column: str, field: str
 ) -> None:
-    payload: dict[str, Any] = {c: None for c in service.PAYLOAD_FIELDS}
+    payload: dict[str, Any] = {c: None for c in scoring.PAYLOAD_FIELDS}
     payload[column] = {"text": "ok \ud800"} if column == "input" else ["ok", "\udc00"]
-    with pytest.raises(service.ItemError) as raised:
-        service.stored_form(service.Scored({"input_segments": [1, 2]}, payload))
+    with pytest.raises(scoring.ItemError) as raised:
+        service.stored_form(scoring.Scored({"input_segments": [1, 2]}, payload))
     assert str(raised.value) == f"{field}: holds a lone surrogate (invalid Unicode)"
     # A good one goes in as the text that is stored, written as it is.
     scored = service.stored_form(
-        service.Scored({"input_segments": [1, 2]}, {**payload, column: {"a": "\u00e9"}})
+        scoring.Scored({"input_segments": [1, 2]}, {**payload, column: {"a": "\u00e9"}})
     )
     assert json_text(scored.payload[column]) == '{"a":"\u00e9"}'  # type: ignore[index]
     assert json_text(scored.row["input_segments"]) == "[1,2]"

@@ -9,7 +9,8 @@ import pytest
 
 from controlplane.catalog.schemas import parse_config
 from controlplane.catalog.service import TaskRuntime
-from controlplane.ingest.service import IngestContext, is_pair, keep_draw, parse_result, score
+from controlplane.ingest.scoring import IngestContext, is_pair, keep_draw, score
+from controlplane.ingest.validation import parse_result
 from tests.conftest import make_result
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
