@@ -67,7 +67,9 @@ from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.ingest.buckets import bucket_labels  # noqa: E402
 from controlplane.metrics.fields import ALL  # noqa: E402
 from controlplane.metrics.whatif import whatif  # noqa: E402
-from controlplane.rollout.actions import apply_config, evaluate_rollout, promote  # noqa: E402
+from controlplane.rollout.actions import promote  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
+from controlplane.rollout.evaluation import evaluate_rollout  # noqa: E402
 from controlplane.settings import Settings  # noqa: E402
 
 APP = str(ROOT / "dashboard" / "streamlit_app.py")

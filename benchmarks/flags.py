@@ -62,6 +62,7 @@ from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Task  # noqa: E402
 from controlplane.rollout import actions, flagbus  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
 
 TASK = "ticket_classify"
 BARE = "/_bench/304"
@@ -109,7 +110,7 @@ def seed(url: str, tasks: int) -> dict[str, str]:
             for scope in ("flags:read", "admin")
         }
         for i in range(tasks):
-            actions.apply_config(
+            apply_config(
                 session,
                 {
                     "task": TASK if i == 0 else f"task_{i:03d}",

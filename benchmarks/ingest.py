@@ -67,7 +67,7 @@ from controlplane.ingest.repository import (  # noqa: E402
 from controlplane.ingest.scoring import score  # noqa: E402
 from controlplane.ingest.validation import parse_result  # noqa: E402
 from controlplane.models import Result  # noqa: E402
-from controlplane.rollout.actions import apply_config  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402
 
 BATCH = 500

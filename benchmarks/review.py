@@ -65,7 +65,7 @@ from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.models import Task, Window  # noqa: E402
 from controlplane.review.sampler import draw, sample_window  # noqa: E402
-from controlplane.rollout.actions import apply_config  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
 
 WINDOW_SECONDS = 3600
 START = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)

@@ -64,7 +64,7 @@ from benchmarks._support import (  # noqa: E402
 )
 from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
-from controlplane.rollout.actions import apply_config  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim import runner  # noqa: E402
 from controlplane.sim.profiles import GENERATORS  # noqa: E402
 

@@ -57,7 +57,7 @@ from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.metrics.service import compute_window  # noqa: E402
 from controlplane.models import Task  # noqa: E402
 from controlplane.models.partitions import ensure_partitions, partition_days  # noqa: E402
-from controlplane.rollout.actions import apply_config  # noqa: E402
+from controlplane.rollout.configs import apply_config  # noqa: E402
 
 WINDOW_SECONDS = 3600
 START = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)

@@ -201,7 +201,7 @@ def tasks_apply(
     from controlplane.catalog.schemas import ConfigError, read_documents
     from controlplane.db import get_engine
     from controlplane.errors import ActionError
-    from controlplane.rollout.actions import apply_tasks
+    from controlplane.rollout.configs import apply_tasks
 
     text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     try:

@@ -33,7 +33,7 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
 from controlplane.ingest.repository import conflict_ids
 from controlplane.migrate import ROOT, upgrade
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings, get_settings
 from controlplane.sim.runner import Plan, Totals, stream
 

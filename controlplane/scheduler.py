@@ -37,7 +37,7 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.review.accuracy import refresh_route_accuracy
 from controlplane.review.sampler import sample_closed_windows
-from controlplane.rollout.actions import evaluate_rollout
+from controlplane.rollout.evaluation import evaluate_rollout
 from controlplane.settings import get_settings
 
 log = logging.getLogger("shadowplane.scheduler")

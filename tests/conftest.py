@@ -37,7 +37,7 @@ from controlplane.auth.scopes import SCOPES
 from controlplane.auth.service import create_key
 from controlplane.db import get_engine, session_scope
 from controlplane.migrate import upgrade
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 
 # "gw0", "gw1", ... in a pytest-xdist worker; empty when pytest runs in one process.

@@ -82,7 +82,7 @@ def seed(url: str) -> dict[str, str]:
     """The example tasks (ticket_classify capped at 512 input tokens, invoice_extract), and
     one key per entry of KEY_SCOPES; returns the keys by name."""
     from controlplane.db import get_engine, session_scope
-    from controlplane.rollout.actions import apply_config
+    from controlplane.rollout.configs import apply_config
     from tests.conftest import INVOICE_TASK, TICKET_TASK
 
     with session_scope(get_engine(url)) as session:

@@ -19,7 +19,7 @@ from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
 from controlplane.metrics import service
 from controlplane.models import Decision, Task, TaskConfigVersion
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all

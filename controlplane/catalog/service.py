@@ -1,8 +1,7 @@
-"""Applying task configs (versioned, audited) and reading tasks back.
+"""Applying task configs (versioned, audited), reading tasks back, the one answer to an
+unknown task name, and the per-process cache of parsed configs.
 
-An identical config keeps its version; a changed one makes a new version. `stage` in a
-config applies only when the task is created (later stage changes are rollout actions).
-A changed config changes the task's flag: `controlplane.rollout.actions.apply_config`
+A changed config changes the task's flag: `controlplane.rollout.configs.apply_config`
 composes this with the flag's publication (the catalog knows nothing of flags).
 """
 
@@ -51,7 +50,10 @@ class TaskConflict(RuntimeError):
 
 
 def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
-    """Register a task or give it a new config version. Raises ConfigError on a bad config."""
+    """Register a task or give it a new config version. Raises ConfigError on a bad config.
+
+    An identical config keeps its version; a changed one makes a new version. `stage` in a
+    config applies only when the task is created (stage changes are rollout actions)."""
     config = parse_config(raw)
     document = config_document(config)
     digest = config_hash(document)

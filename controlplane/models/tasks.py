@@ -23,7 +23,7 @@ class Task(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The input-length p95 the drift alert compares against (docs/evidence.md): the trailing
-    # median, reset (to None) on each stage change by controlplane.rollout.actions.
+    # median, reset (to None) on each stage change (controlplane.rollout.stages).
     input_p95_baseline: Mapped[float | None] = mapped_column(Float)
     # In canary: which of the config's canary_steps is current.
     canary_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

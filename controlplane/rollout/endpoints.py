@@ -1,7 +1,7 @@
-"""Rollout endpoints (thin): flags, the gate, stage actions, the kill switch, decisions.
-
-Each action endpoint calls its action in `controlplane.rollout.actions` (which audits and
-announces it); an `ActionError` becomes its HTTP answer in `controlplane.api`."""
+"""Rollout endpoints (thin): flags, task configs and views, the gate, people's stage
+actions, the kill switch, decisions. Each action endpoint calls one function of
+`controlplane.rollout.actions` or `.configs` (which audit and announce it); an
+`ActionError` becomes its HTTP answer in `controlplane.api`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
 from controlplane.auth.dependencies import require
@@ -23,10 +22,11 @@ from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
-from controlplane.rollout import actions, flags, service
+from controlplane.rollout import actions, configs, flags, service
 from controlplane.rollout.flagcopy import FlagCopy
 from controlplane.rollout.flagstream import BUSY_RETRY_SECONDS, FlagStream, StreamSlots
 from controlplane.rollout.schemas import (
+    ActionIn,
     AppliedOut,
     DecisionOut,
     DecisionsOut,
@@ -34,7 +34,10 @@ from controlplane.rollout.schemas import (
     FlagOut,
     FlagsOut,
     GateOut,
+    KillIn,
+    PromoteIn,
     TaskDetailOut,
+    UnblockIn,
     UnblockOut,
 )
 
@@ -192,7 +195,7 @@ async def apply_task(
     raw = _parse(body, request.headers.get("content-type", ""))
 
     (applied,) = await run_in_threadpool(
-        actions.apply_tasks, request.app.state.engine, [raw], actor=principal.name
+        configs.apply_tasks, request.app.state.engine, [raw], actor=principal.name
     )
     return ORJSONResponse(
         {
@@ -240,36 +243,6 @@ def get_task(
 tasks_router = APIRouter(prefix="/v1/tasks", tags=["rollout"])
 decisions_router = APIRouter(prefix="/v1/decisions", tags=["rollout"])
 kill_router = APIRouter(prefix="/v1/kill", tags=["rollout"])
-
-
-class ActionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
-    force: bool = False
-
-
-class PromoteIn(ActionIn):
-    expected_stage: str | None = Field(
-        None,
-        max_length=100,
-        description="The stage the caller saw: `shadow`, `canary` (any step), "
-        "`canary:<edge percent>` (that step); 409 when the task has moved since.",
-    )
-
-
-class UnblockIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str = Field(min_length=1, max_length=200)
-    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
-    force: bool = Field(
-        False,
-        description="Lift it without a passing run on the regression eval set (audited).",
-    )
-
-
-class KillIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=actions.REASON_MAX_CHARS)
 
 
 def _engine(request: Request) -> Engine:

@@ -1,14 +1,49 @@
-"""What the rollout API answers: flags, the gate, decisions, task views and actions."""
+"""What the rollout API takes and answers: people's actions in, flags, the gate,
+decisions, task views and action results out."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.catalog.schemas import TaskOut
 from controlplane.metrics.schemas import WindowRow
+
+# The longest reason a person's action takes: the request bodies below declare it, and
+# `controlplane.rollout.actions.check_reason` refuses a longer one at every door.
+REASON_MAX_CHARS = 2000
+
+
+class ActionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
+    force: bool = False
+
+
+class PromoteIn(ActionIn):
+    expected_stage: str | None = Field(
+        None,
+        max_length=100,
+        description="The stage the caller saw: `shadow`, `canary` (any step), "
+        "`canary:<edge percent>` (that step); 409 when the task has moved since.",
+    )
+
+
+class UnblockIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
+    force: bool = Field(
+        False,
+        description="Lift it without a passing run on the regression eval set (audited).",
+    )
+
+
+class KillIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
 
 
 class FlagOut(BaseModel):

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 from controlplane.catalog import repository as catalog
 from controlplane.evalsets.service import list_runs
 from controlplane.models import BlockedModel, Task
-from controlplane.rollout.actions import config_now
 from controlplane.rollout.explain import promoted_to
 from controlplane.rollout.service import gate
+from controlplane.rollout.stages import config_now
 
 
 def shown_stage(task: Task, canary_steps: list[int]) -> str:

@@ -32,7 +32,8 @@ from controlplane.ingest.validation import validate_body
 from controlplane.migrate import upgrade
 from controlplane.models import Task
 from controlplane.review import actions as review
-from controlplane.rollout.actions import apply_tasks, promote
+from controlplane.rollout.actions import promote
+from controlplane.rollout.configs import apply_tasks
 from controlplane.scheduler import run_pass
 from controlplane.sim.profiles import generate
 from controlplane.sim.reviewer import SimulatedReviewer

@@ -17,6 +17,8 @@ from controlplane.db import session_scope
 from controlplane.errors import ActionError
 from controlplane.models import Decision, Flag, Task
 from controlplane.rollout import actions
+from controlplane.rollout.configs import apply_tasks
+from controlplane.rollout.evaluation import evaluate_rollout
 from tests.conftest import Api, make_api
 from tests.test_isolation import config, store_broken_config
 
@@ -71,7 +73,7 @@ def promotes(api: Api, task: str) -> int:
 def test_two_promotes_expecting_the_same_stage_one_wins_one_gets_409(api: Api) -> None:
     steps = {"canary_steps": [5, 50]}
     for name in ("raced", "unguarded"):
-        actions.apply_tasks(api.engine, [{**config(name), "promotion": steps}], actor="test")
+        apply_tasks(api.engine, [{**config(name), "promotion": steps}], actor="test")
 
     def promote(task: str, expected: str | None) -> Callable[[], Any]:
         return lambda: actions.promote(
@@ -106,7 +108,7 @@ def test_the_kill_switch_and_flag_publishers_hammered_at_once_never_deadlock_or_
     api: Api,
 ) -> None:
     for name in ("busy_a", "busy_b"):
-        actions.apply_tasks(api.engine, [config(name)], actor="test")
+        apply_tasks(api.engine, [config(name)], actor="test")
     stop = threading.Event()
     statuses: Counter[int] = Counter()
     errors: list[BaseException] = []
@@ -155,7 +157,7 @@ def test_the_kill_switch_and_flag_publishers_hammered_at_once_never_deadlock_or_
         for task_id in ids:
             in_transaction(
                 api.engine,
-                lambda s, t=task_id: actions.evaluate_rollout(s, t, veto=VETO),  # type: ignore[misc]
+                lambda s, t=task_id: evaluate_rollout(s, t, veto=VETO),  # type: ignore[misc]
             )
 
     threads = [
@@ -178,7 +180,7 @@ def test_the_kill_switch_and_flag_publishers_hammered_at_once_never_deadlock_or_
 
 
 def test_a_kill_reaches_the_flag_of_a_task_whose_stored_config_does_not_parse(api: Api) -> None:
-    actions.apply_tasks(api.engine, [config("broken_task")], actor="test")
+    apply_tasks(api.engine, [config("broken_task")], actor="test")
     actions.promote(api.engine, "broken_task", actor="test", reason="go", force=True, veto=VETO)
     store_broken_config(api.engine, "broken_task")
 
@@ -211,7 +213,7 @@ def test_every_flag_writer_takes_the_flag_state_before_the_task(api: Api, action
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
-    actions.apply_tasks(api.engine, [config("locked_task")], actor="test")
+    apply_tasks(api.engine, [config("locked_task")], actor="test")
     if action == "rollback":
         actions.promote(api.engine, "locked_task", actor="t", reason="go", force=True, veto=VETO)
     run: Callable[[], Any] = {
@@ -220,7 +222,7 @@ def test_every_flag_writer_takes_the_flag_state_before_the_task(api: Api, action
         ),
         "rollback": lambda: actions.rollback(api.engine, "locked_task", actor="t", reason="r"),
         "kill": lambda: actions.kill(api.engine, actor="t", reason="drill"),
-        "apply": lambda: actions.apply_tasks(
+        "apply": lambda: apply_tasks(
             api.engine, [{**config("locked_task"), "shadow_rate": 0.5}], actor="t"
         ),
     }[action]
@@ -267,7 +269,7 @@ def test_the_policy_rolling_back_while_the_kill_switch_is_thrown_and_lifted(api:
 
     rounds = ["racing_a", "racing_b", "racing_c"]
     for name in rounds:
-        actions.apply_tasks(api.engine, [regressing(name)], actor="test")
+        apply_tasks(api.engine, [regressing(name)], actor="test")
         actions.promote(api.engine, name, actor="test", reason="go", force=True, veto=VETO)
     start = rewind(api, windows=3 * len(rounds) + 3)
     total: Counter[str] = Counter()

@@ -29,6 +29,7 @@ from controlplane.models import Alert, AuditEntry, OutboxEvent, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import webhook_body
 from controlplane.rollout import actions, repository
+from controlplane.rollout.configs import apply_tasks
 from tests.conftest import Api, cloned_database
 from tests.liveapi import Done, run_cli
 from tests.test_isolation import config
@@ -115,7 +116,7 @@ def written(api: Api, since: Marks, names: dict[str, str]) -> dict[str, Any]:
 
 
 def create_task(api: Api, name: str, stage: str = "shadow") -> None:
-    actions.apply_tasks(api.engine, [{**config(name), "stage": "shadow"}], actor="setup")
+    apply_tasks(api.engine, [{**config(name), "stage": "shadow"}], actor="setup")
     if stage == "canary":
         actions.promote(api.engine, name, actor="setup", reason="setup", force=True, veto=VETO)
 
@@ -320,7 +321,7 @@ def test_task_apply_writes_the_same_through_every_door(api: Api, door: str, tmp_
         cli(api, "tasks", "apply", "-f", str(path))
     by_door = written(api, before, {door_task: "<task>", actor_of(door, api): "<actor>"})
     before = marks(api)
-    actions.apply_tasks(api.engine, [config(direct_task)], actor=ACTOR)
+    apply_tasks(api.engine, [config(direct_task)], actor=ACTOR)
     by_function = written(api, before, {direct_task: "<task>", ACTOR: "<actor>"})
     assert [a["action"] for a in by_door["audit"]] == ["task.create"]
     # A config is no decision, but it is a change: audited and announced.
@@ -384,7 +385,7 @@ def _regressed(api: Api, task: str, start: datetime) -> datetime:
     from tests.rollout.test_rollback_e2e import config as regressing
     from tests.windowdata import post_all
 
-    actions.apply_tasks(api.engine, [regressing(task)], actor="setup")
+    apply_tasks(api.engine, [regressing(task)], actor="setup")
     actions.promote(api.engine, task, actor="setup", reason="setup", force=True, veto=VETO)
     with session_scope(api.engine) as session:
         earlier = start - timedelta(hours=1)

@@ -16,7 +16,7 @@ from controlplane.client.routing import route
 from controlplane.client.sticky import sticky_bucket
 from controlplane.db import session_scope
 from controlplane.models import OutboxEvent, Task
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api
 from tests.windowdata import post_all

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from controlplane.db import session_scope
 from controlplane.models import Task
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all

@@ -59,7 +59,7 @@ def test_healthz_answers_within_a_second_while_a_mib_of_hostile_text_is_read(
     sqlite_url: str, tmp_path: Path, max_chars: int | None
 ) -> None:
     from controlplane.db import get_engine, session_scope
-    from controlplane.rollout.actions import apply_config
+    from controlplane.rollout.configs import apply_config
 
     with session_scope(get_engine(sqlite_url)) as session:
         apply_config(session, TEXT_TASK, actor="test")

@@ -19,7 +19,7 @@ from controlplane.review import actions
 from controlplane.review.labels import PAIR_VERDICTS
 from controlplane.review.progress import reviewer_progress
 from controlplane.review.repository import item_labels
-from controlplane.rollout.actions import apply_tasks
+from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
 from dashboard import reviewing
 from tests.dashboard.conftest import APP, Seeded, open_page, page_text, shown

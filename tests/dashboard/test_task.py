@@ -19,6 +19,7 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.review.accuracy import list_windows
 from controlplane.rollout import actions
+from controlplane.rollout.configs import apply_tasks
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from controlplane.scheduler import run_pass
@@ -86,7 +87,7 @@ def test_a_consecutive_rollback_shows_its_evidence_table(seeded: Seeded) -> None
     named["rollback"]["detector"] = "consecutive"
     engine = seeded.engine
     actions.rearm(engine, ROLLED_BACK, actor="test", reason="judge again under consecutive")
-    actions.apply_tasks(engine, [named], actor="test")
+    apply_tasks(engine, [named], actor="test")
     actions.promote(engine, ROLLED_BACK, actor="test", reason="again", veto=0.7, force=True)
     from sqlalchemy import update
 
@@ -240,7 +241,7 @@ def test_config_versions_side_by_side_with_what_changed(seeded: Seeded) -> None:
     document = copy.deepcopy(next(c for c in CONFIGS if c["task"] == ROLLED_BACK))
     before = document["review"]["quota_per_window"]
     document["review"]["quota_per_window"] = before + 4
-    applied = actions.apply_tasks(seeded.engine, [document], actor="admin")
+    applied = apply_tasks(seeded.engine, [document], actor="admin")
     assert applied[0].version == 2
     at = on_task(seeded, "read", ROLLED_BACK)
     text = page_text(at)
@@ -320,7 +321,7 @@ def test_route_accuracy_apart_and_alerts_once_labels_close_a_window(seeded: Seed
 
 def test_a_task_without_results_says_what_to_expect_in_sentences(seeded: Seeded) -> None:
     document = {"task": "new_task", "comparator": {"kind": "exact"}}
-    actions.apply_tasks(seeded.engine, [document], actor="admin")
+    apply_tasks(seeded.engine, [document], actor="admin")
     at = open_page(seeded, "read", TASK_PAGE)
     at.query_params["task"] = "new_task"
     at.run()

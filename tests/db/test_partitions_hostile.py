@@ -548,7 +548,7 @@ def test_review_sampling_finds_payloads_in_a_day_and_in_the_default_partition(
     pg_api: Api, days_back: int, partition: str
 ) -> None:
     from controlplane.models import ReviewItem
-    from controlplane.rollout.actions import apply_config
+    from controlplane.rollout.configs import apply_config
     from controlplane.scheduler import run_pass
     from tests.review.test_sampler import LATENESS, WINDOW, config, window_results
 

@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from controlplane.client.reporter import ResultReporter
 from controlplane.db import get_engine, session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import make_result
 from tests.drills.servers import Celery, PgServer, celery_env, poll
 from tests.liveapi import ApiServer, RedisServer, seed

@@ -22,7 +22,7 @@ import redis
 from sqlalchemy import Connection, text
 
 from controlplane.db import session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.drills.servers import Celery, PgServer, celery_env, poll, waiting_on_lock
 from tests.liveapi import RedisServer

@@ -20,7 +20,7 @@ from controlplane.evalsets import actions, service
 from controlplane.evalsets.items import SCHEMA, item_id, schema_bytes
 from controlplane.ingest.retention import prune
 from controlplane.models import AuditEntry, EvalItem, OutboxEvent, Result
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import (
     T0,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from controlplane.cli import app
 from controlplane.db import session_scope
 from controlplane.evalsets import service
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import TASK, TASK_CONFIG, cli_env, label_by_truth, post_tickets
 

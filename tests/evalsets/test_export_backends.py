@@ -13,7 +13,7 @@ import pytest
 from controlplane.db import session_scope
 from controlplane.evalsets import actions, service
 from controlplane.evalsets.items import canonical, canonical_number, item_id
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import make_api, make_result
 from tests.evalsets.helpers import T0, cloud_verdict, label, queue
 

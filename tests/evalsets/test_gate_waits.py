@@ -19,7 +19,7 @@ from controlplane.evalsets import actions, service
 from controlplane.evalsets.gate import check_unblock
 from controlplane.models import Decision, ReviewItem, Task
 from controlplane.rollout import repository as rollout
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import (
     T0,

@@ -20,7 +20,7 @@ from controlplane.db import session_scope
 from controlplane.evalsets import actions as evalset_actions
 from controlplane.evalsets import service
 from controlplane.review import actions as review_actions
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all

@@ -18,7 +18,7 @@ from controlplane.evalsets import actions, service
 from controlplane.evalsets.gate import check_unblock
 from controlplane.models import AuditEntry, OutboxEvent, Task
 from controlplane.review import actions as review
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import LABELS, T0, TASK, TASK_CONFIG, post_tickets, queue
 

@@ -20,7 +20,7 @@ from controlplane.evalsets import actions
 from controlplane.models import AuditEntry, ReviewItem, Task
 from controlplane.review import actions as review
 from controlplane.rollout import repository
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import cli_env
 from tests.rollout.test_rollback_e2e import close, config, promote, rewind, window_results

@@ -15,7 +15,7 @@ from controlplane.compare.comparators import REGISTRY, Comparator, Comparison, c
 from controlplane.db import json_text, session_scope
 from controlplane.ingest import scoring, service, validation
 from controlplane.models import Result
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
 
 DEEP_JSON_TEXT = "[" * 5000 + "]" * 5000  # under compare_max_chars, far deeper than json reads

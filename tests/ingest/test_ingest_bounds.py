@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from controlplane.db import session_scope
 from controlplane.models import Result
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api, make_result
 
 

@@ -28,7 +28,7 @@ from controlplane.compare import native
 from controlplane.compare.conservation import read, read_python
 from controlplane.compare.redaction import Masker
 from controlplane.db import session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api, make_result
 from tests.ingest import test_linear_time
 from tests.ingest.native_support import PIECES

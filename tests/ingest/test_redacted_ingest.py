@@ -19,7 +19,7 @@ from controlplane.compare.comparators import compare
 from controlplane.db import make_engine, session_scope
 from controlplane.ingest import service
 from controlplane.models import Payload
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api, make_result
 

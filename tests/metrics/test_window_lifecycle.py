@@ -108,7 +108,7 @@ def test_a_window_computed_twice_has_one_row_per_bucket_with_the_same_values(
 def test_two_jobs_computing_one_window_at_once_leave_one_row_per_bucket(
     pg_url: str,
 ) -> None:
-    from controlplane.rollout.actions import apply_config
+    from controlplane.rollout.configs import apply_config
     from tests.conftest import make_api
     from tests.windowdata import METRICS_TASK
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from controlplane.client import verify_signature
 from controlplane.db import session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import make_api
 from tests.liveapi import run_cli

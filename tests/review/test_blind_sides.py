@@ -14,7 +14,7 @@ from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
 from controlplane.models import ReviewItem
 from controlplane.review.blind import blind_diff, view
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import make_api, make_result
 from tests.windowdata import post_all

@@ -15,7 +15,7 @@ from controlplane.models import ReviewItem, ReviewLabel
 from controlplane.review import actions
 from controlplane.review.accuracy import Drawn, Vote, window_accuracy
 from controlplane.review.queue import MAX_CORRECTIONS
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK, make_api
 from tests.review.queuedata import T0, add_items
 

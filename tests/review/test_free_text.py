@@ -17,7 +17,7 @@ from controlplane.errors import ActionError
 from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip
 from controlplane.review import actions
 from controlplane.review.queue import MAX_NOTE, MAX_REASON
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK, make_api
 from tests.review.queuedata import T0, add_items
 

@@ -15,7 +15,7 @@ from controlplane.db import get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.models import AuditEntry, ReviewItem, ReviewLabel, ReviewSkip
 from controlplane.review import actions
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import INVOICE_TASK, TICKET_TASK
 from tests.review.queuedata import T0, add_items
 

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from controlplane.db import get_engine, session_scope
 from controlplane.review import actions
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK
 from tests.review.queuedata import T0, add_items
 

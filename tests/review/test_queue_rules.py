@@ -16,7 +16,7 @@ from controlplane.errors import ActionError
 from controlplane.models import AuditEntry, ReviewItem, ReviewLabel
 from controlplane.review import actions
 from controlplane.review.labels import consensus
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import TICKET_TASK, Api, make_api
 from tests.review.queuedata import T0, add_items
 

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 
 from controlplane.db import session_scope
 from controlplane.models import BlockedModel, Decision, OutboxEvent, ReviewItem, Task
-from controlplane.rollout import actions as rollout_actions
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout import evaluation
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api
 from tests.rollout.test_rollback_e2e import close, config, promote, rewind, window_results
@@ -68,7 +68,7 @@ def test_a_failing_regression_queue_undoes_the_whole_rollback(
         if k < 2:
             assert close(api, start, k).decisions == []
 
-    real = rollout_actions.queue_regression
+    real = evaluation.queue_regression
     queued: list[int] = []
 
     def queue_then_fail(session: Any, *args: Any, **kwargs: Any) -> int:
@@ -78,7 +78,7 @@ def test_a_failing_regression_queue_undoes_the_whole_rollback(
         queued.append(done)
         raise RuntimeError("regression queue failed")
 
-    monkeypatch.setattr(rollout_actions, "queue_regression", queue_then_fail)
+    monkeypatch.setattr(evaluation, "queue_regression", queue_then_fail)
     # The sampler's own transaction for the last window runs (and commits) before the rules.
     before_fire = _state(api)
     report = close(api, start, 2)

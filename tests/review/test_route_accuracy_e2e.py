@@ -24,7 +24,7 @@ from controlplane.db import session_scope
 from controlplane.models import OutboxEvent, ReviewItem, RouteAccuracyWindow, Task
 from controlplane.review import actions as review
 from controlplane.review.schemas import AgreementOut, CalibrationOut, RouteAccuracyOut
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, cloned_database, make_api, make_result
 from tests.windowdata import post_all

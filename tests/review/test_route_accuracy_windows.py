@@ -21,7 +21,7 @@ from controlplane.models import (
     Task,
 )
 from controlplane.review.accuracy import refresh_route_accuracy
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 
 HOUR = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 LATENESS = 600

@@ -25,7 +25,7 @@ from controlplane.review.sampler import (
     queue_regression,
     sample_closed_windows,
 )
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all

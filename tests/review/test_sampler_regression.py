@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from controlplane.db import session_scope
 from controlplane.models import Decision, Payload, Result, ReviewItem, Task
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.rollout.test_rollback_e2e import WINDOW, close, config, promote, rewind, window_results
 from tests.windowdata import post_all

@@ -13,7 +13,8 @@ from sqlalchemy import select
 from controlplane.catalog.service import runtimes
 from controlplane.db import session_scope
 from controlplane.models import Decision, OutboxEvent, Task
-from controlplane.rollout.actions import apply_config, evaluate_rollout
+from controlplane.rollout.configs import apply_config
+from controlplane.rollout.evaluation import evaluate_rollout
 from tests.conftest import Api, make_api
 from tests.liveapi import wait_until
 from tests.rollout.test_rollback_e2e import close, config, promote, rewind, window_results

@@ -26,7 +26,7 @@ from openfeature.flag_evaluation import FlagEvaluationDetails, Reason
 from controlplane.auth.service import create_key
 from controlplane.client.sticky import sticky_bucket
 from controlplane.db import get_engine, session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.liveapi import ApiServer
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.db import session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 
 

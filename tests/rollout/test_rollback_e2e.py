@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controlplane.db import session_scope
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all

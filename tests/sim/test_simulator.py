@@ -98,7 +98,7 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
     live_api: tuple[str, Api], tmp_path: Path
 ) -> None:
     base, api = live_api
-    from controlplane.rollout.actions import apply_config
+    from controlplane.rollout.configs import apply_config
 
     with session_scope(api.engine) as session:
         apply_config(

@@ -17,6 +17,7 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import plan
 from controlplane.models import Alert, AuditEntry, Decision, OutboxEvent, Task
 from controlplane.rollout import actions
+from controlplane.rollout.configs import apply_tasks
 from controlplane.scheduler import run_pass
 from controlplane.settings import Settings
 from tests.conftest import Api, cloned_database, make_api
@@ -43,7 +44,7 @@ def setup(api: Api) -> None:
         {**config("eager"), "promotion": {**gentle, "auto_promote": True, "canary_steps": [50]}},
         {**config("silent"), "stage": "shadow"},
     ]
-    actions.apply_tasks(api.engine, documents, actor="test")
+    apply_tasks(api.engine, documents, actor="test")
     actions.promote(api.engine, "breaching", actor="test", reason="go", force=True, veto=VETO)
 
 

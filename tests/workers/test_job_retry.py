@@ -16,7 +16,7 @@ import controlplane.scheduler
 import workers.jobs
 from controlplane.db import session_scope
 from controlplane.models import Task, Window
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
 from tests.test_isolation import LATENESS, WINDOW, config, first_future_window, window_results

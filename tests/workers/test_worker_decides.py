@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 from controlplane.db import session_scope
 from controlplane.models import Task
-from controlplane.rollout.actions import apply_config
+from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
 from tests.rollout.test_rollback_e2e import (

@@ -1,0 +1,133 @@
+"""A stage change in the caller's transaction, shared by the policy pass and people's
+actions: the stage, its flag, the decision, the audit entry; announcing a decision through
+the outbox; and a task's config read now, which a flag is derived from
+(docs/evidence.md, "Rollouts"; the lock order in docs/decisions.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controlplane.audit.service import record
+from controlplane.catalog import repository as catalog_repository
+from controlplane.catalog.schemas import TaskConfig, parse_config
+from controlplane.models import Decision, Task
+from controlplane.models.base import utcnow
+from controlplane.notify.documents import decision_document
+from controlplane.notify.outbox import add_event
+from controlplane.rollout import flags, repository
+from controlplane.rollout import gate as gates
+from controlplane.rollout.explain import promoted_to
+from controlplane.rollout.service import decision_view
+
+
+def config_now(session: Session, task: Task) -> TaskConfig | None:
+    """The task's current config, read and parsed now (not through the per-process cache,
+    which may lag a config applied a moment ago): what a flag must be derived from. None
+    when the stored config does not parse."""
+    stored = catalog_repository.config_version(session, task.id, task.config_version)
+    if stored is None:
+        return None
+    try:
+        return parse_config(stored.config)
+    except Exception:  # a ConfigError, or whatever an odd stored document raises
+        return None
+
+
+def announce(session: Session, decision: Decision, task: str | None) -> dict[str, Any]:
+    """The decision's view, written to the outbox in this transaction; returns the view."""
+    view = decision_view(decision, task)
+    add_event(session, kind="decision", task=task, document=decision_document(view))
+    return view
+
+
+def change_stage(
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    *,
+    stage: str,
+    action: str,
+    actor: str,
+    reason: str,
+    canary_step: int = 0,
+    rule: str | None = None,
+    bucket: str | None = None,
+    evidence: dict[str, Any] | None = None,
+    dedupe_key: str | None = None,
+    at: datetime | None = None,
+) -> Decision:
+    """Move the task to `stage` with its flag, decision and audit entry, in this
+    transaction. The caller holds the flag state and the task (in that order).
+
+    `at` is the clock of the pass that decided (a person's action: now); windows that
+    start from then on are the new stage's evidence."""
+    before = repository.flag_version(session, task.id)
+    stage_before = task.stage
+    task.stage, task.canary_step = stage, canary_step
+    now = at or utcnow()
+    task.stage_changed_at = now
+    task.updated_at = now
+    # The input-length baseline is the one of the new stage (docs/evidence.md).
+    task.input_p95_baseline = None
+    session.flush()
+    flags.publish(session, task, config, reason)
+    decision = Decision(
+        task_id=task.id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        rule=rule,
+        bucket=bucket,
+        stage_before=stage_before,
+        stage_after=stage,
+        flag_version_before=before,
+        flag_version_after=repository.flag_version(session, task.id),
+        created_at=now,
+        evidence={"config_version": task.config_version, **(evidence or {})},
+        dedupe_key=dedupe_key,
+    )
+    session.add(decision)
+    session.flush()
+    record(
+        session,
+        actor=actor,
+        action=f"task.{action}",
+        task=task.name,
+        details={
+            "decision": decision.id,
+            "from": stage_before,
+            "to": stage,
+            "reason": reason,
+            **({"forced": True} if (evidence or {}).get("forced") else {}),
+        },
+    )
+    return decision
+
+
+def promote_next(
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    *,
+    actor: str,
+    why: str,
+    evidence: dict[str, Any],
+    at: datetime | None = None,
+) -> Decision:
+    """One stage on: a person's promotion and the policy's auto-promotion alike."""
+    stage, step = gates.next_stage(task.stage, task.canary_step, config)
+    return change_stage(
+        session,
+        task,
+        config,
+        stage=stage,
+        action="promote",
+        actor=actor,
+        reason=f"promoted to {promoted_to(stage, step, config)}: {why}",
+        canary_step=step,
+        evidence=evidence,
+        at=at,
+    )
