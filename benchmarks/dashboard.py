@@ -61,10 +61,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
-from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.ingest.buckets import bucket_labels  # noqa: E402
+from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.metrics.fields import ALL  # noqa: E402
 from controlplane.metrics.whatif import whatif  # noqa: E402
 from controlplane.rollout.actions import promote  # noqa: E402

@@ -56,9 +56,9 @@ from sqlalchemy import select
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.client import FlagClient, sticky_bucket  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.migrate import upgrade  # noqa: E402
 from controlplane.models import Task  # noqa: E402
 from controlplane.rollout import actions, flagbus  # noqa: E402

@@ -56,7 +56,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
-from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
@@ -66,6 +65,7 @@ from controlplane.ingest.repository import (  # noqa: E402
 )
 from controlplane.ingest.scoring import score  # noqa: E402
 from controlplane.ingest.validation import parse_result  # noqa: E402
+from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.models import Result  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402

@@ -60,9 +60,9 @@ from benchmarks._support import (  # noqa: E402
     start_services,
     stop_services,
 )
-from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.models import Task, Window  # noqa: E402
 from controlplane.review.sampler import draw, sample_window  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402

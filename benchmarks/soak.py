@@ -62,8 +62,8 @@ from benchmarks._support import (  # noqa: E402
     start_services,
     stop_services,
 )
-from controlplane.auth.service import create_key  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim import runner  # noqa: E402
 from controlplane.sim.profiles import GENERATORS  # noqa: E402

@@ -161,7 +161,7 @@ def keys_create(
     ],
 ) -> None:
     """Create an API key; the key is printed once, alone on the last line."""
-    from controlplane.auth.actions import create_key
+    from controlplane.keys.actions import create_key
 
     key, plaintext = _do(lambda engine: create_key(engine, name=name, scopes=scope, actor=_actor()))
     typer.echo(
@@ -173,8 +173,8 @@ def keys_create(
 @keys_app.command("list")
 def keys_list() -> None:
     """List keys (name, prefix, scopes, state); never the keys themselves."""
-    from controlplane.auth.service import list_keys
     from controlplane.db import get_engine, session_scope
+    from controlplane.keys.service import list_keys
 
     with session_scope(get_engine()) as session:
         for key in list_keys(session):
@@ -185,7 +185,7 @@ def keys_list() -> None:
 @keys_app.command("revoke")
 def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
     """Revoke a key; every API process stops accepting it within 5 seconds."""
-    from controlplane.auth.actions import revoke_key
+    from controlplane.keys.actions import revoke_key
 
     _do(lambda engine: revoke_key(engine, name=name, actor=_actor()))
     typer.echo(f"revoked {name!r}")

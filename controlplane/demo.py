@@ -28,10 +28,10 @@ import uvicorn
 import yaml
 
 from controlplane.api import create_app
-from controlplane.auth.service import create_key
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
 from controlplane.ingest.repository import conflict_ids
+from controlplane.keys.service import create_key
 from controlplane.migrate import ROOT, upgrade
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings, get_settings

@@ -34,8 +34,8 @@ from sqlalchemy.pool import NullPool
 
 from controlplane.api import create_app
 from controlplane.auth.scopes import SCOPES
-from controlplane.auth.service import create_key
 from controlplane.db import get_engine, session_scope
+from controlplane.keys.service import create_key
 from controlplane.migrate import upgrade
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings

@@ -66,8 +66,8 @@ def wait_until(
 
 def new_keys(url: str, **scopes: list[str]) -> dict[str, str]:
     """Keys with the given scopes (name=scopes), created in the database at `url`."""
-    from controlplane.auth.service import create_key
     from controlplane.db import get_engine, session_scope
+    from controlplane.keys.service import create_key
 
     with session_scope(get_engine(url)) as session:
         return {

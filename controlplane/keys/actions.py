@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from controlplane.auth import service
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
+from controlplane.keys import service
 from controlplane.models import ApiKey
 from controlplane.notify.documents import change_document
 from controlplane.notify.outbox import add_event

@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy import func, select
 
 from controlplane.alerts import actions as alert_actions
-from controlplane.auth import actions as key_actions
 from controlplane.db import session_scope
+from controlplane.keys import actions as key_actions
 from controlplane.models import Alert, AuditEntry, OutboxEvent, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import webhook_body

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select, text
 
 from controlplane.auth.scopes import SCOPES
-from controlplane.auth.service import create_key
 from controlplane.db import session_scope
+from controlplane.keys.service import create_key
 from controlplane.models.tasks import Task
 from controlplane.rollout import repository
 from tests.conftest import Api

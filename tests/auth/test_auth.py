@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from controlplane.auth.service import KeyCommandError, create_key, hash_key, revoke_key
+from controlplane.auth.service import hash_key
 from controlplane.db import session_scope
+from controlplane.keys.service import KeyCommandError, create_key, revoke_key
 from controlplane.models import ApiKey
 from tests.conftest import Api, make_api, make_result
 
@@ -95,7 +96,7 @@ def test_keys_are_stored_hashed(api: Api) -> None:
 
 
 def test_key_is_32_random_bytes() -> None:
-    from controlplane.auth.service import generate_key
+    from controlplane.keys.service import generate_key
 
     keys = {generate_key() for _ in range(100)}
     assert len(keys) == 100

@@ -14,14 +14,9 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.exc import OperationalError
 
-from controlplane.auth.service import (
-    KeyCache,
-    Principal,
-    create_key,
-    hash_key,
-    revoke_key,
-)
+from controlplane.auth.service import KeyCache, Principal, hash_key
 from controlplane.db import get_engine, make_sessionmaker, session_scope
+from controlplane.keys.service import create_key, revoke_key
 from tests.api.test_storage_outage import pgctl
 
 

@@ -12,8 +12,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from controlplane.auth.service import create_key
 from controlplane.db import session_scope
+from controlplane.keys.service import create_key
 from tests.auth.test_ratelimit import Queries, assert_429, key_reads_allowed, redis_url, replica
 from tests.conftest import Api, make_api, make_result
 

@@ -146,8 +146,8 @@ def test_a_router_key_with_ingest_and_flags_read_does_what_the_client_needs(
     scoped_api: Api,
 ) -> None:
     """`keys create --scope ingest --scope flags:read`: the Python client's calls pass."""
-    from controlplane.auth.service import create_key
     from controlplane.db import session_scope
+    from controlplane.keys.service import create_key
 
     api = scoped_api
     with session_scope(api.engine) as session:

@@ -19,8 +19,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from streamlit.testing.v1 import AppTest
 
-from controlplane.auth.actions import create_key
 from controlplane.db import get_engine, make_engine
+from controlplane.keys.actions import create_key
 from controlplane.migrate import upgrade
 from controlplane.sim.evalset_example import seed
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url

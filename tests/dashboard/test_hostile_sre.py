@@ -17,8 +17,8 @@ from sqlalchemy import select, update
 from streamlit.testing.v1 import AppTest
 
 from controlplane.alerts.service import list_alerts
-from controlplane.auth.actions import create_key
 from controlplane.db import session_scope
+from controlplane.keys.actions import create_key
 from controlplane.models import Alert, BlockedModel, Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.rollout import actions

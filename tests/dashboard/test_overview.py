@@ -15,9 +15,9 @@ from streamlit.testing.v1 import AppTest
 
 from controlplane.alerts.service import list_alerts
 from controlplane.audit.service import entries
-from controlplane.auth.actions import create_key
 from controlplane.catalog.service import list_task_views
 from controlplane.db import get_engine, session_scope
+from controlplane.keys.actions import create_key
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.models import Alert, Task

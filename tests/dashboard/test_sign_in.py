@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from controlplane.auth.actions import revoke_key
+from controlplane.keys.actions import revoke_key
 from dashboard import common
 from tests.dashboard.conftest import APP, Seeded, open_page, page_text, shown
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.auth.service import create_key
 from controlplane.db import session_scope
+from controlplane.keys.service import create_key
 from controlplane.review import actions
 from tests.conftest import make_api
 from tests.review.queuedata import add_items

@@ -23,9 +23,9 @@ from openfeature.evaluation_context import EvaluationContext
 from openfeature.exception import ErrorCode
 from openfeature.flag_evaluation import FlagEvaluationDetails, Reason
 
-from controlplane.auth.service import create_key
 from controlplane.client.sticky import sticky_bucket
 from controlplane.db import get_engine, session_scope
+from controlplane.keys.service import create_key
 from controlplane.rollout.configs import apply_config
 from tests.liveapi import ApiServer
 

@@ -170,8 +170,8 @@ def test_simulate_names_a_bad_scenario(tmp_path: Path) -> None:
 def test_the_simulator_keys_on_sticky_by_and_routes_only_what_it_finds_eligible(
     live_api: tuple[str, Api],
 ) -> None:
-    from controlplane.auth.service import create_key
     from controlplane.client import sticky_bucket
+    from controlplane.keys.service import create_key
     from controlplane.sim.profiles import ELIGIBLE_MAX_TOKENS
     from controlplane.sim.runner import stream
 
@@ -223,7 +223,7 @@ def test_the_simulator_keys_on_sticky_by_and_routes_only_what_it_finds_eligible(
 
 
 def test_the_simulator_serves_the_edge_where_the_flag_says(live_api: tuple[str, Api]) -> None:
-    from controlplane.auth.service import create_key
+    from controlplane.keys.service import create_key
     from controlplane.sim.runner import stream
 
     base, api = live_api

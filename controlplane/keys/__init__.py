@@ -1,0 +1,1 @@
+"""API keys as people manage them: create, list, revoke; each change audited and announced."""
