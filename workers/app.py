@@ -34,7 +34,9 @@ def make_celery(settings: Settings) -> Celery:
         timezone="UTC",
         enable_utc=True,
         broker_connection_retry_on_startup=True,
-        # A job queued but never started for this long is stale: the next plan queues it again.
+        # A job running longer than this is killed (its pool process replaced) and acknowledged
+        # as failed, not delivered again: the beat's next pass queues its work again. Shorter
+        # than the visibility timeout, so a job still running is never redelivered.
         task_time_limit=600,
         # An unacknowledged job (its worker gone) is delivered again after this long: longer
         # than any job may run, so a running job is never handed to a second worker.

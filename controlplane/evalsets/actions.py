@@ -1,4 +1,4 @@
-"""People's actions on eval sets, whichever door calls them (API, CLI, later the dashboard):
+"""People's actions on eval sets, whichever door calls them (API, CLI, dashboard):
 backfill and storing a run. Each is one transaction with its audit entry and, when it
 changed something, an outbox `change` event."""
 
