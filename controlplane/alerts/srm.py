@@ -1,28 +1,8 @@
 """The sample-ratio check: do the routers follow the flag they report? Pure.
 
-A router that ignores its flag for some of its traffic skews every metric of a canary (the
-edge is judged on requests it was never meant to see), so the SRE must hear about it
-(docs/evidence.md, "Windows, metrics and alerts").
-
-Per closed window of a task in canary, every request is judged against the routing rule
-(`controlplane.client.routing`) under the flag version it reports, which decides its side
-exactly. It is expected on the cloud when it reports no flag version or one the flag history
-does not know (no flag, or an unreadable one: cloud), when that version keeps every request
-on the cloud (a stage other than canary or full, or the kill switch), when the router
-itself found it ineligible (`decision` cloud), when its input is over the version's
-`max_input_tokens`, and in canary when ingest stored no sticky bucket (the request had no
-key the version's `sticky_by` names); otherwise on the edge in full, and in canary when its
-bucket is below the version's `edge_percent`. The expected edge share of the window is the
-fraction of requests so expected on the edge. A chi-square goodness-of-fit test (1 degree
-of freedom) compares the observed edge attempts (`served == "edge"` or `degraded`) with
-that share. Expecting per request, rather than from `edge_percent` alone, means the
-sessions a window happens to hold cannot raise the alarm: a faithful router meets the
-expectation exactly, however its traffic clusters into sessions; a router that sends the
-edge what the rule keeps on the cloud for any reason moves the share.
-
-Only requests whose bucket was computed from another key than their version's `sticky_by`
-(the task's `sticky_by` changed in between) are not judged when their side depends on the
-bucket; they are counted and named in the sentence.
+Each request of a closed canary window is judged against the routing rule under the flag
+version it reports; a chi-square test compares the observed edge share with the share so
+expected (docs/evidence.md, "Windows, metrics and alerts", `srm`).
 """
 
 from __future__ import annotations

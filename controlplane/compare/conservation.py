@@ -1,36 +1,7 @@
-"""What a rewrite must conserve, read off a text with rules, no model (Chinese and English).
-
-A good rewrite (cleaning, reformatting, colloquial to formal) changes wording but keeps
-meaning. `text_conservation` therefore checks what carries meaning and is cheap to read
-exactly: the number of sentences, the length (within bounds), the negations and the
-numbers (as multisets) and the named spans (as a set). Each reader here is a pure function
-of one text; the comparator puts two readings side by side.
-
-Choices, where the language leaves room:
-- Sentences end at 。！？!? and at "." followed by a space or the end (not in 3.5, e.g.,
-  Mr., Dec.). Closing quotes and brackets after the end belong to the sentence. An ellipsis
-  (… …… ...) is a pause, not an end, unless it closes the text.
-- Length counts CJK characters one each, Latin words one each and numbers one each
-  however spelt (百分之五 = 5%), so mixed text and numeral rewrites compare fairly.
-- Negations: 不 没(有) 无 未 非 别 莫 勿 否, with the common words that only contain
-  them (非常 无论 别人 未来 否则 …) left out; no not never none nothing nobody nowhere
-  neither nor without cannot unable and n't. "can't", "cannot", "unable" and "not" are one
-  word. The comparator compares how many each language holds (a rewrite may trade 没有 for
-  暂无, or "no" for "not"); its diff shows the words.
-- Numbers are normalised to one spelling: digits (full-width too), thousands separators,
-  decimals, percentages (5% = 百分之五 = 5 percent), Chinese numerals (三百 = 300,
-  两千五 = 2500, 一点五 = 1.5) and 万/亿 after digits (2.5万 = 25000). A lone 一 … 九 is
-  a number only before a measure word (三个, 五元), after 第, or in a range (三到五天), so
-  一起 or 一样 are not numbers. A number with a unit or ordinal ending (3pm, 5th, 10kg) is
-  a number, not an ID.
-  Digits inside emails, URLs and ID-like tokens belong to those spans, not to numbers. A
-  number spelt with more than 4,300 digits is not read.
-- Named spans: quoted spans (“…” 「…」 『…』 《…》 "…" '…'), runs of capitalised Latin
-  words (a single capitalised word opening a sentence is not a name, and an opening word
-  such as Hi, Dear or The is dropped from the run: "Hi John" names John; Dec and Tue are
-  December and Tuesday), ID-like tokens
-  (letters with digits), emails, URLs and phone numbers (in one spelling, so 138 0013 8000
-  and +86 13800138000 are the same name, and their digits are not read as numbers).
+"""What a rewrite must conserve, read off a text with rules, no model (Chinese and English):
+sentence count, length, negations, numbers and named spans. Each reader is a pure function
+of one text, the reference of the compiled reader; the comparator puts two readings side by
+side. The choices where the language leaves room: docs/evidence.md, "Comparators".
 """
 
 from __future__ import annotations

@@ -1,34 +1,7 @@
-"""Masking personal data in payload text before it is stored (`payload_policy: redacted`).
-
-Emails, phone numbers (Chinese mobile and landline, international, North American),
-national-ID-like numbers, bank-card-like numbers, IP addresses, ID-like tokens and long
-digit runs are replaced by typed, numbered placeholders: `<EMAIL_1>`, `<PHONE_2>`,
-`<IDCARD_1>`, `<CARD_1>`, `<IP_1>`, `<ID_3>`, `<NUM_2>`. One `Masker` serves one result,
-so the same value gets the same placeholder in its input, both outputs, the diff and the
-error messages: a reviewer still sees that two outputs name the same thing. Values are
-matched in a normal form (digits only for phones and cards, lower case for emails).
-The patterns read a view of the text, one character for one: every decimal digit
-(Arabic-Indic ١٣٨, Devanagari, full-width, mathematical) as its ASCII digit, non-breaking
-spaces as spaces, "＠" as "@"; digit groups may be joined by a space, "-", ".", "/" or a
-zero-width space, and emails may hold accented, Greek or Cyrillic letters.
-
-Masking is idempotent: placeholders are left as they are (only the placeholder shapes,
-`<EMAIL_1>`, `<TRUNCATED_9>`: digits inside other `<…>` are masked). Comparison runs on
-the original text; only masked text reaches the database.
-
-A string longer than `max_chars` (default MAX_CHARS) is masked on its first `max_chars`
-characters (less the end of a token cut in two, so no half of a secret is kept) and the
-rest is dropped, marked by `…<TRUNCATED_n>` where n is the number of characters dropped.
-
-Object keys are masked like values (`{"ann@example.com": 1}` → `{"<EMAIL_1>": 1}`). Two
-keys of one object that mask alike (ann@… and ANN@…) both stay: the later one gets a
-suffix, `<EMAIL_1>~2`, so no value is lost. JSON nested deeper than MAX_DEPTH raises a
-ValueError naming the depth.
-
-Every reader here runs in time linear in its text, whatever the text: emails are found
-from each "@" outwards (a regex starting at every letter would rescan the run before an
-"@" from each of its letters), and each ID-like token once, from its first digit run
-outwards, the scan then resuming past it.
+"""Masking personal data in payload text before it is stored (`payload_policy: redacted`):
+typed, numbered placeholders, one `Masker` per result so a value keeps its placeholder
+across the result's fields; idempotent, truncating past `max_chars`, and linear in the text.
+What is masked and how: docs/evidence.md, "Comparators".
 """
 
 from __future__ import annotations
