@@ -26,6 +26,7 @@ from controlplane.catalog.schemas import (
     parse_config,
 )
 from controlplane.compare.comparators import comparator_version
+from controlplane.errors import ActionError
 from controlplane.models import Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 
@@ -108,10 +109,21 @@ def _create(
     return Applied(task.name, 1, True, True, task.stage, document, task.id, config)
 
 
-def task_view(session: Session, name: str) -> dict[str, Any] | None:
-    task = repository.task_by_name(session, name)
+def no_task(name: str) -> str:
+    """What every door answers for a task name that is not registered (404), naming the
+    field; a long name is cut at 200 characters."""
+    return f"task: no task {name[:200]!r}"
+
+
+def task_or_404(session: Session, name: str, *, for_update: bool = False) -> Task:
+    """The named task (locked with `for_update`); ActionError 404 when there is none."""
+    task = repository.task_by_name(session, name, for_update=for_update)
     if task is None:
-        return None
+        raise ActionError(404, no_task(name))
+    return task
+
+
+def task_view(session: Session, task: Task) -> dict[str, Any]:
     current = repository.config_version(session, task.id, task.config_version)
     return _view(task, current.config if current else None)
 
@@ -244,6 +256,15 @@ def runtime_cache(session: Session) -> RuntimeCache:
 def task_runtimes(session: Session, names: set[str]) -> dict[str, TaskRuntime]:
     """The named tasks that exist and whose current config parses, by name."""
     return runtime_cache(session).runtimes(session, names)
+
+
+def runtime_or_404(session: Session, name: str) -> TaskRuntime:
+    """The named task's current config, parsed; ActionError 404 as `task_or_404` when there
+    is none (a task whose stored config does not parse is skipped everywhere, as unknown)."""
+    found = task_runtimes(session, {name}).get(name)
+    if found is None:
+        raise ActionError(404, no_task(name))
+    return found
 
 
 def runtimes(session: Session) -> dict[int, tuple[Task, TaskRuntime]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.service import runtimes
+from controlplane.catalog.service import no_task, runtimes
 from controlplane.evalsets import items as evalitems
 from controlplane.evalsets import repository, scoring
 from controlplane.models import Task
@@ -171,7 +171,7 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
         raise Refused(f"layer: {layer!r} is not one of {', '.join(evalitems.LAYERS)}")
     tasks = repository.tasks_by_name(session, task)
     if task is not None and not tasks:
-        raise NotFound(f"task: no task {task!r}")
+        raise NotFound(no_task(task))
     report = Backfilled()
     specs = _specs(session)
     for one in tasks:
@@ -248,7 +248,7 @@ def pending_regression(session: Session, task: Task, since: int | None) -> Pendi
 def task_named(session: Session, name: str) -> Task:
     found = repository.tasks_by_name(session, name)
     if not found:
-        raise NotFound(f"task: no task {name!r}")
+        raise NotFound(no_task(name))
     return found[0]
 
 

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.catalog.schemas import INT32_MAX
-from controlplane.catalog.service import task_runtimes
+from controlplane.catalog.service import runtime_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
@@ -50,9 +50,7 @@ def windows(
 ) -> Response:
     """Windowed metrics, one flat row per window and bucket (Accept: text/csv for CSV)."""
     with session_scope(request.app.state.engine) as session:
-        runtime = task_runtimes(session, {task}).get(task)
-        if runtime is None:
-            raise HTTPException(404, f"task: no task {task!r}")
+        runtime = runtime_or_404(session, task)
         allowed = [*bucket_labels(runtime.config.length_buckets), ALL]
         if bucket is not None and bucket not in allowed:
             raise HTTPException(
@@ -90,9 +88,7 @@ def routing_whatif(
     beside the current setting, per length bucket and `all` (default: the last 24 h;
     at most 31 days)."""
     with session_scope(request.app.state.engine) as session:
-        runtime = task_runtimes(session, {task}).get(task)
-        if runtime is None:
-            raise HTTPException(404, f"task: no task {task!r}")
+        runtime = runtime_or_404(session, task)
         until = until or utcnow()
         if since is None:
             since = until - min(DEFAULT_SPAN, until - datetime.min.replace(tzinfo=UTC))

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Depends, Query, Request
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
-from controlplane.catalog.service import TaskRuntime, task_runtimes
+from controlplane.catalog.service import TaskRuntime, runtime_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
@@ -22,13 +21,6 @@ NO_LABELS = (
     "payload_policy is none: no text is kept, so nothing is reviewed and route accuracy "
     "stays insufficient (set payload_policy to full or redacted to review)"
 )
-
-
-def _runtime(session: Session, task: str) -> TaskRuntime:
-    found = task_runtimes(session, {task}).get(task)
-    if found is None:
-        raise HTTPException(404, f"task: no task {task[:200]!r}")
-    return found
 
 
 def _note(runtime: TaskRuntime) -> str | None:
@@ -47,7 +39,7 @@ def route_accuracy(
 ) -> ORJSONResponse:
     """The task's route-accuracy windows from labels, newest first."""
     with session_scope(request.app.state.engine) as session:
-        runtime = _runtime(session, task)
+        runtime = runtime_or_404(session, task)
         review = runtime.config.review
         body: dict[str, Any] = {
             "task": runtime.name,
@@ -65,7 +57,7 @@ def review_agreement(
 ) -> ORJSONResponse:
     """Reviewers' agreement on the task's labels: Krippendorff's alpha and Cohen's kappa."""
     with session_scope(request.app.state.engine) as session:
-        runtime = _runtime(session, task)
+        runtime = runtime_or_404(session, task)
         found = agreement.task_agreement(session, runtime.id)
         return ORJSONResponse({"task": runtime.name, **found})
 
@@ -76,7 +68,7 @@ def comparator_calibration(
 ) -> ORJSONResponse:
     """How often the comparator's conflicts were real and its agreements hid a difference."""
     with session_scope(request.app.state.engine) as session:
-        runtime = _runtime(session, task)
+        runtime = runtime_or_404(session, task)
         body = {
             "task": runtime.name,
             "note": _note(runtime),

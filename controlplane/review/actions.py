@@ -18,7 +18,7 @@ from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
-from controlplane.catalog.service import task_runtimes
+from controlplane.catalog.service import task_or_404, task_runtimes
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import ActionError
 from controlplane.models import ReviewItem, Task, TaskConfigVersion
@@ -37,12 +37,7 @@ NO_QUEUE = (
 
 
 def _task_id(session: Session, task: str | None) -> int | None:
-    if task is None:
-        return None
-    found = session.scalar(select(Task.id).where(Task.name == task))
-    if found is None:
-        raise ActionError(404, f"task: no task named {task[:200]!r}")
-    return found
+    return None if task is None else task_or_404(session, task).id
 
 
 def _keeping_no_text(session: Session, task_id: int | None) -> list[int]:
@@ -221,10 +216,8 @@ def queue_overview(
     with session_scope(engine) as session:
         query = select(Task.id, Task.name).order_by(Task.name)
         if task is not None:
-            query = query.where(Task.name == task)
+            query = query.where(Task.id == task_or_404(session, task).id)
         tasks = list(session.execute(query))
-        if task is not None and not tasks:
-            raise ActionError(404, f"task: no task named {task[:200]!r}")
         counts = repository.queue_counts(session, [tid for tid, _ in tasks], now, day_start)
         configs = task_runtimes(session, {name for _, name in tasks})
     out = []

@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
-from controlplane.catalog import repository as catalog_repository
 from controlplane.catalog.schemas import TaskConfig
+from controlplane.catalog.service import task_or_404
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
 from controlplane.evalsets.gate import check_unblock
@@ -57,9 +57,7 @@ def check_reason(reason: str) -> str:
 def _locked_task(session: Session, name: str) -> tuple[Task, TaskConfig]:
     """The flag state, then the named task, locked; its current config. 404 when unknown."""
     flags.lock_state(session)
-    task = catalog_repository.task_by_name(session, name, for_update=True)
-    if task is None:
-        raise ActionError(404, f"task: no task {name!r}")
+    task = task_or_404(session, name, for_update=True)
     config = config_now(session, task)
     if config is None:
         raise ActionError(

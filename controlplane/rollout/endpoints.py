@@ -14,10 +14,9 @@ from sqlalchemy import Engine
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
-from controlplane.catalog import repository as catalog_repository
 from controlplane.catalog import service as catalog
 from controlplane.catalog.schemas import ConfigError, read_documents
-from controlplane.catalog.service import runtimes
+from controlplane.catalog.service import runtime_or_404, task_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
@@ -167,9 +166,7 @@ def flag_history(
 ) -> ORJSONResponse:
     """Every version of one task's flag, oldest first: routing fields, cause and time."""
     with session_scope(request.app.state.engine) as session:
-        found = catalog_repository.task_by_name(session, task)
-        if found is None:
-            raise HTTPException(404, f"task: no task {task!r}")
+        found = task_or_404(session, task)
         return ORJSONResponse({"task": task, "versions": flags.history(session, found.id)})
 
 
@@ -230,12 +227,10 @@ def get_task(
 ) -> ORJSONResponse:
     """One task: config, stage, version, its flag and its latest closed window (`all`)."""
     with session_scope(request.app.state.engine) as session:
-        view = catalog.task_view(session, task)
-        if view is None:
-            raise HTTPException(404, f"task {task!r} is not registered")
+        found = task_or_404(session, task)
+        view = catalog.task_view(session, found)
         view["flag"] = flags.flag_of(session, task)
-        found = catalog_repository.task_by_name(session, task)
-        rows = latest_closed_rows(session, found.id) if found is not None else []
+        rows = latest_closed_rows(session, found.id)
         view["latest_window"] = next((r for r in rows if r["bucket"] == "all"), None)
     return ORJSONResponse(view)
 
@@ -260,10 +255,8 @@ def get_gate(
 ) -> ORJSONResponse:
     """The promotion gate's verdict per judged bucket over the windows closed in the stage."""
     with session_scope(_engine(request)) as session:
-        match = next((found for found in runtimes(session).values() if found[0].name == task), None)
-        if match is None:
-            raise HTTPException(404, f"task: no task {task!r}")
-        return ORJSONResponse(service.gate(session, match[0], match[1].config))
+        config = runtime_or_404(session, task).config
+        return ORJSONResponse(service.gate(session, task_or_404(session, task), config))
 
 
 @tasks_router.post(
