@@ -40,7 +40,6 @@ import random
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from sqlalchemy import select
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._support import Api, free_port, percentile, rss_mib, start_api  # noqa: E402
 from controlplane.client import FlagClient, sticky_bucket  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
@@ -94,12 +94,6 @@ def bench_app() -> Any:
     return app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def seed(url: str, tasks: int) -> dict[str, str]:
     """`tasks` tasks (the first one in canary at 5%), and a reading and an acting key."""
     upgrade(url)
@@ -124,58 +118,24 @@ def seed(url: str, tasks: int) -> dict[str, str]:
     return keys
 
 
-class Server:
+def serve(url: str, workdir: Path, workers: int, **settings: str) -> Api:
     """The benchmark app under uvicorn, as `shadowplane api` runs it."""
-
-    def __init__(self, url: str, workdir: Path, workers: int, **settings: str) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-        env.update(
-            SHADOWPLANE_DATABASE_URL=url,
-            SHADOWPLANE_TICK_SECONDS="0",
+    port = free_port()
+    return start_api(
+        {
+            "SHADOWPLANE_DATABASE_URL": url,
+            "SHADOWPLANE_TICK_SECONDS": "0",
             # The benchmark measures serving, not the per-key limit (its check still runs).
-            SHADOWPLANE_RATE_FLAGS_PER_SECOND="1e9",
-            SHADOWPLANE_RATE_FLAGS_BURST=str(10**9),
-            SHADOWPLANE_FLAG_STREAMS_PER_KEY="100000",
+            "SHADOWPLANE_RATE_FLAGS_PER_SECOND": "1e9",
+            "SHADOWPLANE_RATE_FLAGS_BURST": str(10**9),
+            "SHADOWPLANE_FLAG_STREAMS_PER_KEY": "100000",
             **settings,
-        )
-        code = (
-            "import uvicorn; uvicorn.run('benchmarks.flags:bench_app', factory=True, "
-            f"host='127.0.0.1', port={self.port}, workers={workers}, access_log=False, "
-            "log_level='warning')"
-        )
-        self.log = workdir / f"api-{self.port}.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log.read_text()[-3000:])
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the API did not start:\n" + self.log.read_text()[-3000:])
-            time.sleep(0.2)
-
-    def rss_mib(self) -> float:
-        """Resident memory of the server process (with one worker, the one serving)."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        kib = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1))  # type: ignore[union-attr]
-        return kib / 1024
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        },
+        workdir / f"api-{port}.log",
+        workers=workers,
+        port=port,
+        factory="benchmarks.flags:bench_app",
+    )
 
 
 # --- load ------------------------------------------------------------------------------
@@ -299,11 +259,6 @@ async def _open_loop(
     return latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
@@ -319,7 +274,7 @@ def throughput(args: argparse.Namespace, url: str, keys: dict[str, str], workdir
     )
     print(f"{'workers':>7}  {'request':<34} {'req/s':>9} {'p50':>9} {'p99':>9} {'of ceiling':>10}")
     for workers in (1, 2):
-        server = Server(url, workdir, workers)
+        server = serve(url, workdir, workers)
         try:
             every = httpx.get(f"{server.base}/v1/flags", headers=read)
             one = httpx.get(f"{server.base}/v1/flags/{TASK}", headers=read)
@@ -409,7 +364,7 @@ def _to_edge(engine: Any, client: FlagClient, session: str) -> None:
 
 
 def rollback_times(
-    server: Server,
+    server: Api,
     engine: Any,
     keys: dict[str, str],
     reps: int,
@@ -454,7 +409,7 @@ def rollbacks(args: argparse.Namespace, url: str, keys: dict[str, str], workdir:
     def show(label: str, times: list[float]) -> None:
         print(f"   {label:<62} {ms(statistics.median(times)):>10} {ms(max(times)):>10}")
 
-    server = Server(url, workdir, 1)
+    server = serve(url, workdir, 1)
     try:
         show(
             "streaming, 1 worker, decided through the API",
@@ -462,7 +417,7 @@ def rollbacks(args: argparse.Namespace, url: str, keys: dict[str, str], workdir:
         )
     finally:
         server.stop()
-    server = Server(url, workdir, 2)
+    server = serve(url, workdir, 2)
     try:
         show(
             "streaming, 2 workers, decided through the API (no Redis)",
@@ -513,7 +468,7 @@ def rollbacks(args: argparse.Namespace, url: str, keys: dict[str, str], workdir:
     remove = flagbus.add_redis(redis_url)  # this process publishes what it decides
     try:
         time.sleep(0.5)
-        server = Server(url, workdir, 2, SHADOWPLANE_REDIS_URL=redis_url)
+        server = serve(url, workdir, 2, SHADOWPLANE_REDIS_URL=redis_url)
         try:
             show(
                 "streaming, 2 workers, decided by another process (Redis)",
@@ -567,16 +522,16 @@ def stream_memory(args: argparse.Namespace, url: str, keys: dict[str, str], work
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.streams * 2 + 256)), hard))
     engine = get_engine(url)
     ensure_canary(engine)
-    server = Server(url, workdir, 1)
+    server = serve(url, workdir, 1)
     admin = {"Authorization": f"Bearer {keys['admin']}"}
 
     async def run() -> None:
         # A few streams and polls first, so what is measured is what more streams cost.
         warm, _ = await _open_streams(server.base, keys["flags:read"], 10)
-        before = server.rss_mib()
+        before = rss_mib(server.proc.pid)
         streams, took = await _open_streams(server.base, keys["flags:read"], args.streams)
         await asyncio.sleep(1)
-        after = server.rss_mib()
+        after = rss_mib(server.proc.pid)
         print(f"4. {args.streams:,} open streams on one worker (opened in {took:.1f} s)")
         print(
             f"   server RSS {before:.1f} MiB before, {after:.1f} MiB after: {after - before:.1f} MiB, {(after - before) * 1024 / args.streams:.1f} KiB per stream"

@@ -4,8 +4,8 @@
                                          [--text-rows 10000] [--only latency|throughput|text]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
-unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; runs `shadowplane api --workers 2`;
-then measures, each `--reps` times, and prints medians:
+unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `shadowplane api
+--workers 2` does; then measures, each `--reps` times, and prints medians:
 
 - end to end: results/s posted in batches of 500 by `--senders` concurrent senders
   (HTTP, validation, scoring, payload sampling, idempotent write, commit);
@@ -34,7 +34,6 @@ import argparse
 import http.client
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +44,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import psycopg
 import yaml
@@ -55,7 +53,14 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
+from benchmarks._support import (  # noqa: E402
+    Api,
+    fresh_database,
+    percentile,
+    start_api,
+    start_services,
+    stop_services,
+)
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import get_engine, session_scope  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
@@ -292,28 +297,6 @@ def singles(base: str, key: str, items: list[dict[str, Any]], rate: float) -> li
     return latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the API exited")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the API did not become ready")
-
-
 def settle(url: str) -> None:
     with psycopg.connect(pg_conninfo(url), autocommit=True) as conn:
         conn.execute("CHECKPOINT")
@@ -338,8 +321,8 @@ def measure_latency(args: argparse.Namespace, base: str, key: str, url: str) -> 
     for rep in range(args.reps):
         settle(url)
         lat = singles(base, key, results(args.singles, f"single{rep}"), args.rate)
-        p50s.append(percentile(lat, 0.5))
-        p99s.append(percentile(lat, 0.99))
+        p50s.append(percentile(lat, 50))
+        p99s.append(percentile(lat, 99))
     print(
         f"  p50 median {statistics.median(p50s):.2f} ms   runs: {', '.join(f'{x:.2f}' for x in p50s)}"
     )
@@ -398,31 +381,17 @@ def measure_throughput(args: argparse.Namespace, base: str, key: str, url: str) 
     )
 
 
-def start_api(url: str, port: int, log: Path, reader: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
+def serve(url: str, port: int, log: Path, reader: str) -> Api:
+    """The API with 2 workers on `url`, reading text with `reader`."""
+    settings = {
         "SHADOWPLANE_DATABASE_URL": url,
         "SHADOWPLANE_LOG_LEVEL": "INFO",
         "SHADOWPLANE_TEXT_READER": reader,
     }
-    api = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "shadowplane"), "api", "--workers", "2"]
-        + ["--port", str(port)],
-        env=env,
-        stderr=open(log, "ab"),
-    )
-    wait_ready(f"http://127.0.0.1:{port}", api)
-    return api
+    return start_api(settings, log, port=port)
 
 
-def stop_api(api: subprocess.Popen[bytes]) -> None:
-    api.terminate()
-    api.wait(timeout=30)
-
-
-def measure_text(
-    args: argparse.Namespace, api: subprocess.Popen[bytes], key: str, url: str, log: Path
-) -> subprocess.Popen[bytes]:
+def measure_text(args: argparse.Namespace, api: Api, key: str, url: str, log: Path) -> Api:
     """Label against text ingest, the text with each reader; the API it leaves running."""
     from benchmarks.comparators import rewrites
 
@@ -457,11 +426,11 @@ def measure_text(
         "  the same, nearly every pair conflicting",
         lambda rep: text_results(n, f"tc{rep}", conflicting),
     )
-    stop_api(api)
-    api = start_api(url, args.port, log, "python")
+    api.stop()
+    api = serve(url, args.port, log, "python")
     python = run("text task, Python reader", lambda rep: text_results(n, f"tp{rep}", pool))
-    stop_api(api)
-    api = start_api(url, args.port, log, args.reader)
+    api.stop()
+    api = serve(url, args.port, log, args.reader)
     print(
         f"\n  label / text with the compiled reader: {label / native:.1f}× (goal ≤ 2×); "
         f"label / text with the Python reader: {label / python:.1f}×; "
@@ -506,7 +475,7 @@ def main() -> None:
             apply_config(session, TASK, actor="bench")
             apply_config(session, yaml.safe_load(TEXT_TASK.read_text()), actor="bench")
             _, key = create_key(session, name="bench", scopes=["ingest"], actor="bench")
-        api = start_api(url, args.port, tmp / "api.log", args.reader)
+        api = serve(url, args.port, tmp / "api.log", args.reader)
         base = f"http://127.0.0.1:{args.port}"
 
         print(
@@ -524,7 +493,7 @@ def main() -> None:
             api = measure_text(args, api, key, url, tmp / "api.log")
     finally:
         if api is not None:
-            stop_api(api)
+            api.stop()
         get_engine.cache_clear()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)

@@ -55,8 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import (  # noqa: E402
-    free_port,
     fresh_database,
+    percentile,
+    start_api,
     start_services,
     stop_services,
 )
@@ -229,49 +230,6 @@ def measure_sampler(label: str, url: str, task_id: int, window_id: int, reps: in
 # --- 2. the queue ------------------------------------------------------------------------
 
 
-class Server:
-    def __init__(self, url: str, workdir: Path, workers: int) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-        env.update(
-            SHADOWPLANE_DATABASE_URL=url,
-            SHADOWPLANE_TICK_SECONDS="0",
-            SHADOWPLANE_RATE_REVIEW_PER_SECOND="1e9",
-            SHADOWPLANE_RATE_REVIEW_BURST=str(10**9),
-        )
-        code = (
-            "import uvicorn; uvicorn.run('controlplane.api:create_app', factory=True, "
-            f"host='127.0.0.1', port={self.port}, workers={workers}, access_log=False, "
-            "log_level='warning')"
-        )
-        self.log = workdir / f"api-{self.port}.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log.read_text()[-3000:])
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the API did not start:\n" + self.log.read_text()[-3000:])
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-
 async def reviewers(
     base: str, keys: list[str], seconds: float, ceiling: bool
 ) -> tuple[int, list[float], list[float], list[float], int]:
@@ -316,9 +274,9 @@ async def reviewers(
     return len(trips), first, second, trips, empty
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+def pct(values: list[float], q: float) -> str:
+    """The q-th percentile of latencies in seconds, shown in milliseconds."""
+    return f"{percentile(values, q) * 1000:.1f}"
 
 
 WRK_SCRIPT = """
@@ -385,7 +343,16 @@ def measure_queue(url: str, task_id: int, args: argparse.Namespace, workdir: Pat
             create_key(session, name=f"reviewer-{i}", scopes=["review"], actor="bench")[1]
             for i in range(args.reviewers)
         ]
-    server = Server(url, workdir, args.workers)
+    server = start_api(
+        {
+            "SHADOWPLANE_DATABASE_URL": url,
+            "SHADOWPLANE_TICK_SECONDS": "0",
+            "SHADOWPLANE_RATE_REVIEW_PER_SECOND": "1e9",
+            "SHADOWPLANE_RATE_REVIEW_BURST": str(10**9),
+        },
+        workdir / "api.log",
+        workers=args.workers,
+    )
     try:
         if shutil.which("wrk"):
             # One wrk thread per reviewer, each on its own connection and key, alternating
@@ -417,9 +384,9 @@ def measure_queue(url: str, task_id: int, args: argparse.Namespace, workdir: Pat
                 elapsed = time.perf_counter() - began
                 print(
                     f"    {label:<28} {n / elapsed:>7.0f} round trips/s; p50/p99 ms: "
-                    f"first {pct(first, 0.5):.1f}/{pct(first, 0.99):.1f}, "
-                    f"second {pct(second, 0.5):.1f}/{pct(second, 0.99):.1f}, "
-                    f"round trip {pct(trips, 0.5):.1f}/{pct(trips, 0.99):.1f}"
+                    f"first {pct(first, 50)}/{pct(first, 99)}, "
+                    f"second {pct(second, 50)}/{pct(second, 99)}, "
+                    f"round trip {pct(trips, 50)}/{pct(trips, 99)}"
                     + (f"; {empty} empty claims" if empty else "")
                 )
     finally:

@@ -57,8 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import (  # noqa: E402
-    free_port,
     fresh_database,
+    percentile,
+    rss_mib,
+    start_api,
     start_services,
     stop_services,
 )
@@ -175,16 +177,6 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 @dataclass
 class Proc:
     name: str
@@ -194,7 +186,7 @@ class Proc:
 
     def rss(self) -> list[float]:
         """The process's RSS, then each descendant's (MB)."""
-        return [rss_mb(self.popen.pid)] + [rss_mb(c) for c in sorted(children(self.popen.pid))]
+        return [rss_mib(self.popen.pid)] + [rss_mib(c) for c in sorted(children(self.popen.pid))]
 
     def new_errors(self) -> list[str]:
         try:
@@ -221,20 +213,6 @@ def start(name: str, args: list[str], env: dict[str, str], tmp: Path) -> Proc:
         cwd=tmp,
     )
     return Proc(name, popen, log)
-
-
-def wait_ready(base: str, api: Proc) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if api.popen.poll() is not None:
-            raise SystemExit(f"the API exited; its log: {api.log}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the API did not become ready")
 
 
 def redis_pid(tmp: Path) -> int | None:
@@ -292,14 +270,6 @@ def close_lags(engine: Engine, since: datetime, until: datetime) -> tuple[list[f
     )
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 # -- the run ----------------------------------------------------------------------------
 
 
@@ -351,13 +321,13 @@ class Monitor:
             parts.append(f"{p.name} {'+'.join(f'{x:.0f}' for x in each)}")
         rp = redis_pid(self.tmp)
         if rp:
-            rss["redis"] = rss_mb(rp)
+            rss["redis"] = rss_mib(rp)
             parts.append(f"redis {rss['redis']:.0f}")
-        rss["simulator"] = rss_mb(os.getpid())
+        rss["simulator"] = rss_mib(os.getpid())
         parts.append(f"simulator {rss['simulator']:.0f}")
         minute = (now - self.started) / 60
         lag = (
-            f"close lag p50 {percentile(lags, 0.5):.1f} s max {max(lags):.1f} s "
+            f"close lag p50 {percentile(lags, 50):.1f} s max {max(lags):.1f} s "
             f"({len(lags)} windows)"
             if lags
             else "close lag: no window closed"
@@ -365,7 +335,7 @@ class Monitor:
         sent = sum(t.generated for t in self.totals.values())
         print(
             f"[{minute:5.1f} min] sent {sent:,}; {len(posts)} posts, latency "
-            + (f"p50 {percentile(ms, 0.5):.1f} ms p99 {percentile(ms, 0.99):.1f} ms" if ms else "-")
+            + (f"p50 {percentile(ms, 50):.1f} ms p99 {percentile(ms, 99):.1f} ms" if ms else "-")
             + f"; {lag}; {overdue} past due still open"
             + (f" (oldest {oldest:.0f} s)" if overdue else "")
             + f"; RSS MB: {', '.join(parts)}"
@@ -381,8 +351,8 @@ class Monitor:
             Interval(
                 minute,
                 len(posts),
-                percentile(ms, 0.5) if ms else None,
-                percentile(ms, 0.99) if ms else None,
+                percentile(ms, 50) if ms else None,
+                percentile(ms, 99) if ms else None,
                 rss,
                 len(errors),
             )
@@ -460,18 +430,16 @@ def main() -> None:
     try:
         url = fresh_database(admin_url, "sp_soak")
         router_key, admin_key, tasks = setup(url, args.window_seconds)
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        env = {
-            **os.environ,
+        settings = {
             "SHADOWPLANE_DATABASE_URL": url,
             "SHADOWPLANE_REDIS_URL": redis_url.group(1),
             "SHADOWPLANE_TICK_SECONDS": str(args.tick_seconds),
             "SHADOWPLANE_LOG_LEVEL": "WARNING",
         }
-        api = start("api", ["api", "--workers", "2", "--port", str(port)], env, tmp)
-        procs.append(api)
-        wait_ready(base, api)
+        env = {**os.environ, **settings}
+        api = start_api(settings, tmp / "api.log")
+        procs.append(Proc("api", api.proc, api.log))
+        base = api.base
         procs.append(
             start("beat", ["beat", "--schedule-file", str(tmp / "beat-schedule")], env, tmp)
         )
