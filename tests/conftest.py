@@ -40,6 +40,8 @@ from controlplane.migrate import upgrade
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 
+pytest_plugins = ["tests.fixtures"]
+
 # "gw0", "gw1", ... in a pytest-xdist worker; empty when pytest runs in one process.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,11 +10,7 @@ from pathlib import Path
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.liveapi import free_port
 
 
 def test_api_command_serves_with_two_workers(tmp_path: Path) -> None:
@@ -32,7 +27,7 @@ def test_api_command_serves_with_two_workers(tmp_path: Path) -> None:
         timeout=120,
     )
     key = created.stdout.strip().splitlines()[-1]
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [*cli, "api", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
         env=env,

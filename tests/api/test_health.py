@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,14 +13,7 @@ from tests.conftest import make_api
 pytestmark = pytest.mark.integration
 
 
-def redis_url() -> str:
-    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
-    if not url:
-        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
-    return url
-
-
-def test_readyz_checks_redis_when_configured(pg_url: str) -> None:
+def test_readyz_checks_redis_when_configured(pg_url: str, redis_url: Callable[[], str]) -> None:
     for api in make_api(pg_url, redis_url=redis_url()):
         ready = api.client.get("/readyz")
         assert ready.status_code == 200

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
 from controlplane.db import session_scope
 from controlplane.keys.service import create_key
-from tests.auth.test_ratelimit import Queries, assert_429, key_reads_allowed, redis_url, replica
+from tests.auth.test_ratelimit import Queries, assert_429, key_reads_allowed, replica
 from tests.conftest import Api, make_api, make_result
 
 FLOOD = 40  # with 30 failures a minute allowed: 30 answers of 401, then 429s
@@ -74,7 +75,9 @@ def test_made_up_tokens_from_an_address_never_lock_out_a_valid_key(sqlite_url: s
 
 
 @pytest.mark.integration
-def test_through_redis_no_replica_locks_out_a_valid_key(pg_url: str) -> None:
+def test_through_redis_no_replica_locks_out_a_valid_key(
+    pg_url: str, redis_url: Callable[[], str]
+) -> None:
     shared = {"redis_url": redis_url(), "auth_failures_per_minute": 30}
     # The proxy's address, its own in the Redis the whole suite shares.
     proxy = (f"proxy-{uuid.uuid4().hex[:8]}", 5000)

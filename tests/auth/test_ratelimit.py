@@ -5,9 +5,8 @@ key), with no query per made-up token; a Redis outage blocks nobody."""
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,13 +24,6 @@ TINY = {"per_second": 0.01, "burst": 3}
 
 def tiny(*scopes: str) -> dict[str, Any]:
     return {f"rate_{s}_{k}": v for s in scopes for k, v in TINY.items()}
-
-
-def redis_url() -> str:
-    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
-    if not url:
-        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
-    return url
 
 
 def replica(api: Api, **settings: Any) -> TestClient:
@@ -104,7 +96,9 @@ def test_metrics_any_key_uses_the_read_bucket(sqlite_url: str) -> None:
 
 
 @pytest.mark.integration
-def test_replicas_share_a_key_bucket_through_redis(pg_url: str) -> None:
+def test_replicas_share_a_key_bucket_through_redis(
+    pg_url: str, redis_url: Callable[[], str]
+) -> None:
     shared = {"redis_url": redis_url(), **tiny("read")}
     for api in make_api(pg_url, **shared):
         with replica(api, **shared) as other:
@@ -204,7 +198,9 @@ def test_failed_authentications_are_limited_per_address_without_a_query_each(
 
 
 @pytest.mark.integration
-def test_failed_authentications_are_counted_across_replicas(pg_url: str) -> None:
+def test_failed_authentications_are_counted_across_replicas(
+    pg_url: str, redis_url: Callable[[], str]
+) -> None:
     shared = {"redis_url": redis_url(), "auth_failures_per_minute": 5}
     for api in make_api(pg_url, **shared):
         with replica(api, **shared) as other:

@@ -1,6 +1,6 @@
 """Servers a fault drill owns and may stop, kill and restart without touching any other
 test's: a PostgreSQL cluster of its own (a copy of a migrated cluster made once per run),
-Celery workers and beat as process groups of their own, and polling helpers.
+and polling helpers (Celery processes are tests.support's `CeleryProcess`).
 
 Every wait here is bounded (`WAIT`, from tests.liveapi) and polls a condition; nothing
 sleeps to let something happen.
@@ -11,9 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
-from tests.liveapi import ROOT, WAIT, free_port, wait_until
+from tests.liveapi import WAIT, free_port, wait_until
 
 
 def _bindir() -> Path:
@@ -140,81 +138,6 @@ def waiting_on_lock(engine: Engine, fragment: str) -> int:
             )
             or 0
         )
-
-
-# --- Celery: a worker or beat as a process group of its own --------------------------------
-
-
-@dataclass
-class Celery:
-    """`shadowplane worker` or `shadowplane beat`: its main process leads a process group,
-    so `kill` takes the pool processes with it, as a crashed host would."""
-
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Celery:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controlplane.cli", *self.argv],
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    def children(self) -> list[int]:
-        """The main process's children (a prefork worker's pool processes)."""
-        assert self.proc is not None
-        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        try:
-            return [int(p) for p in path.read_text().split()]
-        except OSError:
-            return []
-
-    def kill(self) -> None:
-        """SIGKILL to the whole group, at once; returns when the main process is gone."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=WAIT)
-        self.proc = None
-
-    def stop(self) -> None:
-        """SIGTERM (a warm shutdown), then SIGKILL if it is still there after 30 s."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        except ProcessLookupError:
-            pass
-        self.kill()
-
-    def log(self, tail: int = 4000) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-tail:]
-
-
-def celery_env(database_url: str, redis_url: str, **settings: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
-    env.update(
-        SHADOWPLANE_DATABASE_URL=database_url,
-        SHADOWPLANE_REDIS_URL=redis_url,
-        SHADOWPLANE_LOG_LEVEL="WARNING",
-        **settings,
-    )
-    return env
 
 
 def poll(condition: Callable[[], Any], what: str, timeout: float = WAIT, every: float = 0.1) -> Any:

@@ -20,8 +20,9 @@ from controlplane.client.reporter import ResultReporter
 from controlplane.db import get_engine, session_scope
 from controlplane.rollout.configs import apply_config
 from tests.conftest import make_result
-from tests.drills.servers import Celery, PgServer, celery_env, poll
+from tests.drills.servers import PgServer, poll
 from tests.liveapi import ApiServer, RedisServer, seed
+from tests.support import CeleryProcess, celery_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
 TASK = "drill_task"
@@ -116,11 +117,13 @@ class Traffic:
 def test_redis_restarted_during_ingest_and_a_window_close(
     own_pg: PgServer, own_redis: RedisServer, api: ApiServer, tmp_path: Path
 ) -> None:
-    env = celery_env(own_pg.url, own_redis.url, SHADOWPLANE_TICK_SECONDS="1")
-    beat = Celery(
+    env = celery_env(
+        own_pg.url, own_redis.url, SHADOWPLANE_LOG_LEVEL="WARNING", SHADOWPLANE_TICK_SECONDS="1"
+    )
+    beat = CeleryProcess(
         ["beat", "--schedule-file", str(tmp_path / "beat-schedule")], env, tmp_path / "beat.log"
     )
-    worker = Celery(["worker", "--concurrency", "1"], env, tmp_path / "worker.log")
+    worker = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "worker.log")
     traffic: Traffic | None = None
     try:
         beat.start()

@@ -24,9 +24,10 @@ from sqlalchemy import Connection, text
 from controlplane.db import session_scope
 from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
-from tests.drills.servers import Celery, PgServer, celery_env, poll, waiting_on_lock
+from tests.drills.servers import PgServer, poll, waiting_on_lock
 from tests.liveapi import RedisServer
 from tests.rollout.test_rollback_e2e import HIGH, LATENESS, WINDOW, config, promote, window_results
+from tests.support import CeleryProcess, celery_env
 from tests.windowdata import post_all
 from workers.app import make_celery
 from workers.schedule import PLAN_JOB
@@ -127,8 +128,8 @@ def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
     own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
 ) -> None:
     start = canary_windows(api)
-    env = celery_env(own_pg.url, own_redis.url)
-    worker = Celery(["worker", "--concurrency", "1"], env, tmp_path / "worker.log").start()
+    env = celery_env(own_pg.url, own_redis.url, SHADOWPLANE_LOG_LEVEL="WARNING")
+    worker = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "worker.log").start()
     locker = own_pg.admin().connect()
     celery = make_celery(
         api.client.app.state.settings.model_copy(update={"redis_url": own_redis.url})
@@ -162,10 +163,12 @@ def test_a_whole_worker_killed_mid_window_the_next_plans_close_its_windows(
     own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
 ) -> None:
     start = canary_windows(api)
-    env = celery_env(own_pg.url, own_redis.url, SHADOWPLANE_TICK_SECONDS="1")
-    first = Celery(["worker", "--concurrency", "1"], env, tmp_path / "first.log").start()
-    second = Celery(["worker", "--concurrency", "1"], env, tmp_path / "second.log")
-    beat = Celery(
+    env = celery_env(
+        own_pg.url, own_redis.url, SHADOWPLANE_LOG_LEVEL="WARNING", SHADOWPLANE_TICK_SECONDS="1"
+    )
+    first = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "first.log").start()
+    second = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "second.log")
+    beat = CeleryProcess(
         ["beat", "--schedule-file", str(tmp_path / "beat-schedule")], env, tmp_path / "beat.log"
     )
     locker = own_pg.admin().connect()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from controlplane.models import Result
 from controlplane.settings import Settings
 from controlplane.sim.profiles import LONG_TICKET, generate
 from tests.conftest import Api, make_api
-from tests.liveapi import run_cli
+from tests.liveapi import free_port, run_cli
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 LABEL = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
@@ -78,9 +77,7 @@ def test_edge_outage_silence_and_traffic_jump() -> None:
 @pytest.fixture
 def live_api(sqlite_url: str) -> Iterator[tuple[str, Api]]:
     for api in make_api(sqlite_url):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         app = create_app(Settings(database_url=sqlite_url, tick_seconds=0, log_level="WARNING"))
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")

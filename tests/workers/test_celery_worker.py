@@ -2,66 +2,32 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from controlplane.compare import native
 from controlplane.settings import Settings
 from controlplane.sim.profiles import generate
 from tests.conftest import Api, make_result
+from tests.fixtures import StartWorker
+from tests.support import CeleryProcess, celery_env
 from tests.test_tick_command import assert_every_field
 from tests.windowdata import LATENESS, T0, WINDOW, post_all
 from workers.app import make_celery
 from workers.schedule import beat_schedule
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def redis_url() -> str:
-    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
-    if not url:
-        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
-    return url.rsplit("/", 1)[0] + "/5"  # a database of its own: an empty queue
 
 
 @pytest.fixture
-def worker(pg_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    broker = redis_url()
-    redis.Redis.from_url(broker).flushdb()
-    env = {
-        **os.environ,
-        "SHADOWPLANE_DATABASE_URL": pg_url,
-        "SHADOWPLANE_REDIS_URL": broker,
-    }
-    # Its log goes to a file: a pipe nobody reads could fill up and stall the worker.
-    log = (tmp_path / "worker.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "2"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    process.log_path = tmp_path / "worker.log"  # type: ignore[attr-defined]
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.close()
+def worker(pg_url: str, redis_url: Callable[[], str], celery_worker: StartWorker) -> CeleryProcess:
+    """A worker of two processes on the test's database and a Redis database of its own."""
+    return celery_worker(pg_url, redis_url(), concurrency=2)
 
 
 def _windows(api: Api, task: str) -> list[dict[str, Any]]:
@@ -75,7 +41,7 @@ def _windows(api: Api, task: str) -> list[dict[str, Any]]:
 
 
 def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
-    pg_metrics_api: Api, worker: subprocess.Popen[str]
+    pg_metrics_api: Api, worker: CeleryProcess
 ) -> None:
     assert pg_metrics_api.url.startswith("postgresql")
     results = generate(
@@ -87,7 +53,7 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
     )
     post_all(pg_metrics_api, results)
 
-    settings = Settings(database_url=pg_metrics_api.url, redis_url=redis_url())
+    settings = Settings(database_url=pg_metrics_api.url, redis_url=worker.redis_url)
     entry = beat_schedule(settings)["plan-windows"]
     celery = make_celery(settings)
     now = T0 + timedelta(seconds=2 * WINDOW + LATENESS + 600)
@@ -101,13 +67,12 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
         rows = _windows(pg_metrics_api, "ticket_classify")
         if len(rows) == 5 and all(r["closed"] for r in rows):
             break
-        if worker.poll() is not None:
+        if not worker.running():
             break
         time.sleep(0.5)
     if not (len(rows) == 5 and all(r["closed"] for r in rows)):
-        worker.terminate()
-        worker.wait(timeout=20)
-        output = worker.log_path.read_text()  # type: ignore[attr-defined]
+        worker.stop()
+        output = worker.log_path.read_text()
         pytest.fail(
             f"windows not computed by the worker: {rows[:2]}\n--- worker ---\n{output[-4000:]}"
         )
@@ -118,19 +83,21 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
     which = "native" if native.ACTIVE else "python"
     started = [
         line
-        for line in worker.log_path.read_text().splitlines()  # type: ignore[attr-defined]
+        for line in worker.log_path.read_text().splitlines()
         if '"event": "worker_startup"' in line
     ]
     assert started and all(f'"text_reader": "{which}"' in line for line in started), started
 
 
 def test_beat_and_worker_compute_the_current_window_on_their_own(
-    pg_metrics_api: Api, tmp_path: Path
+    pg_metrics_api: Api,
+    tmp_path: Path,
+    redis_url: Callable[[], str],
+    celery_worker: StartWorker,
 ) -> None:
     from datetime import UTC, datetime
 
     broker = redis_url()
-    redis.Redis.from_url(broker).flushdb()
     now = datetime.now(UTC)
     post_all(
         pg_metrics_api,
@@ -139,30 +106,12 @@ def test_beat_and_worker_compute_the_current_window_on_their_own(
             for i in range(30)
         ],
     )
-    env = {
-        **os.environ,
-        "SHADOWPLANE_DATABASE_URL": pg_metrics_api.url,
-        "SHADOWPLANE_REDIS_URL": broker,
-        "SHADOWPLANE_TICK_SECONDS": "1",
-    }
-    cli = [sys.executable, "-m", "controlplane.cli"]
-    logs = [(tmp_path / name).open("w") for name in ("beat.log", "worker.log")]
-    processes = [
-        subprocess.Popen(
-            [*cli, "beat", "--schedule-file", str(tmp_path / "beat-schedule")],
-            cwd=ROOT,
-            env=env,
-            stdout=logs[0],
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [*cli, "worker", "--concurrency", "1"],
-            cwd=ROOT,
-            env=env,
-            stdout=logs[1],
-            stderr=subprocess.STDOUT,
-        ),
-    ]
+    worker = celery_worker(pg_metrics_api.url, broker, SHADOWPLANE_TICK_SECONDS="1")
+    beat = CeleryProcess(
+        ["beat", "--schedule-file", str(tmp_path / "beat-schedule")],
+        celery_env(pg_metrics_api.url, broker, SHADOWPLANE_TICK_SECONDS="1"),
+        tmp_path / "beat.log",
+    ).start()
     try:
         start = now - timedelta(seconds=now.timestamp() % WINDOW)
         deadline = time.monotonic() + 90
@@ -176,17 +125,13 @@ def test_beat_and_worker_compute_the_current_window_on_their_own(
             found = [w for w in response.json()["windows"] if w["n_results"] == 30]
             time.sleep(0.5)
     finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=30)
-        for log in logs:
-            log.close()
+        beat.stop()
     if not found:
         pytest.fail(
             "beat + worker computed no window:\n--- beat ---\n"
-            + (tmp_path / "beat.log").read_text()[-3000:]
+            + beat.log(3000)
             + "\n--- worker ---\n"
-            + (tmp_path / "worker.log").read_text()[-3000:]
+            + worker.log(3000)
         )
     assert found[0]["window_start"].startswith(start.isoformat()[:19])
 

@@ -4,62 +4,31 @@ its output names the reader its process runs."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-import redis
 
 from controlplane.compare import native
 from controlplane.settings import Settings
+from tests.fixtures import StartWorker
 from tests.liveapi import WAIT
-from workers.app import make_celery
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def broker_url() -> str:
-    url = os.environ.get("SHADOWPLANE_TEST_REDIS_URL")
-    if not url:
-        pytest.fail("SHADOWPLANE_TEST_REDIS_URL is not set: run the suite with scripts/test")
-    return url.rsplit("/", 1)[0] + "/7"  # a database of its own: no other test's workers
-
-
-def test_a_worker_logs_which_text_reader_it_runs_at_startup(pg_url: str, tmp_path: Path) -> None:
-    broker = broker_url()
-    redis.Redis.from_url(broker).flushdb()
-    env = {**os.environ, "SHADOWPLANE_DATABASE_URL": pg_url, "SHADOWPLANE_REDIS_URL": broker}
-    log_path = tmp_path / "worker.log"
-    argv = [sys.executable, "-m", "controlplane.cli", "worker", "--concurrency", "1"]
-    celery = make_celery(Settings(database_url=pg_url, redis_url=broker))
-    with log_path.open("w") as log:
-        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + WAIT
-            answered = False
-            while time.monotonic() < deadline and not answered:
-                assert process.poll() is None, log_path.read_text()[-2000:]
-                answered = bool(celery.control.ping(timeout=1.0))
-            assert answered, log_path.read_text()[-2000:]
-            # The line is written by the worker's process as it starts: read until it shows.
-            which = "native" if native.ACTIVE else "python"
-            while time.monotonic() < deadline:
-                if f'"text_reader": "{which}"' in log_path.read_text():
-                    break
-                time.sleep(0.2)
-            output = log_path.read_text()
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            celery.close()
+def test_a_worker_logs_which_text_reader_it_runs_at_startup(
+    pg_url: str, redis_url: Callable[[], str], celery_worker: StartWorker
+) -> None:
+    worker = celery_worker(pg_url, redis_url())  # returns once it answers a ping
+    # The line is written by the worker's process as it starts: read until it shows.
+    which = "native" if native.ACTIVE else "python"
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if f'"text_reader": "{which}"' in worker.log_path.read_text():
+            break
+        time.sleep(0.2)
+    output = worker.log_path.read_text()
     lines = [line for line in output.splitlines() if '"text_reader"' in line]
     assert lines, output[-3000:]
     assert f'"text_reader": "{which}"' in lines[0] and native.reader_name() in lines[0]

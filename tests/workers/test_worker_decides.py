@@ -27,8 +27,9 @@ from tests.rollout.test_rollback_e2e import (
     rewind,
     window_results,
 )
+from tests.support import CeleryProcess
 from tests.windowdata import post_all
-from tests.workers.test_celery_worker import redis_url, worker  # noqa: F401  (a fixture)
+from tests.workers.test_celery_worker import worker  # noqa: F401  (a fixture)
 from workers.app import make_celery
 from workers.schedule import beat_schedule
 
@@ -43,22 +44,23 @@ def api(pg_url: str) -> Iterator[Api]:
         yield api
 
 
-def plan_at(api: Api, now: datetime) -> None:
-    """What beat does on a tick, at a given clock: send the planning job to the broker."""
-    settings = Settings(database_url=api.url, redis_url=redis_url())
+def plan_at(api: Api, process: CeleryProcess, now: datetime) -> None:
+    """What beat does on a tick, at a given clock: send the planning job to the worker's
+    broker."""
+    settings = Settings(database_url=api.url, redis_url=process.redis_url)
     celery = make_celery(settings)
     entry = beat_schedule(settings)["plan-windows"]
     celery.send_task(entry["task"], kwargs={"now": now.isoformat()})
     celery.close()
 
 
-def wait_for(what: str, check: Any, process: Any, seconds: float = 120) -> Any:
+def wait_for(what: str, check: Any, process: CeleryProcess, seconds: float = 120) -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
-        if process.poll() is not None:
+        if not process.running():
             break
         time.sleep(0.5)
     log = process.log_path.read_text()
@@ -71,7 +73,7 @@ def stage(api: Api) -> str:
 
 def test_a_window_the_worker_closes_opens_its_alerts_and_rolls_the_task_back(
     api: Api,
-    worker: Any,  # noqa: F811
+    worker: CeleryProcess,  # noqa: F811
 ) -> None:
     assert promote(api, "canary_task").status_code == 200
     start = rewind(api, windows=8)
@@ -79,7 +81,7 @@ def test_a_window_the_worker_closes_opens_its_alerts_and_rolls_the_task_back(
     # the conflict rate jumps (an alert) and the long bucket breaches (a rollback).
     for k in range(6):
         post_all(api, window_results("canary_task", start, k, {"2048+": 0.4} if k >= 3 else {}))
-    plan_at(api, start + timedelta(seconds=6 * WINDOW + LATENESS))
+    plan_at(api, worker, start + timedelta(seconds=6 * WINDOW + LATENESS))
 
     wait_for("the rollback", lambda: stage(api) == "rolled_back", worker)
     decisions = api.client.get(
@@ -98,7 +100,7 @@ def test_a_window_the_worker_closes_opens_its_alerts_and_rolls_the_task_back(
 
 def test_a_transient_database_error_in_a_job_is_retried_and_the_job_finishes(
     api: Api,
-    worker: Any,  # noqa: F811
+    worker: CeleryProcess,  # noqa: F811
 ) -> None:
     """The test locks the windows table, the worker's job waits on the lock, the test
     terminates the worker's waiting connection (what a database failover does), and
@@ -109,7 +111,7 @@ def test_a_transient_database_error_in_a_job_is_retried_and_the_job_finishes(
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=False) as holder:
         holder.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")
-        plan_at(api, start + timedelta(seconds=WINDOW + LATENESS))
+        plan_at(api, worker, start + timedelta(seconds=WINDOW + LATENESS))
 
         def waiting() -> list[int]:
             with psycopg.connect(dsn, autocommit=True) as probe:
