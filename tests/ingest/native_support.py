@@ -1,13 +1,23 @@
 """What the compiled reader's equivalence tests share: its modules, loaded or failed with
-the reason, and texts drawn from the readers' own alphabets."""
+the reason, texts drawn from the readers' own alphabets, and the parity harness (a reading
+alike on drawn texts; alike and in linear time on hostile ones)."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from controlplane.compare import native as reader
+from controlplane.compare.conservation import Reading, read, read_python
+from tests.ingest import test_linear_time
+
+T = TypeVar("T")
 
 
 def native(name: str) -> ModuleType:
@@ -58,3 +68,64 @@ texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 any_texts = st.lists(
     st.one_of(st.sampled_from(PIECES), st.characters(codec="utf-8")), max_size=40
 ).map("".join)
+
+
+def require_compiled_reader() -> None:
+    """Fail unless the compiled reader is the one running (these tests hold it to the Python
+    one)."""
+    if reader.READER is None:
+        pytest.fail(
+            f"the compiled text reader is not running ({reader.reader_name()}): build it "
+            "(`.venv/bin/python setup.py build_ext --inplace`; scripts/test does) and leave "
+            f"{reader.ENV} unset or `native`"
+        )
+
+
+def assert_reads_alike(text: str) -> None:
+    """`read` (the compiled reader) and `read_python` give the same Reading, the Counters in
+    the same order too (the diff lists them)."""
+    compiled, python = read(text), read_python(text)
+    assert isinstance(compiled, Reading)
+    assert compiled == python, (text, compiled, python)
+    assert list(compiled.negations.items()) == list(python.negations.items()), text
+    assert list(compiled.numbers.items()) == list(python.numbers.items()), text
+
+
+def alike_on(
+    strategy: st.SearchStrategy[T], check: Callable[[T], None], examples: int = 400
+) -> Callable[[], None]:
+    """A property test: `check` (the compiled reader reads as the Python one) holds on
+    `examples` draws of `strategy`. Bound to a test_* name in a test module."""
+
+    @settings(max_examples=examples, deadline=None)
+    @given(strategy)
+    def test(drawn: T) -> None:
+        check(drawn)
+
+    return test
+
+
+def assert_alike_in_linear_time(
+    compiled: Callable[[str], object],
+    build: Callable[[int], str],
+    what: str,
+    *,
+    alike: Callable[[str], None] | None = None,
+    collect: bool = True,
+) -> None:
+    """On the texts `build` makes: `alike` holds on one of 2,000 characters (the Python
+    reader is quadratic on some families: a short one), and `compiled` reads 10 times the
+    text in at most NATIVE_MAX_GROWTH times as long (test_linear_time)."""
+    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
+    assert (len(small), len(large)) == (test_linear_time.SMALL, test_linear_time.LARGE), what
+    if alike is not None:
+        alike(build(2_000))
+    test_linear_time.assert_grows_linearly(
+        compiled,
+        small,
+        large,
+        what,
+        small_calls=10,
+        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
+        collect=collect,
+    )

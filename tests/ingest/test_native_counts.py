@@ -11,14 +11,19 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compare import conservation
 from controlplane.compare.conservation import length, negations, sentence_count
 from controlplane.sim.profiles import REWRITES
 from tests.ingest import test_linear_time, test_redaction, test_text_conservation
-from tests.ingest.native_support import any_texts, native, texts
+from tests.ingest.native_support import (
+    alike_on,
+    any_texts,
+    assert_alike_in_linear_time,
+    native,
+    texts,
+)
 
 
 def compiled(text: str) -> tuple[int, int, Counter[str]]:
@@ -339,16 +344,10 @@ def test_every_branch_counts_the_same(text: str) -> None:
         assert_same(before + text + after)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
-def test_drawn_texts_count_the_same(text: str) -> None:
-    assert_same(text)
+test_drawn_texts_count_the_same = alike_on(texts, assert_same)
 
 
-@settings(max_examples=400, deadline=None)
-@given(any_texts)
-def test_any_texts_count_the_same(text: str) -> None:
-    assert_same(text)
+test_any_texts_count_the_same = alike_on(any_texts, assert_same)
 
 
 # Dense near misses: sentence ends and abbreviations, apostrophes and negation words.
@@ -357,10 +356,9 @@ word_texts = st.text(alphabet="no't’NxC×1 _é中", max_size=20)
 zh_texts = st.text(alphabet="一百分之点〇不得没有差多别人特", max_size=20)
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.one_of(sentence_texts, word_texts, zh_texts))
-def test_near_misses_count_the_same(text: str) -> None:
-    assert_same(text)
+test_near_misses_count_the_same = alike_on(
+    st.one_of(sentence_texts, word_texts, zh_texts), assert_same
+)
 
 
 # Hostile inputs: all of test_linear_time's families, and near misses of each branch here
@@ -409,17 +407,6 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_counting_grows_linearly(family: str) -> None:
-    build = FAMILIES[family]
-    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    assert (len(small), len(large)) == (test_linear_time.SMALL, test_linear_time.LARGE)
-    # (the Python reader is quadratic on some of these: the same counts on a shorter one)
-    assert_same(build(2_000))
-    test_linear_time.assert_grows_linearly(
-        compiled,
-        small,
-        large,
-        family,
-        small_calls=10,
-        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
-        collect=False,
+    assert_alike_in_linear_time(
+        compiled, FAMILIES[family], family, alike=assert_same, collect=False
     )

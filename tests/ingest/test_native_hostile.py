@@ -30,15 +30,18 @@ from controlplane.compare.redaction import Masker
 from controlplane.db import session_scope
 from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api, make_result
-from tests.ingest import test_linear_time
-from tests.ingest.native_support import PIECES
+from tests.ingest.native_support import (
+    PIECES,
+    assert_alike_in_linear_time,
+    assert_reads_alike,
+    require_compiled_reader,
+)
 from tests.ingest.test_linear_time import repeat
 
 
 @pytest.fixture(autouse=True)
 def compiled() -> None:
-    if native.READER is None:
-        pytest.fail("the compiled text reader is not running: build it in place first")
+    require_compiled_reader()
 
 
 # --- the hostile alphabet ---------------------------------------------------------------
@@ -81,14 +84,6 @@ def _piece(rng: random.Random) -> str:
 
 def drawn(rng: random.Random, pieces: int) -> str:
     return "".join(_piece(rng) for _ in range(rng.randrange(pieces + 1)))
-
-
-def assert_same_reading(text: str) -> None:
-    compiled, python = read(text), read_python(text)
-    assert compiled == python, (text, compiled, python)
-    # The Counters' order too (the diff lists them).
-    assert list(compiled.negations.items()) == list(python.negations.items()), text
-    assert list(compiled.numbers.items()) == list(python.numbers.items()), text
 
 
 def assert_same_masks(texts: list[str]) -> None:
@@ -161,7 +156,7 @@ EDGE_TEXTS = [
 
 @pytest.mark.parametrize("text", EDGE_TEXTS, ids=range(len(EDGE_TEXTS)))
 def test_edge_texts_read_and_mask_the_same(text: str) -> None:
-    assert_same_reading(text)
+    assert_reads_alike(text)
     assert_same_masks([text, text[::-1], text])
 
 
@@ -173,7 +168,7 @@ def test_every_nd_digit_reads_and_masks_the_same() -> None:
             f"{digit * 4} {digit * 4} {digit * 4} {digit * 4} and {digit}.{digit}万",
             f"INV-{digit * 3}a and 百分之{digit} and {digit},{digit * 3}",
         ):
-            assert_same_reading(text)
+            assert_reads_alike(text)
             assert_same_masks([text])
 
 
@@ -182,7 +177,7 @@ def test_drawn_short_texts_read_and_mask_the_same(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(400):
         texts = [drawn(rng, 40) for _ in range(3)]
-        assert_same_reading(texts[0])
+        assert_reads_alike(texts[0])
         assert_same_masks(texts)
 
 
@@ -193,7 +188,7 @@ def test_drawn_long_texts_read_and_mask_the_same(seed: int) -> None:
         text = ""
         while len(text) < size:
             text += drawn(rng, 200)
-        assert_same_reading(text)
+        assert_reads_alike(text)
         assert_same_masks([text, text[: size // 3], text])
 
 
@@ -347,16 +342,7 @@ READERS: dict[str, Callable[[str], object]] = {"read": read, "mask": _mask_nativ
 @pytest.mark.parametrize("reader_name", list(READERS))
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_native_reading_time_grows_linearly(family: str, reader_name: str) -> None:
-    reader, build = READERS[reader_name], FAMILIES[family]
-    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    test_linear_time.assert_grows_linearly(
-        reader,
-        small,
-        large,
-        f"{family}: {reader_name}",
-        small_calls=10,
-        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
-    )
+    assert_alike_in_linear_time(READERS[reader_name], FAMILIES[family], f"{family}: {reader_name}")
 
 
 # --- what held: the real API -----------------------------------------------------------------

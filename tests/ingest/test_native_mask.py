@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from controlplane.compare.redaction import Masker
 from tests.ingest import test_linear_time, test_redaction
-from tests.ingest.native_support import PIECES, any_texts, native, texts
+from tests.ingest.native_support import (
+    PIECES,
+    alike_on,
+    any_texts,
+    assert_alike_in_linear_time,
+    native,
+    texts,
+)
 
 _mask = native("_mask")
 
@@ -159,28 +166,18 @@ MASK_PIECES = [
 mask_texts = st.lists(st.sampled_from(MASK_PIECES), max_size=50).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
-def test_drawn_texts_mask_the_same(text: str) -> None:
-    assert_same(text)
+test_drawn_texts_mask_the_same = alike_on(texts, assert_same)
 
 
-@settings(max_examples=400, deadline=None)
-@given(any_texts)
-def test_any_texts_mask_the_same(text: str) -> None:
-    assert_same(text)
+test_any_texts_mask_the_same = alike_on(any_texts, assert_same)
 
 
-@settings(max_examples=400, deadline=None)
-@given(mask_texts)
-def test_near_misses_mask_the_same(text: str) -> None:
-    assert_same(text)
+test_near_misses_mask_the_same = alike_on(mask_texts, assert_same)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(texts, mask_texts), max_size=6))
-def test_drawn_texts_through_one_masker_number_the_same(texts_: list[str]) -> None:
-    assert_same_through(texts_)
+test_drawn_texts_through_one_masker_number_the_same = alike_on(
+    st.lists(st.one_of(texts, mask_texts), max_size=6), assert_same_through, examples=100
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -237,16 +234,10 @@ def _fresh_mask(text: str) -> str:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_masking_grows_linearly(family: str) -> None:
-    build = FAMILIES[family]
-    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    assert (len(small), len(large)) == (test_linear_time.SMALL, test_linear_time.LARGE)
-    assert_same_through([build(2_000)])
-    test_linear_time.assert_grows_linearly(
+    assert_alike_in_linear_time(
         _fresh_mask,
-        small,
-        large,
+        FAMILIES[family],
         family,
-        small_calls=10,
-        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
+        alike=lambda text: assert_same_through([text]),
         collect=False,
     )

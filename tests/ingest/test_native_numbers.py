@@ -9,12 +9,17 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compare.conservation import numbers, spans
 from tests.ingest import test_linear_time, test_redaction, test_text_conservation
-from tests.ingest.native_support import any_texts, native, texts
+from tests.ingest.native_support import (
+    alike_on,
+    any_texts,
+    assert_alike_in_linear_time,
+    native,
+    texts,
+)
 
 
 def compiled(text: str) -> Counter[str]:
@@ -319,16 +324,10 @@ def test_every_branch_reads_the_same(text: str) -> None:
         assert_same(before + text + after)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
-def test_drawn_texts_read_the_same(text: str) -> None:
-    assert_same_read(text)
+test_drawn_texts_read_the_same = alike_on(texts, assert_same_read)
 
 
-@settings(max_examples=400, deadline=None)
-@given(any_texts)
-def test_any_texts_read_the_same(text: str) -> None:
-    assert_same_read(text)
+test_any_texts_read_the_same = alike_on(any_texts, assert_same_read)
 
 
 # The numerals alone, and the digits with their separators and suffixes: the native
@@ -337,16 +336,10 @@ numeral_texts = st.text(alphabet="〇零一二两三四五六七八九十百千�
 digit_texts = st.text(alphabet="0123456789١,.%万亿 pPeErRcCnNtT_x", max_size=24)
 
 
-@settings(max_examples=400, deadline=None)
-@given(numeral_texts)
-def test_numeral_runs_read_the_same(text: str) -> None:
-    assert_same(text)
+test_numeral_runs_read_the_same = alike_on(numeral_texts, assert_same)
 
 
-@settings(max_examples=400, deadline=None)
-@given(digit_texts)
-def test_digit_runs_read_the_same(text: str) -> None:
-    assert_same(text)
+test_digit_runs_read_the_same = alike_on(digit_texts, assert_same)
 
 
 # Hostile inputs: test_linear_time's number families, and near misses of each branch here.
@@ -377,14 +370,4 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_numbers_grows_linearly(family: str) -> None:
-    build = FAMILIES[family]
-    assert_same(build(2_000))
-    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    test_linear_time.assert_grows_linearly(
-        compiled,
-        small,
-        large,
-        family,
-        small_calls=10,
-        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
-    )
+    assert_alike_in_linear_time(compiled, FAMILIES[family], family, alike=assert_same)

@@ -15,22 +15,20 @@ from hypothesis import strategies as st
 
 from controlplane.compare import native
 from controlplane.compare.comparators import compare
-from controlplane.compare.conservation import Reading, read, read_python
 from controlplane.compare.redaction import Masker, redact_payload
 from controlplane.sim.profiles import generate
 from tests.ingest import test_linear_time, test_redaction, test_text_conservation
-from tests.ingest.native_support import PIECES, any_texts
+from tests.ingest.native_support import (
+    PIECES,
+    any_texts,
+    assert_reads_alike,
+    require_compiled_reader,
+)
 
 
 @pytest.fixture(autouse=True)
 def compiled() -> None:
-    """These tests hold the compiled reader to the Python one: it must be the one running."""
-    if native.READER is None:
-        pytest.fail(
-            f"the compiled text reader is not running ({native.reader_name()}): build it "
-            "(`.venv/bin/python setup.py build_ext --inplace`; scripts/test does) and leave "
-            f"{native.ENV} unset or `native`"
-        )
+    require_compiled_reader()
 
 
 def _masked(texts: list[str], compiled: bool) -> tuple[list[str], dict[Any, str], dict[str, int]]:
@@ -44,12 +42,6 @@ def _masked(texts: list[str], compiled: bool) -> tuple[list[str], dict[Any, str]
     finally:
         native.READER = kept
     return out, masker._placeholders, masker._counts
-
-
-def assert_same_reading(text: str) -> None:
-    compiled, python = read(text), read_python(text)
-    assert isinstance(compiled, Reading)
-    assert compiled == python, (text, compiled, python)
 
 
 def assert_same_masks(texts: list[str]) -> None:
@@ -69,7 +61,7 @@ REDACTION_TEXTS = [text for text, _ in test_redaction.CASES]
 
 @pytest.mark.parametrize("text", TABLE_TEXTS)
 def test_every_table_text_reads_the_same(text: str) -> None:
-    assert_same_reading(text)
+    assert_reads_alike(text)
     assert_same_masks([text])
 
 
@@ -96,7 +88,7 @@ def test_every_table_case_compares_the_same(
 @pytest.mark.parametrize("text", REDACTION_TEXTS)
 def test_every_redaction_case_masks_the_same(text: str) -> None:
     assert_same_masks([text])
-    assert_same_reading(text)
+    assert_reads_alike(text)
 
 
 def test_the_redaction_cases_through_one_masker_number_alike() -> None:
@@ -133,7 +125,7 @@ def test_the_simulators_replies_read_and_mask_the_same() -> None:
     # As they come, and run together into texts of ~3,000 characters.
     long_texts = [" ".join(replies[i : i + 30]) for i in range(0, len(replies), 30)]
     for text in replies + long_texts:
-        assert_same_reading(text)
+        assert_reads_alike(text)
     assert_same_masks(replies[:200])
     assert_same_masks(long_texts)
 
@@ -147,7 +139,7 @@ drawn = st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join)
 @settings(max_examples=600, deadline=None)
 @given(drawn)
 def test_drawn_texts_read_and_mask_the_same(text: str) -> None:
-    assert_same_reading(text)
+    assert_reads_alike(text)
     assert_same_masks([text])
 
 
@@ -156,4 +148,4 @@ def test_drawn_texts_read_and_mask_the_same(text: str) -> None:
 def test_drawn_texts_through_one_masker_number_alike(texts: list[str]) -> None:
     assert_same_masks(texts)
     for text in texts:
-        assert_same_reading(text)
+        assert_reads_alike(text)

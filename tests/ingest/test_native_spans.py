@@ -11,12 +11,18 @@ from collections.abc import Callable
 from types import ModuleType
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.compare import conservation, redaction
 from tests.ingest import test_linear_time
-from tests.ingest.native_support import PIECES, any_texts, native, texts
+from tests.ingest.native_support import (
+    PIECES,
+    alike_on,
+    any_texts,
+    assert_alike_in_linear_time,
+    native,
+    texts,
+)
 from tests.ingest.test_linear_time import repeat
 from tests.ingest.test_text_conservation import CASES
 
@@ -312,34 +318,24 @@ email_url_texts = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
-def test_any_text_of_the_readers_pieces(module: ModuleType, text: str) -> None:
+def spans_and_finds(text: str) -> None:
+    module = native("_spans")
     assert_spans(module, text)
     assert_find_spans(module, text)
 
 
-@settings(max_examples=400, deadline=None)
-@given(any_texts)
-def test_any_text_at_all(module: ModuleType, text: str) -> None:
-    assert_spans(module, text)
-    assert_find_spans(module, text)
-
-
-@settings(max_examples=400, deadline=None)
-@given(phone_texts)
-def test_phone_numbers_match_where_the_pattern_matches(module: ModuleType, text: str) -> None:
+def phones_and_spans(text: str) -> None:
+    module = native("_spans")
     assert_phones(module, text)
     assert_spans(module, text)
 
 
-@settings(max_examples=400, deadline=None)
-@given(email_url_texts)
-def test_emails_and_urls_are_found_as_the_python_finders_find_them(
-    module: ModuleType, text: str
-) -> None:
-    assert_find_spans(module, text)
-    assert_spans(module, text)
+test_any_text_of_the_readers_pieces = alike_on(texts, spans_and_finds)
+test_any_text_at_all = alike_on(any_texts, spans_and_finds)
+test_phone_numbers_match_where_the_pattern_matches = alike_on(phone_texts, phones_and_spans)
+test_emails_and_urls_are_found_as_the_python_finders_find_them = alike_on(
+    email_url_texts, spans_and_finds
+)
 
 
 def test_the_pieces_hold_what_the_span_reader_looks_for() -> None:
@@ -365,17 +361,6 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_time_grows_linearly(module: ModuleType, family: str) -> None:
-    build = FAMILIES[family]
-    small, large = build(test_linear_time.SMALL), build(test_linear_time.LARGE)
-    # The small text read 10 times a try: long enough to measure beside the large one.
-    test_linear_time.assert_grows_linearly(
-        module.spans,
-        small,
-        large,
-        family,
-        small_calls=10,
-        max_growth=test_linear_time.NATIVE_MAX_GROWTH,
+    assert_alike_in_linear_time(
+        module.spans, FAMILIES[family], family, alike=lambda text: assert_spans(module, text)
     )
-    # And the same reading as the Python reader's (on a shorter text: that one is slow).
-    short = build(2_000)
-    assert module.spans(short) == expected(short)
