@@ -89,10 +89,6 @@ def backfilled_text(done: dict[str, Any]) -> str:
     )
 
 
-def share(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1%}"
-
-
 def comparison_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
@@ -100,10 +96,12 @@ def comparison_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                 "layer": r["layer"],
                 "bucket": r["bucket"],
                 "items": r["n"],
-                "A": share(r["a"]),
-                "B": share(r["b"]),
-                "B − A": "–" if r["diff"] is None else f"{r['diff']:+.1%}",
-                "95% interval": "–" if r["low"] is None else f"[{r['low']:+.1%}, {r['high']:+.1%}]",
+                "A": formats.percent(r["a"]),
+                "B": formats.percent(r["b"]),
+                "B − A": formats.change(r["diff"]),
+                "95% interval": formats.NONE
+                if r["low"] is None
+                else f"[{formats.change(r['low'])}, {formats.change(r['high'])}]",
                 "only A right": r["only_a"],
                 "only B right": r["only_b"],
             }
@@ -221,12 +219,12 @@ overall = result["rows"][-1]
 st.markdown(
     f"**{formats.line(result['task'])}**: A = {formats.line(a_name)}, "
     f"B = {formats.line(b_name)}, {result['items']} items. "
-    f"Overall A {share(overall['a'])}, B {share(overall['b'])}, B − A "
-    + ("–" if overall["diff"] is None else f"{overall['diff']:+.1%}")
+    f"Overall A {formats.percent(overall['a'])}, B {formats.percent(overall['b'])}, B − A "
+    + formats.change(overall["diff"])
     + (
         ""
         if overall["low"] is None
-        else f" (95% interval {overall['low']:+.1%} to {overall['high']:+.1%})"
+        else f" (95% interval {formats.change(overall['low'])} to {formats.change(overall['high'])})"
     )
     + "."
 )

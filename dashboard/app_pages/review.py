@@ -60,11 +60,11 @@ def agreement_text(name: str, found: dict[str, Any]) -> str:
         return f"{name}: none yet (no item has two reviewers' labels)"
     parts = [f"{found['items']} items shared by {len(found['reviewers'])} reviewers"]
     if found["alpha"] is not None:
-        parts.append(f"α {found['alpha']:.2f}")
+        parts.append(f"α {formats.coefficient(found['alpha'])}")
     if found["kappa"] is not None:
-        parts.append(f"κ {found['kappa']:.2f}")
+        parts.append(f"κ {formats.coefficient(found['kappa'])}")
     if found["unanimous"] is not None:
-        parts.append(f"{found['unanimous']:.0%} unanimous")
+        parts.append(f"{formats.percent(found['unanimous'])} unanimous")
     return f"{name}: " + ", ".join(parts)
 
 
