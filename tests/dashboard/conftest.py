@@ -3,7 +3,8 @@ tasks, four windows, ticket_classify rolled back at its third breaching window, 
 items sampled, the first ones labelled and backfilled), keys of every scope, and a helper
 that opens a page of the app through Streamlit's AppTest, signed in with one of them.
 
-The seed runs once per backend; each test gets a copy of its own."""
+The seed runs once per backend; each test gets a copy of its own, and a module's read-only
+page tests share one copy (`seeded_once`) and one render of each page they read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,22 +80,39 @@ def pg_seed(pg_template: str) -> Iterator[dict[str, str]]:
     admin.dispose()
 
 
-@pytest.fixture
-def seeded(pg_seed: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
-    """A PostgreSQL copy of the seeded database, the dashboard pointed at it."""
+@contextmanager
+def _seeded_copy(keys: dict[str, str]) -> Iterator[Seeded]:
+    """A PostgreSQL copy of the seeded database, dropped on leaving."""
     name = f"sp_test_{uuid.uuid4().hex[:12]}"
     admin = _admin_engine()
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{SEEDED_DB}"'))
     url = make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-    monkeypatch.setenv("SHADOWPLANE_DATABASE_URL", url)
     try:
-        yield Seeded(url, dict(pg_seed))
+        yield Seeded(url, dict(keys))
     finally:
         get_engine(url).dispose()
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def seeded(pg_seed: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
+    """A PostgreSQL copy of the seeded database, the dashboard pointed at it."""
+    with _seeded_copy(pg_seed) as copy:
+        monkeypatch.setenv("SHADOWPLANE_DATABASE_URL", copy.url)
+        yield copy
+
+
+@pytest.fixture(scope="module")
+def seeded_once(pg_seed: dict[str, str]) -> Iterator[Seeded]:
+    """One PostgreSQL copy of the seeded database for a module's read-only page tests, the
+    dashboard pointed at it while the module runs (a test's own `seeded` points it
+    elsewhere for that test only). Nothing may change it: its renders are shared."""
+    with _seeded_copy(pg_seed) as copy, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SHADOWPLANE_DATABASE_URL", copy.url)
+        yield copy
 
 
 @pytest.fixture(scope="session")
@@ -119,17 +138,32 @@ def seeded_sqlite(
     get_engine(url).dispose()
 
 
-def open_page(seeded: Seeded, key: str | None, page: str | None = None) -> AppTest:
+def open_page(
+    seeded: Seeded, key: str | None, page: str | None = None, *, task: str | None = None
+) -> AppTest:
     """The app signed in with the named key (None: signed out), on `page` (a path under
-    dashboard/, e.g. "app_pages/task.py"; None: the default page), after one run."""
+    dashboard/, e.g. "app_pages/task.py"; None: the default page), after one run that
+    renders that page only; `task` opens it as a link with `?task=` does."""
     at = AppTest.from_file(APP, default_timeout=60)
     if key is not None:
         at.session_state["api_key"] = seeded.keys[key]
-    at.run()
+    if task is not None:
+        at.query_params["task"] = task
     if page is not None:
+        # Before the first run AppTest names a page by its file's name, which is each
+        # page's url_path in streamlit_app.py: the app runs, signed in, on that page alone.
         at.switch_page(page)
-        at.run()
+    at.run()
+    if page is not None and key is not None:
+        assert ran_page(at) == Path(APP).parent / page, f"{page} is not open for key {key!r}"
     return at
+
+
+def ran_page(at: AppTest) -> Path | None:
+    """The page script the last run rendered (None: a page given as a function)."""
+    info = at._registered_pages.get(at._finished_page_script_hash, {})
+    script = info.get("script_path")
+    return Path(str(script)).resolve() if script else None
 
 
 def shown(markdown: str) -> str:

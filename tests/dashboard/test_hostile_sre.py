@@ -24,7 +24,7 @@ from controlplane.models.base import utcnow
 from controlplane.rollout import actions
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.timeline import csv_text, timeline
-from tests.dashboard.conftest import APP, Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, open_page, page_text
 
 pytestmark = pytest.mark.integration
 
@@ -70,8 +70,7 @@ def newest(seeded: Seeded, task: str) -> dict[str, Any]:
 
 
 def on_task(seeded: Seeded, key: str, task: str) -> AppTest:
-    at = open_page(seeded, key, TASK)
-    at.selectbox(key="task_pick").set_value(task).run()
+    at = open_page(seeded, key, TASK, task=task)
     assert not at.exception, at.exception
     return at
 
@@ -141,9 +140,7 @@ def test_a_key_name_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     actions.rollback(seeded.engine, IN_SHADOW, actor=name, reason="checking")
     found = []
     for page in (OVERVIEW, TASK, AUDIT):
-        at = open_page(seeded, "hostile", page)
-        if page == TASK:
-            at.selectbox(key="task_pick").set_value(IN_SHADOW).run()
+        at = open_page(seeded, "hostile", page, task=IN_SHADOW if page == TASK else None)
         assert not at.exception
         found += injected(at)
         found += [m.value for m in at.sidebar.markdown if "<img" in rendered(str(m.value))]
@@ -179,12 +176,7 @@ def test_unblocking_a_model_with_odd_characters_is_done_once_and_audited(seeded:
 
 
 def test_a_task_query_parameter_is_not_rendered_as_markdown(seeded: Seeded) -> None:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["api_key"] = seeded.keys["read"]
-    at.run()
-    at.switch_page(TASK)
-    at.query_params["task"] = f"{IMAGE} {LINK}"
-    at.run()
+    at = open_page(seeded, "read", TASK, task=f"{IMAGE} {LINK}")
     assert not at.exception
     assert any("There is no task named" in w.value for w in at.warning), page_text(at)
     assert not injected(at), injected(at)
@@ -192,12 +184,7 @@ def test_a_task_query_parameter_is_not_rendered_as_markdown(seeded: Seeded) -> N
 
 def test_odd_task_query_parameters_are_a_sentence(seeded: Seeded) -> None:
     for asked in ("", " ", "x" * 10_000, "\x00\x07", "ticket_classify\n", "../overview"):
-        at = AppTest.from_file(APP, default_timeout=60)
-        at.session_state["api_key"] = seeded.keys["read"]
-        at.run()
-        at.switch_page(TASK)
-        at.query_params["task"] = asked
-        at.run()
+        at = open_page(seeded, "read", TASK, task=asked)
         assert not at.exception, (asked[:20], at.exception)
         assert at.selectbox(key="task_pick").value in (ROLLED_BACK, IN_SHADOW)
 

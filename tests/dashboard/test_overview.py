@@ -168,10 +168,19 @@ def test_the_latest_windows_of_every_task_are_read_in_one_query(seeded: Seeded) 
 # --- the page ---------------------------------------------------------------------------
 
 
-def test_the_page_shows_each_task_with_the_services_figures(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", PAGE)
+@pytest.fixture(scope="module")
+def as_read(seeded_once: Seeded) -> AppTest:
+    """The page as a read key sees the seeded rollout, rendered once for the tests that only
+    read it."""
+    return open_page(seeded_once, "read", PAGE)
+
+
+def test_the_page_shows_each_task_with_the_services_figures(
+    seeded_once: Seeded, as_read: AppTest
+) -> None:
+    at = as_read
     assert not at.exception
-    latest = latest_all(seeded)
+    latest = latest_all(seeded_once)
     for task, every in latest.items():
         line = task_line(at, task)
         assert f"agreement {percent(every['agreement'])} " in line
@@ -179,7 +188,7 @@ def test_the_page_shows_each_task_with_the_services_figures(seeded: Seeded) -> N
         seconds = (every["window_end"] - every["window_start"]).total_seconds()
         assert f"net savings/day {money(every['net_savings'] * 86400 / seconds)}" in line
     assert task_line(at, "ticket_classify").startswith("**ticket_classify** — rolled_back ·")
-    [rollback] = read(seeded, list_decisions, "ticket_classify", 1)
+    [rollback] = read(seeded_once, list_decisions, "ticket_classify", 1)
     assert rollback["reason"] in page_text(at)
     # The table (drawn on a canvas in a browser) holds the same rows, trouble first.
     [frame] = at.dataframe
@@ -187,8 +196,8 @@ def test_the_page_shows_each_task_with_the_services_figures(seeded: Seeded) -> N
     assert frame.value["last decision"][0] == rollback["reason"]
 
 
-def test_trouble_on_top_in_the_text_too(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", PAGE)
+def test_trouble_on_top_in_the_text_too(as_read: AppTest) -> None:
+    at = as_read
     lines = [shown(m.value) for m in at.markdown if " — " in m.value and m.value.startswith("**")]
     assert [line.split("**")[1] for line in lines] == ["ticket_classify", "invoice_extract"]
     assert "In trouble: **ticket_classify** (rolled back" in page_text(at)
@@ -299,10 +308,10 @@ def test_without_tasks_the_page_says_how_to_register_one(empty: Seeded) -> None:
     assert "It has never been thrown." in page_text(at)
 
 
-def test_each_task_links_to_its_task_page(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", PAGE)
+def test_each_task_links_to_its_task_page(seeded_once: Seeded, as_read: AppTest) -> None:
+    at = as_read
     links = [link.proto for link in at.get("page_link")]
-    names = [v["task"] for v in read(seeded, list_task_views)]
+    names = [v["task"] for v in read(seeded_once, list_task_views)]
     assert sorted(link.query_string for link in links) == sorted(f"task={n}" for n in names)
     assert {link.page for link in links} == {"task"}
 

@@ -40,18 +40,36 @@ def decisions(seeded: Seeded, task: str) -> list[dict[str, Any]]:
 
 
 def on_task(seeded: Seeded, key: str, task: str) -> AppTest:
-    at = open_page(seeded, key, TASK_PAGE)
-    at.selectbox(key="task_pick").set_value(task).run()
+    """The page on `task`, opened as the Overview's link to it opens it."""
+    at = open_page(seeded, key, TASK_PAGE, task=task)
     assert not at.exception, at.exception
     return at
 
 
-def test_the_rollback_decision_shows_its_sentence_and_the_cusum_run(seeded: Seeded) -> None:
+@pytest.fixture(scope="module")
+def rolled_back_read(seeded_once: Seeded) -> AppTest:
+    """The rolled-back task's page as a read key sees it, rendered once for the tests that
+    only read it."""
+    return on_task(seeded_once, "read", ROLLED_BACK)
+
+
+def test_picking_a_task_shows_it_and_puts_it_in_the_address(seeded: Seeded) -> None:
+    at = open_page(seeded, "read", TASK_PAGE)
+    assert at.selectbox(key="task_pick").value == ROLLED_BACK  # rolled-back tasks first
+    at.selectbox(key="task_pick").set_value(IN_SHADOW).run()
+    assert not at.exception, at.exception
+    assert at.query_params.get("task") == IN_SHADOW
+    assert f"**{IN_SHADOW}** is in **shadow**" in page_text(at)
+
+
+def test_the_rollback_decision_shows_its_sentence_and_the_cusum_run(
+    seeded_once: Seeded, rolled_back_read: AppTest
+) -> None:
     """The seeded rollback ran the default detector (capped_cusum): its run of windows,
     each with counts, evidence, what counted and the running sum, as table and text."""
-    at = on_task(seeded, "read", ROLLED_BACK)
+    at = rolled_back_read
     text = page_text(at)
-    rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
+    rollback = next(d for d in decisions(seeded_once, ROLLED_BACK) if d["action"] == "rollback")
     evidence = rollback["evidence"]
     steps = evidence["steps"]
     assert rollback["actor"] == "policy" and evidence["detector"] == "capped_cusum"
@@ -129,9 +147,11 @@ def test_a_consecutive_rollback_shows_its_evidence_table(seeded: Seeded) -> None
     assert sum(label.startswith("Example results of") for label in labels) >= len(breaching)
 
 
-def test_example_results_of_the_breaching_windows_show_the_kept_payload(seeded: Seeded) -> None:
-    at = on_task(seeded, "read", ROLLED_BACK)
-    rollback = next(d for d in decisions(seeded, ROLLED_BACK) if d["action"] == "rollback")
+def test_example_results_of_the_breaching_windows_show_the_kept_payload(
+    seeded_once: Seeded, rolled_back_read: AppTest
+) -> None:
+    at = rolled_back_read
+    rollback = next(d for d in decisions(seeded_once, ROLLED_BACK) if d["action"] == "rollback")
     # The windows of the run that added evidence.
     breaching = [s for s in rollback["evidence"]["steps"] if s["counted"] > 0]
     labels = [e.label for e in at.expander]
@@ -144,14 +164,14 @@ def test_example_results_of_the_breaching_windows_show_the_kept_payload(seeded: 
     assert any('"input"' in p and '"edge_output"' in p for p in payloads), payloads[:2]
 
 
-def test_a_read_key_sees_no_admin_actions(seeded: Seeded) -> None:
-    at = on_task(seeded, "read", ROLLED_BACK)
+def test_a_read_key_sees_no_admin_actions(seeded_once: Seeded, rolled_back_read: AppTest) -> None:
+    at = rolled_back_read
     keys = {b.key for b in at.button}
     assert not keys & ACTION_BUTTONS
     assert not any(k and k.startswith("unblock_") for k in keys)
     assert "Actions" not in [h.value for h in at.header]
     # The same page for an admin has them (so the check above can fail).
-    admin = on_task(seeded, "admin", ROLLED_BACK)
+    admin = on_task(seeded_once, "admin", ROLLED_BACK)
     assert ACTION_BUTTONS <= {b.key for b in admin.button}
     assert any((b.key or "").startswith("unblock_") for b in admin.button)
 
@@ -322,9 +342,7 @@ def test_route_accuracy_apart_and_alerts_once_labels_close_a_window(seeded: Seed
 def test_a_task_without_results_says_what_to_expect_in_sentences(seeded: Seeded) -> None:
     document = {"task": "new_task", "comparator": {"kind": "exact"}}
     apply_tasks(seeded.engine, [document], actor="admin")
-    at = open_page(seeded, "read", TASK_PAGE)
-    at.query_params["task"] = "new_task"
-    at.run()
+    at = open_page(seeded, "read", TASK_PAGE, task="new_task")
     assert not at.exception, at.exception
     assert at.selectbox(key="task_pick").value == "new_task"
     infos = " ".join(i.value for i in at.info)

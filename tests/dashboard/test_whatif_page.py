@@ -119,8 +119,7 @@ def same(got: Any, want: Any, where: str) -> None:
 def test_whatif_numbers_equal_a_pandas_replay(
     seeded: Seeded, cap: int | None, min_conf: float | None
 ) -> None:
-    at = open_page(seeded, "read", TASK_PAGE)
-    at.selectbox(key="task_pick").set_value(TASK).run()
+    at = open_page(seeded, "read", TASK_PAGE, task=TASK)
     first, last = START.date(), (END - dt.timedelta(seconds=1)).date()
     set_whatif(at, cap, min_conf, first, last)
 
@@ -156,8 +155,7 @@ def test_whatif_numbers_equal_a_pandas_replay(
 
 
 def test_a_period_without_results_says_so(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", TASK_PAGE)
-    at.selectbox(key="task_pick").set_value(TASK).run()
+    at = open_page(seeded, "read", TASK_PAGE, task=TASK)
     empty_day = START.date() - dt.timedelta(days=3)
     set_whatif(at, 2047, None, empty_day, empty_day)
     assert any("No results stored from" in i.value for i in at.info)
@@ -165,16 +163,14 @@ def test_a_period_without_results_says_so(seeded: Seeded) -> None:
 
 
 def test_a_period_ending_before_it_starts_is_a_sentence(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", TASK_PAGE)
-    at.selectbox(key="task_pick").set_value(TASK).run()
+    at = open_page(seeded, "read", TASK_PAGE, task=TASK)
     day = START.date()
     set_whatif(at, 2047, None, day, day - dt.timedelta(days=1))
     assert any("The period ends before it starts" in w.value for w in at.warning)
 
 
 def test_the_whatif_runs_when_asked_and_is_kept_for_its_setting(seeded: Seeded) -> None:
-    at = open_page(seeded, "read", TASK_PAGE)
-    at.selectbox(key="task_pick").set_value(TASK).run()
+    at = open_page(seeded, "read", TASK_PAGE, task=TASK)
     day = START.date()
     at.checkbox(key="whatif_no_cap").set_value(False)
     at.run()

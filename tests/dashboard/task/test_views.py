@@ -1,0 +1,168 @@
+"""dashboard.task.views: what the Task page's sections say, from plain data, no render."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from dashboard.task import views
+
+NAMES = ["ticket_classify", "invoice_extract"]
+STEP = {
+    "window_start": "2026-11-30T02:55:00+00:00",
+    "window_end": "2026-11-30T03:00:00+00:00",
+    "num": 12.0,
+    "den": 40.0,
+    "estimate": 0.3,
+    "contribution": 1.234,
+    "counted": 1.0,
+    "sum": 5.5,
+}
+WINDOW = {**STEP, "bound": 0.21, "threshold": 0.15, "verdict": "breach"}
+
+
+def test_rolled_back_tasks_come_first() -> None:
+    found = [
+        {"task": "b", "stage": "shadow"},
+        {"task": "z", "stage": "rolled_back"},
+        {"task": "a", "stage": "canary"},
+    ]
+    assert views.rolled_back_first(found) == ["z", "a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("asked", "linked", "current", "picked"),
+    [
+        (None, None, None, "ticket_classify"),  # nothing asked: the first task
+        ("invoice_extract", None, None, "invoice_extract"),  # a link is followed
+        (
+            "invoice_extract",
+            "invoice_extract",
+            "ticket_classify",
+            "ticket_classify",
+        ),  # a pick wins over the link already followed
+        (
+            "invoice_extract",
+            "ticket_classify",
+            "ticket_classify",
+            "invoice_extract",
+        ),  # a new link wins
+        ("gone", None, "gone", "ticket_classify"),  # an unknown pick falls back
+    ],
+)
+def test_pick(asked: str | None, linked: str | None, current: str | None, picked: str) -> None:
+    assert views.pick(asked, NAMES, linked=linked, current=current) == picked
+
+
+def test_an_unknown_task_is_echoed_short_and_escaped() -> None:
+    said = views.unknown_task("x" * 500, NAMES)
+    assert said.count("x") == views.ASKED_SHOWN and "…" in said
+    assert "of the 2 tasks" in said
+    assert "\\[" in views.unknown_task("[a](b)", NAMES)
+
+
+def test_a_cusum_run_as_table_and_text() -> None:
+    evidence = {"steps": [STEP, {**STEP, "counted": 0.0}], "cap": 2, "h": 5, "min_effect": 0.1}
+    decision = {"evidence": evidence}
+    assert views.evidence_kind(decision) == "steps"
+    table = views.step_rows(evidence)
+    assert list(table["window"]) == ["2026-11-30 02:55 UTC – 03:00"] * 2
+    assert list(table["counts"]) == ["12/40"] * 2
+    assert "12/40 = 30.0%, evidence +1.23, counted +1.00, sum **5.50**" in views.step_lines(
+        evidence
+    )
+    assert "each window counts at most 2" in views.cusum_explained(evidence)
+    assert "fires at h = 5" in views.cusum_explained(evidence)
+    assert views.omitted_steps(evidence) is None
+    assert "began 1,200 windows" in str(views.omitted_steps({**evidence, "steps_omitted": 1200}))
+    # Only the windows that added to the sum get example results.
+    assert views.bad_windows(decision) == [STEP]
+
+
+def test_verdicts_per_window_as_table_and_text() -> None:
+    evidence = {"windows": [WINDOW, {**WINDOW, "verdict": "ok"}], "confidence": 0.95}
+    decision = {"evidence": evidence}
+    assert views.evidence_kind(decision) == "windows"
+    table = views.window_rows(evidence)
+    assert list(table["95% bound"]) == [0.21, 0.21]
+    assert list(table["verdict"]) == ["breach", "ok"]
+    assert "12/40 = 30.0%, 95% bound 21.0%, threshold 0.15: **breach**" in views.window_lines(
+        evidence
+    )
+    assert views.bound_name({"confidence": "point"}) == "bound"
+    assert views.bad_windows(decision) == [WINDOW]
+
+
+def test_a_promotion_says_whether_the_gate_passed() -> None:
+    decision = {
+        "evidence": {"gate": {"passed": False, "reasons": ["too few pairs"]}, "forced": True}
+    }
+    assert views.evidence_kind(decision) == "gate"
+    assert views.gate_passed(decision["evidence"]) == (
+        "The gate did not pass then: too few pairs. It was forced past the gate (audited)."
+    )
+    assert views.gate_passed({}) is None
+    assert views.evidence_kind({"evidence": None}) is None
+
+
+def test_the_decision_heading() -> None:
+    decision = {
+        "created_at": datetime(2026, 11, 30, 3, 1, tzinfo=UTC),
+        "action": "rollback",
+        "actor": "policy",
+        "stage_before": "canary",
+        "stage_after": "rolled_back",
+        "rule": "agreement",
+        "bucket": "512+",
+    }
+    assert views.decision_heading(decision) == (
+        r"**2026-11-30 03:01 UTC** · rollback by **policy** (canary → rolled\_back) · "
+        r"rule agreement in 512\+"
+    )
+    assert views.decision_heading({**decision, "rule": None, "stage_before": None}).endswith(
+        r"(— → rolled\_back)"
+    )
+
+
+def test_the_gate_and_its_buckets() -> None:
+    gate = {
+        "passed": False,
+        "windows": 3,
+        "stage": "shadow",
+        "reasons": ["agreement below 0.9"],
+        "buckets": {
+            "0-511": {"verdict": "fail", "pairs": 40, "agreement": 0.8, "agreement_low": 0.7}
+        },
+    }
+    assert views.gate_sentence(gate) == (
+        "The gate does not pass over the last 3 windows closed in shadow: agreement below 0\\.9."
+    )
+    assert views.gate_sentence({**gate, "passed": True, "reasons": []}).endswith("in shadow.")
+    rows = views.gate_rows(gate)
+    assert rows[0]["bucket"] == "0-511"
+    assert views.gate_lines(rows) == (
+        "- 0\\-511: **fail** — 40 pairs, agreement 80.0% (lower bound 70.0%)"
+    )
+
+
+def test_shown_reads_buckets_and_the_judged_versions_buckets() -> None:
+    shown = views.Shown(
+        "sqlite://",
+        "t",
+        {},
+        {"length_buckets": [512]},
+        versions=[{"version": 1, "config": {"length_buckets": [128, 1024]}}],
+    )
+    assert shown.buckets == ["0-511", "512+"]
+    assert shown.cell_bounds({"evidence": {"config_version": 1}}) == (128, 1024)
+    assert shown.cell_bounds({"evidence": {"config_version": 7}}) == (512,)
+    assert shown.events.empty
+
+
+def test_what_changed_between_versions() -> None:
+    changes = [{"path": "review.quota_per_window", "before": 8, "after": 12}]
+    assert views.what_changed(1, 2, changes) == (
+        "What changed from version 1 to 2:\n- review\\.quota\\_per\\_window: 8 → 12"
+    )
+    assert views.what_changed(1, 2, []) == "Versions 1 and 2 hold the same config."
