@@ -51,31 +51,24 @@ MISSES = charts.Chart(
 RULE_METRICS = {"estimate": "route_acc"}
 
 
-def latency(bucket: str) -> charts.Chart:
-    return charts.Chart(
+# The charts of one bucket's windows, by name: y column, title, y axis, colour, dash.
+OF_BUCKET: dict[str, tuple[str, str, str, str, str | None]] = {
+    "latency": (
         "latency_ms",
-        f"Latency p50/p95/p99, edge against cloud ({bucket})",
+        "Latency p50/p95/p99, edge against cloud",
         "ms",
-        color="side",
-        dash="percentile",
-        percent=False,
-    )
+        "side",
+        "percentile",
+    ),
+    "input_length": ("input_tokens", "Input length", "tokens", "percentile", None),
+    "cost": ("cost", "Cost against the cloud-only baseline", "cost per window", "series", None),
+}
 
 
-def input_length(bucket: str) -> charts.Chart:
-    return charts.Chart(
-        "input_tokens", f"Input length ({bucket})", "tokens", color="percentile", percent=False
-    )
-
-
-def cost(bucket: str) -> charts.Chart:
-    return charts.Chart(
-        "cost",
-        f"Cost against the cloud-only baseline ({bucket})",
-        "cost per window",
-        color="series",
-        percent=False,
-    )
+def of_bucket(name: str, bucket: str) -> charts.Chart:
+    """The chart `name` of OF_BUCKET for the windows of `bucket` (named in its title)."""
+    y, title, y_title, color, dash = OF_BUCKET[name]
+    return charts.Chart(y, f"{title} ({bucket})", y_title, color=color, dash=dash, percent=False)
 
 
 def rule_threshold(config: Mapping[str, Any], metric: str) -> float | None:

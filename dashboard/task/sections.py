@@ -210,32 +210,17 @@ def admin_actions(shown: Shown, principal: Principal) -> None:
         key=actions.REASON,
         help=f"At most {actions.REASON_MAX_CHARS} characters, on the decision and the audit log.",
     )
-    promote_col, rollback_col, rearm_col = st.columns(3)
-    with promote_col:
-        st.checkbox("Force past the gate (audited)", key=actions.FORCE_PROMOTION)
-        st.button(
-            f"Promote from {formats.line(state['stage_words'])}",
-            key="promote",
-            disabled=stage in ("full", "rolled_back"),
-            on_click=actions.queue,
-            args=("promote", task, expected),
-        )
-    with rollback_col:
-        st.button(
-            "Roll back to the cloud",
-            key="rollback",
-            disabled=stage in ("cloud", "rolled_back"),
-            on_click=actions.queue,
-            args=("rollback", task, expected),
-        )
-    with rearm_col:
-        st.button(
-            "Re-arm to shadow",
-            key="rearm",
-            disabled=stage != "rolled_back",
-            on_click=actions.queue,
-            args=("rearm", task, expected),
-        )
+    for column, (kind, label, disabled) in zip(st.columns(3), views.moves(state), strict=True):
+        with column:
+            if kind == "promote":
+                st.checkbox("Force past the gate (audited)", key=actions.FORCE_PROMOTION)
+            st.button(
+                label,
+                key=kind,
+                disabled=disabled,
+                on_click=actions.queue,
+                args=(kind, task, expected),
+            )
     if stage == "rolled_back":
         st.caption("A rolled-back task is re-armed to shadow before it can be promoted again.")
     blocked_models(shown)
@@ -334,12 +319,17 @@ def evidence_over_time(shown: Shown) -> None:
         "Bucket for latency, input length and cost", ["all", *shown.buckets], key="detail_bucket"
     )
     detail = frame[frame["bucket"] == one]
-    draw(evidence.latency(one), evidence.latencies(detail), shown, events=events)
+    draw(evidence.of_bucket("latency", one), evidence.latencies(detail), shown, events=events)
     length_col, cost_col = st.columns(2)
     with length_col:
-        draw(evidence.input_length(one), evidence.input_lengths(detail), shown, events=events)
+        draw(
+            evidence.of_bucket("input_length", one),
+            evidence.input_lengths(detail),
+            shown,
+            events=events,
+        )
     with cost_col:
-        draw(evidence.cost(one), evidence.costs(detail), shown, events=events)
+        draw(evidence.of_bucket("cost", one), evidence.costs(detail), shown, events=events)
     st.markdown(evidence.savings_line(detail, one))
 
 

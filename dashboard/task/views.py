@@ -245,6 +245,16 @@ def gate_passed(evidence: Row) -> str | None:
     return f"The gate {passed} then{': ' + reasons if reasons else ''}.{forced}"
 
 
+def moves(state: Row) -> list[tuple[str, str, bool]]:
+    """The stage moves an admin's buttons offer: (kind, label, disabled at this stage)."""
+    stage = state["stage"]
+    return [
+        ("promote", f"Promote from {line(state['stage_words'])}", stage in ("full", "rolled_back")),
+        ("rollback", "Roll back to the cloud", stage in ("cloud", "rolled_back")),
+        ("rearm", "Re-arm to shadow", stage != "rolled_back"),
+    ]
+
+
 # --- the gate, blocked models, alerts -----------------------------------------------------
 
 

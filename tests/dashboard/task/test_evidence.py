@@ -61,7 +61,7 @@ def test_every_chart_draws_with_its_threshold_and_events() -> None:
     assert marks == ["area", "line", "rule", "rule", "rule"]
     assert drawn["title"] == evidence.AGREEMENT.title
     latency = charts.draw(
-        evidence.latency("all"),
+        evidence.of_bucket("latency", "all"),
         evidence.latencies(
             frame.assign(
                 **{

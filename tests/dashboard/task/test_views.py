@@ -166,3 +166,19 @@ def test_what_changed_between_versions() -> None:
         "What changed from version 1 to 2:\n- review\\.quota\\_per\\_window: 8 → 12"
     )
     assert views.what_changed(1, 2, []) == "Versions 1 and 2 hold the same config."
+
+
+@pytest.mark.parametrize(
+    ("stage", "offered"),
+    [
+        ("shadow", {"promote", "rollback"}),
+        ("full", {"rollback"}),
+        ("cloud", {"promote"}),
+        ("rolled_back", {"rearm"}),
+    ],
+)
+def test_the_moves_an_admin_is_offered_at_each_stage(stage: str, offered: set[str]) -> None:
+    moves = views.moves({"stage": stage, "stage_words": f"{stage} (words)"})
+    assert [kind for kind, _, _ in moves] == ["promote", "rollback", "rearm"]
+    assert {kind for kind, _, disabled in moves if not disabled} == offered
+    assert moves[0][1] == f"Promote from {stage.replace('_', chr(92) + '_')} \\(words\\)"
