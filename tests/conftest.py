@@ -1,16 +1,11 @@
-"""Shared fixtures: real databases (a migrated SQLite file, a PostgreSQL database cloned
-from a migrated template), an app on them, and keys of every scope.
+"""Shared fixtures: real databases (a migrated SQLite file; a migrated PostgreSQL database
+of each pytest worker's own, put back before each test), an app on them with keys of every
+scope, and PostgreSQL servers of a test's own for tests that stop them.
 
 PostgreSQL comes from SHADOWPLANE_TEST_DATABASE_URL, which `scripts/test` sets after
 starting a private server. A test that needs it fails (it is not skipped) when it is absent.
-
-In parallel (pytest-xdist, `scripts/test` runs `-n 2`) each worker process has databases
-of its own names (`per_worker`) and a Redis server of its own (SHADOWPLANE_TEST_REDIS_URL
-is replaced by it: flag channels, rate buckets and Celery queues are global to a Redis).
-Tests marked `serial` run alone: they stop the shared PostgreSQL, or make a wall-clock
-claim another process's load could break. A worker never runs them (it skips them, and has
-no SHADOWPLANE_TEST_PGCTL); `--serial=skip` leaves them out and `--serial=only` runs only
-them, as `scripts/test` does after the parallel run.
+In parallel (pytest-xdist) each worker has databases of its own names (`per_worker`) and a
+Redis server of its own (SHADOWPLANE_TEST_REDIS_URL is replaced by it).
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +29,27 @@ from sqlalchemy.pool import NullPool
 
 from controlplane.api import create_app
 from controlplane.auth.scopes import SCOPES
+from controlplane.compare import native
 from controlplane.db import get_engine, session_scope
-from controlplane.keys.service import create_key
+from controlplane.keys.service import create_key, generate_key
 from controlplane.migrate import upgrade
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
+from tests.dbstate import Rows, WorkerDatabase, table_counts
+from tests.drills.servers import PgServer, copy_cluster, private_dir
 
 pytest_plugins = ["tests.fixtures"]
 
 # "gw0", "gw1", ... in a pytest-xdist worker; empty when pytest runs in one process.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# Tells this run's databases from another run's on the same server.
+RUN = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid():x}")[:8]
 
 
 def per_worker(name: str) -> str:
-    """`name` made this worker's own (a database name every worker would otherwise share)."""
-    return f"{name}_{WORKER}" if WORKER else name
+    """`name` made this run's and this worker's own (a database name every worker, and every
+    run on the same server, would otherwise share)."""
+    return f"{name}_{RUN}_{WORKER}" if WORKER else f"{name}_{RUN}"
 
 
 TEMPLATE_DB = per_worker("sp_test_template")
@@ -60,44 +61,47 @@ settings.register_profile(
 settings.load_profile("shadowplane")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--serial",
-        choices=("run", "skip", "only"),
-        default="run",
-        help="tests marked serial (they must run alone): run them with the others (the "
-        "default), skip them, or run only them",
-    )
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "serial: runs alone, never next to other tests: it stops the shared PostgreSQL, or "
-        "makes a wall-clock claim (scripts/test runs these after the parallel run)",
+        "fresh_db: pg_url is a database cloned for this test alone, dropped after it (for "
+        "tests that migrate or change the schema)",
     )
-    if WORKER:
-        # Nothing may stop the servers the other worker is using: a serial test fails here.
-        os.environ.pop("SHADOWPLANE_TEST_PGCTL", None)
+
+
+# The tests that read texts run with each reader: the compiled one and the Python reference.
+READERS = ("python",) if os.environ.get(native.ENV) == "python" else ("native", "python")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("text_reader") is not None:
+        if "text_reader" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("text_reader")
+        metafunc.parametrize("text_reader", READERS, indirect=True)
+
+
+@pytest.fixture
+def text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The text reader this test runs with (its processes too, through the environment)."""
+    choice = str(request.param)
+    monkeypatch.setenv(native.ENV, choice)
+    reader = native._load()
+    monkeypatch.setattr(native, "READER", reader)
+    monkeypatch.setattr(native, "ACTIVE", reader is not None)
+    return choice
+
+
+# Scheduled first (pytest-xdist hands out tests in this order): the longest, so that no
+# worker starts one near the end while the other has nothing left.
+SLOW_FIRST = ("tests/drills/", "tests/workers/", "tests/dashboard/test_browser")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    choice = config.getoption("serial")
-    if choice == "run":
-        if WORKER:
-            alone = pytest.mark.skip(reason="marked serial, it runs alone: run it without -n")
-            for item in items:
-                if item.get_closest_marker("serial") is not None:
-                    item.add_marker(alone)
-        return
-    keep = choice == "only"
-    selected, deselected = [], []
-    for item in items:
-        serial = item.get_closest_marker("serial") is not None
-        (selected if serial == keep else deselected).append(item)
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = selected
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid
+        return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -165,18 +169,73 @@ def cloned_database() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def pg_worker_db(pg_template: str) -> Iterator[WorkerDatabase]:
+    """This worker's PostgreSQL database: cloned from the template once, put back before
+    each test that uses it."""
+    database = WorkerDatabase(pg_admin_url(), per_worker("sp_test_worker"), TEMPLATE_DB)
+    database.create()
+    _SEEDS["postgresql"] = _take_seed(database.url, database.base_counts)
+    database.reset()
+    yield database
+    database.drop()
+
+
 @pytest.fixture
-def pg_url(pg_template: str) -> Iterator[str]:
-    """A fresh migrated PostgreSQL database of its own, committed to for real."""
-    with cloned_database() as url:
-        yield url
+def pg_url(request: pytest.FixtureRequest, pg_template: str) -> Iterator[str]:
+    """A migrated PostgreSQL database with nothing written in it, committed to for real: the
+    worker's own database put back to its migrated state (rows deleted, sequences
+    restarted), or, for a test marked `fresh_db`, a clone of its own."""
+    if request.node.get_closest_marker("fresh_db") is not None:
+        with cloned_database() as url:
+            yield url
+        return
+    database: WorkerDatabase = request.getfixturevalue("pg_worker_db")
+    database.reset()
+    yield database.url
+    get_engine(database.url).dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_cluster() -> Iterator[PgServer]:
+    """A migrated PostgreSQL cluster, stopped: each drill starts a copy of it."""
+    template = PgServer(private_dir("sp-drill-template-")).init().start()
+    try:
+        upgrade(template.url)
+        get_engine(template.url).dispose()
+    finally:
+        template.stop()
+    yield template
+    shutil.rmtree(template.root, ignore_errors=True)
+
+
+@pytest.fixture
+def own_pg(migrated_cluster: PgServer) -> Iterator[PgServer]:
+    """A migrated PostgreSQL server of the test's own, which it may stop, crash and restart
+    while the other tests go on with theirs."""
+    server = copy_cluster(migrated_cluster)
+    try:
+        yield server
+    finally:
+        get_engine(server.url).dispose()
+        if server.running():
+            try:
+                server.stop("immediate")
+            except Exception:  # already stopped by the drill: nothing to do
+                pass
+        shutil.rmtree(server.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
     upgrade(f"sqlite:///{path}")
-    get_engine(f"sqlite:///{path}").dispose()
+    engine = get_engine(f"sqlite:///{path}")
+    base = table_counts(engine)
+    engine.dispose()
+    seeded = path.with_name("seeded.db")
+    shutil.copy(path, seeded)
+    _SEEDS["sqlite"] = _take_seed(f"sqlite:///{seeded}", base)
     return path
 
 
@@ -229,14 +288,53 @@ class Api:
         return get_engine(self.url)
 
 
-def make_api(url: str, **settings: Any) -> Iterator[Api]:
-    engine = get_engine(url)
+@dataclass
+class Seed:
+    """What `make_api` writes (a key per scope, the two tasks), taken once per backend, and
+    how many rows each table of a migrated database holds."""
+
+    rows: Rows
+    base: dict[str, int]
+
+
+_SEEDS: dict[str, Seed] = {}
+
+
+def _seed_by_hand(engine: Engine) -> dict[str, str]:
     keys = {}
     with session_scope(engine) as session:
         for scope in SCOPES:
             _, keys[scope] = create_key(session, name=f"{scope}-key", scopes=[scope], actor="test")
         apply_config(session, TICKET_TASK, actor="test")
         apply_config(session, INVOICE_TASK, actor="test")
+    return keys
+
+
+def _take_seed(url: str, base: dict[str, int]) -> Seed:
+    engine = get_engine(url)
+    taken_at = datetime.now(UTC)
+    _seed_by_hand(engine)
+    written = {name for name, count in table_counts(engine).items() if count != base.get(name)}
+    rows = Rows.take(engine, written, taken_at)
+    engine.dispose()
+    return Seed(rows, base)
+
+
+def seed_api_data(engine: Engine) -> dict[str, str]:
+    """A key per scope (by scope, its secret) and the two tasks, written into `engine`'s
+    database: copied from the run's seed when the database holds nothing yet, else made
+    one by one as `shadowplane keys create` and `tasks apply` make them."""
+    seed = _SEEDS.get(engine.dialect.name)
+    if seed is None or not seed.rows.holds_only_base(engine, seed.base):
+        return _seed_by_hand(engine)
+    keys = {scope: generate_key() for scope in SCOPES}
+    seed.rows.write(engine, {f"{scope}-key": secret for scope, secret in keys.items()})
+    return keys
+
+
+def make_api(url: str, **settings: Any) -> Iterator[Api]:
+    engine = get_engine(url)
+    keys = seed_api_data(engine)
     # No background passes in tests: each test runs the pass itself, at the clock it chooses.
     # The suite's results carry fixed timestamps (2026-11-30…), so the ingest bound on old
     # results is opened wide here; tests of that bound pass their own `max_backfill`.

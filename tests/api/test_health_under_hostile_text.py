@@ -53,7 +53,6 @@ def adversarial(size: int, shift: int = 0) -> str:
     return "".join(out)[:size]
 
 
-@pytest.mark.serial  # a wall-clock claim: alone, not next to the suite's other processes
 @pytest.mark.parametrize("max_chars", [None, 2_000_000])
 def test_healthz_answers_within_a_second_while_a_mib_of_hostile_text_is_read(
     sqlite_url: str, tmp_path: Path, max_chars: int | None

@@ -3,36 +3,27 @@ authenticate, and everything recovers once the server is back."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from sqlalchemy import func, select
 
 from controlplane.models import Result
 from tests.conftest import Api, make_api, make_result
+from tests.drills.servers import PgServer
 
-# It stops the PostgreSQL every other test uses: never in parallel with them.
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
-
-
-def pgctl(*args: str) -> None:
-    command = os.environ.get("SHADOWPLANE_TEST_PGCTL")
-    if not command:
-        pytest.fail("SHADOWPLANE_TEST_PGCTL is not set: run the suite with scripts/test")
-    subprocess.run([command, *args], check=True, capture_output=True, timeout=60)
+# It stops a PostgreSQL server of its own.
+pytestmark = pytest.mark.integration
 
 
-def test_postgresql_stopped_then_recovered(pg_url: str) -> None:
-    for api in make_api(pg_url, key_cache_seconds=0.2):
-        _outage_and_recovery(api)
+def test_postgresql_stopped_then_recovered(own_pg: PgServer) -> None:
+    for api in make_api(own_pg.url, key_cache_seconds=0.2):
+        _outage_and_recovery(api, own_pg)
 
 
-def _outage_and_recovery(api: Api) -> None:
+def _outage_and_recovery(api: Api, server: PgServer) -> None:
     before = {"results": [make_result(request_id=f"before-{i}") for i in range(50)]}
     assert api.post_results(before).json()["accepted"] == 50
     assert api.client.get("/readyz").status_code == 200
-    pgctl("stop", "-m", "fast")
+    server.stop()
     try:
         during = {"results": [make_result(request_id=f"during-{i}") for i in range(50)]}
         response = api.post_results(during)  # a known key still authenticates (stale cache)
@@ -49,7 +40,7 @@ def _outage_and_recovery(api: Api) -> None:
         unknown = api.client.get("/v1/tasks", headers={"Authorization": "Bearer sp_never_seen"})
         assert unknown.status_code == 503
     finally:
-        pgctl("start")
+        server.start()
     assert api.client.get("/readyz").status_code == 200
     assert api.post_results(during).json() == {"accepted": 50, "duplicates": 0, "rejected": []}
     assert api.post_results(before).json()["duplicates"] == 50

@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 from controlplane.auth.service import KeyCache, Principal, hash_key
 from controlplane.db import get_engine, make_sessionmaker, session_scope
 from controlplane.keys.service import create_key, revoke_key
-from tests.api.test_storage_outage import pgctl
+from tests.drills.servers import PgServer
 
 
 class Clock:
@@ -207,9 +207,8 @@ def test_on_a_real_database_a_flood_costs_one_query_a_second(
 
 
 @pytest.mark.integration
-@pytest.mark.serial  # stops the PostgreSQL the other tests use
-def test_a_used_key_authenticates_through_an_outage_after_a_flood(pg_url: str) -> None:
-    engine = get_engine(pg_url)
+def test_a_used_key_authenticates_through_an_outage_after_a_flood(own_pg: PgServer) -> None:
+    engine = get_engine(own_pg.url)
     with session_scope(engine) as session:
         _, key = create_key(session, name="router", scopes=["ingest"], actor="test")
     cache = KeyCache(make_sessionmaker(engine), ttl_seconds=0.2)
@@ -217,7 +216,7 @@ def test_a_used_key_authenticates_through_an_outage_after_a_flood(pg_url: str) -
     assert first is not None and first.name == "router"
     for i in range(1000):
         assert cache.authenticate(f"sp_made_up_{i}") is None
-    pgctl("stop", "-m", "fast")
+    own_pg.stop()
     try:
         time.sleep(0.3)  # the snapshot is stale: the cache tries the database, then serves it
         principal = cache.authenticate(key)
@@ -225,5 +224,5 @@ def test_a_used_key_authenticates_through_an_outage_after_a_flood(pg_url: str) -
         with pytest.raises(OperationalError):
             cache.authenticate("sp_never_seen")
     finally:
-        pgctl("start")
+        own_pg.start()
     engine.dispose()

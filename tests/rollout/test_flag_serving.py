@@ -6,8 +6,6 @@ the flags answers 503 until the database is back."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +15,7 @@ import httpx
 import pytest
 
 from controlplane.rollout.flagcopy import DB_BACKSTOP_SECONDS
+from tests.drills.servers import PgServer
 from tests.liveapi import (
     ApiServer,
     EventReader,
@@ -33,20 +32,13 @@ pytestmark = pytest.mark.integration
 CHECK = {"SHADOWPLANE_FLAG_CHECK_SECONDS": "0.2"}
 
 
-def pgctl(*args: str) -> None:
-    command = os.environ.get("SHADOWPLANE_TEST_PGCTL")
-    if not command:
-        pytest.fail("SHADOWPLANE_TEST_PGCTL is not set: run the suite with scripts/test")
-    subprocess.run([command, *args], check=True, capture_output=True, timeout=60)
-
-
 @contextmanager
-def postgresql_stopped() -> Iterator[None]:
-    pgctl("stop", "-m", "fast")
+def postgresql_stopped(server: PgServer) -> Iterator[None]:
+    server.stop()
     try:
         yield
     finally:
-        pgctl("start")
+        server.start()
 
 
 @contextmanager
@@ -111,8 +103,8 @@ def test_two_api_processes_answer_identical_etags(pg_url: str, tmp_path: Path) -
         assert b.get(etag=before).status_code == 200
 
 
-@pytest.mark.serial  # stops the PostgreSQL the other tests use
-def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> None:
+def test_redis_stopped_then_the_database_too(own_pg: PgServer, tmp_path: Path) -> None:
+    pg_url = own_pg.url
     keys = seed(pg_url)
     redis = RedisServer(tmp_path).start()
     settings = {
@@ -134,7 +126,7 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
             # change a flag without the database), past the database backstop too: b read
             # the database last when it followed the rollback, so the backstop comes due
             # within DB_BACKSTOP_SECONDS of now, and is tried at the next check (0.2 s).
-            with postgresql_stopped():
+            with postgresql_stopped(own_pg):
                 deadline = time.monotonic() + DB_BACKSTOP_SECONDS + 1
                 while time.monotonic() < deadline:
                     answer = b.get()
@@ -150,7 +142,7 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
             stream = EventReader(two.base, keys["flags"])
             stream.next_event()
 
-            with postgresql_stopped():
+            with postgresql_stopped(own_pg):
                 stale = wait_until(
                     lambda: (r := b.get()).headers.get("x-shadowplane-stale") and r,
                     "the copy to be marked stale",
@@ -195,23 +187,23 @@ def test_redis_stopped_then_the_database_too(pg_url: str, tmp_path: Path) -> Non
         redis.stop()
 
 
-@pytest.mark.serial  # stops the PostgreSQL the other tests use
 def test_no_copy_and_the_database_down_answers_503_until_it_is_back(
-    pg_url: str, tmp_path: Path
+    own_pg: PgServer, tmp_path: Path
 ) -> None:
+    pg_url = own_pg.url
     keys = seed(pg_url)
-    with postgresql_stopped():
+    with postgresql_stopped(own_pg):
         with servers(ApiServer(pg_url, tmp_path / "a.log", settings=CHECK)) as (one,):
             a = Poller(one, keys)
             down = a.get()
             assert down.status_code == 503 and int(down.headers["Retry-After"]) > 0
-            pgctl("start")
+            own_pg.start()
             served = wait_until(
                 lambda: (r := a.get()).status_code == 200 and r, "the flags once it is back"
             )
             assert set(served.json()["flags"]) == {"ticket_classify", "invoice_extract"}
             assert "x-shadowplane-stale" not in served.headers
-            pgctl("stop", "-m", "fast")
+            own_pg.stop()
             # From now on a copy exists: it is served, marked stale, never an error.
             stale = wait_until(
                 lambda: (r := a.get()).headers.get("x-shadowplane-stale") and r,

@@ -20,6 +20,7 @@ from controlplane.models import FlagState
 from controlplane.rollout.ofrep import Context, evaluate_flag, metadata, read_context
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
+from tests.drills.servers import PgServer
 
 ONE = "/ofrep/v1/evaluate/flags/{}"
 BULK = "/ofrep/v1/evaluate/flags"
@@ -428,16 +429,15 @@ def test_past_the_rate_429_says_when_to_retry_as_a_date(sqlite_url: str) -> None
 
 
 @pytest.fixture
-def watchful_api(pg_url: str) -> Iterator[Api]:
+def watchful_api(own_pg: PgServer) -> Iterator[Api]:
     # The copy checks storage five times a second: an outage shows within moments.
-    yield from make_api(pg_url, flag_check_seconds=0.2)
+    yield from make_api(own_pg.url, flag_check_seconds=0.2)
 
 
 @pytest.mark.integration
-@pytest.mark.serial  # stops the PostgreSQL the other tests use
-def test_with_storage_down_the_last_copy_answers_marked_stale(watchful_api: Api) -> None:
-    from tests.api.test_storage_outage import pgctl
-
+def test_with_storage_down_the_last_copy_answers_marked_stale(
+    watchful_api: Api, own_pg: PgServer
+) -> None:
     api = watchful_api
     admin(api, "/v1/tasks/ticket_classify/promote", reason="test", force=True)
     settled(api)
@@ -453,7 +453,7 @@ def test_with_storage_down_the_last_copy_answers_marked_stale(watchful_api: Api)
     fresh = bulk()
     one = ofrep(api, "ticket_classify", context).json()
     assert fresh.status_code == 200 and not stale()
-    pgctl("stop", "-m", "fast")
+    own_pg.stop()
     try:
         wait_until(stale)
         # The same answer and the same ETag: only the header says how old the copy is.
@@ -469,5 +469,5 @@ def test_with_storage_down_the_last_copy_answers_marked_stale(watchful_api: Api)
         missing = ofrep(api, "nope", context)
         assert missing.status_code == 404 and "x-shadowplane-stale" in missing.headers
     finally:
-        pgctl("start")
+        own_pg.start()
     wait_until(lambda: not stale())

@@ -1,0 +1,234 @@
+"""Test databases made once and put back between tests, instead of made for each test.
+
+`Rows` is what some tables hold, taken from one database and written into another (the
+seed: a key per scope and the suite's two tasks, written once per run and copied into each
+test's database in a few milliseconds). `WorkerDatabase` is a PostgreSQL database of one
+pytest worker's own, migrated once and put back to its migrated state before each test by
+one statement block; a test that changed its schema (a migration, a new table) is noticed
+and the database is cloned again from the template.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, delete, func, insert, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from controlplane.auth.service import hash_key
+from controlplane.db import get_engine
+from controlplane.models import ApiKey, Base
+
+TABLES = Base.metadata.sorted_tables  # parents before children
+
+
+@dataclass
+class Rows:
+    """The rows of the tables a piece of set-up wrote, as it left them, and the time it ran."""
+
+    taken_at: datetime
+    tables: dict[str, list[dict[str, Any]]]
+    sequences: dict[str, tuple[int, bool]] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, engine: Engine, tables: set[str], taken_at: datetime) -> Rows:
+        with engine.connect() as conn:
+            rows = {
+                table.name: [dict(r._mapping) for r in conn.execute(select(table))]
+                for table in TABLES
+                if table.name in tables
+            }
+            sequences: dict[str, tuple[int, bool]] = {}
+            if engine.dialect.name == "postgresql":
+                names = conn.scalars(
+                    text("SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'")
+                ).all()
+                for name in names:
+                    value, called = conn.execute(
+                        text(f'SELECT last_value, is_called FROM public."{name}"')
+                    ).one()
+                    sequences[name] = (int(value), bool(called))
+        return cls(taken_at, rows, sequences)
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(rows) for name, rows in self.tables.items()}
+
+    def write(self, engine: Engine, keys: dict[str, str]) -> None:
+        """Replace the tables' rows by these, their times moved as if written now, and
+        each key given the secret named in `keys` (by key name)."""
+        shift = datetime.now(UTC) - self.taken_at
+        with engine.begin() as conn:
+            for table in reversed(TABLES):
+                if table.name in self.tables:
+                    conn.execute(delete(table))
+            for table in TABLES:
+                rows = [_moved(row, shift) for row in self.tables.get(table.name, ())]
+                if table.name == ApiKey.__tablename__:
+                    rows = [_with_secret(row, keys[row["name"]]) for row in rows]
+                if rows:
+                    conn.execute(insert(table), rows)
+            for name, (value, called) in self.sequences.items():
+                conn.execute(
+                    text("SELECT setval(:name, :value, :called)"),
+                    {"name": name, "value": value, "called": called},
+                )
+
+    def holds_only_base(self, engine: Engine, base: dict[str, int]) -> bool:
+        """Whether each of these tables holds what a migrated database holds, as counted
+        in `base`: nothing written since it was put back."""
+        with engine.connect() as conn:
+            for table in TABLES:
+                if table.name in self.tables:
+                    count = conn.scalar(select(func.count()).select_from(table))
+                    if count != base.get(table.name, 0):
+                        return False
+        return True
+
+
+def _moved(row: dict[str, Any], shift: Any) -> dict[str, Any]:
+    return {k: v + shift if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def _with_secret(row: dict[str, Any], plaintext: str) -> dict[str, Any]:
+    return {**row, "key_hash": hash_key(plaintext), "prefix": plaintext[:10]}
+
+
+def new_secrets(names: list[str]) -> dict[str, str]:
+    """A secret per key name, shaped as `shadowplane keys create` makes them."""
+    from controlplane.auth.service import generate_key
+
+    return {name: generate_key() for name in names}
+
+
+def table_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            table.name: int(conn.scalar(select(func.count()).select_from(table)) or 0)
+            for table in TABLES
+        }
+
+
+# Every user table's rows deleted (foreign keys not checked meanwhile: the order does not
+# matter) and every sequence restarted, in one round trip.
+_EMPTY_ALL = """
+DO $$
+DECLARE r record;
+BEGIN
+  SET LOCAL session_replication_role = replica;
+  FOR r IN SELECT c.relname FROM pg_class c
+           WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+             AND NOT c.relispartition AND c.relname <> 'alembic_version'
+  LOOP
+    EXECUTE format('DELETE FROM public.%I', r.relname);
+  END LOOP;
+  FOR r IN SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'
+  LOOP
+    EXECUTE format('ALTER SEQUENCE public.%I RESTART', r.sequencename);
+  END LOOP;
+END $$
+"""
+
+# The schema as names and types: relations, their columns, the alembic revision.
+_SHAPE = """
+SELECT string_agg(format('%s:%s:%s', c.relname, c.relkind, a.attname || '/' ||
+                  a.atttypid::regtype::text), ',' ORDER BY c.relname, a.attnum)
+FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                          AND NOT a.attisdropped
+WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition
+"""
+_PARTITIONS = """
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = 'public'::regnamespace AND c.relispartition
+"""
+
+
+def _fingerprint(engine: Engine) -> tuple[str, frozenset[str], tuple[str, ...]]:
+    with engine.connect() as conn:
+        shape = hashlib.sha256(str(conn.scalar(text(_SHAPE))).encode()).hexdigest()
+        partitions = frozenset(conn.scalars(text(_PARTITIONS)))
+        revisions = tuple(sorted(conn.scalars(text("SELECT version_num FROM alembic_version"))))
+    return shape, partitions, revisions
+
+
+@dataclass
+class WorkerDatabase:
+    """One pytest worker's PostgreSQL database, cloned from the migrated template once and
+    put back to that state before each test (`reset`)."""
+
+    admin_url: str
+    name: str
+    template: str
+    base: Rows | None = None
+    shape: tuple[str, frozenset[str], tuple[str, ...]] | None = None
+    base_counts: dict[str, int] = field(default_factory=dict)
+    rebuilt: int = 0
+
+    @property
+    def url(self) -> str:
+        return make_url(self.admin_url).set(database=self.name).render_as_string(False)
+
+    def _admin(self) -> Engine:
+        return create_engine(self.admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+
+    def create(self) -> None:
+        admin = self._admin()
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+                conn.execute(text(f'CREATE DATABASE "{self.name}" TEMPLATE "{self.template}"'))
+        finally:
+            admin.dispose()
+        engine = get_engine(self.url)
+        self.base_counts = table_counts(engine)
+        self.base = Rows.take(
+            engine, {n for n, c in self.base_counts.items() if c}, datetime.now(UTC)
+        )
+        self.shape = _fingerprint(engine)
+        engine.dispose()
+
+    def drop(self) -> None:
+        get_engine(self.url).dispose()
+        admin = self._admin()
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
+
+    def reset(self) -> None:
+        """Back to the migrated template's state: rows, sequences, no other session."""
+        engine = get_engine(self.url)
+        engine.dispose()  # a pooled session of the last test (locks, settings) goes too
+        with engine.connect() as conn:
+            # A process the last test left behind, or a session it did not close.
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+            conn.commit()
+        shape = _fingerprint(engine)
+        assert self.shape is not None and self.base is not None
+        if shape != self.shape:
+            extra = shape[1] - self.shape[1]
+            if (
+                shape[0] == self.shape[0]
+                and shape[2] == self.shape[2]
+                and shape[1] >= self.shape[1]
+            ):
+                # Day partitions made by the last test (a tick, a migrate): dropped.
+                with engine.begin() as conn:
+                    for name in sorted(extra):
+                        conn.execute(text(f'DROP TABLE IF EXISTS public."{name}" CASCADE'))
+            if _fingerprint(engine) != self.shape:
+                self.rebuilt += 1
+                self.create()
+                return
+        with engine.begin() as conn:
+            conn.execute(text(_EMPTY_ALL))
+        self.base.write(engine, {})
