@@ -1,50 +1,14 @@
-"""The review sampler (docs/review.md): which results people review, and with what
-probability each was drawn.
-
-Per closed metric window, per length bucket, every result whose payload was kept falls in
-exactly one stratum — the first that matches:
-
-  edge_error      the edge errored and the cloud answered        single item, layer anomaly
-  invalid         the edge output broke the schema (or valid:     single item, layer anomaly
-                  false) and the cloud answered
-  conflict        the comparator said conflict                   pair, layer boundary
-                  (single, layer anomaly, reason cloud_invalid,
-                  when the cloud output broke the schema)
-  low_confidence  an agreeing pair, edge confidence under the    pair, layer boundary
-                  task's `low_confidence`
-  cloud_decided   an agreeing pair the router decided for the    pair, layer boundary
-                  cloud
-  agree           every other agreeing pair                      pair, layer boundary
-
-Results in none (one side only, an output too long to compare, a cloud error) are not
-drawn: there is nothing a reviewer could compare or check.
-
-`quota_per_window` is split over the strata first (`allocate`): one item to each stratum
-with candidates, in the order above but conflicts first, so every stratum is measured —
-both error directions and the comparator's misses — in every window whose quota reaches
-six; then the rest by the strata's weights (conflict 4, edge_error/invalid/low_confidence
-2, cloud_decided/agree 1), never more than a stratum holds, its unused share going to
-the others. A stratum's share is then split over its buckets — one each, then in
-proportion to their candidates — or, when the share is smaller than the number of its
-buckets, drawn from the whole stratum at once, so no bucket is left with no chance of
-being drawn. Inside a cell (or a pooled stratum) the draw is uniform without
-replacement: the candidates ordered by a hash of their result id seeded by (task,
-window), the first k taken, so a rerun draws the same items. The whole draw is one SQL
-statement that reads the window's rows once and returns each cell's count and only the
-candidates at the front of the hash order (`draw`): no sort of the window, and no object
-per result.
-
-An item's inclusion probability is k/N (drawn over candidates of its cell, or of its
-stratum when pooled) times its payload's keep probability. A result is queued at most
-once (unique (task, request id), inserted with ON CONFLICT DO NOTHING).
+"""The review sampler: per closed metric window, which results with a kept payload are
+queued for review and with what probability each was drawn — one SQL pass over the window
+(`draw`), the quota split by `allocation`. The strata, the quota and the draw are specified
+in docs/review.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -61,7 +25,6 @@ from sqlalchemy import (
     select,
     text,
     union_all,
-    update,
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -72,22 +35,9 @@ from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import dialect_insert
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.metrics.fields import ALL
-from controlplane.metrics.repository import bucket_of
-from controlplane.metrics.windows import window_start
 from controlplane.models import Payload, Result, ReviewItem, Task, Window
-from controlplane.models.base import utcnow
+from controlplane.review.allocation import STRATA, Allocation, Cell, allocate
 
-# Strata in the order a result is matched (first wins) and the quota's first round goes.
-STRATA = ("conflict", "edge_error", "invalid", "low_confidence", "cloud_decided", "agree")
-WEIGHTS = {
-    "conflict": 4,
-    "edge_error": 2,
-    "invalid": 2,
-    "low_confidence": 2,
-    "cloud_decided": 1,
-    "agree": 1,
-}
 SINGLE = ("edge_error", "invalid")
 # How far into the hash order the draw reads per cell: (a x quota + b) / N of the range,
 # expected a x quota + b candidates, far more than any cell's share of the quota.
@@ -98,8 +48,6 @@ HASH_RANGE = float(2**64)
 # is worked off a pass at a time instead of in one long transaction.
 WINDOWS_PER_CALL = 100
 INSERT_CHUNK = 200
-
-Cell = tuple[str, str]  # (bucket, stratum)
 
 
 # --- the draw's hash: the same order for the same (task, window) on every run -------------
@@ -142,7 +90,7 @@ def seed_of(task: str, start: datetime) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-# --- strata and quotas (pure) -------------------------------------------------------------
+# --- strata -------------------------------------------------------------------------------
 
 
 def stratum_of(low_confidence: float, *, codes: bool = False) -> ColumnElement[Any]:
@@ -172,90 +120,6 @@ def stratum_of(low_confidence: float, *, codes: bool = False) -> ColumnElement[A
         (Result.outcome == "agree", name("agree")),
         else_=None,
     )
-
-
-def _split(
-    quota: int, sizes: Mapping[Any, int], weights: Mapping[Any, int], order: list[Any]
-) -> dict[Any, int]:
-    """`quota` over the keys of `sizes` (those with a size): one each in `order` first, then
-    in proportion to `weights`, never more than a key's size; what a key cannot take goes
-    to the others (ties to the heaviest, then the first in `order`)."""
-    keys = [k for k in order if sizes.get(k, 0) > 0]
-    share = dict.fromkeys(keys, 0)
-    remaining = quota
-    for key in keys:
-        if remaining == 0:
-            break
-        share[key] = 1
-        remaining -= 1
-    while remaining > 0:
-        open_keys = [k for k in keys if share[k] < sizes[k]]
-        if not open_keys:
-            break
-        total = sum(weights[k] for k in open_keys)
-        give = {k: min(sizes[k] - share[k], remaining * weights[k] // total) for k in open_keys}
-        if not any(give.values()):
-            for key in sorted(open_keys, key=lambda k: -weights[k]):
-                if remaining == 0:
-                    break
-                share[key] += 1
-                remaining -= 1
-            continue
-        for key, n in give.items():
-            share[key] += n
-            remaining -= n
-    return {k: n for k, n in share.items() if n}
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """Where a window's quota goes. `cells`: items per (bucket, stratum) for strata drawn
-    per bucket; `pooled`: items per stratum drawn from all its buckets at once (a stratum
-    whose share is smaller than the number of its buckets). `counts`: candidates per cell."""
-
-    counts: Mapping[Cell, int]
-    cells: dict[Cell, int]
-    pooled: dict[str, int]
-
-    def stratum_size(self, stratum: str) -> int:
-        return sum(n for (_, s), n in self.counts.items() if s == stratum)
-
-    def probability(self, cell: Cell) -> float:
-        """The chance a candidate of the cell is drawn."""
-        if cell[1] in self.pooled:
-            return self.pooled[cell[1]] / self.stratum_size(cell[1])
-        return self.cells.get(cell, 0) / self.counts[cell]
-
-    def wanted(self, cell: Cell) -> int:
-        """How far into the cell's hash order the draw must see."""
-        if cell[1] in self.pooled:
-            return min(self.pooled[cell[1]], self.counts[cell])
-        return self.cells.get(cell, 0)
-
-
-def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> Allocation:
-    """How the quota is split (see the module doc): over the strata first — one each in
-    STRATA order (conflicts first), then by WEIGHTS — so every stratum with candidates is
-    measured in every window the quota allows; then a stratum's share over its buckets —
-    one each in bucket order, then in proportion to their candidates — or, when the share
-    is smaller than the number of its buckets, drawn from the whole stratum at once, so no
-    bucket's candidates are left with no chance of being drawn."""
-    order = list(buckets) + sorted({b for b, _ in counts} - set(buckets))
-    sizes: dict[str, int] = {}
-    for (_, stratum), n in counts.items():
-        sizes[stratum] = sizes.get(stratum, 0) + n
-    per_stratum = _split(quota, sizes, WEIGHTS, list(STRATA))
-    cells: dict[Cell, int] = {}
-    pooled: dict[str, int] = {}
-    for stratum, share in per_stratum.items():
-        members = {b: counts.get((b, stratum), 0) for b in order}
-        present = [b for b in order if members[b] > 0]
-        if share < len(present):
-            pooled[stratum] = share
-            continue
-        for bucket, n in _split(share, members, members, order).items():
-            cells[(bucket, stratum)] = n
-    return Allocation(counts=dict(counts), cells=cells, pooled=pooled)
 
 
 # --- the window's draw ------------------------------------------------------------------
@@ -372,7 +236,8 @@ def draw(
     return alloc, chosen
 
 
-def _fields() -> tuple[Any, ...]:
+def item_fields() -> tuple[Any, ...]:
+    """The columns of a result and its payload that a review item copies."""
     return (
         Result.id,
         Result.request_id,
@@ -407,7 +272,7 @@ def cloud_invalid(diff: Any) -> bool:
     return isinstance(diff, dict) and "cloud" in diff
 
 
-def _item_row(
+def item_row(
     row: Any,
     *,
     task_id: int,
@@ -421,6 +286,8 @@ def _item_row(
     reviews_needed: int,
     now: datetime,
 ) -> dict[str, Any]:
+    """The review item of a result (a row of `item_fields`): a single item in the anomaly
+    layer for an edge error, an invalid output or a cloud answer that broke the schema."""
     single = stratum in SINGLE or cloud_invalid(row.diff)
     if single and layer == "boundary":
         layer = "anomaly"
@@ -464,7 +331,7 @@ def _item_row(
     }
 
 
-def _insert(session: Session, rows: list[dict[str, Any]]) -> int:
+def insert_items(session: Session, rows: list[dict[str, Any]]) -> int:
     """Insert items, skipping results already queued; how many were new."""
     added = 0
     for i in range(0, len(rows), INSERT_CHUNK):
@@ -488,7 +355,7 @@ def sample_window(
         return 0
     cells = dict(chosen)
     found = session.execute(
-        select(*_fields())
+        select(*item_fields())
         .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
         .where(Result.id.in_(list(cells)))
         .order_by(Result.id)
@@ -497,7 +364,7 @@ def sample_window(
     for row in found:
         bucket, stratum = cells[row.id]
         rows.append(
-            _item_row(
+            item_row(
                 row,
                 task_id=task.id,
                 bucket=bucket,
@@ -511,7 +378,7 @@ def sample_window(
                 now=now,
             )
         )
-    return _insert(session, rows)
+    return insert_items(session, rows)
 
 
 def _config(session: Session, task: Task) -> TaskConfig | None:
@@ -550,108 +417,3 @@ def sample_closed_windows(session: Session, task_id: int, now: datetime) -> int:
         window.review_sampled = True
     session.flush()
     return queued
-
-
-# --- a rollback's breaching windows: the regression layer -----------------------------------
-
-
-def judged_bucket_labels(config: TaskConfig) -> list[str]:
-    """The buckets holding inputs the edge may serve: the rule's `all` cell (the same
-    buckets as controlplane.rollout.policy.judged_buckets, which this layer cannot import)."""
-    labels = bucket_labels(config.length_buckets)
-    cap = config.max_input_tokens
-    if cap is None:
-        return labels
-    starts = [0, *config.length_buckets]
-    return [label for label, lo in zip(labels, starts, strict=True) if lo <= cap]
-
-
-def queue_regression(
-    session: Session,
-    task: Task,
-    config: TaskConfig,
-    *,
-    decision_id: int,
-    rule: str,
-    cell: str,
-    ranges: list[tuple[datetime, datetime]],
-    now: datetime | None = None,
-) -> int:
-    """Queue the results of a rollback's breaching windows (cell `all` = the judged buckets)
-    for the `regression` layer, in the caller's (the firing's) transaction: every result
-    with a kept payload that a reviewer can judge, reason `regression`, inclusion
-    probability its keep probability, provenance naming the decision, rule, cell and
-    window. A result already queued is moved to the `regression` layer with that
-    provenance (it stays one item, with its own reason and probability). Returns how many
-    items were queued or moved. Under `payload_policy: none` there is nothing to queue."""
-    if config.payload_policy == "none":
-        return 0
-    now = now or utcnow()
-    bucket = bucket_of(Result.input_tokens, config.length_buckets)
-    in_cell = bucket == cell if cell != ALL else bucket.in_(judged_bucket_labels(config))
-    stratum = stratum_of(config.low_confidence)
-    done = 0
-    for start, end in _merged(ranges):
-        provenance = {
-            "decision_id": decision_id,
-            "rule": rule,
-            "cell": cell,
-            "window_start": _iso(start),
-            "window_end": _iso(end),
-        }
-        where = [
-            Result.task_id == task.id,
-            Result.ts >= start,
-            Result.ts < end,
-            in_cell,
-            stratum.is_not(None),
-        ]
-        in_range = select(Result.request_id).join(
-            Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts)
-        )
-        moved = session.execute(
-            update(ReviewItem)
-            .where(
-                ReviewItem.task_id == task.id,
-                ReviewItem.layer != "regression",
-                ReviewItem.request_id.in_(in_range.where(*where)),
-            )
-            .values(layer="regression", provenance=provenance)
-            .execution_options(synchronize_session=False)
-        )
-        done += moved.rowcount  # type: ignore[attr-defined]
-        found = session.execute(
-            select(*_fields(), bucket.label("bucket"), stratum.label("stratum"))
-            .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
-            .where(*where)
-            .order_by(Result.id)
-        ).all()
-        rows = [
-            _item_row(
-                row,
-                task_id=task.id,
-                bucket=row.bucket,
-                stratum=row.stratum,
-                window=window_start(row.ts, config.window_seconds),
-                reason="regression",
-                layer="regression",
-                probability=row.keep_probability,
-                provenance=provenance,
-                reviews_needed=config.review.reviewers_per_item,
-                now=now,
-            )
-            for row in found
-        ]
-        done += _insert(session, rows)
-    session.flush()
-    return done
-
-
-def _merged(ranges: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
-    """The ranges in time order, as given (pools of a firing do not overlap; a duplicate
-    range is read once)."""
-    return sorted(set(ranges))
-
-
-def _iso(ts: datetime) -> str:
-    return ts.isoformat().replace("+00:00", "Z")

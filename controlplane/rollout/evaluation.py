@@ -17,7 +17,7 @@ from controlplane.catalog.service import TaskRuntime, runtimes
 from controlplane.models import Decision, Task
 from controlplane.notify.documents import notice_document
 from controlplane.notify.outbox import add_event
-from controlplane.review.sampler import queue_regression
+from controlplane.review.regression import queue_regression
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.explain import (

@@ -16,7 +16,7 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.evalsets import actions, service
 from controlplane.models import Task
-from controlplane.review.sampler import queue_regression
+from controlplane.review.regression import queue_regression
 from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api, make_result
 from tests.evalsets.helpers import (

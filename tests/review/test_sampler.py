@@ -18,13 +18,9 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.models import Payload, Result, ReviewItem, Task, Window
 from controlplane.review import sampler
-from controlplane.review.sampler import (
-    STRATA,
-    WEIGHTS,
-    allocate,
-    queue_regression,
-    sample_closed_windows,
-)
+from controlplane.review.allocation import STRATA, WEIGHTS, allocate
+from controlplane.review.regression import queue_regression
+from controlplane.review.sampler import sample_closed_windows
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result

@@ -16,7 +16,7 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.models import ReviewItem, Task
 from controlplane.review import actions
-from controlplane.review.sampler import queue_regression
+from controlplane.review.regression import queue_regression
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
