@@ -1,13 +1,7 @@
-"""All SQL of ingest: storing results and payloads idempotently, reading them back, and the
-server secret that keys the hash of session and user ids.
-
-A result is stored once per `(task, request_id)`, whatever its `ts`: a batch first claims
-its keys in `result_keys` (`INSERT … ON CONFLICT DO NOTHING RETURNING`, one statement per
-batch), and only the rows whose key it claimed are written. On PostgreSQL the keys go in
-as three arrays (`unnest`), and a batch of at least `COPY_MIN_ROWS` new results takes its
-ids from the sequence and goes into `results` (and `payloads`) with one binary `COPY`;
-`results` and `payloads` are partitioned by day there, and the key table is what spans
-the days. Small batches, and SQLite, use Core `INSERT`s. The ORM stays off this path.
+"""All SQL of ingest: storing results and payloads once per `(task, request_id)` (keys
+claimed in `result_keys` first, then one binary COPY on PostgreSQL or Core INSERTs, never
+the ORM), reading them back, and the server secret that keys the hash of session and user
+ids (docs/operations.md, "A request id counts once").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Results: one slim row per result, the payload text kept per the task's policy, and the
-key that makes a request id count once.
-
-On PostgreSQL `results` and `payloads` are partitioned by day of `ts` (see
-`controlplane.models.partitions`): their primary keys there carry the time too
-(`(id, ts)` and `(result_id, result_ts)`), and no unique key can span the days, so
-`result_keys` holds each `(task, request id)` once and ingest claims it before it writes
-the result. SQLite keeps the same tables unpartitioned.
+key that makes a request id count once. On PostgreSQL `results` and `payloads` are
+partitioned by day of `ts` (`controlplane.models.partitions`), so their primary keys carry
+the time too and `result_keys` is the one unique key across the days; SQLite keeps the same
+tables unpartitioned.
 """
 
 from __future__ import annotations
