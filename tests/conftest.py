@@ -96,9 +96,16 @@ def text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 SLOW_FIRST = ("tests/drills/", "tests/workers/", "tests/dashboard/test_browser")
 
 
+# Before those, the two tests of one reset that must run one after the other on one worker:
+# a worker runs the first tests it is given before any can be taken from it.
+FIRST = "tests/test_database_reset.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.nodeid
+        if path.startswith(FIRST):
+            return -1
         return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
 
     items.sort(key=rank)
