@@ -1,29 +1,9 @@
 """`FlagClient`: a router's copy of the flags, kept current by one daemon thread.
 
-The thread listens to `GET /v1/flags/stream` (Server-Sent Events) when the server has it
-and falls back to polling `GET /v1/flags` with `If-None-Match` (every `poll_interval`
-seconds, ±10%) when the stream is missing or breaks, trying the stream again later. Errors
-back off exponentially with jitter (honouring `Retry-After`); 401 and 403 stop it for good,
-in `status()` and in the log. `route` only reads memory: it never waits on the network.
-
-When in doubt, cloud: a task the copy does not hold routes to the cloud, and once the copy
-was last confirmed more than `max_staleness` seconds ago every task does. The copy is
-confirmed only by the server's word on its own age: `X-Shadowplane-Stale` on a poll, the
-`stale_seconds` of a stream heartbeat event; a comment heartbeat (older servers) only
-keeps the connection open and, once the copy is `poll_interval` old, brings a poll. With
-`cache_path` the copy is also kept in a file (written atomically) that the next start
-reads back with its age, so a router restarted during an outage routes as before.
-
-The copy never goes back: a document (poll, stream or cache) whose revision is lower than
-the one held — a replica behind the others — is ignored and confirms nothing. A server
-whose revisions restart lower (a restored database) is therefore never followed: delete
-the cache file and restart the routers.
-
-What is read is bounded: a flags document (poll body or stream event) larger than
-`max_document_bytes` is refused without being read further, and a stream with no complete
-event or heartbeat for `stream_read_timeout` seconds is dropped. Either counts as a failed
-fetch: the last good copy stays, the client backs off and polls, and `status().error`
-says why.
+The stream when the server has it, else ETag polls; `route` only reads memory. When in
+doubt, cloud: an unknown task, a copy past `max_staleness`, a document that cannot be read.
+The copy never goes back to a lower revision. README.md ("With the Python client") says
+what each setting does and when the copy counts as confirmed.
 """
 
 from __future__ import annotations

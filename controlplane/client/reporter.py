@@ -1,23 +1,9 @@
 """`ResultReporter`: results posted in the background, in batches, without ever blocking
 or failing the request that produced them.
 
-`report(result)` serialises the result once (`json.dumps` on the caller's thread: the one
-cost the caller pays, in proportion to the result's size) and puts the bytes on a queue
-bounded in count (`max_queue`) and in bytes (`max_queue_bytes`; the batch in flight holds
-at most `max_body_bytes` more). It returns False and counts the result in `dropped` (the
-reason in `drop_reasons`) when the result is not JSON, is larger than `max_result_bytes`
-(by default what fits in one request of `max_body_bytes`, the API's body limit), when the
-queue is full, or when the reporter is closed or its thread has stopped. It holds no lock
-during I/O and never waits on the network.
-
-One daemon thread posts batches of up to `batch_size` results (at most 1000, the API's
-limit) and `max_body_bytes` to `POST /v1/results`, waiting at most `flush_interval`
-seconds for a batch to fill. 429, 5xx, network errors and answers that are not the API's
-are retried with exponential backoff and jitter (`Retry-After` honoured): the API stores
-each `(task, request_id)` once, so a resent batch is safe. A batch the API refuses with
-another 4xx is dropped, counted and logged; resending it cannot help. Whatever goes wrong
-with one batch is logged and counted, and the thread goes on. `close(timeout)` sends what
-is queued before it returns.
+The caller pays one `json.dumps`; the bounded queue, the daemon thread's batches, what is
+retried (the API stores each `(task, request_id)` once, so a resend is safe) and what is
+dropped are in README.md ("With the Python client").
 """
 
 from __future__ import annotations

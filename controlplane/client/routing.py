@@ -1,28 +1,10 @@
 """The routing rule: one flag and one request in, the side that serves it out.
 
-Every door applies this one function: `FlagClient.route` in routers, the OFREP endpoints
-on the server, the simulator. It is pure and uses the standard library only, so a router
-that copies this folder gets exactly the rule the server evaluates.
-
-    killed, cloud, rolled_back, shadow  -> cloud serves
-    canary  -> edge when sticky_bucket(task, key) < edge_percent and
-               input_tokens <= max_input_tokens (and the router found it eligible)
-    full    -> edge within max_input_tokens (and eligible)
-    the side not served also runs with probability shadow_rate, except in `cloud` and
-    under the kill switch (shadow_rate 0 there)
-    anything missing or unreadable -> cloud
-
-`reason` is the OpenFeature reason, the first that applies: DISABLED (stage cloud, rolled
-back, killed), TARGETING_MATCH (a stage that could serve the edge, but the input's tokens
-are missing or over the cap, or the router found the request ineligible), SPLIT (canary),
-STATIC (shadow, full). A flag this code cannot read gives ERROR; no flag gives UNKNOWN.
-
-Reading is strict, because a guess can only err towards the edge: `version` is a whole
-number from 1, `edge_percent` a whole number in 0..100 (canary and full), `shadow_rate` a
-number in [0, 1], `max_input_tokens` absent or a whole number from 0, `sticky_by` session
-or user, `killed` exactly false; `input_tokens` a whole number from 0 (512.0 reads as 512;
-512.9, -5, true and strings do not), `eligible` exactly True, a sticky key a string of at
-most MAX_KEY_LENGTH characters. Anything else is cloud.
+Every door applies this one function (`FlagClient.route` in routers, the OFREP endpoints,
+the simulator); it is pure and uses the standard library only, so a router that copies this
+folder gets exactly the rule the server evaluates. Reading is strict, because a guess can
+only err towards the edge: anything missing or unreadable is the cloud. The rule, the
+reasons and what is read are in README.md ("For routing services").
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """`shadow_compare`: serve the side the flag chooses, run the other beside it, report the pair.
 
-The served side answers the caller as soon as it is ready; the other side runs in a
-thread pool (asyncio tasks in `async_shadow_compare`) and its outcome is reported when it
-finishes or when its timeout passes, whichever comes first. When the edge serves and
-fails (raises, hangs past `edge_timeout`, or returns what `validate` refuses or what is
-not JSON) the request degrades: the cloud answers and the result says `degraded` with the
-reason. The caller never sees an edge exception. A cloud exception on the serving path is
-the caller's own (it is reported, then raised): there is no answer to fall back to.
-
-Each result carries both timings (`latency_ms`), each side's `error` (`timeout`,
-`exception`, `invalid`) with an `error_message`, the router's `decision` (from
-`eligible`), the flag version it routed by, `served` and `degraded`.
-
-A sync edge that hangs keeps its pool thread until it returns (Python cannot stop a
-thread): give `edge_fn` its own network timeouts too. The default pools never queue: when
-all `SERVING_THREADS` are held (by hung edges) a serving edge is not called and the cloud
-answers at once (`degraded`, edge `error: busy`); when all `BESIDE_THREADS` are held the
-side beside is not run (the result names it under `skipped`). `shadow_stats()` counts both.
-An async edge past its timeout is cancelled and not waited for; whatever it raises,
-`BaseException` included, is its error, never the caller's.
+An edge failure never reaches the caller (the cloud answers, `degraded`); a cloud failure
+on the serving path does, since there is nothing to fall back to. The pools never queue:
+a hung sync edge keeps its thread (Python cannot stop one), so a full pool answers `busy`
+or skips the side beside. README.md ("With the Python client") has the whole contract.
 """
 
 from __future__ import annotations

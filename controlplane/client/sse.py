@@ -1,18 +1,9 @@
 """Reading Server-Sent Events (the WHATWG rules the flag stream needs), with size caps.
 
-id: <revision>
-event: flags
-data: <the flags document on one line>
-<blank line: the event is dispatched>
-event: heartbeat
-data: {"revision": <int>, "stale_seconds": <int or null>}
-: heartbeat          <a comment (older servers): yielded as event "comment", so the
-                      reader knows the connection is alive>
-
-Lines end with CRLF, LF or CR; a `retry:` field of ASCII digits is kept in `retry`
-(milliseconds). `EventReader` takes raw bytes as they arrive and refuses a line longer
-than `max_line` or an event whose data is larger than `max_event` (`StreamTooLarge`), so
-a server that never ends a line cannot fill the memory.
+Lines end with CRLF, LF or CR; a comment line (the heartbeat of older servers) is yielded
+as event "comment", so the reader knows the connection is alive. `EventReader` refuses a
+line over `max_line` or an event's data over `max_event` (`StreamTooLarge`), so a server
+that never ends a line cannot fill the memory. The events: docs/http-api.md, "Streaming".
 """
 
 from __future__ import annotations
