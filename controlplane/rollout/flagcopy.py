@@ -1,19 +1,9 @@
 """The in-process copy of the flags every API process answers from (docs/http-api.md, "Flags").
 
-A poll never touches storage: `snapshot()` hands out bytes built once per revision — the
-canonical document (sorted keys) and one body per task, each with an ETag that is a hash of
-the body alone, so every replica at the same revision answers the same ETag.
-
-The copy follows the global revision:
-- a commit in this process that made a new revision reloads it at once (flagbus listener);
-- with Redis, writers publish the revision after their commit: a thread here listens and
-  reloads on each message, and every `check_seconds` reads the revision key to confirm the
-  copy (the database is read only when the key differs, when Redis is down, and every
-  `DB_BACKSTOP_SECONDS` in case a writer could not publish);
-- without Redis, or while it is down, that thread reads the database's revision (one row)
-  every `check_seconds`.
-When neither can be reached the last copy is still served, with `stale_seconds` (the time
-since it was last confirmed); only a process that never loaded one answers 503.
+`snapshot()` hands out bytes built once per revision, so a poll never touches storage. The
+copy follows the global revision (this process's commits, Redis messages and the revision
+key, the database as a backstop); when neither can be reached the last copy is served with
+its `stale_seconds`, and only a process that never loaded one answers 503.
 """
 
 from __future__ import annotations

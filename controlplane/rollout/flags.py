@@ -1,19 +1,10 @@
 """Routing flags: derived from a task's stage and config, stored with a per-task version
-and a global revision (docs/evidence.md, "Rollouts"; docs/http-api.md, "Flags").
+and a global revision (docs/http-api.md, "Flags").
 
-`derive` is pure. `publish` stores a task's flag when its routing fields changed, bumping
-the task's version and the global revision in the caller's transaction (the one that
-changed the stage or the config), so routers see every change at once and never a flag
-without its cause.
-
-Every new version is also written to `flag_history` (routing fields and cause) in the
-same transaction, so a result's `flag_version` can be read back (`history`). After the
-commit, the new revision is announced (`controlplane.rollout.flagbus`), so every API
-process's in-process copy reloads at once.
-
-Lock order, everywhere: the flag state row, then the task, then its flag. Every writer of
-a flag takes the flag state first (`lock_state`), so a kill, a promotion, a policy
-decision and a config change queue behind one another instead of deadlocking.
+`derive` is pure. `publish` bumps the version and the revision, and writes `flag_history`,
+in the caller's transaction (the one that changed the stage or the config), so routers
+never see a flag without its cause; the revision is announced after the commit
+(`flagbus`). Every writer takes the flag state row first (`lock_state`): docs/decisions.md.
 """
 
 from __future__ import annotations

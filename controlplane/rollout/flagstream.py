@@ -1,24 +1,9 @@
-"""`GET /v1/flags/stream`: the flags pushed as Server-Sent Events (docs/http-api.md, "Flags").
+"""`GET /v1/flags/stream`: the flags pushed as Server-Sent Events (docs/http-api.md, "Streaming").
 
-Each event is one revision, and always the whole document:
-
-    id: <revision>
-    event: flags
-    data: <the canonical flags document, on one line>
-
-so a router that misses revisions (two changes inside one reload, a reconnect) loses
-nothing: the next event it reads is complete. The document is sent on connect unless
-`Last-Event-ID` already names the current revision. Every `heartbeat` seconds a heartbeat
-event says what the process holds and how old it is:
-
-    event: heartbeat
-    data: {"revision": <revision>, "stale_seconds": <whole seconds, or null when fresh>}
-
-(no `id:`, so it never moves `Last-Event-ID`). A router ages its copy by `stale_seconds`: a
-replica cut off from storage keeps its streams open but its routers still go to the cloud
-after their `max_staleness`, as polling routers do from `X-Shadowplane-Stale`; a heartbeat
-naming a newer revision than the router holds tells it to fetch the flags. A stream reads only the process's in-process
-copy, so open streams cost no database connection and never slow polling down.
+Each event is the whole document of one revision, so a router that misses revisions loses
+nothing; heartbeats (no `id:`) say which revision the process holds and how stale it is.
+A stream reads only the in-process copy: open streams hold no database connection and
+never slow polling down.
 """
 
 from __future__ import annotations
