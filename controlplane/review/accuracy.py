@@ -1,23 +1,9 @@
-"""Route-accuracy windows from labels (docs/route-accuracy.md), and the `new_failure_class`
-alert.
+"""Route-accuracy windows from labels, and the `new_failure_class` alert
+(docs/route-accuracy.md).
 
-A task's route accuracy has its own windows of `review.route_acc_window_seconds` by result
-time (epoch-aligned). While a window is open — until its end plus
-`route_acc_lateness_seconds`, since people label late — every pass recomputes it from the
-labels of the items drawn from its results; the first pass at or after that moment
-computes it once more and closes it, and it never changes again. The rollback rules on
-`route_acc` and `failure_class` read only closed windows.
-
-Only items whose reviewers are done (state `done`) count, from the buckets the edge may
-serve (like every rollback rule: those starting at or under `max_input_tokens`); a pair's
-verdict is the consensus of its reviewers (`labels.consensus`), its weight
-1/inclusion probability.
-Items a rollback added to the regression layer (reason `regression`: every result of its
-breaching windows) are left out, since they were not drawn; the sampled items among them
-count with their own probability. Single-answer items (edge errors, invalid outputs) have
-no route to judge; the failure
-classes their labels name are still the task's classes (listed with share 0 unless a pair
-gives them one).
+A window stays open until its end plus `route_acc_lateness_seconds`, since people label
+late; each pass recomputes the open ones, and closed ones never change (the `route_acc`
+and `failure_class` rules read only those). Items are weighted by 1/inclusion probability.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """What a reviewer sees of an item (pure): the two answers as A and B in the item's hidden
-order, the comparator's diff rewritten in A/B terms, and nothing else — no side names, no
-model names, no sampling reason, no result id or router decision.
+order, the comparator's diff rewritten in A/B terms, and nothing else (docs/review.md,
+"Blindness").
 
-A single-answer item (the edge errored, or one side broke the schema) shows the cloud answer as A
-and asks whether it is right; B is null and so is the diff (it describes the edge answer,
-which is not shown).
-
-Diffs are rewritten by their known shapes (controlplane.compare.comparators): the `edge`
-and `cloud` keys of each compared value become `a`/`b`, text_conservation's `missing`
-(in the reference, not the edge) and `extra` (in the edge, not the reference) become
-`only_in_a`/`only_in_b`, and the length check (edge over cloud, with asymmetric
-bounds) is shown as the two lengths only when it fails whichever side is the edge (see
-`_length_fails_both_ways`); a diff left with nothing to show is null. A key the rewrite does not know is
-dropped rather than shown: a new comparator shape must be added here before reviewers
-see it.
+Diffs are rewritten by their known shapes (controlplane.compare.comparators); a key the
+rewrite does not know is dropped rather than shown, so a new comparator shape must be
+added here before reviewers see it.
 """
 
 from __future__ import annotations

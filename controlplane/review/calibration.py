@@ -1,20 +1,9 @@
 """Comparator calibration from labels (docs/route-accuracy.md): can a task's agreement be
 trusted?
 
-Per task, comparator and check, from done pair items whose consensus is clear:
-- precision of `conflict`: the weighted share of labelled conflicts that were a real
-  difference — the consensus is anything but `both_correct` (one answer wrong, or both);
-  a conflict on two right answers is the comparator crying wolf;
-- miss rate of `agree`: the weighted share of labelled agreeing pairs that hid one —
-  an agreeing pair with a wrong answer is a mistake the agreement metric does not see.
-  Agreeing pairs are drawn as a small random slice (with their inclusion probabilities),
-  so the weights carry the slice to all agreeing traffic.
-
-A check is what made a conflict: for `text_conservation` each failed check its diff names
-(`sentences`, `length_ratio`, `negations`, `numbers`, `spans`), so a check that fires on
-harmless rewrites shows up on its own; for every other comparator the comparator is one
-check. A pair that agreed failed no check, so the miss rate is per comparator. Weights are
-1/inclusion probability, intervals Wilson on Kish's effective size.
+Per task, comparator and check: the precision of `conflict` (was it a real difference?)
+and the miss rate of `agree` (did it hide one?), weighted by 1/inclusion probability,
+with Wilson intervals on Kish's effective size.
 """
 
 from __future__ import annotations
