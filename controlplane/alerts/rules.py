@@ -1,21 +1,9 @@
 """When each alert fires and clears, judged on a window's `all` row against its history. Pure.
 
-- `conflict_jump`: the conflict rate against the median of the last `baseline_windows`
-  windows with pairs (a ratio). It opens when even the rate's lower 95% bound is at or
-  above `conflict_jump` × baseline (and at least 3 conflicts), so a noisy window of few
-  pairs does not page anyone, and clears when the rate itself falls below that line.
-- `edge_share_jump`: the share of results the edge served moved by `edge_share_jump` or
-  more (absolute) from the median of the last `baseline_windows` windows with results.
-- `input_p95_drift`: the input-token p95 moved by `input_p95_drift` or more (relative)
-  from the task's recorded baseline; judged on windows of 20 results or more.
-- `no_traffic`: a task in shadow, canary or full with no results for `silence_windows`
-  consecutive windows; a silent router must not look healthy.
-- `srm` (in `controlplane.alerts.srm`, judged on the window's results rather than its
-  `all` row): routers of a canary do not follow the flag they report.
-
-A baseline needs at least min(3, `baseline_windows`) earlier windows; without it, or
-without data in the window, the finding is `None` (no evidence either way) and an open
-alert stays as it is.
+`conflict_jump`, `edge_share_jump`, `input_p95_drift` and `no_traffic` (`srm` is in
+`controlplane.alerts.srm`); docs/evidence.md ("Windows, metrics and alerts") gives each
+condition. Without a baseline or data the finding is `None` (no evidence either way) and
+an open alert stays as it is.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """`should_rollback` (docs/evidence.md, "Rollouts"): a pure function of one rule's verdict
 history in one cell.
 
-- `consecutive`: `consecutive_windows` consecutive conclusive breaches fire;
-  `ok` resets the run, `insufficient` neither counts nor resets, and a run spanning more
-  than `max_span_windows` windows lapses (the breach that overstretches it starts anew).
-- `capped_cusum` (default): a Bernoulli CUSUM over the cell's counts, from the threshold
-  (in control) to the threshold moved by `min_effect` toward the bad side (out of
-  control), where each closed window's log-likelihood ratio counts at most `cap` before it
-  is added; it fires when the sum reaches `h`. With `cap < h` no single window fires it,
-  however many samples it holds: firing takes at least `ceil(h / cap)` windows of
-  evidence. A sparse window needs no pooling: its small contribution simply adds up.
-- `cusum`: the same sum without the cap (one heavy window may reach `h` alone).
-- `critical`: any single window whose bound is beyond the optional critical threshold.
-
-The history is scanned from the start of the current stage; the first point where the
-rule fires is returned, so an evaluation that runs late still sees it.
+Four detectors: `consecutive`, `capped_cusum` (the default: each window's evidence is
+capped, so no single window fires it), `cusum` and the `critical` tripwire. The first point
+where the rule fires is returned, so an evaluation that runs late still sees it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""A task's rollback policy applied to its closed windows (docs/evidence.md). Pure.
+"""A task's rollback policy applied to its closed windows (docs/evidence.md, "Rollouts"). Pure.
 
-Rules judge only the buckets the edge may serve — those holding inputs up to the task's
-`max_input_tokens` (all of them without a cap) — and their `all` is the union of those
-buckets. A rule's `scope: per_bucket` judges every such bucket and `all`; `scope: all`
-judges `all`. Each rule may override the policy's `min_samples`, `confidence` and
-`detector`, and set `critical`, `mode`, `min_effect`, `h` and `cap` (resolved on the schema:
-`RollbackConfig.resolved_rules`).
-
-`route_acc` and `failure_class` come from human labels (docs/route-accuracy.md): they read
-the task's closed route-accuracy windows (numbered by start // `route_acc_window_seconds`)
-instead of the metric windows, count in effective labels (den = Kish's effective size,
-num = the weighted estimate × that size) and judge the task as a whole (`all`; a
-`per_bucket` scope judges `all` too, the labels are not split by bucket). Verdicts,
-pooling and detectors are the same as for every rule. Without closed windows they never
-fire.
+Rules judge only the buckets the edge may serve and their union as `all`; per-rule
+overrides are resolved on the schema (`RollbackConfig.resolved_rules`). `route_acc` and
+`failure_class` read the closed route-accuracy windows in effective labels instead of the
+metric windows (docs/route-accuracy.md).
 """
 
 from __future__ import annotations
