@@ -1,22 +1,9 @@
-"""Realistic result generators per example task, and the scenarios that break them.
+"""Realistic result generators per example task, and the scenarios that break them
+(docs/architecture.md, "The traffic simulator").
 
 Pure: given a seeded `random.Random` and a clock value, the same results come out.
-Each task has its own length mix; edge agreement falls with input length; the edge
-sometimes errors; latencies grow with length; sides report tokens, and the cloud side
-its billed cost (the edge's is priced from tokens). `reply_rewrite` sends Chinese and
-English reply rewrites, about one in twenty of which drops a negation and one in twenty
-changes a number.
-
-Scenarios: `long_tickets` (the edge breaks only on tickets of 2048 tokens or more, the
-regression the rollback rule must catch), `edge_outage` (the edge times out and errors;
-on the serving path that is a degrade), `silence` (the router stops sending),
-`traffic_jump` (five times the usual volume).
-
-`decision` is the simulated router's own eligibility rule, before any flag: inputs of up
-to `ELIGIBLE_MAX_TOKENS` tokens could go to the edge (`eligible`). `served` says whether the
-edge answered this request (canary or full stage, decided by the router from its flag); by
-default the traffic is shadow traffic: the cloud answers and the edge runs beside it. When
-the edge serves and fails (error, low confidence) the request degrades to the cloud.
+`decision` is the simulated router's own eligibility rule (`ELIGIBLE_MAX_TOKENS`), before
+any flag.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Playing routing services against a running API over HTTP, in real time, as routers would.
+"""Playing routing services against a running API over HTTP, in real time, as routers would
+(docs/architecture.md, "The traffic simulator").
 
-Every second each task produces `rate` results (five times that under `traffic_jump`,
-none under `silence`) stamped with the current time. They are routed and reported with the
-router SDK, exactly as README.md ("For routing services") tells a router to:
-
-- `FlagClient` keeps the flags (the stream when the API has it, else polling every second;
-  the key needs the `flags:read` scope besides `ingest`) and routes each request by the
-  routing rule, keyed on the session or the user as the flag's `sticky_by` says; without
-  flags (or with stale ones) everything goes to the cloud with no second side;
-- `decision` is this router's own verdict (`profiles.eligible`: inputs it would send to the
-  edge at all), and the flag never serves the edge a request the router found ineligible;
-- `ResultReporter` posts the results in background batches, retrying what the API could not
-  take (a 503, a connection error); resends are harmless because ingest is idempotent.
+Requests are routed by `FlagClient` and reported by `ResultReporter` exactly as README.md
+("For routing services") tells a router to, so the simulator exercises the client too.
 """
 
 from __future__ import annotations
