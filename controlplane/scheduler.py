@@ -1,20 +1,10 @@
-"""One periodic pass (docs/architecture.md), and what a closed window triggers.
+"""One periodic pass, and what a closed window triggers (docs/architecture.md, "From a
+result to a decision").
 
-`after_window` is the one function everything a computed window that closed (or a closed
-one that counted late results) sets off: its task's alerts, the review sampler (items from
-the windows that closed), route accuracy from the labels (and its `new_failure_class`
-alerts), then its rollout rules, each in a transaction of its own that also writes the
-outbox events announcing what changed. The in-process pass and the Celery
-job (`workers.jobs.compute_window_job`) both call it, so the two paths decide the same
-things for the same traffic.
-
-`run_pass` is what `shadowplane tick` runs and what the embedded default's in-process
-scheduler runs every few seconds: plan the due windows, compute each in its own
-transaction (one failing window does not hold back the others), then `after_window` once
-for each task with a window that closed (a Celery job runs it for its one window). A task
-that fails at any stage is logged, named in the report's `failed`, and skipped; the others
-go on, and the next pass tries it again (an evaluation that failed is run again by the next
-pass even when no window of its task closes then).
+`after_window` is the one function a closed window sets off (alerts, review sampling,
+route accuracy, rollout rules, each in its own transaction); the in-process pass and the
+Celery job both call it, so the two paths decide the same things for the same traffic.
+`run_pass` is `shadowplane tick`; a task that fails is named in `failed` and retried.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Computing windows: which are due, one window's metrics, closing, late results.
+"""Computing windows: which are due, one window's metrics, closing, late results
+(docs/architecture.md, "From a result to a decision"; docs/evidence.md, "Windows").
 
-`plan` lists the (task, window) pairs a pass must compute: every window that is still
-open or due to close, the recent windows of every task (so a silent task has its empty
-windows and the silence alert sees them), and every window that received results since
-the last scan. It plans each task on its own: a task whose stored config does not parse,
-or whose planning fails, is logged and named in the plan's `failed`, and the others go
-on; the next pass tries it again. `compute_window` is idempotent: it locks the window's row, upserts one row
-per bucket and `all`, and closes the window once the clock is past its end plus the
-allowed lateness. A closed window's metrics never change; results that arrive later
-only raise its `n_late` (results counted now minus results counted at closing).
-
-The same functions run in Celery jobs (`workers/`), in `shadowplane tick`, and in the
-in-process scheduler of the embedded default.
+`compute_window` is idempotent (a lock on the window's row, one upsert per bucket and
+`all`); a closed window's metrics never change, later results only raise its `n_late`.
+The same functions run in Celery jobs, `shadowplane tick` and the embedded scheduler.
 """
 
 from __future__ import annotations
