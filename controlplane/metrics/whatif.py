@@ -1,18 +1,7 @@
-"""Routing what-if: the stored results of a period replayed under another routing setting.
-
-A result counts as one the edge would have served when the router judged it edge-eligible
-(`decision == "edge"`), its input is within the candidate `max_input_tokens` (none = no
-cap) and, with a minimum confidence, the edge ran and reported a confidence at least that
-high (an edge run without a confidence cannot show it clears the bar; a result whose edge
-did not run is judged on the other conditions alone). Over that set: the share of the
-period's results, agreement over its pairs, offload failures (edge error, `valid: false`
-or comparator `invalid`) over its edge runs, each with its Wilson interval; and its cost:
-an edge run that would have served costs its edge side, plus the cloud-only cost when it
-failed (the request escalates); every other result costs what the cloud alone would have
-(`baseline_cost`). The same figures are given for the current setting (the config's cap,
-no confidence minimum). One SQL pass over the period's results, grouped by length bucket
-(on PostgreSQL with JIT compilation off for it: simple sums gain nothing from it);
-`all` is the sum of the buckets.
+"""Routing what-if: the stored results of a period replayed under another routing setting
+(a candidate cap and minimum edge confidence) beside the current one, in one SQL pass
+grouped by length bucket. What counts as served by the edge, and what it costs:
+docs/http-api.md (`GET /v1/tasks/{task}/whatif`).
 """
 
 from __future__ import annotations
