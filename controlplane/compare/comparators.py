@@ -1,18 +1,9 @@
-"""Comparators: pure functions judging the edge output against the cloud output.
+"""Comparators: pure functions judging the edge output against the cloud output
+(docs/evidence.md, "Comparators"), and the registry that maps a config's `kind` to one.
 
-Each comparator returns `agree`, `conflict` or `invalid` (the edge output breaks the
-task's schema, treated like `valid: false`), a diff naming what differed, and its version.
-The cloud output is the reference: when the reference itself breaks the schema the pair
-cannot be called agreeing, so it is a `conflict` (evidence never leans towards the edge).
-The registry maps a config's `kind` to its comparator; the text-comparison step adds
-`text_conservation` to it.
-
-What is read is bounded. An output string longer than `max_chars` is not read at all: the
-outcome is None (stored and counted, not compared) and the diff is `{"too_long": {"edge":
-n, "cloud": n, "max_chars": max_chars}}` (n: that side's length in characters, None when
-it is not a string). JSON nested deeper than MAX_DEPTH levels (an exact or json_fields
-output, or the JSON text json_fields parses) is not walked: the edge's is `invalid`, the
-cloud's a `conflict`, and the diff says so.
+Each returns `agree`, `conflict` or `invalid`, a diff and its version. The cloud output is
+the reference, so a reference that breaks the schema makes a `conflict`: evidence never
+leans towards the edge. What is read is bounded (`max_chars`, `MAX_DEPTH`).
 """
 
 from __future__ import annotations

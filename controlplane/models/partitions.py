@@ -1,13 +1,5 @@
-"""Daily partitions of `results` and `payloads` on PostgreSQL.
-
-Each table has one partition per UTC day of the result's time (`results_p20261201` holds
-`ts` in [2026-12-01, 2026-12-02)), and a default partition that catches a time no day
-partition covers, so nothing is ever refused for want of a partition. The beat (and
-`shadowplane migrate`) create the days ahead; retention drops whole days, which costs the
-same whatever a day holds. A day is only ever created while the default partition has no
-row of it: PostgreSQL refuses a partition whose rows sit in the default one.
-
-SQLite has no partitions: every function here does nothing there.
+"""Daily partitions of `results` and `payloads` on PostgreSQL (docs/operations.md, "Storage");
+on SQLite, which has none, every function here does nothing.
 
 The DDL is built from dates and our own table names, never from input: PostgreSQL takes
 no bound parameter in a partition's bounds or a table's name.
