@@ -1,25 +1,10 @@
 # cython: language_level=3
 """conservation's sentence_count, length and negations of a text, in one native scan.
 
-`counts(text)` returns `(sentence_count(text), length(text), negations(text))`, exactly
-what conservation.py's regexes give (tests/ingest/test_native_counts.py), reading each
-code point a bounded number of times:
-
-- sentences: runs of 。！？!? with their closers end a sentence; a "." ends one when it is
-  not followed by "." and is followed by whitespace, the end or a closer, is not the last
-  dot of an ellipsis and does not close an abbreviation (_is_abbreviation, read back to
-  the previous space within 12 characters, or to the body's start when there is none:
-  that read stops as soon as the word, dots and leading quotes aside, has more than 6
-  characters, so a character is read back over by a few dots at most). The body is the
-  stripped text.
-- length: Latin units (_LATIN_UNIT: letters with apostrophe joins, digit runs with their
-  separators and a percent sign) plus CJK characters minus the extra characters of each
-  Chinese number run (_ZH_NUMBER_RUN).
-- negations: the Chinese characters outside the words _NOT_NEGATING_ZH blanks (leftmost,
-  longest first), then the English words of _NEGATION_EN. An English match inside a word
-  (after a letter) is dropped; such a skipped match never hides a counted one (a counted
-  match starts after a non-letter or is n't, and no negation word ends in "n"), so each
-  candidate position is decided on its own.
+`counts(text)` returns exactly what conservation.py's regexes give
+(tests/ingest/test_native_counts.py), reading each code point a bounded number of times;
+the rules are docs/evidence.md's ("Comparators"), and each scanner says how it keeps
+its bound.
 """
 
 from collections import Counter
@@ -309,7 +294,11 @@ cdef int en_negation_at(const cp* s, Py_ssize_t n, Py_ssize_t q, bint* contracti
 
 
 cdef inline void en_negation(const cp* s, State* st, Py_ssize_t q) noexcept nogil:
-    """Counts _NEGATION_EN's match at q unless it is inside a word (each q looked at once)."""
+    """Counts _NEGATION_EN's match at q unless it is inside a word (each q looked at once).
+
+    A match after a letter is dropped, and such a skipped match never hides a counted one:
+    a counted match starts after a non-letter or is n't, and no negation word ends in "n".
+    So each candidate position is decided on its own."""
     cdef bint contraction
     cdef int key
     if q <= st.en_checked or q >= st.n:
@@ -428,7 +417,12 @@ cdef int is_abbreviation(const cp* s, State* st, Py_ssize_t dot) except -1:
 
 
 cdef Py_ssize_t sentence_dot(const cp* s, State* st, Py_ssize_t i) except -2:
-    """_SENTENCE_END's "." branch at i: the position after its match, or i + 1."""
+    """_SENTENCE_END's "." branch at i: the position after its match, or i + 1.
+
+    A "." ends a sentence when it is not followed by "." and is followed by whitespace, the
+    end or a closer, is not the last dot of an ellipsis and does not close an abbreviation.
+    is_abbreviation's read back stops once the word, dots and leading quotes aside, has
+    more than 6 characters, so a character is read back over by a few dots at most."""
     cdef Py_ssize_t hi = st.hi, j = i + 1
     if j < hi and (s[j] == 0x2E or not (Py_UNICODE_ISSPACE(s[j]) or is_closer(s[j]))):
         return i + 1
@@ -486,7 +480,13 @@ cdef inline int blank_length(const cp* s, Py_ssize_t n, Py_ssize_t i, int group)
 
 
 def counts(str text not None):
-    """(sentence_count(text), length(text), negations(text)), as conservation.py reads them."""
+    """(sentence_count(text), length(text), negations(text)), as conservation.py reads them.
+
+    Sentences: runs of 。！？!? with their closers, and sentence_dot, in the stripped text.
+    Length: Latin units (_LATIN_UNIT: letters with apostrophe joins, digit runs with their
+    separators and a percent sign) plus CJK characters minus the extra characters of each
+    Chinese number run (_ZH_NUMBER_RUN). Negations: the Chinese characters outside the
+    words _NOT_NEGATING_ZH blanks (leftmost, longest first), then _NEGATION_EN's words."""
     cdef Py_ssize_t n = len(text)
     cdef Py_UCS4* buffer = code_points(text)
     cdef const cp* s = <const cp*>buffer

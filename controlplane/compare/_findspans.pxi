@@ -1,54 +1,15 @@
 # Shared by the compiled readers (included after _text.pxi, not imported): phone numbers,
 # emails and URLs found natively, exactly as redaction.PHONE, redaction._Emails,
 # redaction._Urls and redaction.find_spans find them, in time linear in the text.
-#
-#   cdef Py_ssize_t phone_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil
-#       end of redaction.PHONE's match starting exactly at i (re.match at i, its
-#       lookbehinds reading before i), or -1
-#   ctypedef Py_ssize_t (*match_at_t)(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i,
-#                                     int* kind) noexcept nogil
-#       a caller's "other" pattern: end of its match starting exactly at i, with *kind set
-#       (callers use kinds >= 10); -1 when none. Its matches must be non-empty and short.
-#   cdef list find_spans(const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails,
-#                        bint urls)
-#       [(kind, start, end), ...] exactly as redaction.find_spans yields them, kind
-#       K_EMAIL (1), K_URL (2) or what `other` set; `other` may be NULL (no pattern).
-#   cdef void email_init(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept nogil
-#   cdef void email_init_ats(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n,
-#                            const Py_ssize_t* ats, Py_ssize_t n_ats) noexcept nogil
-#       email_init, given where every "@" stands (ascending; NULL: it looks for them)
-#   cdef bint email_next(EmailFinder* f, Py_ssize_t pos, Py_ssize_t* start,
-#                        Py_ssize_t* end) noexcept nogil   # _Emails.next
-#   cdef void url_init(UrlFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept nogil
-#   cdef bint url_next(UrlFinder* f, Py_ssize_t pos, Py_ssize_t* start,
-#                      Py_ssize_t* end) noexcept nogil     # _Urls.next
-#   cdef bint email_letter(Py_UCS4 c) noexcept nogil      # redaction._EMAIL_LETTERS
-#   cdef void span_init(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other,
-#                       bint emails, bint urls) noexcept nogil
-#   cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start,
-#                       Py_ssize_t* end) noexcept nogil
-#       find_spans one span at a time, without building Python objects; False at the end
-#   cdef void span_init_filtered(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n,
-#                                match_at_t other, bint emails, bint urls,
-#                                const char* first, int non_ascii) noexcept nogil
-#       span_init, asking `other` only at the ASCII characters in `first` (NULL: all) and
-#       at non-ASCII ones per `non_ascii` (NON_ASCII_NEVER, NON_ASCII_ANY, NON_ASCII_DIGITS)
-#   cdef void span_init_starts(SpanFinder* f, const Py_UCS4* s, Py_ssize_t n,
-#                              match_at_t other, bint emails, bint urls,
-#                              const Py_ssize_t* starts, Py_ssize_t count) noexcept nogil
-#       span_init, asking `other` only at starts[:count] (ascending, every place it may
-#       match at; the array must outlive the finder)
-#   cdef void span_init_hinted(..., const Py_ssize_t* starts, Py_ssize_t count,
-#                              const Py_ssize_t* ats, Py_ssize_t n_ats) noexcept nogil
-#       span_init_starts, and ats[:n_ats] where every "@" stands (ascending), so the
-#       email finder need not look for them
-#   PHONE_FIRST, PHONE_NON_ASCII: where a PHONE match may start (for span_init_filtered)
-#   cdef bint nd_digit(Py_UCS4 c) noexcept nogil          # re_digit, quicker
+# find_spans builds the list; span_init* and span_next walk the same spans one at a time
+# (email_*, url_* and phone_end are the finders under them); each says its contract.
 
 cdef enum:
     K_EMAIL = 1
     K_URL = 2
 
+# A caller's "other" pattern: the end of its match starting exactly at i, with *kind set
+# (callers use kinds >= 10); -1 when none. Its matches must be non-empty and short.
 ctypedef Py_ssize_t (*match_at_t)(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i, int* kind) noexcept nogil
 
 cdef enum:
@@ -269,13 +230,15 @@ cdef Py_ssize_t _north_american(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) no
     return -1
 
 
-# Where a PHONE match may start: "+", "(" or a digit (of any script).
+# Where a PHONE match may start (for span_init_filtered): "+", "(" or a digit (of any
+# script).
 cdef const char* PHONE_FIRST = b"+(0123456789"
 cdef int PHONE_NON_ASCII = NON_ASCII_DIGITS
 
 
 cdef Py_ssize_t phone_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    """End of redaction.PHONE matched at i, or -1."""
+    """End of redaction.PHONE's match starting exactly at i (re.match at i, its lookbehinds
+    reading before i), or -1."""
     cdef Py_UCS4 c
     cdef Py_ssize_t r
     if i >= n:
@@ -299,7 +262,7 @@ cdef Py_ssize_t phone_end(const Py_UCS4* s, Py_ssize_t n, Py_ssize_t i) noexcept
 # --- emails (redaction._Emails) ------------------------------------------------------------
 
 # redaction._EMAIL_LETTERS: Latin (accents too), Greek, Cyrillic.
-cdef inline bint email_letter(Py_UCS4 c) noexcept nogil:
+cdef inline bint email_letter(Py_UCS4 c) noexcept nogil:  # redaction._EMAIL_LETTERS
     if c < 0x80:
         return (65 <= c <= 90) or (97 <= c <= 122)
     return (
@@ -358,6 +321,7 @@ cdef void email_init(EmailFinder* f, const Py_UCS4* s, Py_ssize_t n) noexcept no
 cdef void email_init_ats(
     EmailFinder* f, const Py_UCS4* s, Py_ssize_t n, const Py_ssize_t* ats, Py_ssize_t n_ats
 ) noexcept nogil:
+    """email_init, given where every "@" stands (ascending; NULL: it looks for them)."""
     f.s = s
     f.n = n
     f.ats = ats
@@ -562,6 +526,8 @@ cdef void span_init_filtered(
     SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
     const char* first, int non_ascii
 ) noexcept nogil:
+    """span_init, asking `other` only at the ASCII characters in `first` (NULL: all) and at
+    non-ASCII ones per `non_ascii` (NON_ASCII_NEVER, NON_ASCII_ANY, NON_ASCII_DIGITS)."""
     cdef int k
     for k in range(128):
         f.first[k] = first == NULL
@@ -583,6 +549,8 @@ cdef void span_init_starts(
     SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
     const Py_ssize_t* starts, Py_ssize_t count
 ) noexcept nogil:
+    """span_init, asking `other` only at starts[:count] (ascending, every place it may match
+    at; the array must outlive the finder)."""
     span_init_hinted(f, s, n, other, emails, urls, starts, count, NULL, 0)
 
 
@@ -590,6 +558,8 @@ cdef void span_init_hinted(
     SpanFinder* f, const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls,
     const Py_ssize_t* starts, Py_ssize_t count, const Py_ssize_t* ats, Py_ssize_t n_ats
 ) noexcept nogil:
+    """span_init_starts, and ats[:n_ats] where every "@" stands (ascending), so the email
+    finder need not look for them."""
     f.starts = starts
     f.count = count
     f.next_start = 0
@@ -638,7 +608,8 @@ cdef void _span_begin(
 
 
 cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start, Py_ssize_t* end) noexcept nogil:
-    """The next (kind, start, end) redaction.find_spans yields; False when none is left."""
+    """The next (kind, start, end) redaction.find_spans yields, without building Python
+    objects; False when none is left."""
     cdef bint url_ok = False
     cdef Py_ssize_t us = 0, ue = 0, other_start, pos = f.pos
     # Each finder only moves forward: what it found is kept while it lies ahead.
@@ -668,7 +639,8 @@ cdef bint span_next(SpanFinder* f, int* kind, Py_ssize_t* start, Py_ssize_t* end
 
 
 cdef list find_spans(const Py_UCS4* s, Py_ssize_t n, match_at_t other, bint emails, bint urls):
-    """[(kind, start, end), ...]: what redaction.find_spans yields, in order."""
+    """[(kind, start, end), ...]: what redaction.find_spans yields, in order; kind K_EMAIL
+    (1), K_URL (2) or what `other` set, and `other` may be NULL (no pattern)."""
     cdef SpanFinder f
     cdef int kind
     cdef Py_ssize_t start, end

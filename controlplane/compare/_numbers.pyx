@@ -3,15 +3,9 @@
 
     numbers(str rest) -> collections.Counter   # == conservation.numbers(rest)
 
-Two passes over the text's code points, each linear by construction: the first translates
-full-width digits and blanks the words that hold numerals without being numbers
-(_NOT_NUMBERS_ZH, each match one space, its lookbehinds reading the text before blanking);
-the second reads _NUMBER's branches at each position of that body, in the regex's order
-(Arabic digits with comma groups, decimals, 万/亿 and percent; 百分之; Chinese numerals),
-and jumps past each match as finditer does. Every look-ahead is bounded (a percent
-spelling), every run is consumed once. Integers and decimals of at most 28 digits (in any
-script) and Chinese integers and decimals (一点五) are spelt here; the rest (longer numbers,
-which Decimal rounds to 28 digits) by conservation's own helpers.
+Two passes over the text's code points, each linear by construction: `blank` (full-width
+digits translated, the words that hold numerals without being numbers blanked), then
+`read_numbers`.
 """
 
 include "_text.pxi"
@@ -182,7 +176,8 @@ cdef inline Py_ssize_t not_number_length(const Py_UCS4* s, Py_ssize_t n, Py_ssiz
 
 
 cdef Py_ssize_t blank(Py_UCS4* s, Py_ssize_t n) noexcept nogil:
-    """_NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH)), in place; its length.
+    """_NOT_NUMBERS_ZH.sub(" ", text.translate(_FULLWIDTH)), in place; its length: each
+    match becomes one space, its lookbehinds reading the text before blanking.
 
     Written at m <= i: what a match at i reads (s[i - 1] to s[i + 3]) is not written yet
     when m < i, and when m == i nothing was blanked and s[i - 1] is only translated."""
@@ -516,6 +511,12 @@ cdef bint lone_numeral_counts(const Py_UCS4* b, Py_ssize_t m, Py_ssize_t start, 
 
 
 cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
+    """_NUMBER's branches at each position of the blanked body, in the regex's order (Arabic
+    digits with comma groups, decimals, 万/亿 and percent; 百分之; Chinese numerals), jumping
+    past each match as finditer does. Every look-ahead is bounded (a percent spelling) and
+    every run is consumed once. Integers and decimals of at most 28 digits (in any script)
+    and Chinese integers and decimals (一点五) are spelt here; longer numbers, which Decimal
+    rounds to 28 digits, by conservation's own helpers."""
     cdef Py_ssize_t i = 0, j, e, end, pct, commas
     cdef int shift
     cdef Py_UCS4 c, big
