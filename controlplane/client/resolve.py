@@ -1,15 +1,9 @@
-"""`resolve`: which answer a router uses when it ran both sides on the serving path.
+"""`resolve`: which answer a router uses when it ran both sides on the serving path
+(README.md, "With the Python client").
 
-In `full` (or any verification setup) both sides answer the same request:
-
-    equal (per `same`, default ==)  -> the edge's answer
-    different                       -> the cloud's answer, marked as a conflict
-    irreversible                    -> either way `need_confirm`: the caller's own
-                                       deterministic code confirms the action first
-
-A refund, a permission grant or an external notification is never executed from a
-model's answer directly. Report the pair as usual (`ResultReporter`): the control plane's
-comparator records the conflict.
+Equal: the edge's; different: the cloud's, marked as a conflict; irreversible: either way
+`need_confirm`, since a refund or a permission grant is never executed from a model's
+answer directly.
 """
 
 from __future__ import annotations

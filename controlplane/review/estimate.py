@@ -1,15 +1,8 @@
 """Route accuracy from labelled pairs (docs/route-accuracy.md). Pure.
 
-Review items are drawn with unequal probabilities (conflicts nearly always, agreeing pairs
-rarely, each times the payload's keep probability), so the labelled pairs are a biased
-picture of the traffic; weighting each by 1/inclusion probability (Hájek's ratio
-estimator) undoes that. The interval is Wilson's on Kish's effective sample size
-(sum w)^2 / sum w^2: the number of equally weighted labels that would carry as much
-information, which is what the rollback rule counts.
-
-For a labelled pair the right route was the edge when the edge answer was right
-(`edge_correct` or `both_correct`), else the cloud; the router's `decision` was right when
-it names that route. `unclear` consensus is left out.
+Items are drawn with unequal probabilities, so each labelled pair is weighted by
+1/inclusion probability (Hájek's ratio estimator); the interval is Wilson's on Kish's
+effective sample size, which is also what the rollback rule counts.
 """
 
 from __future__ import annotations
