@@ -10,6 +10,7 @@ Redis server of its own (SHADOWPLANE_TEST_REDIS_URL is replaced by it).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -35,7 +36,7 @@ from controlplane.keys.service import create_key, generate_key
 from controlplane.migrate import upgrade
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
-from tests.dbstate import Rows, WorkerDatabase, table_counts
+from tests.dbstate import TABLES, Rows, WorkerDatabase, table_counts
 from tests.drills.servers import PgServer, copy_cluster, private_dir
 
 pytest_plugins = ["tests.fixtures"]
@@ -188,6 +189,9 @@ def pg_worker_db(pg_template: str) -> Iterator[WorkerDatabase]:
     database.drop()
 
 
+_TEST_NUMBERS = itertools.count(1)
+
+
 @pytest.fixture
 def pg_url(request: pytest.FixtureRequest, pg_template: str) -> Iterator[str]:
     """A migrated PostgreSQL database with nothing written in it, committed to for real: the
@@ -199,8 +203,16 @@ def pg_url(request: pytest.FixtureRequest, pg_template: str) -> Iterator[str]:
         return
     database: WorkerDatabase = request.getfixturevalue("pg_worker_db")
     database.reset()
-    yield database.url
-    get_engine(database.url).dispose()
+    # A URL of the test's own for the same database: what a process caches by database
+    # URL (engines, parsed task configs keyed by task id and version) is never handed to
+    # the next test, whose ids start again from 1.
+    url = (
+        make_url(database.url)
+        .update_query_dict({"application_name": f"sp-test-{next(_TEST_NUMBERS)}"})
+        .render_as_string(hide_password=False)
+    )
+    yield url
+    get_engine(url).dispose()
 
 
 @pytest.fixture(scope="session")
@@ -319,12 +331,15 @@ def _seed_by_hand(engine: Engine) -> dict[str, str]:
 
 def _take_seed(url: str, base: dict[str, int]) -> Seed:
     engine = get_engine(url)
-    taken_at = datetime.now(UTC)
+    every = {table.name for table in TABLES}
+    before = Rows.take(engine, every, datetime.now(UTC))
     _seed_by_hand(engine)
-    written = {name for name, count in table_counts(engine).items() if count != base.get(name)}
-    rows = Rows.take(engine, written, taken_at)
+    after = Rows.take(engine, every, before.taken_at)
     engine.dispose()
-    return Seed(rows, base)
+    # The tables the seed wrote: new rows, or changed ones (the flag state's revision).
+    written = {name for name in every if after.tables[name] != before.tables[name]}
+    tables = {name: after.tables[name] for name in written}
+    return Seed(Rows(before.taken_at, tables, after.sequences), base)
 
 
 def seed_api_data(engine: Engine) -> dict[str, str]:
