@@ -94,7 +94,19 @@ def text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 # Scheduled first (pytest-xdist hands out tests in this order): the longest, so that no
 # worker starts one near the end while the other has nothing left.
-SLOW_FIRST = ("tests/drills/", "tests/workers/", "tests/dashboard/test_browser")
+SLOW_FIRST = (
+    "tests/test_demo.py",
+    "tests/api/test_schema_fuzz.py",
+    "tests/drills/",
+    "tests/dashboard/test_browser",
+    "tests/test_text_reader.py::test_pip_wheel",
+    "tests/test_text_reader.py::test_a_wheel",
+    "tests/rollout/test_rollback_e2e.py",
+    "tests/rollout/test_flag_serving.py",
+    "tests/db/test_partitions_hostile.py",
+    "tests/workers/",
+    "tests/api/test_app_lifetime.py",
+)
 
 
 # Before those, the two tests of one reset that must run one after the other on one worker:

@@ -11,8 +11,9 @@ and the database is cloned again from the template.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, delete, func, insert, select, text
@@ -20,7 +21,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from controlplane.auth.service import hash_key
-from controlplane.db import get_engine
 from controlplane.models import ApiKey, Base
 
 TABLES = Base.metadata.sorted_tables  # parents before children
@@ -89,8 +89,27 @@ class Rows:
         return True
 
 
-def _moved(row: dict[str, Any], shift: Any) -> dict[str, Any]:
-    return {k: v + shift if isinstance(v, datetime) else v for k, v in row.items()}
+def _moved(row: dict[str, Any], shift: timedelta) -> dict[str, Any]:
+    return {k: _moved_value(v, shift) for k, v in row.items()}
+
+
+# A time written as text (isoformat) inside a JSON document, such as a flag's updated_at.
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)")
+
+
+def _moved_value(value: Any, shift: timedelta) -> Any:
+    """`value` with every time in it (a datetime, or ISO text in JSON) moved by `shift`:
+    the seed's rows read as if written when they are copied, and consistently so."""
+    if isinstance(value, datetime):
+        return value + shift
+    if isinstance(value, str) and _ISO_TIME.fullmatch(value):
+        moved = (datetime.fromisoformat(value.replace("Z", "+00:00")) + shift).isoformat()
+        return moved.replace("+00:00", "Z") if value.endswith("Z") else moved
+    if isinstance(value, dict):
+        return {k: _moved_value(v, shift) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_moved_value(v, shift) for v in value]
+    return value
 
 
 def _with_secret(row: dict[str, Any], plaintext: str) -> dict[str, Any]:
@@ -182,16 +201,21 @@ class WorkerDatabase:
                 conn.execute(text(f'CREATE DATABASE "{self.name}" TEMPLATE "{self.template}"'))
         finally:
             admin.dispose()
-        engine = get_engine(self.url)
-        self.base_counts = table_counts(engine)
-        self.base = Rows.take(
-            engine, {n for n, c in self.base_counts.items() if c}, datetime.now(UTC)
-        )
-        self.shape = _fingerprint(engine)
-        engine.dispose()
+        engine = self._engine()
+        try:
+            self.base_counts = table_counts(engine)
+            every = {n for n, c in self.base_counts.items() if c}
+            self.base = Rows.take(engine, every, datetime.now(UTC))
+            self.shape = _fingerprint(engine)
+        finally:
+            engine.dispose()
+
+    def _engine(self) -> Engine:
+        # Its own, unpooled: an engine of the process's cache (get_engine) could be pushed
+        # out of it by the tests' URLs with a connection still open in its pool.
+        return create_engine(self.url, poolclass=NullPool)
 
     def drop(self) -> None:
-        get_engine(self.url).dispose()
         admin = self._admin()
         try:
             with admin.connect() as conn:
@@ -201,8 +225,13 @@ class WorkerDatabase:
 
     def reset(self) -> None:
         """Back to the migrated template's state: rows, sequences, no other session."""
-        engine = get_engine(self.url)
-        engine.dispose()  # a pooled session of the last test (locks, settings) goes too
+        engine = self._engine()
+        try:
+            self._reset(engine)
+        finally:
+            engine.dispose()
+
+    def _reset(self, engine: Engine) -> None:
         with engine.connect() as conn:
             # A process the last test left behind, or a session it did not close.
             conn.execute(

@@ -468,6 +468,7 @@ def test_a_day_whose_rows_reach_the_default_partition_while_it_is_created_is_ski
 # --- the conversion -------------------------------------------------------------------------
 
 
+@pytest.mark.fresh_db  # migrates down and up
 def test_conversion_down_and_up_keeps_old_rows_in_the_default_partition(pg_api: Api) -> None:
     engine = pg_api.engine
     far = MIDNIGHT - timedelta(days=90)
@@ -506,6 +507,7 @@ def test_conversion_down_and_up_keeps_old_rows_in_the_default_partition(pg_api: 
     assert new.json()["accepted"] == 1
 
 
+@pytest.mark.fresh_db  # migrates down and up
 def test_conversion_down_and_up_of_an_empty_database(pg_url: str) -> None:
     command.downgrade(alembic_config(pg_url), "-1")
     get_engine(pg_url).dispose()
