@@ -92,8 +92,8 @@ def text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     return choice
 
 
-# Scheduled first (pytest-xdist hands out tests in this order): the longest, so that no
-# worker starts one near the end while the other has nothing left.
+# The longest tests, each started first by one of the pytest-xdist workers, so that no
+# worker starts one near the end while the others have nothing left.
 SLOW_FIRST = (
     "tests/test_demo.py",
     "tests/api/test_schema_fuzz.py",
@@ -106,22 +106,46 @@ SLOW_FIRST = (
     "tests/db/test_partitions_hostile.py",
     "tests/workers/",
     "tests/api/test_app_lifetime.py",
+    "tests/db/test_migration_keeps_results.py",
+    "tests/api/test_api_command.py",
+    "tests/test_operators_worker.py",
+    "tests/actions/test_concurrency.py",
+    "tests/dashboard/test_hostile_sre.py",
 )
-
-
-# Before those, the two tests of one reset that must run one after the other on one worker:
-# a worker runs the first tests it is given before any can be taken from it.
+# Before any of those, the two tests of one reset that must run one after the other on
+# one worker: a worker runs the first tests it is given before any can be taken from it.
 FIRST = "tests/test_database_reset.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid
-        if path.startswith(FIRST):
-            return -1
-        return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
+    # `--dist worksteal` gives each of the W workers one contiguous run of the list, in
+    # equal parts, then moves tests still waiting from a busy worker to an idle one. Each
+    # part starts with its share of the longest tests, dealt round.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
-    items.sort(key=rank)
+    def rank(item: pytest.Item) -> int:
+        if item.nodeid.startswith(FIRST):
+            return -1
+        return next(
+            (i for i, p in enumerate(SLOW_FIRST) if item.nodeid.startswith(p)), len(SLOW_FIRST)
+        )
+
+    ranked = sorted(items, key=rank)
+    heads = [item for item in ranked if rank(item) < len(SLOW_FIRST)]
+    rest = iter(item for item in ranked if rank(item) == len(SLOW_FIRST))
+    parts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    first = [item for item in heads if rank(item) < 0]
+    parts[0] += first
+    for i, item in enumerate(heads[len(first) :]):
+        parts[i % workers].append(item)
+    remaining, ordered = len(items), []
+    for i, part in enumerate(parts):
+        size = remaining // (workers - i)  # what worksteal hands the i-th worker
+        part += itertools.islice(rest, max(size - len(part), 0))
+        ordered += part
+        remaining -= len(part)
+    ordered += rest
+    items[:] = ordered
 
 
 @pytest.fixture(scope="session", autouse=True)
