@@ -22,6 +22,7 @@ from controlplane.review.calibration import task_calibration
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from dashboard import common
+from dashboard.task import views
 
 EXAMPLES_PER_WINDOW = 5
 DECISIONS_SHOWN = 50
@@ -30,11 +31,7 @@ DECISIONS_SHOWN = 50
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
 def load_task_names(url: str) -> list[str]:
     with session_scope(get_engine(url)) as session:
-        views = list_task_views(session)
-    # Rolled-back tasks first: they are why someone opens this page at night.
-    return [
-        v["task"] for v in sorted(views, key=lambda v: (v["stage"] != "rolled_back", v["task"]))
-    ]
+        return views.rolled_back_first(list_task_views(session))
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
