@@ -22,7 +22,7 @@ EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
 
 
 def _y(field: str, title: str, percent: bool) -> alt.Y:
-    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=".1~%" if percent else ",.3~r"))
+    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=formats.axis_format(percent)))
 
 
 def _colour(field: str, order: list[str] | None, legend: bool = True) -> alt.Color:
@@ -93,9 +93,9 @@ def band_lines(
         tooltip=[
             alt.Tooltip("window_start:T", format=formats.MINUTE),
             f"{color}:N",
-            alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.4g"),
-            alt.Tooltip(f"{low}:Q", format=".1%" if percent else ",.4g"),
-            alt.Tooltip(f"{high}:Q", format=".1%" if percent else ",.4g"),
+            alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent)),
+            alt.Tooltip(f"{low}:Q", format=formats.tooltip_format(percent)),
+            alt.Tooltip(f"{high}:Q", format=formats.tooltip_format(percent)),
         ],
     )
     layers: list[Any] = [band, line]
@@ -130,7 +130,7 @@ def lines(
             alt.Tooltip("window_start:T", format=formats.MINUTE),
             f"{color}:N",
             *([f"{dash}:N"] if dash else []),
-            alt.Tooltip(f"{y}:Q", format=".2%" if percent else ",.6g"),
+            alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent, fine=True)),
         ],
     }
     if dash is not None:

@@ -33,6 +33,20 @@ NONE = "—"
 MINUTE = "%Y-%m-%d %H:%M"
 
 
+def axis_format(rate: bool) -> str:
+    """A chart axis's d3-format directive (Vega draws it): a rate as a percentage, any
+    other figure to three significant digits, trailing zeros trimmed."""
+    return ".1~%" if rate else ",.3~r"
+
+
+def tooltip_format(rate: bool, *, fine: bool = False) -> str:
+    """A chart tooltip's d3-format directive: a rate to one decimal of a percent, any other
+    figure to four significant digits; `fine` one more of each (a line without a band)."""
+    if fine:
+        return ".2%" if rate else ",.6g"
+    return ".1%" if rate else ",.4g"
+
+
 def missing(value: object) -> bool:
     """No figure to show: None, or the NaN, NaT or NA a pandas frame holds for a gap (the
     only values unequal to themselves; NA's comparison is NA, which has no truth value)."""
@@ -49,14 +63,44 @@ def percent(value: float | None) -> str:
     return NONE if missing(value) else f"{value:.1%}"
 
 
+def _no_signed_zero(written: str) -> str:
+    """A figure that rounded to zero without its sign ("-0.0%" reads "0.0%"): a sign on a
+    shown zero claims a direction the figure does not have."""
+    return written.lstrip("+-") if not any(c in "123456789" for c in written) else written
+
+
 def change(value: float | None) -> str:
-    """A difference of two rates, signed ("+2.5%", "-0.4%"); "—" without data."""
-    return NONE if missing(value) else f"{value:+.1%}"
+    """A difference of two rates, signed ("+2.5%", "-0.4%"); one that rounds to nothing
+    reads "0.0%"; "—" without data."""
+    return NONE if missing(value) else _no_signed_zero(f"{value:+.1%}")
+
+
+def level(value: float) -> str:
+    """A confidence level as a whole percentage ("95%")."""
+    return f"{value:.0%}"
+
+
+def decimal(value: float | None, *, signed: bool = False) -> str:
+    """A figure to two decimals ("5.50"), with its sign when `signed` ("+1.23", "-0.40");
+    "—" without data."""
+    if value is None or missing(value):
+        return NONE
+    return _no_signed_zero(f"{value:+.2f}" if signed else f"{value:.2f}")
 
 
 def coefficient(value: float | None) -> str:
     """A statistic between -1 and 1 (Krippendorff's alpha, Cohen's kappa) to two decimals."""
-    return NONE if missing(value) else f"{value:.2f}"
+    return decimal(value)
+
+
+def number(value: float) -> str:
+    """A count or a setting as briefly as it reads ("12", "0.15", "2.5")."""
+    return f"{value:g}"
+
+
+def count(value: int) -> str:
+    """A whole number with thousands separated ("1,200")."""
+    return f"{value:,}"
 
 
 def interval(low: float | None, high: float | None) -> str:
@@ -73,12 +117,23 @@ def estimate(value: float | None, low: float | None, high: float | None) -> str:
     return f"{percent(value)} ({interval(low, high)})"
 
 
+# The smallest amount `money` writes in figures; a non-zero one below it reads "< 0.000001".
+SMALLEST_AMOUNT = 0.000001
+
+
 def money(value: float | None) -> str:
     """An amount in the prices' unit with its sign: two decimals ("-40.57"), six below 1
-    ("0.000420") so a window of cheap calls never reads 0.00; "—" without data."""
+    ("0.000420") so a window of cheap calls never reads 0.00, and a non-zero amount too
+    small even for six "< 0.000001" (a saving) or "> -0.000001" (a loss); "—" without
+    data."""
     if value is None or missing(value):
         return NONE
-    return f"{value:,.2f}" if abs(value) >= 1 else f"{value:,.6f}"
+    if abs(value) >= 1:
+        return f"{value:,.2f}"
+    written = _no_signed_zero(f"{value:,.6f}")
+    if value == 0 or written != "0.000000":
+        return written
+    return f"< {SMALLEST_AMOUNT:.6f}" if value > 0 else f"> -{SMALLEST_AMOUNT:.6f}"
 
 
 def _utc(value: datetime | str) -> datetime:

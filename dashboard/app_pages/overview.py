@@ -16,7 +16,7 @@ from controlplane.db import get_engine, session_scope
 from controlplane.rollout.actions import REASON_MAX_CHARS, kill, lift
 from controlplane.rollout.overview import Overview, TaskRow, overview
 from dashboard import common
-from dashboard.formats import interval, line, moment, money, percent
+from dashboard.formats import count, interval, line, moment, money, percent
 
 NOTICE = "overview_notice"
 
@@ -193,7 +193,7 @@ def switch_form(killed: bool, actor: str) -> None:
         # No max_chars: Streamlit would cut a longer value to it silently and the cut reason
         # would be recorded; the action refuses it instead, and its sentence shows.
         reason = st.text_input(
-            "Reason", key=f"{name}_reason", help=f"At most {REASON_MAX_CHARS:,} characters."
+            "Reason", key=f"{name}_reason", help=f"At most {count(REASON_MAX_CHARS)} characters."
         )
         confirmed = st.checkbox(confirm_text, key=f"{name}_confirm")
         submitted = st.form_submit_button(label, key=f"{name}_submit", type="primary")

@@ -13,7 +13,7 @@ import pandas as pd
 
 from controlplane.ingest.buckets import bucket_labels
 from dashboard import charts
-from dashboard.formats import line, moment, percent, span
+from dashboard.formats import count, decimal, level, line, moment, number, percent, span
 
 # How much of an unknown `?task=` the page echoes.
 ASKED_SHOWN = 100
@@ -117,12 +117,12 @@ def evidence_kind(decision: Row) -> str | None:
 
 
 def bound_name(evidence: Row) -> str:
-    level = evidence.get("confidence")
-    return "bound" if level in (None, "point") else f"{level:.0%} bound"
+    confidence = evidence.get("confidence")
+    return "bound" if confidence in (None, "point") else f"{level(confidence)} bound"
 
 
 def counts(w: Row) -> str:
-    return f"{w['num']:g}/{w['den']:g}"
+    return f"{number(w['num'])}/{number(w['den'])}"
 
 
 def window_rows(evidence: Row) -> pd.DataFrame:
@@ -147,7 +147,7 @@ def window_lines(evidence: Row) -> str:
     bound = bound_name(evidence)
     return "\n".join(
         f"- {span(w['window_start'], w['window_end'])}: {counts(w)} = {percent(w['estimate'])}, "
-        f"{bound} {percent(w['bound'])}, threshold {w['threshold']:g}: **{line(w['verdict'])}**"
+        f"{bound} {percent(w['bound'])}, threshold {number(w['threshold'])}: **{line(w['verdict'])}**"
         for w in evidence.get("windows") or []
     )
 
@@ -173,7 +173,8 @@ def step_rows(evidence: Row) -> pd.DataFrame:
 def step_lines(evidence: Row) -> str:
     return "\n".join(
         f"- {span(s['window_start'], s['window_end'])}: {counts(s)} = {percent(s['estimate'])}, "
-        f"evidence {s['contribution']:+.2f}, counted {s['counted']:+.2f}, sum **{s['sum']:.2f}**"
+        f"evidence {decimal(s['contribution'], signed=True)}, "
+        f"counted {decimal(s['counted'], signed=True)}, sum **{decimal(s['sum'])}**"
         for s in evidence.get("steps") or []
     )
 
@@ -183,19 +184,19 @@ def omitted_steps(evidence: Row) -> str | None:
     if not omitted:
         return None
     return (
-        f"The run began {omitted:,} windows before the first shown: the evidence keeps the "
+        f"The run began {count(omitted)} windows before the first shown: the evidence keeps the "
         "latest windows of a long run."
     )
 
 
 def cusum_explained(evidence: Row) -> str:
     cap = evidence.get("cap")
-    capped = f"; each window counts at most {cap:g}" if cap is not None else ""
+    capped = f"; each window counts at most {number(cap)}" if cap is not None else ""
     return (
         f"Evidence is the window's log-likelihood ratio: how much likelier its counts are "
-        f"if the rate moved past the threshold by {evidence.get('min_effect', 0):g} than "
+        f"if the rate moved past the threshold by {number(evidence.get('min_effect', 0))} than "
         f"if it sits at the threshold. The sum adds each window's evidence{capped}, never "
-        f"goes below 0, and fires at h = {evidence.get('h', 0):g}."
+        f"goes below 0, and fires at h = {number(evidence.get('h', 0))}."
     )
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from dashboard.formats import estimate, moment, money, percent
+from dashboard.formats import estimate, moment, money, number, percent
 
 # The what-if replays at most this long a period (as GET /v1/tasks/{task}/whatif).
 MAX_DAYS = 31
@@ -68,7 +68,7 @@ def total(replay: Mapping[str, Any]) -> dict[str, Any] | None:
 def setting_words(setting: Mapping[str, Any]) -> str:
     limit, minimum = setting["max_input_tokens"], setting["min_confidence"]
     return (f"cap {limit} tokens" if limit is not None else "no cap") + (
-        f", edge confidence at least {minimum:g}" if minimum is not None else ""
+        f", edge confidence at least {number(minimum)}" if minimum is not None else ""
     )
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import math
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import dashboard
 from dashboard import formats
+
+DASHBOARD = Path(dashboard.__file__).parent
 
 
 @pytest.mark.parametrize("gap", [None, math.nan, pd.NA, pd.NaT])
@@ -64,3 +69,54 @@ def test_untrusted_text_is_literal() -> None:
     assert formats.text("[x](y) *b*") == r"\[x\]\(y\) \*b\*"
     assert formats.text("a\n  b") == "a  \n\u00a0\u00a0b"
     assert formats.line("a\n  b") == "a b"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(4e-07, "< 0.000001"), (-4e-07, "> -0.000001"), (1e-06, "0.000001"), (-0.0, "0.000000")],
+)
+def test_money_never_writes_a_tiny_amount_as_zero(value: float, shown: str) -> None:
+    assert formats.money(value) == shown
+
+
+def test_a_change_that_rounds_to_nothing_has_no_sign() -> None:
+    assert formats.change(-1e-05) == formats.change(1e-05) == formats.change(0.0) == "0.0%"
+    assert formats.decimal(-0.001, signed=True) == formats.coefficient(-0.001) == "0.00"
+
+
+def test_figures_and_counts() -> None:
+    assert formats.level(0.95) == "95%"
+    assert formats.decimal(1.234, signed=True) == "+1.23"
+    assert formats.decimal(-0.4, signed=True) == "-0.40"
+    assert formats.decimal(5.5) == "5.50"
+    assert formats.decimal(None) == "—"
+    assert formats.coefficient(0.812) == "0.81"
+    assert formats.number(12.0) == "12" and formats.number(0.15) == "0.15"
+    assert formats.count(1200) == "1,200"
+
+
+def test_chart_directives() -> None:
+    assert formats.axis_format(True) == ".1~%" and formats.axis_format(False) == ",.3~r"
+    assert formats.tooltip_format(True) == ".1%" and formats.tooltip_format(False) == ",.4g"
+    assert formats.tooltip_format(True, fine=True) == ".2%"
+    assert formats.tooltip_format(False, fine=True) == ",.6g"
+
+
+def _formatting(path: Path) -> list[str]:
+    """Where a module writes a figure itself: a format spec in an f-string, or a call of
+    `format`, `strftime`, `isoformat` or `round`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", None))
+            if name in {"format", "strftime", "isoformat", "round"}:
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_formats_is_the_only_formatter_in_the_dashboard() -> None:
+    modules = [p for p in DASHBOARD.rglob("*.py") if p != DASHBOARD / "formats.py"]
+    assert modules
+    assert [where for p in modules for where in _formatting(p)] == []

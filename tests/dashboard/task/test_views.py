@@ -182,3 +182,8 @@ def test_the_moves_an_admin_is_offered_at_each_stage(stage: str, offered: set[st
     assert [kind for kind, _, _ in moves] == ["promote", "rollback", "rearm"]
     assert {kind for kind, _, disabled in moves if not disabled} == offered
     assert moves[0][1] == f"Promote from {stage.replace('_', chr(92) + '_')} \\(words\\)"
+
+
+def test_evidence_that_rounds_to_nothing_has_no_sign() -> None:
+    tiny = {"steps": [{**STEP, "contribution": -0.001, "counted": -0.0, "sum": 0.0}]}
+    assert "evidence 0.00, counted 0.00, sum **0.00**" in views.step_lines(tiny)
