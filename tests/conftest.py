@@ -78,18 +78,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.get_closest_marker("text_reader") is not None:
         if "text_reader" not in metafunc.fixturenames:
             metafunc.fixturenames.append("text_reader")
-        metafunc.parametrize("text_reader", READERS, indirect=True)
+        metafunc.parametrize("text_reader", READERS)
 
 
-@pytest.fixture
-def text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The text reader this test runs with (its processes too, through the environment)."""
-    choice = str(request.param)
+@pytest.fixture(autouse=True)
+def _switch_text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `text_reader` test runs with the reader its parameter names, from its first fixture
+    on (autouse fixtures are set up before the others: an app it starts logs that reader)
+    and in the processes it starts (through the environment)."""
+    callspec = getattr(request.node, "callspec", None)
+    choice = callspec.params.get("text_reader") if callspec is not None else None
+    if choice is None:
+        return
     monkeypatch.setenv(native.ENV, choice)
     reader = native._load()
     monkeypatch.setattr(native, "READER", reader)
     monkeypatch.setattr(native, "ACTIVE", reader is not None)
-    return choice
 
 
 # The longest tests, each started first by one of the pytest-xdist workers, so that no
@@ -370,12 +374,14 @@ def _take_seed(url: str, base: dict[str, int]) -> Seed:
     every = {table.name for table in TABLES}
     before = Rows.take(engine, every, datetime.now(UTC))
     _seed_by_hand(engine)
-    after = Rows.take(engine, every, before.taken_at)
-    engine.dispose()
+    # Taken once the seed is written: every time it wrote lies before this one, so the
+    # copies, moved to the time they are made, lie in the past as made by hand.
+    after = Rows.take(engine, every, datetime.now(UTC))
     # The tables the seed wrote: new rows, or changed ones (the flag state's revision).
     written = {name for name in every if after.tables[name] != before.tables[name]}
-    tables = {name: after.tables[name] for name in written}
-    return Seed(Rows(before.taken_at, tables, after.sequences), base)
+    seed = Rows.take(engine, written, after.taken_at)
+    engine.dispose()
+    return Seed(seed, base)
 
 
 def seed_api_data(engine: Engine) -> dict[str, str]:

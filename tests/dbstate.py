@@ -1,11 +1,11 @@
-"""Test databases made once and put back between tests, instead of made for each test.
+"""Test databases made once per run and put back between tests.
 
 `Rows` is what some tables hold, taken from one database and written into another (the
 seed: a key per scope and the suite's two tasks, written once per run and copied into each
 test's database in a few milliseconds). `WorkerDatabase` is a PostgreSQL database of one
 pytest worker's own, migrated once and put back to its migrated state before each test by
-one statement block; a test that changed its schema (a migration, a new table) is noticed
-and the database is cloned again from the template.
+one statement block; a test that changed its schema (a migration, a table, a trigger, a
+constraint, a database setting) is noticed and the database is cloned again.
 """
 
 from __future__ import annotations
@@ -44,9 +44,15 @@ class Rows:
             }
             sequences: dict[str, tuple[int, bool]] = {}
             if engine.dialect.name == "postgresql":
-                names = conn.scalars(
-                    text("SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'")
-                ).all()
+                # The sequences of these tables alone (`<table>_<column>_seq`): writing
+                # them back must not rewind another table's.
+                names = [
+                    name
+                    for name in conn.scalars(
+                        text("SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'")
+                    )
+                    if any(name.startswith(f"{table}_") for table in rows)
+                ]
                 for name in names:
                     value, called = conn.execute(
                         text(f'SELECT last_value, is_called FROM public."{name}"')
@@ -116,13 +122,6 @@ def _with_secret(row: dict[str, Any], plaintext: str) -> dict[str, Any]:
     return {**row, "key_hash": hash_key(plaintext), "prefix": plaintext[:10]}
 
 
-def new_secrets(names: list[str]) -> dict[str, str]:
-    """A secret per key name, shaped as `shadowplane keys create` makes them."""
-    from controlplane.auth.service import generate_key
-
-    return {name: generate_key() for name in names}
-
-
 def table_counts(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
         return {
@@ -165,9 +164,29 @@ WHERE c.relnamespace = 'public'::regnamespace AND c.relispartition
 """
 
 
+# Beyond the relations: constraints, triggers, schemas, sequences' settings and settings
+# made for the database (ALTER DATABASE ... SET), any of which a test could leave behind.
+_MORE_SHAPE = """
+SELECT concat_ws('|',
+  (SELECT string_agg(k.conname || ':' || pg_get_constraintdef(k.oid), ',' ORDER BY k.conname)
+   FROM pg_constraint k LEFT JOIN pg_class c ON c.oid = k.conrelid
+   WHERE k.connamespace = 'public'::regnamespace AND NOT coalesce(c.relispartition, false)),
+  (SELECT string_agg(t.tgname || ':' || c.relname, ',' ORDER BY t.tgname, c.relname)
+   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+   WHERE NOT t.tgisinternal AND NOT c.relispartition),
+  (SELECT string_agg(nspname, ',' ORDER BY nspname) FROM pg_namespace),
+  (SELECT string_agg(format('%s:%s:%s:%s:%s', sequencename, increment_by, min_value,
+                            max_value, cycle), ',' ORDER BY sequencename)
+   FROM pg_sequences WHERE schemaname = 'public'),
+  (SELECT string_agg(array_to_string(setconfig, ';'), ',') FROM pg_db_role_setting s
+   JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = current_database()))
+"""
+
+
 def _fingerprint(engine: Engine) -> tuple[str, frozenset[str], tuple[str, ...]]:
     with engine.connect() as conn:
-        shape = hashlib.sha256(str(conn.scalar(text(_SHAPE))).encode()).hexdigest()
+        described = f"{conn.scalar(text(_SHAPE))}#{conn.scalar(text(_MORE_SHAPE))}"
+        shape = hashlib.sha256(described.encode()).hexdigest()
         partitions = frozenset(conn.scalars(text(_PARTITIONS)))
         revisions = tuple(sorted(conn.scalars(text("SELECT version_num FROM alembic_version"))))
     return shape, partitions, revisions
@@ -233,7 +252,7 @@ class WorkerDatabase:
 
     def _reset(self, engine: Engine) -> None:
         with engine.connect() as conn:
-            # A process the last test left behind, or a session it did not close.
+            # A session the last test did not close (locks, LISTEN, settings of its own).
             conn.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -21,18 +21,15 @@ from tests.conftest import Api, make_api
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# Run with each reader by scripts/test.
+# Marked text_reader: runs once with each reader (the `text_reader` parameter).
 @pytest.mark.text_reader
-def test_the_reader_the_suite_asked_for_is_the_one_that_runs() -> None:
-    # scripts/test runs the suite with SHADOWPLANE_TEXT_READER=native, then the text-reading
-    # tests with =python: each run must really use the reader it names.
-    choice = os.environ.get(native.ENV, "auto")
-    if choice == "native":
+def test_the_reader_the_suite_asked_for_is_the_one_that_runs(text_reader: str) -> None:
+    # Each run must really use the reader it names, here and in the processes it starts.
+    assert os.environ.get(native.ENV) == text_reader
+    if text_reader == "native":
         assert native.ACTIVE and native.READER is not None
-    elif choice == "python":
-        assert not native.ACTIVE and native.READER is None
     else:
-        pytest.skip(f"{native.ENV} is {choice!r}: either reader may run")
+        assert not native.ACTIVE and native.READER is None
 
 
 def test_an_unknown_choice_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +76,7 @@ def reader_logs(db_url: str) -> Iterator[tuple[Api, list[str]]]:
         logger.removeHandler(handler)
 
 
-# Run with each reader by scripts/test.
+# Marked text_reader: runs once with each reader.
 @pytest.mark.text_reader
 def test_startup_logs_which_reader_runs(reader_logs: tuple[Api, list[str]]) -> None:
     _, messages = reader_logs
@@ -98,7 +95,7 @@ def _gauge(api: Api) -> float:
     return sample.value
 
 
-# Run with each reader by scripts/test.
+# Marked text_reader: runs once with each reader.
 @pytest.mark.text_reader
 def test_metrics_export_which_reader_runs(
     reader_logs: tuple[Api, list[str]], monkeypatch: pytest.MonkeyPatch
