@@ -10,6 +10,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
+from controlplane.catalog.service import task_or_404
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse, read_body
@@ -114,6 +115,8 @@ def get_result(
     """A stored result with its bucket, comparison and the payload its policy kept."""
     with session_scope(request.app.state.engine) as session:
         view = repository.result_view(session, task, request_id)
-    if view is None:
-        raise HTTPException(404, f"no result {request_id!r} for task {task!r}")
+        if view is None:
+            # An unknown task is answered as every door answers it; only then the result.
+            task_or_404(session, task)
+            raise HTTPException(404, f"no result {request_id!r} for task {task!r}")
     return ORJSONResponse(view)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 
+from controlplane.catalog.service import no_task
 from controlplane.models import Payload, Result
 from tests.conftest import Api, make_api, make_result
 
@@ -217,6 +218,17 @@ def test_a_body_that_is_not_a_result_is_422(api: Api, body: bytes) -> None:
 def test_unknown_result_is_404(api: Api) -> None:
     response = api.client.get("/v1/results/ticket_classify/nope", headers=api.headers("read"))
     assert response.status_code == 404
+    assert response.json()["detail"] == "no result 'nope' for task 'ticket_classify'"
+
+
+def test_an_unknown_task_is_404_in_the_shared_words(api: Api) -> None:
+    response = api.client.get("/v1/results/nosuchtask/1", headers=api.headers("read"))
+    assert response.status_code == 404
+    assert (
+        response.json()
+        == {"detail": no_task("nosuchtask")}
+        == {"detail": "task: no task 'nosuchtask'"}
+    )
 
 
 def test_storage_failure_mid_write_leaves_nothing_half_written(
