@@ -16,7 +16,7 @@ from controlplane.compare.comparators import (
     compare,
 )
 
-# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+# Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
 
 LABELS = {"kind": "label", "labels": ["refund", "exchange", "complaint"]}

@@ -30,7 +30,7 @@ from controlplane.compare.comparators import compare
 from controlplane.compare.conservation import read, sentences
 from controlplane.compare.redaction import TYPES, Masker, mask_text
 
-# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+# Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
 
 SMALL, LARGE = 20_000, 200_000
@@ -173,9 +173,9 @@ def assert_grows_linearly(
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_reading_time_grows_linearly(family: str, reader_name: str) -> None:
     if reader_name.startswith("compare") and os.environ.get(native.ENV) == "python":
-        # scripts/test's second run, with the Python reader: its reading is held here by
-        # the conservation.read column; the comparison's own work (the diff) does not
-        # depend on the reader, and the first run holds it.
+        # The run with the Python reader: its reading is held here by the
+        # conservation.read column; the comparison's own work (the diff) does not depend
+        # on the reader, and the compiled reader's run holds it.
         pytest.skip("the comparison around the reading is held by the compiled reader's run")
     build, reader = FAMILIES[family], READERS[reader_name]
     small, large = build(SMALL), build(LARGE)

@@ -23,7 +23,7 @@ from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api, make_result
 
-# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+# Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
 
 REPLY_TASK: dict[str, Any] = {

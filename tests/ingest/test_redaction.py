@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from controlplane.compare.redaction import Masker, mask_text, redact_payload
 
-# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+# Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
 
 CASES = [

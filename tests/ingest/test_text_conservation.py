@@ -21,7 +21,7 @@ from controlplane.compare.conservation import (
     spans,
 )
 
-# Run again with the Python reader by scripts/test (SHADOWPLANE_TEXT_READER=python).
+# Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
 
 SPEC: dict[str, Any] = {"kind": "text_conservation", "length_ratio": [0.7, 1.4]}
