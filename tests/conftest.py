@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,9 @@ def per_worker(name: str) -> str:
 
 
 TEMPLATE_DB = per_worker("sp_test_template")
+# The day the template was migrated (its day partitions are that day's, a run crossing
+# midnight keeps yesterday's).
+TEMPLATE_MIGRATED: list[date] = []
 
 # Shared, noisy machines: properties are judged by their examples, never by their speed.
 settings.register_profile(
@@ -192,6 +195,7 @@ def pg_template() -> Iterator[str]:
         conn.execute(text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
     url = make_url(pg_admin_url()).set(database=TEMPLATE_DB).render_as_string(hide_password=False)
     upgrade(url)
+    TEMPLATE_MIGRATED.append(datetime.now(UTC).date())
     get_engine(url).dispose()
     yield url
     with admin.connect() as conn:

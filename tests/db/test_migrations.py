@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ from sqlalchemy import inspect
 from controlplane.db import get_engine
 from controlplane.migrate import check, upgrade
 from controlplane.models.partitions import DAYS_AHEAD, is_partition
+from tests.conftest import TEMPLATE_MIGRATED
 
 TABLES = {
     "alembic_version",
@@ -48,10 +49,11 @@ def test_postgresql_upgrade_head_then_check(pg_url: str) -> None:
     check(pg_url)
     names = set(inspect(get_engine(pg_url)).get_table_names())
     assert {n for n in names if not is_partition(n)} == TABLES
-    # results and payloads by day: today's, and the days ahead, made by `migrate`.
-    today = datetime.now(UTC).date()
+    # results and payloads by day: the day `migrate` ran (the template's, at the start of
+    # the run: yesterday for a run that crossed midnight), and the days ahead.
+    [migrated_on] = TEMPLATE_MIGRATED
     for offset in range(-1, DAYS_AHEAD + 1):
-        day = today + timedelta(days=offset)
+        day = migrated_on + timedelta(days=offset)
         assert {f"results_p{day:%Y%m%d}", f"payloads_p{day:%Y%m%d}"} <= names
     assert {"results_default", "payloads_default"} <= names
     # ...and upgrading an already-current database is a no-op.
