@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
-from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.ingest.buckets import bucket_labels  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.metrics.fields import ALL  # noqa: E402
@@ -386,7 +386,7 @@ def main() -> None:
         measure_pages(url, filled, args.reps, args.profile)
         measure_whatif(url, filled, args.reps)
     finally:
-        get_engine.cache_clear()
+        forget_engines()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
 

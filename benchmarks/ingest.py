@@ -62,7 +62,7 @@ from benchmarks._support import (  # noqa: E402
     stop_services,
 )
 from controlplane.catalog.service import task_runtimes  # noqa: E402
-from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
     JSON_RESULT_COLUMNS,
     RESULT_COLUMNS,
@@ -494,7 +494,7 @@ def main() -> None:
     finally:
         if api is not None:
             api.stop()
-        get_engine.cache_clear()
+        forget_engines()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
 

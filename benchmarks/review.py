@@ -62,7 +62,7 @@ from benchmarks._support import (  # noqa: E402
     stop_services,
 )
 from controlplane.catalog.service import task_runtimes  # noqa: E402
-from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.models import Task, Window  # noqa: E402
 from controlplane.review.sampler import draw, sample_window  # noqa: E402
@@ -470,7 +470,7 @@ def main() -> None:
         )
         measure_queue(url, task_id, args, tmp)
     finally:
-        get_engine.cache_clear()
+        forget_engines()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
 

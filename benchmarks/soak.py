@@ -64,7 +64,7 @@ from benchmarks._support import (  # noqa: E402
     start_services,
     stop_services,
 )
-from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim import runner  # noqa: E402
@@ -526,7 +526,7 @@ def main() -> None:
                 p.popen.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.popen.kill()
-        get_engine.cache_clear()
+        forget_engines()
         stop_services(tmp)
 
 

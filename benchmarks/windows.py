@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._support import fresh_database, start_services, stop_services  # noqa: E402
 from controlplane.catalog.service import runtimes  # noqa: E402
-from controlplane.db import get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.metrics.service import compute_window  # noqa: E402
 from controlplane.models import Task  # noqa: E402
 from controlplane.models.partitions import ensure_partitions, partition_days  # noqa: E402
@@ -304,7 +304,7 @@ def main() -> None:
         print(f"\nloaded {args.history:,} results of older history in {took:.0f} s")
         measure(f"with {args.history:,} older results", url, task_id, args.reps)
     finally:
-        get_engine.cache_clear()
+        forget_engines()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
 

@@ -100,9 +100,21 @@ def make_engine(url: str) -> Engine:
     )
 
 
-@lru_cache(maxsize=8)
 def get_engine(url: str | None = None) -> Engine:
-    return make_engine(url or get_settings().database_url)
+    """The process's engine for `url`, or for the settings' database: one per database."""
+    # None is resolved before the cache: cached as None, the first database a process
+    # asked for would be every later caller's, whatever its settings say by then.
+    return _engine(url or get_settings().database_url)
+
+
+@lru_cache(maxsize=8)
+def _engine(url: str) -> Engine:
+    return make_engine(url)
+
+
+def forget_engines() -> None:
+    """Drop the process's engines (a forked process must not share its parent's pools)."""
+    _engine.cache_clear()
 
 
 def dialect_insert(session: Session, table: Any) -> Any:

@@ -53,9 +53,9 @@ app = make_celery(get_settings())
 @worker_process_init.connect
 def _fresh_connections(**_: Any) -> None:
     # A forked worker must not share the parent's pooled database connections.
-    from controlplane.db import get_engine
+    from controlplane.db import forget_engines
 
-    get_engine.cache_clear()
+    forget_engines()
     logging.getLogger("shadowplane").info(
         '{"event": "worker_startup", "text_reader": "%s"} reading texts with %s',
         "native" if native.ACTIVE else "python",
