@@ -60,9 +60,6 @@ class Rows:
                     sequences[name] = (int(value), bool(called))
         return cls(taken_at, rows, sequences)
 
-    def counts(self) -> dict[str, int]:
-        return {name: len(rows) for name, rows in self.tables.items()}
-
     def write(self, engine: Engine, keys: dict[str, str]) -> None:
         """Replace the tables' rows by these, their times moved as if written now, and
         each key given the secret named in `keys` (by key name)."""
