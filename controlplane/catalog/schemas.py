@@ -364,6 +364,140 @@ class ReviewConfig(Strict):
     route_acc_lateness_seconds: int = Field(86400, ge=0, le=90 * DAY)
 
 
+def _ramps_rise(model: BaseModel, *names: str) -> None:
+    for name in names:
+        low, high = getattr(model, name)
+        if not low < high:
+            raise ValueError(f"{name}: the first value ({low}) must be below the second ({high})")
+
+
+GRADING_SPAN = re.compile(r"^\s*(\d+)\s*([dh])\s*$")
+GRADE_TIERS = ("offload", "shadow", "keep_cloud", "forbid", "insufficient")
+FORBIDDEN_KINDS = ("planning", "fresh_knowledge")
+
+
+class GradingWeights(Strict):
+    """How much each dimension weighs in the grade's score (docs/grading.md); the score
+    divides by their sum, so only their ratios matter."""
+
+    input_length: Fraction = 0.3
+    determinism: Fraction = 0.3
+    error_cost: Fraction = 0.25
+    frequency: Fraction = 0.15
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> GradingWeights:
+        if self.input_length + self.determinism + self.error_cost + self.frequency <= 0:
+            raise ValueError("at least one weight must be above 0")
+        return self
+
+
+class GradingTiers(Strict):
+    """Score bands: at or above `offload` → offload, at or above `shadow` → shadow, else
+    keep_cloud."""
+
+    offload: Fraction = 0.75
+    shadow: Fraction = 0.5
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GradingTiers:
+        if self.shadow > self.offload:
+            raise ValueError(f"shadow ({self.shadow}) must not be above offload ({self.offload})")
+        return self
+
+
+class InputLengthScale(Strict):
+    """Input length → suitability: the lower of two linear ramps, each 1 at its first value
+    and 0 at its second. `tail_ratio` ramps on P95 / P50 (a long tail), `p95_tokens` on the
+    P95 itself. A ratio at or above `signal_ratio` is the danger signal."""
+
+    tail_ratio: tuple[Positive, Positive] = (2.0, 8.0)
+    p95_tokens: tuple[Positive, Positive] = (1024.0, 8192.0)
+    signal_ratio: Positive = 3.0
+
+    @model_validator(mode="after")
+    def _rising(self) -> InputLengthScale:
+        _ramps_rise(self, "tail_ratio", "p95_tokens")
+        return self
+
+
+class DeterminismScale(Strict):
+    """Determinism → suitability: linear in the Wilson lower bound of the cloud's
+    self-agreement, 0 at `floor`, 1 at `full`; a self-agreement under `signal_below` is the
+    danger signal."""
+
+    floor: Fraction = 0.8
+    full: Fraction = 0.98
+    signal_below: Fraction = 0.95
+
+    @model_validator(mode="after")
+    def _rising(self) -> DeterminismScale:
+        if not self.floor < self.full:
+            raise ValueError(f"floor ({self.floor}) must be below full ({self.full})")
+        return self
+
+
+class FrequencyScale(Strict):
+    """Frequency → suitability: the lower of a ramp on calls per day (log scale, 0 at the
+    first value, 1 at the second: more calls, more to save) and a ramp on mean input tokens
+    per call (1 at the first, 0 at the second: a long context on every call). High
+    frequency with a long context is the danger signal."""
+
+    per_day: tuple[Positive, Positive] = (10.0, 10_000.0)
+    mean_input_tokens: tuple[Positive, Positive] = (1024.0, 8192.0)
+    signal_per_day: Positive = 1000.0
+    signal_mean_input_tokens: Positive = 2048.0
+
+    @model_validator(mode="after")
+    def _rising(self) -> FrequencyScale:
+        _ramps_rise(self, "per_day", "mean_input_tokens")
+        return self
+
+
+class GradingConfig(Strict):
+    """Grading a task from its own traffic (docs/grading.md)."""
+
+    # Share of requests on which routers ask the cloud a second time (`cloud_repeat`),
+    # published in the flag as `repeat_rate`.
+    repeat_rate: Fraction = 0.01
+    # The traffic a grade reads: this much before the grade, within the current config
+    # version. Whole days or hours: `7d`, `36h`.
+    span: str = "7d"
+    # A field (json_fields) or check (text_conservation) the cloud changes on more than this
+    # share of its repeats is reported as noisy.
+    noisy_field_rate: Fraction = 0.05
+    # Exact duplicates of an input already answered by the cloud within this many seconds
+    # count as free repeats.
+    duplicate_seconds: int = Field(DAY, ge=0, le=7 * DAY)
+    weights: GradingWeights = GradingWeights()
+    tiers: GradingTiers = GradingTiers()
+    # Below any of these the grade is `insufficient`, naming what is missing.
+    min_results: int = Field(1000, ge=0, le=MAX_SAMPLES)
+    min_repeat_pairs: int = Field(100, ge=0, le=MAX_SAMPLES)
+    min_days: int = Field(1, ge=0, le=90)
+    input_length: InputLengthScale = InputLengthScale()
+    determinism: DeterminismScale = DeterminismScale()
+    frequency: FrequencyScale = FrequencyScale()
+
+    @field_validator("span")
+    @classmethod
+    def _span(cls, span: str) -> str:
+        match = GRADING_SPAN.match(span)
+        if not match or not 1 <= int(match.group(1)) * (24 if match.group(2) == "d" else 1) <= 90 * 24:
+            raise ValueError("must be whole days or hours between 1h and 90d, e.g. 7d or 36h")
+        return f"{int(match.group(1))}{match.group(2)}"
+
+    @property
+    def span_seconds(self) -> int:
+        match = GRADING_SPAN.match(self.span)
+        assert match is not None
+        return int(match.group(1)) * (DAY if match.group(2) == "d" else 3600)
+
+
+# An action name a task's outputs may trigger ("refund"): short and plain.
+ACTION_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+
 class TaskConfig(Strict):
     task: str
     comparator: ComparatorSpec
@@ -389,6 +523,26 @@ class TaskConfig(Strict):
     rollback: RollbackConfig = RollbackConfig()
     promotion: PromotionConfig = PromotionConfig()
     review: ReviewConfig = ReviewConfig()
+    # Actions the task's outputs may trigger that cannot be undone: never executed from a
+    # model's answer without confirmation (client `resolve`), and named by the grade.
+    irreversible_actions: list[str] = Field(
+        ["refund", "permission_grant", "external_notify"], max_length=100
+    )
+    # planning (long-chain planning) or fresh_knowledge (recent facts without retrieval):
+    # never offloaded, whatever the traffic says.
+    forbid: Literal["planning", "fresh_knowledge"] | None = None
+    grading: GradingConfig = GradingConfig()
+
+    @field_validator("irreversible_actions")
+    @classmethod
+    def _action_names(cls, actions: list[str]) -> list[str]:
+        for action in actions:
+            if not ACTION_NAME.fullmatch(action):
+                raise ValueError(
+                    f"{short_repr(action)} is not an action name: a lowercase letter, then "
+                    "a-z, 0-9, '_', '.', '-' (at most 64 characters)"
+                )
+        return actions
 
     @field_validator("task")
     @classmethod

@@ -24,7 +24,7 @@ SIDE_FIELDS = ("error", "latency_ms", "ttfb_ms", "model", "input_tokens", "outpu
 EDGE_FIELDS = (*SIDE_FIELDS, "confidence", "valid")
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
-JSON_RESULT_COLUMNS = {"input_segments"}
+JSON_RESULT_COLUMNS = {"input_segments", "repeat_diff", "cloud_print"}
 JSON_PAYLOAD_COLUMNS = {"input", "edge_output", "cloud_output", "diff"}
 # Below this many rows the round trips of the COPY path cost more than they save.
 COPY_MIN_ROWS = 20

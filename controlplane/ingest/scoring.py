@@ -243,6 +243,12 @@ def score(
         "outcome": comparison.outcome if comparison else None,
         "edge_ran": edge is not None,
         "cloud_ran": cloud is not None,
+        "repeat_outcome": None,
+        "repeat_source": None,
+        "repeat_diff": None,
+        "repeat_cost": None,
+        "input_hash": None,
+        "cloud_print": None,
     }
     row.update(zip(EDGE_KEYS, _edge_values(edge) if edge else NO_EDGE, strict=True))
     row.update(zip(CLOUD_KEYS, _cloud_values(cloud) if cloud else NO_CLOUD, strict=True))

@@ -4,7 +4,7 @@ from controlplane.models.audit import AuditEntry
 from controlplane.models.auth import ApiKey
 from controlplane.models.base import Base
 from controlplane.models.evalsets import EvalItem, EvalRun
-from controlplane.models.metrics import Alert, ScanMark, Window, WindowMetrics
+from controlplane.models.metrics import Alert, ScanMark, TaskGrade, Window, WindowMetrics
 from controlplane.models.outbox import OutboxEvent, WebhookDelivery
 from controlplane.models.results import Payload, Result, ResultKey
 from controlplane.models.review import ReviewItem, ReviewLabel, ReviewSkip, RouteAccuracyWindow
@@ -35,6 +35,7 @@ __all__ = [
     "ScanMark",
     "ServerSecret",
     "Task",
+    "TaskGrade",
     "TaskConfigVersion",
     "WebhookDelivery",
     "Window",

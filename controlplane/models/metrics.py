@@ -8,11 +8,13 @@ interval and per-1k figure is derived from them on read (`controlplane.metrics.f
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Date,
     Float,
     ForeignKey,
     Index,
@@ -77,6 +79,15 @@ class WindowMetrics(Base):
     n_degraded: Mapped[int] = mapped_column(Integer)
     n_served_edge: Mapped[int] = mapped_column(Integer)
     n_late: Mapped[int] = mapped_column(Integer, default=0)
+    # Repeat pairs (cloud vs a second cloud answer): self_agreement = n_repeat_agree /
+    # n_repeat_pairs; n_repeat_invalid counts pairs where a cloud answer broke the schema.
+    n_repeat_pairs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    n_repeat_agree: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    n_repeat_invalid: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # {field or check: repeat pairs that differed on it} (json_fields, text_conservation).
+    repeat_diffs: Mapped[dict[str, int] | None] = mapped_column(JSONType)
+    # Sum of input_tokens: the mean input length per call (grading's frequency dimension).
+    input_tokens_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     edge_latency_ms_p50: Mapped[float | None] = mapped_column(Float)
     edge_latency_ms_p95: Mapped[float | None] = mapped_column(Float)
@@ -96,6 +107,25 @@ class WindowMetrics(Base):
     edge_cost: Mapped[float] = mapped_column(Float)
     cloud_cost: Mapped[float] = mapped_column(Float)
     baseline_cost: Mapped[float] = mapped_column(Float)
+
+
+class TaskGrade(Base):
+    """A task's grade (docs/grading.md), one row per task and UTC day: the day's latest
+    computation replaces the earlier one, the days before are history."""
+
+    __tablename__ = "task_grades"
+    __table_args__ = (UniqueConstraint("task_id", "day"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    day: Mapped[date] = mapped_column(Date)
+    # offload | shadow | keep_cloud | forbid | insufficient
+    tier: Mapped[str] = mapped_column(String(16))
+    score: Mapped[float | None] = mapped_column(Float)
+    config_version: Mapped[int] = mapped_column(Integer)
+    computed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The whole grade as GET /v1/tasks/{task}/grade answers it.
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
 
 class Alert(Base):

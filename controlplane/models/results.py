@@ -32,6 +32,8 @@ class Result(Base):
     __table_args__ = (
         # Serves every per-task time-range scan (windows, review sampling, prune).
         Index("ix_results_task_id_ts", "task_id", "ts"),
+        # Free repeats: an earlier cloud answer to the same input.
+        Index("ix_results_task_id_input_hash", "task_id", "input_hash"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -80,6 +82,25 @@ class Result(Base):
     cloud_input_tokens: Mapped[int | None] = mapped_column(Integer)
     cloud_output_tokens: Mapped[int | None] = mapped_column(Integer)
     cloud_cost: Mapped[float | None] = mapped_column(Float)
+
+    # The cloud's own noise floor (docs/grading.md). A repeat pair is the cloud's answer
+    # scored against a second cloud answer to the same input: `asked` when the router sent
+    # it as `cloud_repeat`, `duplicate` when an earlier result with the same input hash was
+    # answered by the cloud within `grading.duplicate_seconds`. Never an edge pair.
+    # agree | conflict | invalid (either cloud answer outside the task's schema); NULL: none.
+    repeat_outcome: Mapped[str | None] = mapped_column(String(8))
+    repeat_source: Mapped[str | None] = mapped_column(String(9))
+    # The fields (json_fields) or checks (text_conservation) the two cloud answers differ on.
+    repeat_diff: Mapped[list[str] | None] = mapped_column(JSONType)
+    # What the repeat cost: its reported cost, else its tokens at the task's cloud prices.
+    repeat_cost: Mapped[float | None] = mapped_column(Float)
+    # Keyed hash (hex) of the NFKC-normalised, whitespace-collapsed input, when an input was
+    # sent, under every payload policy: finds free repeats, never reveals the text.
+    input_hash: Mapped[str | None] = mapped_column(String(32))
+    # The cloud output's fingerprint: keyed digests of what the comparator compares (the
+    # label; each field; each conservation check), so a later duplicate input can be scored
+    # against it without the text being kept. NULL when the cloud gave no output.
+    cloud_print: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
 class Payload(Base):

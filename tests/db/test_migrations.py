@@ -25,6 +25,7 @@ TABLES = {
     "flag_history",
     "flag_state",
     "flags",
+    "task_grades",
     "outbox_events",
     "payloads",
     "result_keys",
