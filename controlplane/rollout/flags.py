@@ -29,6 +29,7 @@ ROUTING_FIELDS = (
     "shadow_rate",
     "killed",
     "default_route",
+    "repeat_rate",
 )
 
 
@@ -40,6 +41,11 @@ def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> di
     # task's shadow_rate (shadow and rolled_back: the edge, in shadow; canary: the side not
     # served; full: the cloud, to verify).
     shadow_rate = 0.0 if stage == "cloud" else config.shadow_rate
+    # The share of requests on which routers ask the cloud a second time (`cloud_repeat`,
+    # the task's noise floor), in every stage: in `cloud` too, where grading matters most.
+    # Kept under the kill switch: a repeat only asks the cloud, off the serving path, and
+    # the kill switch keeps the edge out; the cloud is what a killed flag serves anyway.
+    repeat_rate = config.grading.repeat_rate
     if killed:
         return {
             "stage": stage,
@@ -49,6 +55,7 @@ def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> di
             "shadow_rate": 0.0,
             "killed": True,
             "default_route": "cloud",
+            "repeat_rate": repeat_rate,
         }
     return {
         "stage": stage,
@@ -58,6 +65,7 @@ def derive(stage: str, canary_step: int, config: TaskConfig, killed: bool) -> di
         "shadow_rate": shadow_rate,
         "killed": False,
         "default_route": "cloud",
+        "repeat_rate": repeat_rate,
     }
 
 
@@ -87,6 +95,10 @@ def publish_killed(session: Session, task: Task, reason: str) -> Flag | None:
     if flag is None:  # no flag: routers send the task to the cloud already
         return None
     fields = {k: flag.document.get(k) for k in ROUTING_FIELDS}
+    # A flag stored before flags carried it has no repeat rate: no repeats (routers read a
+    # missing one as 0 too).
+    if fields["repeat_rate"] is None:
+        fields["repeat_rate"] = 0.0
     fields.update(
         stage=task.stage, edge_percent=0, shadow_rate=0.0, killed=True, default_route="cloud"
     )

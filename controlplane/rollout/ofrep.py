@@ -64,7 +64,8 @@ class EvaluationSuccess(BaseModel):
     reason: Literal["STATIC", "TARGETING_MATCH", "SPLIT", "DISABLED", "ERROR"]
     metadata: dict[str, MetadataValue] = Field(
         description="The flag's fields (version, stage, edge_percent, sticky_by, "
-        "max_input_tokens when capped, shadow_rate, killed, default_route, updated_at, reason)."
+        "max_input_tokens when capped, shadow_rate, killed, default_route, repeat_rate (absent "
+        "from flags stored before it: read it as 0), updated_at, reason)."
     )
     cacheable: bool = Field(
         False, description="Always false: a rollback must reach the next evaluation."

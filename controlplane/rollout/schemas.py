@@ -58,6 +58,12 @@ class FlagOut(BaseModel):
     shadow_rate: float
     killed: bool
     default_route: str
+    repeat_rate: float = Field(
+        0.0,
+        description="The share of requests, sticky by request id, on which routers ask the "
+        "cloud a second time and report it as `cloud_repeat` (the task's grading.repeat_rate); "
+        "absent from flags stored before it: read it as 0.",
+    )
     updated_at: datetime
     reason: str
 

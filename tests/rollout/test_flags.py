@@ -23,6 +23,7 @@ def test_the_flag_follows_the_stage_table() -> None:
         "shadow_rate": 0.0,
         "killed": False,
         "default_route": "cloud",
+        "repeat_rate": 0.01,
     }
     assert (
         derive("shadow", 0, CONFIG, False)["edge_percent"],
