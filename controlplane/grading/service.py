@@ -15,10 +15,12 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
+from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import TaskRuntime, runtime_or_404, runtimes, task_or_404
+from controlplane.compare.comparators import comparator_version
 from controlplane.grading import repository
 from controlplane.grading.grade import Traffic, grade
-from controlplane.models import TaskGrade
+from controlplane.models import Task, TaskGrade
 from controlplane.models.base import utcnow
 from controlplane.timeutil import as_utc
 
@@ -86,6 +88,31 @@ def _grade_and_keep(
 def grade_task(session: Session, task_name: str, *, veto: float, now: datetime) -> dict[str, Any]:
     """Grade the task now and keep it as today's grade; ActionError 404 for an unknown task."""
     return _grade_and_keep(session, [runtime_or_404(session, task_name)], veto=veto, now=now)[0]
+
+
+def grade_held(
+    session: Session, task: Task, config: TaskConfig, *, veto: float, now: datetime, keep: bool
+) -> dict[str, Any]:
+    """The grade of a task its caller holds, with the config the caller read now (not the
+    per-process cache's, which may lag a config applied a moment ago): what the promotion
+    gate judges. `keep` keeps it as today's grade; without, nothing is written (a policy
+    pass judging before it takes its locks)."""
+    spec = config.comparator.model_dump(mode="json")
+    runtime = TaskRuntime(
+        task.id,
+        task.name,
+        task.stage,
+        task.config_version,
+        config,
+        spec,
+        comparator_version(spec["kind"]),
+    )
+    if keep:
+        return _grade_and_keep(session, [runtime], veto=veto, now=now)[0]
+    now = as_utc(now)
+    traffic = read_traffic(session, [runtime], now=now)[task.name]
+    found = grade(task.name, traffic, config, veto=veto, computed_at=now)
+    return dict(orjson.loads(orjson.dumps(found, option=orjson.OPT_NON_STR_KEYS)))
 
 
 def grade_all(session: Session, *, veto: float, now: datetime) -> list[dict[str, Any]]:
