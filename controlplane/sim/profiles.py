@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
+
+from controlplane.client import murmur3_32
 
 SCENARIOS = ("none", "long_tickets", "edge_outage", "silence", "traffic_jump")
 LONG_TICKET = 2048
@@ -107,12 +110,45 @@ def ticket_classify(
     )
 
 
+# The invoice's free-text `note`: each group words one remark several ways; a model picks
+# one wording, and asked again may pick another (the cloud's own noise, INVOICE_NOTE_REWRITE).
+NOTES = [
+    (
+        "Payment due within 30 days of the invoice date.",
+        "Please pay within 30 days of the invoice date.",
+        "Due 30 days after the date of this invoice.",
+    ),
+    (
+        "Goods delivered in full; no back order.",
+        "Delivery complete, nothing on back order.",
+        "All items shipped; there is no back order.",
+    ),
+    (
+        "Discount of 2% applied for early payment.",
+        "Early payment discount (2%) applied.",
+        "A 2% discount for paying early has been applied.",
+    ),
+    (
+        "Recurring monthly service fee.",
+        "Monthly service charge (recurring).",
+        "This is the recurring fee for the monthly service.",
+    ),
+]
+
+NOTES_ANY = [wording for group in NOTES for wording in group]
+# A wording's group: the other ways to say the same remark.
+NOTE_GROUP = {wording: group for group in NOTES for wording in group}
+
+
 def invoice_extract(
     rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
 ) -> dict[str, Any]:
     tokens = _mix(rng, [(0.85, 700, 0.5), (0.15, 2600, 0.3)])
     amount = round(rng.uniform(5, 5000), 2)
     cloud_out = {"amount": amount, "currency": rng.choice(CURRENCIES), "invoice_id": f"INV-{i:06d}"}
+    # Drawn aside, so the rest of the stream (and every seeded run before the note existed)
+    # is unchanged.
+    cloud_out["note"] = random.Random(f"note:{i}:{amount}").choice(NOTES_ANY)
     edge_out: Any = dict(cloud_out)
     roll = rng.random()
     slip = 0.03 + 0.03 * min(tokens / LONG_TICKET, 1.0)
@@ -217,6 +253,113 @@ def reply_rewrite(
     )
 
 
+# --- The cloud's own noise: its second answer to the same input (`cloud_repeat`) ---------
+#
+# Each task's cloud has a designed self-agreement: asked twice, the ticket classifier's
+# large model relabels about one ticket in a hundred (four in a hundred of the long ones:
+# the deciding sentence sits mid-thread); the invoice extractor keeps amount, currency and
+# invoice id but words its free-text `note` another way on one repeat in five; the reply
+# rewriter rephrases itself, and on about one repeat in seven adds a courtesy sentence (the
+# sentence count differs; a third of those are long enough to break the length ratio too).
+
+TICKET_RELABEL = 0.01
+TICKET_RELABEL_LONG = 0.04
+INVOICE_NOTE_REWRITE = 0.2
+REPLY_EXTRA_SENTENCE = 0.15
+# Of the repeats with an extra sentence, the share whose sentence is a long one.
+REPLY_LONG_SHARE = 1 / 3
+# Courtesy sentences with no negation, number or name, so only sentences and length change.
+COURTESY = {
+    "zh": ("谢谢。", "感谢您的耐心等待，祝您生活愉快，期待再次为您服务，再会。"),
+    "en": (
+        " Thank you.",
+        " Thanks again for reaching out to us, and have a wonderful and restful day ahead.",
+    ),
+}
+
+Repeat = Callable[[random.Random, dict[str, Any]], Any]
+
+
+def wants_repeat(task: str, request_id: str, rate: float) -> bool:
+    """Whether a router asks the cloud a second time for this request: sticky by request id
+    (murmur3_32 of "task:request_id" as a share of 2**32), so resends agree."""
+    if rate <= 0:
+        return False
+    return murmur3_32(f"{task}:{request_id}".encode()) < rate * 2**32
+
+
+def ticket_relabel_rate(input_tokens: int) -> float:
+    """The share of repeats on which the ticket classifier's cloud answers another label."""
+    return TICKET_RELABEL_LONG if input_tokens >= LONG_TICKET else TICKET_RELABEL
+
+
+def ticket_repeat(rng: random.Random, result: dict[str, Any]) -> Any:
+    label = result["cloud"]["output"]
+    if rng.random() < ticket_relabel_rate(result["input_tokens"]):
+        return rng.choice([x for x in LABELS if x != label])
+    return label
+
+
+def invoice_repeat(rng: random.Random, result: dict[str, Any]) -> Any:
+    out = dict(result["cloud"]["output"])
+    if rng.random() < INVOICE_NOTE_REWRITE:
+        out["note"] = rng.choice([w for w in NOTE_GROUP[out["note"]] if w != out["note"]])
+    return out
+
+
+def _template(text: str) -> re.Pattern[str]:
+    parts = re.split(r"\{(\w+)\}", text)
+    pattern = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+    return re.compile(f"^{pattern}$")
+
+
+_REPLIES = [(_template(cloud), faithful) for cloud, faithful, _, _ in REWRITES]
+
+
+def faithful_reply(cloud_text: str) -> str | None:
+    """The faithful rewrite of a simulated cloud reply (the same fills), None if unknown."""
+    for pattern, faithful in _REPLIES:
+        match = pattern.match(cloud_text)
+        if match:
+            return faithful.format(**match.groupdict())
+    return None
+
+
+def reply_repeat(rng: random.Random, result: dict[str, Any]) -> Any:
+    text = result["cloud"]["output"]
+    again = faithful_reply(text) or text  # the same meaning, other words
+    if rng.random() < REPLY_EXTRA_SENTENCE:
+        short, long = COURTESY["en" if text.isascii() else "zh"]
+        again += long if rng.random() < REPLY_LONG_SHARE else short
+    return again
+
+
+REPEATS: dict[str, Repeat] = {
+    "ticket_classify": ticket_repeat,
+    "invoice_extract": invoice_repeat,
+    "reply_rewrite": reply_repeat,
+}
+
+
+def with_repeat(result: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The result with `cloud_repeat`: the cloud asked a second time for the same input,
+    from its task's profile. Drawn from a generator of its own, seeded by the request id, so
+    the same request gets the same second answer and the other results are unchanged. A
+    result whose cloud did not answer gets none (there is nothing to repeat)."""
+    cloud = result.get("cloud")
+    if cloud is None or cloud.get("output") is None:
+        return result
+    rng = random.Random(f"repeat:{seed}:{result['task']}:{result['request_id']}")
+    latency = max(50.0, rng.gauss(cloud["latency_ms"], 60))
+    result["cloud_repeat"] = {
+        **cloud,
+        "output": REPEATS[result["task"]](rng, result),
+        "latency_ms": round(latency, 1),
+        "ttfb_ms": round(max(20.0, latency * 0.5), 1),
+    }
+    return result
+
+
 def _edge_error(rng: random.Random, scenario: str) -> str | None:
     rate = 0.4 if scenario == "edge_outage" else 0.005
     if rng.random() >= rate:
@@ -288,15 +431,18 @@ def generate(
     span_seconds: float = 600.0,
     scenario: str = "none",
     edge_serves: bool = False,
+    repeat_rate: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`)."""
+    """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`);
+    on `repeat_rate` of them (chosen as routers choose, by request id) the cloud answered
+    twice (`cloud_repeat`)."""
     if scenario == "silence":
         return []
     if scenario == "traffic_jump":
         n *= 5
     rng = random.Random(f"{task}:{seed}")
     make = GENERATORS[task]
-    return [
+    results = [
         make(
             rng,
             i,
@@ -305,4 +451,8 @@ def generate(
             edge_serves,
         )
         for i in range(n)
+    ]
+    return [
+        with_repeat(r, seed) if wants_repeat(task, r["request_id"], repeat_rate) else r
+        for r in results
     ]

@@ -10,14 +10,13 @@ each answer against the truth, naming the failure class of a wrong one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controlplane.compare.comparators import normalise_label
 from controlplane.compare.jsonutil import loads
-from controlplane.sim.profiles import REWRITES
+from controlplane.sim.profiles import faithful_reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +35,6 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _template(text: str) -> re.Pattern[str]:
-    parts = re.split(r"\{(\w+)\}", text)
-    pattern = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
-    return re.compile(f"^{pattern}$")
-
-
-_REPLIES = [(_template(cloud), faithful) for cloud, faithful, _, _ in REWRITES]
-
-
-def _faithful_reply(cloud_text: str) -> str | None:
-    """The faithful rewrite of a simulated cloud reply (the same fills), None if unknown."""
-    for pattern, faithful in _REPLIES:
-        match = pattern.match(cloud_text)
-        if match:
-            return faithful.format(**match.groupdict())
-    return None
-
-
 def judge(task: str, truth: Any, answer: Any) -> str | None:
     """None when `answer` is right for the task given the truth (the generated cloud
     answer), else its failure class."""
@@ -70,7 +51,7 @@ def judge(task: str, truth: Any, answer: Any) -> str | None:
         same = all(got.get(k) == v for k, v in truth.items())
         return None if same else "wrong_field"
     if task == "reply_rewrite":
-        if answer in (truth, _faithful_reply(truth)):
+        if answer in (truth, faithful_reply(truth)):
             return None
         return "meaning_changed"
     return None if answer == truth else "wrong"

@@ -2,7 +2,9 @@
 (docs/architecture.md, "The traffic simulator").
 
 Requests are routed by `FlagClient` and reported by `ResultReporter` exactly as README.md
-("For routing services") tells a router to, so the simulator exercises the client too.
+("For routing services") tells a router to, so the simulator exercises the client too. On
+the share of requests the flag's `repeat_rate` asks for, the cloud answers a second time
+(`cloud_repeat`, from the task's profile).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controlplane.client import FlagClient, ResultReporter, Route
-from controlplane.sim.profiles import GENERATORS, eligible, serve
+from controlplane.sim.profiles import GENERATORS, eligible, serve, wants_repeat, with_repeat
 
 MAX_OUTBOX = 200_000
 # Seconds `stream` waits at the end for the reporters to deliver what is queued.
@@ -136,6 +138,8 @@ def stream(
                         eligible=eligible(result["input_tokens"]),
                     )
                     result = _as_routed(serve(result, route.served == "edge"), route)
+                    if wants_repeat(task, result["request_id"], _repeat_rate(flags, task)):
+                        result = with_repeat(result, seed)
                     reporters[task].report(result)
                     totals[task].served_edge += result["served"] == "edge"
                     counter[task] += 1
@@ -157,6 +161,15 @@ def stream(
             reporter.close(timeout=FLUSH_SECONDS)
             _count(totals[task], reporter)
     return totals
+
+
+def _repeat_rate(flags: FlagClient, task: str) -> float:
+    """The share of requests on which the flag asks routers for a second cloud answer
+    (`repeat_rate`); none without a current flag or with an unreadable rate."""
+    rate = (flags.flag(task) or {}).get("repeat_rate")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        return 0.0
+    return float(rate)
 
 
 def _describe(flags: FlagClient, task: str) -> str:

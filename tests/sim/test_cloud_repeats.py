@@ -1,0 +1,116 @@
+"""The simulator's cloud self-agreement profiles (pure): asked a second time for the same
+input, each example task's cloud disagrees with itself at its designed rate — judged by
+the task's own comparator, as ingest judges `cloud` against `cloud_repeat` — and the
+invoice cloud's noise falls on its free-text field only."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.compare.comparators import compare
+from controlplane.sim.profiles import LONG_TICKET, generate, wants_repeat
+
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+N = 20000
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+
+
+def _spec(task: str) -> dict[str, Any]:
+    return dict(yaml.safe_load((EXAMPLES / f"{task}.yaml").read_text())["comparator"])
+
+
+@functools.cache
+def _repeated(task: str) -> list[dict[str, Any]]:
+    """N results of the task (seed 5), every one asked twice."""
+    return generate(task, N, seed=5, now=NOW, repeat_rate=1.0)
+
+
+def _within(count: int, n: int, p: float) -> bool:
+    """Whether `count` of `n` draws lies in the two-sided 99.9% normal interval of a
+    binomial(n, p) (z = 3.29)."""
+    half = 3.29 * math.sqrt(n * p * (1 - p))
+    return n * p - half <= count <= n * p + half
+
+
+def _outcomes(task: str, results: list[dict[str, Any]]) -> list[Any]:
+    spec = _spec(task)
+    return [compare(spec, r["cloud_repeat"]["output"], r["cloud"]["output"]) for r in results]
+
+
+def test_the_ticket_cloud_relabels_one_ticket_in_a_hundred_and_more_long_ones() -> None:
+    results = _repeated("ticket_classify")
+    assert all("cloud_repeat" in r for r in results)
+    short = [r for r in results if r["input_tokens"] < LONG_TICKET]
+    long = [r for r in results if r["input_tokens"] >= LONG_TICKET]
+    short_conflicts = sum(c.outcome == "conflict" for c in _outcomes("ticket_classify", short))
+    long_conflicts = sum(c.outcome == "conflict" for c in _outcomes("ticket_classify", long))
+    # Designed: 1% of repeats on short tickets, 4% on tickets of 2048 tokens or more.
+    assert _within(short_conflicts, len(short), 0.01), short_conflicts
+    assert _within(long_conflicts, len(long), 0.04), (long_conflicts, len(long))
+    assert long_conflicts / len(long) > short_conflicts / len(short)
+    assert all(c.outcome != "invalid" for c in _outcomes("ticket_classify", results))
+
+
+def test_the_invoice_cloud_rewords_its_note_on_a_fifth_of_repeats_and_nothing_else() -> None:
+    assert _spec("invoice_extract")["fields"]["note"] == "string"
+    results = _repeated("invoice_extract")
+    outcomes = _outcomes("invoice_extract", results)
+    changed = Counter(name for c in outcomes if c.diff for name in c.diff["fields"])
+    assert set(changed) == {"note"}
+    assert Counter(c.outcome for c in outcomes)["conflict"] == changed["note"]
+    assert _within(changed["note"], N, 0.2), changed
+    for r in results:
+        first, second = r["cloud"]["output"], r["cloud_repeat"]["output"]
+        assert {k: first[k] for k in ("amount", "currency", "invoice_id")} == {
+            k: second[k] for k in ("amount", "currency", "invoice_id")
+        }
+        assert isinstance(second["note"], str) and second["note"].strip()
+    # A reworded note is a real change of text, not of spacing or case.
+    rewordings = [r for r, c in zip(results, outcomes, strict=True) if c.outcome == "conflict"]
+    assert all(
+        r["cloud"]["output"]["note"].lower() != r["cloud_repeat"]["output"]["note"].lower()
+        for r in rewordings
+    )
+
+
+def test_the_reply_cloud_rephrases_itself_and_breaks_sentences_on_a_seventh() -> None:
+    results = _repeated("reply_rewrite")
+    outcomes = _outcomes("reply_rewrite", results)
+    failed = Counter(name for c in outcomes if c.diff for name in c.diff["failed"])
+    # Designed: an extra courtesy sentence on 15% of repeats, a long one on a third of those.
+    assert set(failed) == {"sentences", "length_ratio"}, failed
+    assert _within(failed["sentences"], N, 0.15), failed
+    assert _within(failed["length_ratio"], N, 0.05), failed
+    # It rephrases itself: most second answers are other words with the same meaning.
+    agreeing = [r for r, c in zip(results, outcomes, strict=True) if c.outcome == "agree"]
+    reworded = sum(r["cloud"]["output"] != r["cloud_repeat"]["output"] for r in agreeing)
+    assert reworded == len(agreeing) > 0.8 * N
+
+
+def test_repeats_follow_the_rate_by_request_id_and_change_nothing_else() -> None:
+    plain = generate("invoice_extract", N, seed=6, now=NOW)
+    some = generate("invoice_extract", N, seed=6, now=NOW, repeat_rate=0.2)
+    asked = [r for r in some if "cloud_repeat" in r]
+    assert _within(len(asked), N, 0.2), len(asked)
+    # Chosen by request id, as a router chooses: the same requests on every call.
+    assert {r["request_id"] for r in asked} == {
+        r["request_id"] for r in plain if wants_repeat("invoice_extract", r["request_id"], 0.2)
+    }
+    assert [{k: v for k, v in r.items() if k != "cloud_repeat"} for r in some] == plain
+    # The same request gets the same second answer.
+    again = generate("invoice_extract", N, seed=6, now=NOW, repeat_rate=0.2)
+    assert [r.get("cloud_repeat") for r in again] == [r.get("cloud_repeat") for r in some]
+    assert not any("cloud_repeat" in r for r in plain)
+    # The second answer is a cloud side of the same request: same model, same tokens.
+    for r in asked:
+        repeat, cloud = r["cloud_repeat"], r["cloud"]
+        assert repeat["model"] == cloud["model"]
+        assert repeat["input_tokens"] == cloud["input_tokens"] == r["input_tokens"]
+        assert repeat["latency_ms"] >= 50
