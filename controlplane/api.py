@@ -27,6 +27,7 @@ from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import ActionError
 from controlplane.evalsets.endpoints import router as evalsets_router
 from controlplane.exporter import router as exporter_router
+from controlplane.grading.endpoints import router as grading_router
 from controlplane.http import (
     BodyGuard,
     BodyRefused,
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(review_router)
     app.include_router(accuracy_router)
     app.include_router(evalsets_router)
+    app.include_router(grading_router)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
