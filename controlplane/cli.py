@@ -577,6 +577,56 @@ def prune(
 
 
 @app.command()
+def grade(
+    task: Annotated[str | None, typer.Option(help="Only this task (default: every task).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the grade documents as JSON.")
+    ] = False,
+) -> None:
+    """Grade tasks from their own traffic now and keep today's grade: tier, score and the
+    first reason (or what is missing) per task; --json prints the documents."""
+    from controlplane.db import session_scope
+    from controlplane.grading import service
+    from controlplane.models.base import utcnow
+
+    veto = get_settings().error_cost_veto
+
+    def run(engine: Engine) -> list[dict[str, Any]]:
+        with session_scope(engine) as session:
+            if task is not None:
+                return [service.grade_task(session, task, veto=veto, now=utcnow())]
+            return service.grade_all(session, veto=veto, now=utcnow())
+
+    documents = _do(run)
+    if as_json:
+        body = documents[0] if task is not None else {"grades": documents}
+        typer.echo(_detail(body))
+        return
+    for line in grade_table(documents):
+        typer.echo(line)
+
+
+def grade_table(documents: list[dict[str, Any]], width: int = 100) -> list[str]:
+    """One line per task: name, tier, score and one reason (for `insufficient`, the first
+    thing missing), the reason cut to fit `width` characters."""
+    rows = [("task", "tier", "score", "why")]
+    for d in documents:
+        why = (d["missing"] if d["tier"] == "insufficient" else d["reasons"]) or d["reasons"]
+        score = "-" if d["score"] is None else f"{d['score']:.2f}"
+        rows.append((d["task"], d["tier"], score, why[0] if why else "no danger signal"))
+    if len(rows) == 1:
+        return ["no tasks to grade"]
+    name = max(len(r[0]) for r in rows)
+    tier = max(len(r[1]) for r in rows)
+    room = max(width - name - tier - 5 - 6, 20)
+    return [
+        f"{r[0]:<{name}}  {r[1]:<{tier}}  {r[2]:>5}  "
+        + (r[3] if len(r[3]) <= room else r[3][: room - 1] + "…")
+        for r in rows
+    ]
+
+
+@app.command()
 def demo(
     port: Annotated[int, typer.Option(help="Port for the API (a free one if taken).")] = 8000,
     rate: Annotated[float, typer.Option(help="Simulated results per second per task.")] = 20.0,
