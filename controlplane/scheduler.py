@@ -5,6 +5,8 @@ result to a decision").
 route accuracy, rollout rules, each in its own transaction); the in-process pass and the
 Celery job both call it, so the two paths decide the same things for the same traffic.
 `run_pass` is `shadowplane tick`; a task that fails is named in `failed` and retried.
+`grade_every_task` is the daily grading, run by the Celery job and by the in-process
+scheduler once a UTC day.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from functools import partial
 from typing import Any
 
@@ -21,6 +23,7 @@ from sqlalchemy import Engine, select
 
 from controlplane.alerts.service import AlertEvent, evaluate
 from controlplane.db import in_transaction, session_scope
+from controlplane.grading.service import grade_all
 from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
 from controlplane.models.base import utcnow
@@ -34,6 +37,8 @@ log = logging.getLogger("shadowplane.scheduler")
 # Seconds between two runs of `keep_partitions` (PostgreSQL's day partitions).
 PARTITIONS_EVERY = 3600.0
 PARTITIONS_RETRY = 300.0
+# A daily grading that failed (the database down) is tried again this many seconds later.
+GRADING_RETRY = 300.0
 # A window that closed now, or a closed one that counted late results: both are evaluated
 # (a retried job finds the window it closed already closed, and must still evaluate it).
 EVALUATED = ("closed", "late")
@@ -172,18 +177,32 @@ def run_pass(
     return report
 
 
+def grade_every_task(engine: Engine, now: datetime, *, veto: float) -> list[dict[str, Any]]:
+    """Grade every task and keep each as today's grade, in one transaction (docs/grading.md);
+    running it again the same day replaces that day's grades."""
+    graded = in_transaction(engine, partial(grade_all, veto=veto, now=now))
+    for document in graded:
+        log.info("grade %s: %s (score %s)", document["task"], document["tier"], document["score"])
+    return graded
+
+
 def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 class InProcessScheduler:
-    """Runs `run_pass` every `interval` seconds on a daemon thread (no Redis, no Celery)."""
+    """Runs `run_pass` every `interval` seconds on a daemon thread (no Redis, no Celery),
+    keeps the day partitions ahead hourly, and grades every task once a UTC day (at start,
+    then at the first pass of each new day)."""
 
     def __init__(self, engine: Engine, interval: float, *, veto: float) -> None:
         self.engine = engine
         self.interval = interval
         self.veto = veto
         self.last: PassReport | None = None
+        # The UTC day of the last daily grading, and what it kept.
+        self.graded_day: date | None = None
+        self.grades: list[dict[str, Any]] = []
         self._retry: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-tick", daemon=True)
@@ -197,6 +216,7 @@ class InProcessScheduler:
 
     def _run(self) -> None:
         partitions_due = 0.0
+        grading_due = 0.0
         while not self._stop.is_set():
             if time.monotonic() >= partitions_due:
                 try:  # hourly: the days ahead exist long before they are needed
@@ -211,4 +231,12 @@ class InProcessScheduler:
                 self._retry = self.last.unevaluated
             except Exception:  # the database may be down: log, wait, try again
                 log.exception("scheduled pass failed")
+            now = utcnow()
+            if self.graded_day != now.date() and time.monotonic() >= grading_due:
+                try:  # daily, after the pass: the windows it read are the latest
+                    self.grades = grade_every_task(self.engine, now, veto=self.veto)
+                    self.graded_day = now.date()
+                except Exception:
+                    log.exception("grading every task failed; trying again in 5 minutes")
+                    grading_due = time.monotonic() + GRADING_RETRY
             self._stop.wait(self.interval)

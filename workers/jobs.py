@@ -18,10 +18,10 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.notify import delivery
 from controlplane.notify.delivery import DELIVER_JOB
-from controlplane.scheduler import EVALUATED, after_window
+from controlplane.scheduler import EVALUATED, after_window, grade_every_task
 from controlplane.settings import get_settings
 from workers.app import app
-from workers.schedule import PARTITIONS_JOB, PLAN_JOB
+from workers.schedule import GRADE_JOB, PARTITIONS_JOB, PLAN_JOB
 
 log = logging.getLogger("shadowplane.jobs")
 # The database is unreachable or overloaded: try again later. Anything else is a bug or
@@ -87,6 +87,13 @@ def keep_partitions_job(now: str | None = None) -> list[str]:
     for day in created.skipped:
         log.warning("day %s left to the default partition: it already holds rows of it", day)
     return [day.isoformat() for day in created.days]
+
+
+@app.task(name=GRADE_JOB, **RETRY)
+def grade_tasks(now: str | None = None) -> dict[str, str]:
+    """Grade every task and keep today's grade (daily); by task, the tier kept."""
+    graded = grade_every_task(get_engine(), _clock(now), veto=get_settings().error_cost_veto)
+    return {document["task"]: document["tier"] for document in graded}
 
 
 @app.task(name=DELIVER_JOB)

@@ -141,13 +141,13 @@ def test_jobs_are_acked_late_and_retried_only_on_transient_errors() -> None:
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     from workers.app import app
-    from workers.jobs import compute_window_job, deliver_webhooks, plan_windows
+    from workers.jobs import compute_window_job, deliver_webhooks, grade_tasks, plan_windows
 
     assert app.conf.task_acks_late is True and app.conf.task_reject_on_worker_lost is True
     # A lost worker's job comes back, but never while it may still be running elsewhere.
     visibility = app.conf.broker_transport_options["visibility_timeout"]
     assert app.conf.task_time_limit < visibility <= 900
-    for job in (plan_windows, compute_window_job):
+    for job in (plan_windows, compute_window_job, grade_tasks):
         assert set(job.autoretry_for) >= {OperationalError, psycopg.OperationalError}
         assert not any(issubclass(IntegrityError, kind) for kind in job.autoretry_for)
         assert not any(issubclass(ValueError, kind) for kind in job.autoretry_for)
