@@ -375,6 +375,8 @@ def _to_change(
                 continue
             # Rounded to 3 places, a score falls once it is below the band edge by 0.0005.
             edge = needed(d, grading.tiers.offload - 0.0005)
+            if d == "error_cost" and 1 - edge >= veto:
+                continue  # the veto comes first: said below
             if 0 < edge <= 1:
                 falls.append(
                     f"{LABELS[d]} score {scores[d]:.2f} → below {edge:.2f} "

@@ -163,3 +163,25 @@ def test_too_little_traffic_is_insufficient_naming_what_is_missing() -> None:
         "repeat pairs: 3 of the 100 needed",
     ]
     assert document["to_change"] == ["a tier needs " + "; ".join(document["missing"])]
+
+
+def test_an_offload_says_what_would_drop_it_and_never_an_error_cost_past_the_veto() -> None:
+    # Invoice extraction whose free-text note the cloud rewords on 20% of its repeats.
+    config = make_config("invoice_extract", FIELDS, error_cost=0.2)
+    document = graded(
+        config,
+        p50=400,
+        p95=700,
+        mean_tokens=450,
+        per_day=8000,
+        self_agreement=0.985,
+        diffs={"note": 112, "amount": 1},
+    )
+    assert document["tier"] == "offload"
+    assert [(n["name"], n["count"]) for n in document["noisy"]] == [("note", 112)]
+    assert "note on 20.0%" in document["dimensions"]["determinism"]["reason"]
+    holds, veto = document["to_change"]
+    assert "input length score" in holds and "determinism score" in holds
+    # Error cost would have to pass 0.9 to drop it: the veto at 0.7 comes first.
+    assert "error cost" not in holds
+    assert veto == "an error cost at or above 0.7 would keep it on the cloud"
