@@ -21,6 +21,12 @@ NULL_IN_SHADOW = {
     for suffix in ("", "_low", "_high")
 }
 
+# Null in a row without repeat pairs (the cloud's self-agreement, and its per-field counts).
+NULL_WITHOUT_REPEATS = {
+    *(f"self_agreement{suffix}" for suffix in ("", "_low", "_high")),
+    "repeat_diffs",
+}
+
 
 def assert_every_field(rows: list[dict[str, Any]]) -> None:
     """Every metric field (docs/evidence.md) present by name; numbers wherever the bucket had
@@ -33,6 +39,10 @@ def assert_every_field(rows: list[dict[str, Any]]) -> None:
         for name in FIELDS:
             if name in NULL_IN_SHADOW or (name == "net_savings" and row["bucket"] != "all"):
                 assert row[name] is None, (name, row)
+            elif name in NULL_WITHOUT_REPEATS and row["n_repeat_pairs"] == 0:
+                assert row[name] is None, (name, row)
+            elif name == "repeat_diffs":
+                continue  # per field or check: a list only json_fields/text_conservation give
             else:
                 assert row[name] is not None, (name, row["bucket"], row["window_start"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -126,4 +127,7 @@ def _cell(value: Any) -> Any:
         return ""
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, dict):
+        # repeat_diffs: one JSON object in its cell.
+        return json.dumps(value, sort_keys=True)
     return value

@@ -24,8 +24,11 @@ RATES: dict[str, tuple[str, str]] = {
     "offload_fail_rate": ("n_offload_fails", "n_edge_attempts"),
     "degrade_rate": ("n_degraded", "n_edge_attempts"),
     "edge_share": ("n_served_edge", "n_results"),
+    # The cloud's own noise floor: (cloud, cloud_repeat) pairs that agree / such pairs.
+    # Never counted as edge pairs; edge agreement is read against it.
+    "self_agreement": ("n_repeat_agree", "n_repeat_pairs"),
 }
-COUNTS = ("n_results", "n_pairs", "n_edge_runs", "n_edge_attempts", "n_late")
+COUNTS = ("n_results", "n_pairs", "n_edge_runs", "n_edge_attempts", "n_late", "n_repeat_pairs")
 # Stored counts that only feed rates.
 RATE_COUNTS = (
     "n_agree",
@@ -36,6 +39,8 @@ RATE_COUNTS = (
     "n_offload_fails",
     "n_degraded",
     "n_served_edge",
+    "n_repeat_agree",
+    "n_repeat_invalid",
 )
 PERCENTILES: dict[str, tuple[float, ...]] = {
     "edge_latency_ms": (0.5, 0.95, 0.99),
@@ -47,8 +52,12 @@ PERCENTILES: dict[str, tuple[float, ...]] = {
 PERCENTILE_FIELDS = tuple(
     f"{column}_p{round(q * 100)}" for column, qs in PERCENTILES.items() for q in qs
 )
+# Float sums: costs (the cloud's includes its repeats: they are paid for) and input tokens.
 COST_SUMS = ("edge_cost", "cloud_cost", "baseline_cost")
-STORED = (*COUNTS, *RATE_COUNTS, *PERCENTILE_FIELDS, *COST_SUMS)
+SUMS = (*COST_SUMS, "input_tokens_sum")
+# {field or check: repeat pairs that differed on it}; null when no repeat pair had a list.
+REPEAT_DIFFS = "repeat_diffs"
+STORED = (*COUNTS, *RATE_COUNTS, *PERCENTILE_FIELDS, *SUMS, REPEAT_DIFFS)
 
 COST_FIELDS = (
     "edge_cost",
@@ -65,7 +74,15 @@ RATE_FIELDS = tuple(
 )
 WINDOW_KEYS = ("window_start", "window_end", "bucket", "closed", "closed_at", "config_version")
 # Every field of a windows row, in the order the API and the CSV give them.
-FIELDS = (*WINDOW_KEYS, *COUNTS, *RATE_FIELDS, *PERCENTILE_FIELDS, *COST_FIELDS)
+FIELDS = (
+    *WINDOW_KEYS,
+    *COUNTS,
+    *RATE_FIELDS,
+    *PERCENTILE_FIELDS,
+    *COST_FIELDS,
+    "input_tokens_sum",
+    REPEAT_DIFFS,
+)
 
 
 def rate_fields(name: str, num: int, den: int) -> dict[str, Any]:
@@ -103,6 +120,8 @@ def metric_fields(
             "savings": savings,
             # The fixed cost of running the edge belongs to the task, not to one bucket.
             "net_savings": savings - fixed if stored["bucket"] == ALL else None,
+            "input_tokens_sum": stored["input_tokens_sum"],
+            REPEAT_DIFFS: stored[REPEAT_DIFFS],
         }
     )
     return out

@@ -43,7 +43,15 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from controlplane.db import dialect_insert
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.metrics.fields import ALL, COST_SUMS, PERCENTILES, RATE_COUNTS, STORED
+from controlplane.metrics.fields import (
+    ALL,
+    COST_SUMS,
+    PERCENTILES,
+    RATE_COUNTS,
+    REPEAT_DIFFS,
+    STORED,
+    SUMS,
+)
 from controlplane.metrics.stats import percentile
 from controlplane.models import Result, ScanMark, Window, WindowMetrics
 
@@ -137,8 +145,16 @@ def _window_rows(
             _flag(and_(attempt, edge_failed)).label("n_offload_fails"),
             _flag(and_(attempt, Result.degraded)).label("n_degraded"),
             _flag(Result.served == "edge").label("n_served_edge"),
+            # Repeat pairs (cloud vs cloud_repeat, or a free duplicate) are scored apart
+            # from the edge pair: they never enter n_pairs or agreement.
+            _flag(Result.repeat_outcome.is_not(None)).label("n_repeat_pairs"),
+            _flag(Result.repeat_outcome == "agree").label("n_repeat_agree"),
+            _flag(Result.repeat_outcome == "invalid").label("n_repeat_invalid"),
             _side_cost("edge", prices).label("edge_cost"),
-            _side_cost("cloud", prices).label("cloud_cost"),
+            # A repeat is a paid cloud call: its cost is the cloud's.
+            (
+                _side_cost("cloud", prices) + func.coalesce(Result.repeat_cost, literal(0.0, Float))
+            ).label("cloud_cost"),
             _baseline_cost(prices).label("baseline_cost"),
             # Floats, so every percentile column arrives as float8 values.
             *(cast(getattr(Result, column), Float).label(column) for column in PERCENTILES),
@@ -148,7 +164,7 @@ def _window_rows(
     )
 
 
-SUMMED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts")
+SUMMED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts", "n_repeat_pairs")
 
 
 def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
@@ -156,13 +172,14 @@ def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
         func.count().label("n_results"),
         *(func.coalesce(func.sum(rows.c[name]), 0).label(name) for name in SUMMED),
         *(func.coalesce(func.sum(rows.c[name]), 0.0).label(name) for name in COST_SUMS),
+        func.coalesce(func.sum(rows.c.input_tokens), 0.0).label("input_tokens_sum"),
     ]
 
 
 def empty_metrics(bucket: str) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(STORED, None)
     row.update({name: 0 for name in ("n_results", "n_late", *SUMMED)})
-    row.update({name: 0.0 for name in COST_SUMS})
+    row.update({name: 0.0 for name in SUMS})
     row["bucket"] = bucket
     return row
 
@@ -192,7 +209,39 @@ def aggregate_window(
         _aggregate_postgres(session, task_id, start, end, boundaries, prices, out, parts)
     else:
         _aggregate_portable(session, _window_rows(task_id, start, end, boundaries, prices), out)
+    if out[ALL]["n_repeat_pairs"] > 0:
+        _count_repeat_diffs(session, task_id, start, end, boundaries, out)
     return out
+
+
+def _count_repeat_diffs(
+    session: Session,
+    task_id: int,
+    start: datetime,
+    end: datetime,
+    boundaries: Sequence[int],
+    out: dict[str, dict[str, Any]],
+) -> None:
+    """`repeat_diffs` of every bucket and `all`: how many repeat pairs differed on each
+    field or check. A second, small read of the window's repeat pairs only, made when the
+    main pass found some, so a task without repeats pays nothing for it."""
+    found = session.execute(
+        select(bucket_of(Result.input_tokens, boundaries), Result.repeat_diff).where(
+            Result.task_id == task_id,
+            Result.ts >= start,
+            Result.ts < end,
+            Result.repeat_outcome.is_not(None),
+        )
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for bucket, names in found:
+        if names is None:
+            continue
+        for target in (counts.setdefault(bucket, {}), counts.setdefault(ALL, {})):
+            for name in set(names):
+                target[name] = target.get(name, 0) + 1
+    for bucket, by_name in counts.items():
+        out[bucket][REPEAT_DIFFS] = dict(sorted(by_name.items()))
 
 
 def _postgres_statement(
@@ -250,7 +299,7 @@ def _aggregate_postgres(
     for part in results:
         for row in part:
             target = out[row["bucket"]]
-            for name in ("n_results", *SUMMED, *COST_SUMS):
+            for name in ("n_results", *SUMMED, *SUMS):
                 target[name] += row[name]
                 total[name] += row[name]
             for column in PERCENTILES:
@@ -304,7 +353,7 @@ def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[st
         select(rows.c.bucket, *_sums(rows)).group_by(rows.c.bucket)
     ).mappings():
         target = out[row["bucket"]]
-        for name in ("n_results", *SUMMED, *COST_SUMS):
+        for name in ("n_results", *SUMMED, *SUMS):
             target[name] = row[name]
             total[name] += row[name]
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

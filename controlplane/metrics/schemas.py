@@ -21,6 +21,7 @@ class WindowRow(BaseModel):
     n_edge_runs: int
     n_edge_attempts: int
     n_late: int
+    n_repeat_pairs: int
     agreement: float | None
     agreement_num: int
     agreement_den: int
@@ -56,6 +57,11 @@ class WindowRow(BaseModel):
     edge_share_den: int
     edge_share_low: float | None
     edge_share_high: float | None
+    self_agreement: float | None
+    self_agreement_num: int
+    self_agreement_den: int
+    self_agreement_low: float | None
+    self_agreement_high: float | None
     edge_latency_ms_p50: float | None
     edge_latency_ms_p95: float | None
     edge_latency_ms_p99: float | None
@@ -78,6 +84,8 @@ class WindowRow(BaseModel):
     baseline_cost_per_1k: float | None
     savings: float
     net_savings: float | None
+    input_tokens_sum: float
+    repeat_diffs: dict[str, int] | None
 
 
 class WindowsOut(BaseModel):
