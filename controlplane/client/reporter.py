@@ -3,7 +3,9 @@ or failing the request that produced them.
 
 The caller pays one `json.dumps`; the bounded queue, the daemon thread's batches, what is
 retried (the API stores each `(task, request_id)` once, so a resend is safe) and what is
-dropped are in README.md ("With the Python client").
+dropped are in README.md ("With the Python client"). Given the cloud call and the flag's
+`repeat_rate`, `report` asks the cloud a second time on the requests `wants_repeat` picks,
+in `shadow_compare`'s pool beside, and queues the result with it (`cloud_repeat`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+
+from .shadow import repeat_then_report
+from .sticky import wants_repeat
 
 log = logging.getLogger("shadowplane.client")
 
@@ -96,6 +101,9 @@ class ResultReporter:
         self._dropped = 0
         self._drop_reasons: Counter[str] = Counter()
         self._inflight = 0
+        # Results waiting for the cloud's repeat (`report(..., repeat=)`); guarded by it.
+        self._repeating = 0
+        self._repeats_done = threading.Condition(threading.Lock())
         self._last_error: str | None = None
         self._last_drop_log = 0.0
         # The API's reasons for the last rejected items: {"request_id": ..., "error": ...}.
@@ -107,9 +115,55 @@ class ResultReporter:
 
     # -- the request path -------------------------------------------------------------
 
-    def report(self, result: Mapping[str, Any]) -> bool:
+    def report(
+        self,
+        result: Mapping[str, Any],
+        *,
+        repeat: Callable[[], Any] | None = None,
+        repeat_rate: float = 0.0,
+        repeat_timeout: float = 60.0,
+        repeat_fields: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Queue one result; False (counted in `dropped`) when it cannot be queued. Never
-        blocks on the network and never raises; serialising the result is its only cost."""
+        blocks on the network and never raises; serialising the result is its only cost.
+
+        `repeat` (the cloud call again, no arguments) with `repeat_rate` (the route's): when
+        `wants_repeat(task, request_id, repeat_rate)` picks this result and its cloud side
+        answered, `repeat()` runs in the pool beside (bounded by `repeat_timeout`) and the
+        result is queued when it is done, with `cloud_repeat` (its output or error and
+        `latency_ms`, with `repeat_fields`: by default the cloud side's `model` and
+        `input_tokens`). True then means handed over: a later drop is counted as usual."""
+        if repeat is not None:
+            try:
+                due = wants_repeat(
+                    str(result.get("task")), result.get("request_id"), repeat_rate
+                ) and _answered(result.get("cloud"))
+                if due:
+                    fields = _repeat_fields(result, repeat_fields)
+                    with self._repeats_done:
+                        self._repeating += 1
+                    try:
+                        repeat_then_report(
+                            _AfterRepeat(self),
+                            result,
+                            repeat,
+                            timeout=repeat_timeout,
+                            fields=fields,
+                        )
+                    except Exception:
+                        self._repeat_done()
+                        raise
+                    return True
+            except Exception as exc:  # the caller's request must never fail on reporting
+                log.warning("results: the cloud's repeat was not started: %s", exc)
+        return self._queue(result)
+
+    def _repeat_done(self) -> None:
+        with self._repeats_done:
+            self._repeating -= 1
+            self._repeats_done.notify_all()
+
+    def _queue(self, result: Mapping[str, Any]) -> bool:
         try:
             if self._closing.is_set():
                 self._drop(1, "closed", "the reporter is closed")
@@ -188,8 +242,8 @@ class ResultReporter:
 
     @property
     def pending(self) -> int:
-        """Results queued or being sent."""
-        return len(self._items) + self._inflight
+        """Results queued or being sent, or waiting for the cloud's repeat."""
+        return len(self._items) + self._inflight + self._repeating
 
     @property
     def queued_bytes(self) -> int:
@@ -203,14 +257,19 @@ class ResultReporter:
     # -- life cycle ---------------------------------------------------------------------
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Send what is queued, for up to `timeout` seconds (plus a request in flight);
+        """Send what is queued, for up to `timeout` seconds (plus a request in flight), the
+        results waiting for a repeat included (each waits at most its `repeat_timeout`);
         what is still unsent then is dropped and counted. True when everything queued
         reached the API (stored, duplicate, or rejected item by item)."""
         dropped_before = self._dropped
+        deadline = time.monotonic() + timeout
+        with self._repeats_done:
+            while self._repeating > 0 and (left := deadline - time.monotonic()) > 0:
+                self._repeats_done.wait(left)
         self._closing.set()
         with self._ready:
             self._ready.notify_all()
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             self._abort.set()
             self._thread.join(self._http.timeout.read or 10.0)
@@ -387,6 +446,33 @@ class ResultReporter:
                 self._last_drop_log = now
         if loud:  # a full queue drops one by one: say so at most every 10 s
             log.warning("results: dropped %d (%d in all): %s", n, dropped, why)
+
+
+class _AfterRepeat:
+    """Where a result comes back once its repeat is in: the queue, and the count of results
+    waiting for one."""
+
+    def __init__(self, owner: ResultReporter) -> None:
+        self.owner = owner
+
+    def report(self, result: Mapping[str, Any]) -> bool:
+        try:
+            return self.owner.report(result)
+        finally:
+            self.owner._repeat_done()
+
+
+def _answered(cloud: Any) -> bool:
+    """Whether a result's cloud side holds an answer to repeat."""
+    return isinstance(cloud, Mapping) and cloud.get("error") is None and "output" in cloud
+
+
+def _repeat_fields(result: Mapping[str, Any], given: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if given is not None:
+        return given
+    cloud = result.get("cloud")
+    assert isinstance(cloud, Mapping)
+    return {k: cloud[k] for k in ("model", "input_tokens") if cloud.get(k) is not None}
 
 
 def _read_answer(response: httpx.Response) -> bytes:

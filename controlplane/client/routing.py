@@ -55,10 +55,25 @@ class Route:
     flag_version: int | None
     reason: str
     variant: str
+    # The flag's `repeat_rate`: the share of requests on which the cloud is asked a second
+    # time, off the serving path (`wants_repeat` picks them by request id); 0 when the flag
+    # has none or cannot be read.
+    repeat_rate: float = 0.0
 
     @property
     def other(self) -> Side:
         return "cloud" if self.served == "edge" else "edge"
+
+
+def repeat_rate(flag: Mapping[str, Any] | None) -> float:
+    """A flag's `repeat_rate`, a number in [0, 1]; 0 (no repeats) when it is missing, as in
+    flags stored before flags carried it, or unreadable."""
+    if not isinstance(flag, Mapping):
+        return 0.0
+    rate = flag.get("repeat_rate")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        return 0.0  # NaN fails the comparison too
+    return float(rate)
 
 
 def _cloud(reason: str, version: int | None, other_rate: float = 0.0, **kw: Any) -> Evaluation:
@@ -171,4 +186,7 @@ def route(
         input_tokens=input_tokens,
         eligible=eligible,
     )
-    return Route(e.served, draw < e.other_rate, e.flag_version, e.reason, e.variant)
+    # A flag that cannot be read asks nothing more of the cloud either. Under the kill switch
+    # and in every stage the repeats go on: they only ask the cloud again.
+    repeats = 0.0 if e.reason in ("ERROR", "UNKNOWN") else repeat_rate(flag)
+    return Route(e.served, draw < e.other_rate, e.flag_version, e.reason, e.variant, repeats)

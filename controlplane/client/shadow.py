@@ -3,7 +3,10 @@
 An edge failure never reaches the caller (the cloud answers, `degraded`); a cloud failure
 on the serving path does, since there is nothing to fall back to. The pools never queue:
 a hung sync edge keeps its thread (Python cannot stop one), so a full pool answers `busy`
-or skips the side beside. README.md ("With the Python client") has the whole contract.
+or skips the side beside. On the share of requests the flag's `repeat_rate` picks
+(`wants_repeat`), once the answer is decided and the cloud has answered, the cloud is asked
+a second time beside it, reported as `cloud_repeat` (`_Pair`; `ResultReporter` starts one
+through `repeat_then_report`). README.md ("With the Python client") has the whole contract.
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecu
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from .routing import Route, Side
+from .sticky import wants_repeat
 
 log = logging.getLogger("shadowplane.client")
 
 P = TypeVar("P")
 T = TypeVar("T")
+
+# A side of a result: the two routed ones, and the cloud asked a second time.
+SideName = Literal["edge", "cloud", "cloud_repeat"]
+REPEAT: SideName = "cloud_repeat"
 
 
 class Router(Protocol):
@@ -133,7 +141,13 @@ def _ok(side: dict[str, Any]) -> bool:
 
 class _Pair:
     """One request's result: reported once, when the served side and the side beside it
-    are both in (a side that timed out is in, as `error: timeout`)."""
+    are both in (a side that timed out is in, as `error: timeout`), and the cloud's repeat
+    too when one was started.
+
+    `repeat`, when set, starts the cloud's second answer (`cloud_repeat`). It is called once,
+    off the lock, as soon as the answer is decided and the cloud's side is in without an
+    error (served, or beside the edge); the repeat is then waited for like a side beside,
+    and reported with the cloud's `cloud_fields`."""
 
     def __init__(
         self,
@@ -147,46 +161,87 @@ class _Pair:
         self.extra: dict[str, Mapping[str, Any]] = {
             "edge": edge_fields or {},
             "cloud": cloud_fields or {},
+            REPEAT: cloud_fields or {},
         }
         self.waiting: set[str] = set()
         self.skipped: dict[str, str] = {}
         self.answered = False
+        self.repeat: Callable[[_Pair], None] | None = None
         self.lock = threading.Lock()
 
-    def expect(self, side: Side) -> None:
+    def expect(self, side: SideName) -> None:
         with self.lock:
             self.waiting.add(side)
 
-    def put(self, name: Side, side: dict[str, Any]) -> None:
+    def put(self, name: SideName, side: dict[str, Any]) -> None:
         """The first outcome of a side wins (its finish, or its timeout)."""
         with self.lock:
             if name not in self.waiting:
                 return
             self.waiting.discard(name)
             self.result[name] = {**self.extra[name], **side}
+            start = self._repeat_due()
             ready = self.answered and not self.waiting
-        if ready:
-            self._report()
+        self._then(start, ready)
 
     def answer(self, served: Side, degraded: bool = False, reason: str | None = None) -> None:
         with self.lock:
             self.result.update(served=served, degraded=degraded, degrade_reason=reason)
             self.answered = True
+            start = self._repeat_due()
             ready = not self.waiting
-        if ready:
-            self._report()
+        self._then(start, ready)
 
-    def skip(self, name: Side, why: str) -> None:
+    def answered_already(self) -> None:
+        """The result came in whole, its answer long given (`repeat_then_report`)."""
+        with self.lock:
+            self.answered = True
+            start = self._repeat_due()
+            ready = not self.waiting
+        self._then(start, ready)
+
+    def skip(self, name: SideName, why: str) -> None:
         """The side beside was not run (`why`); it is named under `skipped`."""
         with self.lock:
             self.skipped[name] = why
+
+    def forget(self, name: SideName, why: str) -> None:
+        """A side expected that will never come (`why`, under `skipped`)."""
+        with self.lock:
+            self.skipped[name] = why
+            self.waiting.discard(name)
+            ready = self.answered and not self.waiting
+        if ready:
+            self._report()
+
+    def _repeat_due(self) -> Callable[[_Pair], None] | None:
+        """Under the lock: the repeat's starter when now is its time (taken: it runs once)."""
+        if self.repeat is None or not self.answered or "cloud" in self.waiting:
+            return None
+        cloud = self.result.get("cloud")
+        if not isinstance(cloud, Mapping) or cloud.get("error") is not None:
+            return None  # no cloud answer to repeat
+        start, self.repeat = self.repeat, None
+        self.waiting.add(REPEAT)
+        return start
+
+    def _then(self, start: Callable[[_Pair], None] | None, ready: bool) -> None:
+        if start is not None:
+            try:
+                start(self)
+            except Exception as exc:  # starting it must never reach the caller's answer
+                log.exception("shadow_compare: starting the cloud's repeat failed")
+                self.forget(REPEAT, f"not run: {_message(exc)}")
+        if ready:
+            self._report()
 
     def _report(self) -> None:
         if self.reporter is None:
             return
         skipped = {k: v for k, v in self.skipped.items() if self.result.get(k) is None}
         if skipped:
-            self.result["skipped"] = skipped
+            given = self.result.get("skipped")
+            self.result["skipped"] = {**given, **skipped} if isinstance(given, dict) else skipped
         try:
             self.reporter.report(self.result)
         except Exception:  # a reporter must not raise; if one does, the answer still goes out
@@ -375,7 +430,7 @@ def _count_busy(kind: str, task: str, why: str) -> None:
 
 def _beside(
     pair: _Pair,
-    name: Side,
+    name: SideName,
     future: Future[_Raw],
     deadline: float,
     timeout: float,
@@ -394,6 +449,44 @@ def _beside(
         pair.put(name, to_side(_Raw(None, None, round(timeout * 1000, 3), timed_out=True)))
 
     _deadlines.call_at(deadline, expired)
+
+
+def _repeat_in(
+    beside: _Gate | _Given, cloud_fn: Callable[[P], T], payload: P, task: str, timeout: float
+) -> Callable[[_Pair], None]:
+    """The starter of a sync repeat: the cloud called again in the pool of the sides beside,
+    bounded by `timeout` from its start, and never queued (a full pool skips it)."""
+
+    def start(pair: _Pair) -> None:
+        future = beside.submit(cloud_fn, payload)
+        if future is None:
+            _count_busy("skipped_beside", task, beside.busy())
+            pair.forget(REPEAT, f"not run: {beside.busy()}")
+            return
+        _beside(pair, REPEAT, future, time.monotonic() + timeout, timeout, _cloud_side)
+
+    return start
+
+
+def repeat_then_report(
+    reporter: Reporter,
+    result: Mapping[str, Any],
+    repeat: Callable[[], Any],
+    *,
+    timeout: float = 60.0,
+    fields: Mapping[str, Any] | None = None,
+) -> None:
+    """Ask the cloud again (`repeat()`) in the pool of the sides beside, then report
+    `result` with its answer as `cloud_repeat` (with `fields`): at once, without one, when
+    the result has no cloud answer or the pool is full (then named under `skipped`). The
+    repeat is bounded by `timeout`; whatever it raises is its error, never the caller's."""
+    pair = _Pair(reporter, dict(result), None, fields)
+    pair.repeat = _repeat_in(_beside_pool, _call_repeat, repeat, str(result.get("task")), timeout)
+    pair.answered_already()
+
+
+def _call_repeat(repeat: Callable[[], T]) -> T:
+    return repeat()
 
 
 def shadow_compare(
@@ -423,7 +516,10 @@ def shadow_compare(
     into the result (e.g. `{"input": {"text": ...}}`), `edge_fields` / `cloud_fields` into
     its sides (e.g. `{"model": "small@3"}`). `edge_timeout` bounds the edge on the serving
     path and beside it; `cloud_timeout` bounds only a cloud call running beside the edge
-    (for its report). `validate(output)` must return True for an edge answer to be served.
+    (for its report) and the cloud's repeat. `validate(output)` must return True for an
+    edge answer to be served. On the requests the flag's `repeat_rate` picks by request id
+    (`wants_repeat`; the one generated when none is given), the cloud is asked again in the
+    pool beside once the answer is decided, and the result waits for it (`cloud_repeat`).
     """
     route, pair = _start(
         client,
@@ -441,6 +537,8 @@ def shadow_compare(
     serving: _Gate | _Given = _Given(executor) if executor is not None else _serving
     beside: _Gate | _Given = _Given(executor) if executor is not None else _beside_pool
     started = time.monotonic()
+    if wants_repeat(task, pair.result["request_id"], route.repeat_rate):
+        pair.repeat = _repeat_in(beside, cloud_fn, payload, task, cloud_timeout)
 
     def edge_side(raw: _Raw) -> dict[str, Any]:
         return _edge_side(raw, validate)
@@ -584,7 +682,7 @@ async def _within(task: asyncio.Task[_Raw], timeout: float) -> _Raw:
 
 async def _abeside(
     pair: _Pair,
-    name: Side,
+    name: SideName,
     task: asyncio.Task[_Raw],
     timeout: float,
     to_side: Callable[[_Raw], dict[str, Any]],
@@ -613,7 +711,8 @@ async def async_shadow_compare(
     cloud_fields: Mapping[str, Any] | None = None,
 ) -> T:
     """`shadow_compare` for coroutines: `edge_fn` and `cloud_fn` are async; the side not
-    served runs as a task on the running loop, and an edge past its timeout is cancelled."""
+    served, and the cloud's repeat, run as tasks on the running loop, and an edge past its
+    timeout is cancelled."""
     route, pair = _start(
         client,
         task,
@@ -628,6 +727,12 @@ async def async_shadow_compare(
         cloud_fields,
     )
     started = time.monotonic()
+    if wants_repeat(task, pair.result["request_id"], route.repeat_rate):
+
+        def start_repeat(p: _Pair) -> None:  # called on the loop: by put or answer
+            _keep(_abeside(p, REPEAT, _spawn(cloud_fn, payload), cloud_timeout, _cloud_side))
+
+        pair.repeat = start_repeat
 
     def edge_side(raw: _Raw) -> dict[str, Any]:
         return _edge_side(raw, validate)

@@ -1,4 +1,5 @@
-"""`sticky_bucket(task, key) = murmur3_32(utf8(task + ":" + key), seed 0) % 100`.
+"""`sticky_bucket(task, key) = murmur3_32(utf8(task + ":" + key), seed 0) % 100`, and
+`wants_repeat`, the same hash of the request id at full resolution.
 
 The same session (or user) lands in the same bucket for a task on every router and in
 every language; `sticky_bucket_vectors.json` beside this file pins the values. No key
@@ -50,3 +51,24 @@ def sticky_bucket(task: str, key: str | None) -> int | None:
     if not key:
         return None
     return murmur3_32(f"{task}:{key}".encode()) % 100
+
+
+# The longest request id Shadowplane stores (a longer one is refused at ingest): its repeat
+# would never be stored, and hashing a request id never costs more than this.
+MAX_REQUEST_ID_LENGTH = 200
+REPEAT_PREFIX = "repeat:"
+
+
+def wants_repeat(task: str, request_id: str | None, rate: float) -> bool:
+    """Whether this request is one on which the cloud is asked a second time (its answer
+    reported as `cloud_repeat`): `murmur3_32(utf8("repeat:" + task + ":" + request_id),
+    seed 0) / 2**32 < rate`. Sticky by request id (a resent request decides alike) and, by
+    its prefix, independent of the sticky bucket. No request id, a longer one than ingest
+    stores, or a rate that is not a number above 0 → no repeat; a rate of 1 → always."""
+    if not isinstance(request_id, str) or not request_id:
+        return False
+    if len(request_id) > MAX_REQUEST_ID_LENGTH:
+        return False
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+        return False  # NaN fails the comparison too
+    return murmur3_32(f"{REPEAT_PREFIX}{task}:{request_id}".encode()) / 2**32 < rate

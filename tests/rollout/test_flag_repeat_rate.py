@@ -11,11 +11,20 @@ from sqlalchemy import select
 
 from controlplane.catalog.schemas import parse_config
 from controlplane.db import session_scope
-from controlplane.models import Flag, Task
+from controlplane.models import Flag, FlagState, Task
 from controlplane.rollout import flags
 from controlplane.rollout.flags import ROUTING_FIELDS, derive
 from tests.conftest import TICKET_TASK, Api
-from tests.rollout.test_ofrep import settled
+from tests.liveapi import wait_until
+
+
+def settled(api: Api) -> None:
+    """Wait until the app's flag copy holds the database's current revision."""
+    with api.engine.connect() as conn:
+        revision = conn.scalar(select(FlagState.revision).where(FlagState.id == 1))
+    copy = api.client.app.state.flag_copy  # type: ignore[attr-defined]
+    wait_until(lambda: copy.snapshot().revision == revision, "the flag copy to catch up")
+
 
 CONFIG = parse_config({**TICKET_TASK, "grading": {"repeat_rate": 0.2}})
 
