@@ -66,6 +66,45 @@ def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
     return frame[[c for c in dict.fromkeys(wanted) if c in frame.columns]]
 
 
+@dataclass(frozen=True)
+class Beside:
+    """A second figure drawn beside a band chart's lines, dashed, one line per `color`
+    value: the figure it is read against (the cloud's agreement with itself beside edge
+    agreement). `y` is its column (`{y}_low`, `{y}_high` its interval when the frame has
+    them); `label` names it and `main` the chart's own lines in the `series` legend. A
+    window where the figure is missing has no point: a gap, never a zero."""
+
+    y: str
+    label: str
+    main: str
+
+
+SERIES = "series"
+
+
+def beside_frame(
+    frame: pd.DataFrame, *, y: str, low: str, high: str, color: str, beside: Beside
+) -> pd.DataFrame:
+    """The chart's own lines and the `beside` figure in one long frame: per window and
+    `color` value a `series` row of each (`beside.main`, `beside.label`), the value under
+    `y` and its interval under `low`/`high`. Rows of the beside figure without a value
+    are left out."""
+    own = frame[["window_start", color, y, low, high]].copy()
+    own[SERIES] = beside.main
+    other = pd.DataFrame(
+        {
+            "window_start": frame["window_start"],
+            color: frame[color],
+            y: frame[beside.y] if beside.y in frame.columns else pd.NA,
+            low: frame.get(f"{beside.y}_low", pd.NA),
+            high: frame.get(f"{beside.y}_high", pd.NA),
+        }
+    )
+    other[SERIES] = beside.label
+    other = other[other[y].notna()]
+    return pd.concat([own, other], ignore_index=True) if not other.empty else own
+
+
 def band_lines(
     frame: pd.DataFrame,
     *,
@@ -80,24 +119,43 @@ def band_lines(
     threshold: float | None = None,
     threshold_label: str = "threshold",
     events: pd.DataFrame | None = None,
+    beside: Beside | None = None,
 ) -> alt.LayerChart:
-    """A line per `color` value with its interval shaded, a dashed rule at `threshold`."""
+    """A line per `color` value with its interval shaded, a dashed rule at `threshold`, and
+    the `beside` figure as a dashed line per `color` value."""
     base = alt.Chart(_only(frame, color, y, low, high)).encode(x=TIME)
     # The band's colour stays out of the legend: the legend shows the lines' colours.
     band = base.mark_area(opacity=0.15).encode(
         y=_y(low, y_title, percent), y2=f"{high}:Q", color=_colour(color, order, legend=False)
     )
-    line = base.mark_line(point=True).encode(
-        y=_y(y, y_title, percent),
-        color=_colour(color, order),
-        tooltip=[
-            alt.Tooltip("window_start:T", format=formats.MINUTE),
-            f"{color}:N",
-            alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent)),
-            alt.Tooltip(f"{low}:Q", format=formats.tooltip_format(percent)),
-            alt.Tooltip(f"{high}:Q", format=formats.tooltip_format(percent)),
-        ],
-    )
+    tooltip: list[Any] = [
+        alt.Tooltip("window_start:T", format=formats.MINUTE),
+        f"{color}:N",
+        alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent)),
+        alt.Tooltip(f"{low}:Q", format=formats.tooltip_format(percent)),
+        alt.Tooltip(f"{high}:Q", format=formats.tooltip_format(percent)),
+    ]
+    if beside is None:
+        line = base.mark_line(point=True).encode(
+            y=_y(y, y_title, percent), color=_colour(color, order), tooltip=tooltip
+        )
+    else:
+        both = beside_frame(frame, y=y, low=low, high=high, color=color, beside=beside)
+        line = (
+            alt.Chart(both)
+            .mark_line(point=True)
+            .encode(
+                x=TIME,
+                y=_y(y, y_title, percent),
+                color=_colour(color, order),
+                strokeDash=alt.StrokeDash(
+                    f"{SERIES}:N",
+                    sort=[beside.main, beside.label],
+                    legend=alt.Legend(title=SERIES, orient="bottom"),
+                ),
+                tooltip=[*tooltip[:2], f"{SERIES}:N", *tooltip[2:]],
+            )
+        )
     layers: list[Any] = [band, line]
     if threshold is not None:
         rule = pd.DataFrame({"threshold": [threshold], "label": [threshold_label]})
@@ -168,18 +226,98 @@ class Chart:
     dash: str | None = None
     # The label of the dashed threshold rule drawn when a threshold is given.
     rule: str = "threshold"
+    # A figure drawn beside a band chart's lines (the floor they are read against).
+    beside: Beside | None = None
+
+
+BAR_STEP = alt.Step(32)
+
+
+@dataclass(frozen=True)
+class Bars:
+    """Scores from 0 to 1 as horizontal bars, one per `y` value in the frame's order,
+    coloured by `color` (its values in `colours`), with labelled vertical rules across
+    every bar (thresholds) and ticks on single bars (a limit of that bar alone)."""
+
+    x: str
+    y: str
+    title: str
+    x_title: str
+    color: str
+    colours: Mapping[str, str]
+
+
+def bars(
+    chart: Bars,
+    frame: pd.DataFrame,
+    *,
+    rules: Mapping[str, float] | None = None,
+    ticks: pd.DataFrame | None = None,
+) -> alt.LayerChart:
+    """The `chart` of `frame`: a bar per row, a dashed rule at each of `rules` (label →
+    position) with its label on top, and a tick per row of `ticks` (columns `chart.y`,
+    `at`, `label`)."""
+    order = list(frame[chart.y])
+    y = alt.Y(f"{chart.y}:N", sort=order, title=None)
+    scale = alt.Scale(domain=[0, 1])
+    others = [c for c in frame.columns if c not in (chart.y, chart.x)]
+    layers: list[Any] = [
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X(
+                f"{chart.x}:Q",
+                title=chart.x_title,
+                scale=scale,
+                axis=alt.Axis(format=formats.axis_format(False)),
+            ),
+            y=y,
+            color=alt.Color(
+                f"{chart.color}:N",
+                scale=alt.Scale(domain=list(chart.colours), range=list(chart.colours.values())),
+                legend=alt.Legend(title=chart.color, orient="bottom"),
+            ),
+            tooltip=[
+                f"{chart.y}:N",
+                alt.Tooltip(f"{chart.x}:Q", format=formats.tooltip_format(False)),
+                *(f"{c}:N" for c in others),
+            ],
+        )
+    ]
+    if rules:
+        at = pd.DataFrame({"rule": list(rules), "at": list(rules.values())})
+        rule = alt.Chart(at).encode(x=alt.X("at:Q", scale=scale), tooltip=["rule:N", "at:Q"])
+        layers += [
+            rule.mark_rule(strokeDash=[6, 4], color="#333333"),
+            rule.mark_text(align="left", dx=3, dy=-4, baseline="bottom", color="#333333").encode(
+                text="rule:N", y=alt.value(0)
+            ),
+        ]
+    if ticks is not None and not ticks.empty:
+        layers.append(
+            alt.Chart(ticks)
+            .mark_tick(color=EVENT_COLOURS["decision"], thickness=3)
+            .encode(x=alt.X("at:Q", scale=scale), y=y, tooltip=["label:N", "at:Q"])
+        )
+    # A step per bar (a fixed height would squeeze the bars on a page's discrete axis).
+    return cast(alt.LayerChart, alt.layer(*layers).properties(title=chart.title, height=BAR_STEP))
 
 
 def draw(
-    chart: Chart,
+    chart: Chart | Bars,
     frame: pd.DataFrame,
     *,
     order: list[str] | None = None,
     threshold: float | None = None,
     events: pd.DataFrame | None = None,
+    rules: Mapping[str, float] | None = None,
+    ticks: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
-    """The chart `chart` describes, of `frame`, with a rule at `threshold` (a band chart's
-    only) and the `events` marked."""
+    """The chart `chart` describes, of `frame`: for a line chart with a rule at
+    `threshold` (a band chart's only) and the `events` marked; for bars with the `rules`
+    and `ticks` (`bars`)."""
+    if isinstance(chart, Bars):
+        return bars(chart, frame, rules=rules, ticks=ticks)
     if chart.band is not None:
         low, high = chart.band
         return band_lines(
@@ -195,6 +333,7 @@ def draw(
             threshold=threshold,
             threshold_label=chart.rule,
             events=events,
+            beside=chart.beside,
         )
     return lines(
         frame,

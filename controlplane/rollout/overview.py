@@ -1,6 +1,6 @@
 """The overview of every task at once (the dashboard's first page): one row per task with
-its stage, flag, latest closed window, alerts and last decision, trouble on top; the kill
-switch's state and its decisions; the alerts not yet resolved.
+its stage, flag, latest closed window, alerts, last decision and newest grade, trouble on
+top; the kill switch's state and its decisions; the alerts not yet resolved.
 
 A handful of queries for all tasks together, whatever their number: the latest closed
 window of each task is found by a `max(window_start)` per task (a backward scan of the
@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from controlplane.alerts.service import active_counts, list_alerts
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import load_runtimes
+from controlplane.grading.service import latest_grades
 from controlplane.metrics.fields import ALL, RATES, metric_fields
 from controlplane.models import Decision, FlagState, Task, Window, WindowMetrics
 from controlplane.rollout.flags import flags_document
@@ -83,6 +84,8 @@ class TaskRow:
     config_error: str | None
     # What makes the task a worry, most serious first; empty when nothing does.
     trouble: tuple[str, ...]
+    # The newest kept grade (docs/grading.md); None: never graded.
+    grade: dict[str, Any] | None = None
 
     @property
     def last_decision_sentence(self) -> str | None:
@@ -226,6 +229,7 @@ def overview(session: Session) -> Overview:
     state = session.get(FlagState, 1)
     windows = latest_windows(session)
     decisions = last_decisions(session)
+    grades = latest_grades(session)
     counts = active_counts(session)
     alerts = list_alerts(session, state="open") + list_alerts(session, state="acknowledged")
     alerts.sort(key=lambda a: (a["opened_at"], a["id"]), reverse=True)
@@ -284,6 +288,7 @@ def overview(session: Session) -> Overview:
             last_decision=decisions.get(task.id),
             config_error=config_error,
             trouble=_trouble(task.stage, killed, open_alerts, found, config_error),
+            grade=grades.get(task.name),
         )
         rows.append(row)
     rows.sort(key=_rank)

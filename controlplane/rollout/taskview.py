@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog import repository as catalog
 from controlplane.evalsets.service import list_runs
+from controlplane.grading.service import latest_grade
 from controlplane.models import BlockedModel, Task
 from controlplane.rollout.explain import promoted_to
 from controlplane.rollout.service import gate
@@ -27,7 +28,8 @@ def shown_stage(task: Task, canary_steps: list[int]) -> str:
 
 def task_state(session: Session, name: str) -> dict[str, Any] | None:
     """The task's stage, config version, gate verdict (None when its stored config does not
-    parse) and blocked models with their eval runs; None for an unknown task."""
+    parse), newest kept grade (None: never graded) and blocked models with their eval
+    runs; None for an unknown task."""
     task = catalog.task_by_name(session, name)
     if task is None:
         return None
@@ -54,6 +56,7 @@ def task_state(session: Session, name: str) -> dict[str, Any] | None:
             config.promotion.regression_min_accuracy if config is not None else None
         ),
         "gate": gate(session, task, config) if config is not None else None,
+        "grade": latest_grade(session, task.name),
         "blocked": [
             {
                 "model": block.model,

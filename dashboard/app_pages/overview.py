@@ -1,8 +1,8 @@
 """Overview: every task in one table, trouble on top — stage, flag, edge share, agreement
 with its interval, the worst bucket, degrade and offload failures, savings per day, open
-alerts and the last decision in its sentence — refreshed every few seconds. Below: the
-alerts not yet resolved (admin: acknowledge) and the kill switch (admin: throw or lift,
-with a reason and a confirmation) with its decisions."""
+alerts, the last decision in its sentence and the grade's tier with why — refreshed every
+few seconds. Below: the alerts not yet resolved (admin: acknowledge) and the kill switch
+(admin: throw or lift, with a reason and a confirmation) with its decisions."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from controlplane.db import get_engine, session_scope
 from controlplane.rollout.actions import REASON_MAX_CHARS, kill, lift
 from controlplane.rollout.overview import Overview, TaskRow, overview
 from dashboard import common
-from dashboard.formats import count, interval, line, moment, money, percent
+from dashboard.formats import count, decimal, interval, line, moment, money, percent
+from dashboard.task.grading import NOT_GRADED, tier_line
 
 NOTICE = "overview_notice"
 
@@ -50,12 +51,21 @@ def worst_text(row: TaskRow) -> str:
     )
 
 
+def grade_text(row: TaskRow) -> str:
+    """The tier and score of the task's newest grade, for the table."""
+    if row.grade is None:
+        return NOT_GRADED
+    score = row.grade.get("score")
+    return row.grade["tier"] + ("" if score is None else f" ({decimal(score)})")
+
+
 def table(rows: list[TaskRow]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
                 "task": row.task,
                 "stage": row.stage,
+                "grade": grade_text(row),
                 "flag": flag_text(row),
                 "edge share": percent(row.edge_share),
                 "agreement": percent(row.agreement),
@@ -84,6 +94,7 @@ def task_lines(row: TaskRow, task_page: st.Page) -> None:
         f"offload failures {percent(row.offload_fail_rate)} · "
         f"net savings/day {money(row.net_savings_per_day)} · open alerts {row.open_alerts}"
     )
+    st.markdown(tier_line(row.grade))
     notes = []
     if row.trouble:
         notes.append("Trouble: " + line("; ".join(row.trouble)) + ".")

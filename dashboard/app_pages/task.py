@@ -1,5 +1,6 @@
 """Task: one task's evidence. Where it stands and why (the decisions in the policy's own
-sentences, with their evidence and example results), the promotion gate, the metrics over
+sentences, with their evidence and example results), the promotion gate, its grade (the
+four dimensions against the tiers and what would change the tier), the metrics over
 time per length bucket with the rules' thresholds, route accuracy and the comparator's
 calibration, alerts, a routing what-if, and the config versions side by side. Admins
 promote, roll back, re-arm and unblock here, each with a reason."""
@@ -19,6 +20,7 @@ task = sections.task_picker(url)
 shown = sections.standing(url, task)
 sections.decisions(shown)
 sections.gate(shown)
+sections.grade(shown)
 if common.can(principal, "admin"):
     sections.admin_actions(shown, principal)
 sections.evidence_over_time(shown)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard import charts
+from dashboard import charts, formats
 from dashboard.formats import estimate, line, moment, money, percent
 
 PERIODS = {
@@ -29,7 +29,17 @@ def _banded(metric: str, title: str, y_title: str) -> charts.Chart:
     )
 
 
-AGREEMENT = _banded("agreement", "Agreement (95% interval) and the rule's threshold", "agreement")
+# The cloud's agreement with itself (repeat pairs), drawn dashed beside edge agreement per
+# bucket: the floor edge agreement is read against (a bucket without repeat pairs has none).
+NOISE_FLOOR = charts.Beside("self_agreement", label="cloud vs itself", main="edge vs cloud")
+AGREEMENT = charts.Chart(
+    "agreement",
+    "Agreement (95% interval), the rule's threshold, and the cloud against itself",
+    "agreement",
+    band=("agreement_low", "agreement_high"),
+    rule="agreement rule",
+    beside=NOISE_FLOOR,
+)
 CONFLICTS = charts.Chart("conflict_rate", "Conflict rate", "conflicts / pairs")
 EDGE_ERRORS = charts.Chart("edge_error_rate", "Edge error rate", "errors / edge runs")
 DEGRADES = _banded("degrade_rate", "Degrade rate", "of edge attempts")
@@ -100,7 +110,8 @@ def no_edge_attempts(chart: charts.Chart) -> str:
 
 
 def latest_line(frame: pd.DataFrame) -> str | None:
-    """The figures of the newest closed window, per bucket (None: no window closed)."""
+    """The figures of the newest closed window, per bucket (None: no window closed): edge
+    agreement, and beside it the cloud's agreement with itself on its repeat pairs."""
     latest_start = frame.loc[frame["closed"], "window_start"].max()
     if pd.isna(latest_start):
         return None
@@ -108,12 +119,25 @@ def latest_line(frame: pd.DataFrame) -> str | None:
     return (
         f"Latest closed window ({moment(latest_start)}): "
         + "; ".join(
-            f"{line(row.bucket)}: agreement "
-            f"{estimate(row.agreement, row.agreement_low, row.agreement_high)} "
-            f"of {row.n_pairs} pairs"
-            for row in latest.itertuples()
+            f"{line(row['bucket'])}: agreement "
+            f"{estimate(row['agreement'], row['agreement_low'], row['agreement_high'])} "
+            f"of {row['n_pairs']} pairs, {floor_words(row)}"
+            for _, row in latest.iterrows()
         )
         + "."
+    )
+
+
+def floor_words(row: Mapping[str, Any]) -> str:
+    """The cloud against itself in a window's bucket: its self-agreement over its repeat
+    pairs, or that it had none (no floor, which is not a floor of zero)."""
+    pairs = row.get("n_repeat_pairs")
+    if formats.missing(pairs) or not pairs or formats.missing(row.get("self_agreement")):
+        return "cloud vs itself: no repeat pairs"
+    return (
+        f"cloud vs itself "
+        f"{estimate(row['self_agreement'], row.get('self_agreement_low'), row.get('self_agreement_high'))}"
+        f" of {formats.count(int(pairs))} repeat pairs"
     )
 
 

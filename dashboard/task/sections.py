@@ -13,8 +13,9 @@ import streamlit as st
 
 from controlplane.auth.service import Principal
 from controlplane.catalog.versions import config_diff
+from controlplane.settings import Settings
 from dashboard import charts, formats
-from dashboard.task import actions, evidence, loaders, views, whatif
+from dashboard.task import actions, evidence, grading, loaders, views, whatif
 from dashboard.task.views import Shown
 
 
@@ -190,6 +191,57 @@ def gate(shown: Shown) -> None:
     rows = views.gate_rows(verdict)
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     st.markdown(views.gate_lines(rows))
+
+
+def grade(shown: Shown) -> None:
+    """The task's newest grade: its tier, the four dimensions as bars against the tiers'
+    thresholds (the veto marked on the error cost's), each dimension's signal and sentence,
+    what would change the tier, the fields the cloud changes itself, what is missing."""
+    st.header("Grade")
+    found = shown.state.get("grade")
+    if found is None:
+        st.info(
+            "Not graded yet. A grade is computed daily from the task's windows (and on demand: "
+            "`shadowplane grade --task T`); it shows here once one is kept."
+        )
+        return
+    veto = Settings().error_cost_veto
+    st.markdown(grading.heading(found))
+    st.markdown(grading.tier_line(found))
+    frame = grading.bar_frame(found)
+    if not frame.empty:
+        st.altair_chart(
+            charts.draw(
+                grading.BARS,
+                frame,
+                rules=grading.thresholds(shown.config),
+                ticks=grading.veto_tick(veto),
+            ),
+            width="stretch",
+        )
+        st.caption(
+            "Dashed rules: the tiers' thresholds on the weighted score. The red tick on the "
+            "error cost's bar is the veto: an error cost at or above it keeps the task on the "
+            "cloud, judged before any weighting."
+        )
+    st.markdown(grading.dimension_lines(found, veto))
+    st.subheader("What would change the tier")
+    st.markdown(grading.to_change_lines(found) or "Nothing the grade can name.")
+    missing = grading.missing_lines(found)
+    if missing is not None:
+        st.subheader("What is missing")
+        st.markdown(missing)
+    st.subheader("Noisy fields")
+    noisy = grading.noisy_lines(found)
+    rate = formats.percent(shown.config["grading"]["noisy_field_rate"])
+    if noisy is None:
+        st.markdown(f"No field or check changes on more than {rate} of the cloud's repeats.")
+    else:
+        st.markdown(
+            f"The cloud itself changes these on more than {rate} of its repeats: a difference "
+            "there says little about the edge."
+        )
+        st.markdown(noisy)
 
 
 def admin_actions(shown: Shown, principal: Principal) -> None:

@@ -86,7 +86,8 @@ def test_the_period_shown_starts_no_earlier_than_the_first_window() -> None:
 def test_the_latest_closed_window_in_a_sentence() -> None:
     assert evidence.latest_line(windows()) == (
         "Latest closed window (2026-11-30 02:00 UTC): 0\\-511: agreement 90.0% (80.0%–95.0%) "
-        "of 40 pairs; all: agreement 95.0% of 80 pairs."
+        "of 40 pairs, cloud vs itself: no repeat pairs; all: agreement 95.0% of 80 pairs, "
+        "cloud vs itself: no repeat pairs."
     )
     assert evidence.latest_line(windows().assign(closed=False)) is None
 
