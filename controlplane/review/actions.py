@@ -23,7 +23,7 @@ from controlplane.db import in_transaction, session_scope
 from controlplane.errors import ActionError
 from controlplane.models import ReviewItem, Task, TaskConfigVersion
 from controlplane.models.base import utcnow
-from controlplane.review import blind, queue, repository
+from controlplane.review import blind, noise, queue, repository
 from controlplane.settings import get_settings
 
 # Control characters (C0) a note or a reason may not hold: all but tab and line breaks.
@@ -93,7 +93,8 @@ def claim(
     lease_seconds: float | None = None,
 ) -> dict[str, Any] | None:
     """Claim the next item for the reviewer (of one task, or any) and return its blind
-    view; None when the queue holds nothing for them."""
+    view, with a note when its differences are all on fields the task's reference changes
+    between runs (review.noise); None when the queue holds nothing for them."""
     now = now or utcnow()
     seconds = lease_seconds if lease_seconds is not None else get_settings().review_lease_seconds
 
@@ -105,7 +106,15 @@ def claim(
         item = queue.claim(session, task_id, reviewer, now, seconds, exclude=exclude)
         if item is None:
             return None
-        return blind.view(item, _task_name(session, item.task_id))
+        name = _task_name(session, item.task_id)
+        shown = blind.view(item, name)
+        runtime = (
+            task_runtimes(session, {name}).get(name) if blind.differing(shown["diff"]) else None
+        )
+        if runtime is not None:
+            # Only an item whose differences could all be noise pays for reading the windows.
+            shown["note"] = blind.noise_note(shown["diff"], noise.noisy_now(session, runtime, now))
+        return shown
 
     return in_transaction(engine, work)
 

@@ -1,6 +1,7 @@
 """What a reviewer sees of an item (pure): the two answers as A and B in the item's hidden
-order, the comparator's diff rewritten in A/B terms, and nothing else (docs/review.md,
-"Blindness").
+order, the comparator's diff rewritten in A/B terms, a note when every difference shown is
+on a field the reference itself changes between runs (docs/review.md, "Noisy fields"),
+and nothing else (docs/review.md, "Blindness").
 
 Diffs are rewritten by their known shapes (controlplane.compare.comparators); a key the
 rewrite does not know is dropped rather than shown, so a new comparator shape must be
@@ -10,7 +11,7 @@ added here before reviewers see it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -46,8 +47,9 @@ def _shown(item: BlindItem) -> list[Any]:
     return [item.input, a, b, diff]
 
 
-def view(item: BlindItem, task: str) -> dict[str, Any]:
-    """The blind view of a claimed item."""
+def view(item: BlindItem, task: str, noisy: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The blind view of a claimed item; `noisy`: the task's noisy fields or checks now
+    (controlplane.metrics.noise.noisy_fields), for the item's `note`."""
     shown = _shown(item)
     if item.policy == "redacted":
         # Placeholders of masked values are numbered in the order shown, not the order
@@ -63,8 +65,49 @@ def view(item: BlindItem, task: str) -> dict[str, Any]:
         "a": shown[1],
         "b": shown[2],
         "diff": shown[3],
+        "note": noise_note(shown[3], noisy),
         "lease_expires_at": lease.isoformat().replace("+00:00", "Z") if lease else None,
     }
+
+
+def differing(diff: Any) -> list[str]:
+    """The fields (json_fields) or checks (text_conservation) a blind diff shows the two
+    answers differing on; empty when it shows anything else too (an answer breaking the
+    schema, a label, JSON paths, a length cap), which no repeat pair measures. Read from
+    the blind diff, so a check the view hides never counts (its absence says nothing)."""
+    if not isinstance(diff, dict) or not diff:
+        return []
+    fields = diff.get("fields")
+    if set(diff) == {"fields"} and isinstance(fields, dict):
+        return sorted(str(name) for name in fields)
+    failed = diff.get("failed")
+    if isinstance(failed, list) and set(diff) <= {"failed", *failed}:
+        return sorted(str(name) for name in failed)
+    return []
+
+
+def noise_note(diff: Any, noisy: Sequence[Mapping[str, Any]]) -> str | None:
+    """A sentence for the reviewer when every difference the blind diff shows is on a field
+    or check that the same model changes between two answers to the same input more often
+    than the task's `grading.noisy_field_rate`; else None. Names no side."""
+    names = differing(diff)
+    rates = {str(n["name"]): float(n["rate"]) for n in noisy}
+    if not names or not all(name in rates for name in names):
+        return None
+    shares = [f"{rates[name]:.0%}" for name in names]
+    if len(names) == 1:
+        return (
+            f"These answers differ only on {names[0]}, which varies between two runs of the "
+            f"same model on the same input in {shares[0]} of repeats."
+        )
+    return (
+        f"These answers differ only on {_listed(names)}, which vary between two runs of the "
+        f"same model on the same input in {_listed(shares)} of repeats respectively."
+    )
+
+
+def _listed(words: Sequence[str]) -> str:
+    return ", ".join(words[:-1]) + f" and {words[-1]}"
 
 
 def blind_diff(diff: Any, a_is_edge: bool) -> Any:

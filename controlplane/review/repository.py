@@ -1,4 +1,5 @@
-"""The review queue's SQL: claimable items, leases, labels, skips and counts."""
+"""The review queue's SQL: claimable items, leases, labels, skips and counts, and the
+repeat differences of a task's recent windows (its noisy fields, for the blind note)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from controlplane.models import ReviewItem, ReviewLabel, ReviewSkip
+from controlplane.metrics.fields import ALL
+from controlplane.models import (
+    ReviewItem,
+    ReviewLabel,
+    ReviewSkip,
+    TaskConfigVersion,
+    Window,
+    WindowMetrics,
+)
 
 # What the blind view reads of a claimed item.
 VIEW_COLUMNS = (
@@ -259,3 +268,40 @@ def queue_counts(
 
 def _flag(condition: ColumnElement[bool]) -> ColumnElement[int]:
     return case((condition, 1), else_=0)
+
+
+def repeat_noise(
+    session: Session, task_id: int, config_version: int, since: datetime, until: datetime
+) -> tuple[dict[str, int], int]:
+    """The task's repeat differences per field or check, and its repeat pairs, summed over
+    the `all` rows of its windows with `since <= window_start < until` computed with
+    `config_version` (the windows a grade reads). JSON maps, summed here (the two backends
+    read JSON differently)."""
+    rows = session.execute(
+        select(WindowMetrics.repeat_diffs, WindowMetrics.n_repeat_pairs)
+        .join(Window, Window.id == WindowMetrics.window_id)
+        .where(
+            Window.task_id == task_id,
+            Window.config_version == config_version,
+            Window.window_start >= since,
+            Window.window_start < until,
+            WindowMetrics.bucket == ALL,
+            WindowMetrics.n_repeat_pairs > 0,
+        )
+    )
+    diffs: dict[str, int] = {}
+    pairs = 0
+    for counts, n in rows:
+        pairs += int(n)
+        for name, count in (counts or {}).items():
+            diffs[str(name)] = diffs.get(str(name), 0) + int(count)
+    return diffs, pairs
+
+
+def version_created(session: Session, task_id: int, version: int) -> datetime | None:
+    """When the task's config version was made."""
+    return session.scalar(
+        select(TaskConfigVersion.created_at).where(
+            TaskConfigVersion.task_id == task_id, TaskConfigVersion.version == version
+        )
+    )

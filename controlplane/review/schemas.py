@@ -25,6 +25,9 @@ class BlindItemOut(BaseModel):
     b: Any
     # The comparator's findings in terms of A and B; null for single items and agreements.
     diff: dict[str, Any] | None
+    # Set when every difference shown is on a field or check that varies between two runs
+    # of the same model on the same input more often than the task's noisy_field_rate.
+    note: str | None = None
     lease_expires_at: datetime
 
 

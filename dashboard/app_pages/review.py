@@ -337,6 +337,9 @@ else:
     lines = reviewing.differences(diff)
     if lines:
         st.markdown("**Where they differ**\n\n" + "\n".join(f"- {formats.line(x)}" for x in lines))
+    if item.get("note"):
+        # Every difference shown is on a field the reference itself changes between runs.
+        st.info(formats.line(item["note"]))
     verdicts = PAIR_VERDICTS
 
 fc, corr, note = st.columns(3)

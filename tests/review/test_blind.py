@@ -167,7 +167,17 @@ def test_no_review_answer_reveals_the_edge_side(sampled: Api) -> None:
         assert answer.status_code == 200, answer.text
         assert _clean(answer.text) == [], answer.text
         view = answer.json()["item"]
-        assert set(view) == {"id", "task", "kind", "input", "a", "b", "diff", "lease_expires_at"}
+        assert set(view) == {
+            "id",
+            "task",
+            "kind",
+            "input",
+            "a",
+            "b",
+            "diff",
+            "note",
+            "lease_expires_at",
+        }
         # Each item comes once, but for the one given back, which comes again.
         assert view["id"] not in seen or (released and view["id"] == first_id), view["id"]
         first_id = view["id"] if not seen else first_id
