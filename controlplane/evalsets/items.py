@@ -12,11 +12,11 @@ import csv
 import hashlib
 import io
 import math
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from controlplane.compare.fingerprint import normalise_text as normalise
 from controlplane.compare.jsonutil import dumps
 
 LAYERS = ("boundary", "anomaly", "regression")
@@ -34,11 +34,6 @@ def input_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return canonical(value).decode()
-
-
-def normalise(text: str) -> str:
-    """NFKC, whitespace runs collapsed to one space, trimmed."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 def item_id(task: str, value: Any) -> str:

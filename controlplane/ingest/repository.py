@@ -6,12 +6,13 @@ ids (docs/operations.md, "A request id counts once").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import FromClause, Insert, insert, select, text
+from sqlalchemy import FromClause, Insert, func, insert, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -219,6 +220,9 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
             "comparator": r.comparator,
             "comparator_version": r.comparator_version,
         },
+        "repeat": None
+        if r.repeat_source is None
+        else {"outcome": r.repeat_outcome, "source": r.repeat_source, "diff": r.repeat_diff},
         "payload": None
         if p is None
         else {
@@ -232,6 +236,48 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
             "cloud_error_message": p.cloud_error_message,
         },
     }
+
+
+# The latest stored answers read per input hash: a popular input (a greeting sent all day)
+# must not make every batch read all its earlier answers; the latest before a result is
+# the one it is scored against.
+PRINTS_PER_INPUT = 4
+
+
+def earlier_prints(
+    session: Session,
+    task_id: int,
+    input_hashes: Collection[str],
+    since: datetime,
+    until: datetime,
+) -> list[tuple[str, str, datetime, dict[str, Any]]]:
+    """(input hash, request id, ts, cloud print) of a task's latest stored results (at most
+    PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until]:
+    one read per batch, by the index on (task_id, input_hash), within the days the span
+    covers."""
+    rank = func.row_number().over(
+        partition_by=Result.input_hash, order_by=(Result.ts.desc(), Result.id.desc())
+    )
+    ranked = (
+        select(
+            Result.input_hash, Result.request_id, Result.ts, Result.cloud_print, rank.label("rank")
+        )
+        .where(
+            Result.task_id == task_id,
+            Result.input_hash.in_(sorted(input_hashes)),
+            Result.ts >= since,
+            Result.ts <= until,
+            # Answered by the cloud: the rows that hold a print (a missing one may be stored
+            # as SQL NULL or as JSON null, so the print itself is not what is filtered on).
+            Result.cloud_ran.is_(True),
+            Result.cloud_error.is_(None),
+        )
+        .subquery()
+    )
+    query = select(ranked.c.input_hash, ranked.c.request_id, ranked.c.ts, ranked.c.cloud_print)
+    found = session.execute(query.where(ranked.c.rank <= PRINTS_PER_INPUT))
+    # An output too long to compare has no print either.
+    return [(r[0], r[1], r[2], r[3]) for r in found if r[3] is not None]
 
 
 def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:

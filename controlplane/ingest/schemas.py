@@ -67,6 +67,9 @@ class ResultIn(TypedDict):
     input: NotRequired[Annotated[InputIn | None, Field(default=None)]]
     edge: NotRequired[Annotated[EdgeSideIn | None, Field(default=None)]]
     cloud: NotRequired[Annotated[SideIn | None, Field(default=None)]]
+    # A second cloud answer to the same input, asked on a sampled share of requests
+    # (`grading.repeat_rate`): scored against `cloud`, the cloud's own noise floor.
+    cloud_repeat: NotRequired[Annotated[SideIn | None, Field(default=None)]]
 
 
 class ResultBatch(TypedDict):
@@ -91,18 +94,27 @@ def consistency_problem(item: ResultIn) -> str | None:
     return None
 
 
+def repeat_problem(item: ResultIn) -> str | None:
+    """What makes a result's `cloud_repeat` impossible, or None."""
+    if item["cloud_repeat"] is not None and item["cloud"] is None:
+        return "requires a 'cloud' side (the answer it repeats)"
+    return None
+
+
 # Columns of text that PostgreSQL cannot store with a NUL character in them: an item holding
 # one there is rejected. (Outputs and inputs are JSON: a NUL in them is stored as U+FFFD,
 # and the answer lists the item in `altered`.)
 TEXT_FIELDS = ("request_id", "task", "session_id", "user_id", "degrade_reason")
 SIDE_TEXT_FIELDS = ("error", "error_message", "model")
+# The sides a result may carry, each shaped like SideIn.
+SIDES_POSTED = ("edge", "cloud", "cloud_repeat")
 
 
 def nul_fields(item: ResultIn) -> list[str]:
     """The text fields of a result holding a NUL character."""
     fields: dict[str, Any] = dict(item)  # read by name: a plain mapping
     found = [name for name in TEXT_FIELDS if "\x00" in (fields[name] or "")]
-    for side_name in ("edge", "cloud"):
+    for side_name in SIDES_POSTED:
         side: dict[str, Any] | None = fields[side_name]
         if side is not None:
             found += [f"{side_name}.{n}" for n in SIDE_TEXT_FIELDS if "\x00" in (side[n] or "")]
@@ -142,7 +154,7 @@ def surrogate_fields(raw: Any) -> list[str]:
     found = []
     for name in RESULT_KEYS:
         value = raw.get(name)
-        if name in ("edge", "cloud") and isinstance(value, dict):
+        if name in SIDES_POSTED and isinstance(value, dict):
             found += [f"{name}.{f}" for f in SIDE_KEYS if holds_surrogate(value.get(f))]
         elif name == "input" and isinstance(value, dict) and holds_surrogate(value.get("text")):
             found.append("input.text")
@@ -214,6 +226,17 @@ class ResultEdgeOut(ResultSideOut):
     valid: bool | None
 
 
+class RepeatOut(BaseModel):
+    """The result's repeat pair: its cloud answer scored against a second cloud answer."""
+
+    # agree | conflict | invalid, or null when the repeat was not scored (it errored)
+    outcome: str | None
+    # asked (sent as `cloud_repeat`) | duplicate (an earlier result with the same input)
+    source: str
+    # the fields (json_fields) or checks (text_conservation) the two answers differ on
+    diff: list[str] | None
+
+
 class ComparisonOut(BaseModel):
     # agree | conflict | invalid, or null when only one side ran
     outcome: str | None
@@ -255,4 +278,5 @@ class ResultOut(BaseModel):
     edge: ResultEdgeOut | None
     cloud: ResultSideOut | None
     comparison: ComparisonOut
+    repeat: RepeatOut | None
     payload: PayloadOut | None

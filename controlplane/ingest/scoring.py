@@ -17,6 +17,7 @@ from typing import Any
 from controlplane.catalog.service import TaskRuntime
 from controlplane.client.sticky import sticky_bucket
 from controlplane.compare.comparators import Comparison, compare
+from controlplane.compare.fingerprint import fingerprint, input_hash, repeat_outcome
 from controlplane.compare.redaction import MAX_CHARS, Masker, redact_payload
 from controlplane.ingest.buckets import length_bucket
 from controlplane.ingest.repository import EDGE_FIELDS, SIDE_FIELDS
@@ -170,6 +171,9 @@ def _refuse_non_finite(item: ResultIn) -> None:
         raise ItemError("edge.output", _NOT_FINITE)
     if cloud is not None and type(out := cloud["output"]) is not str and holds_non_finite(out):
         raise ItemError("cloud.output", _NOT_FINITE)
+    repeat = item["cloud_repeat"]
+    if repeat is not None and type(out := repeat["output"]) is not str and holds_non_finite(out):
+        raise ItemError("cloud_repeat.output", _NOT_FINITE)
     if input_ is not None and (
         (type(text := input_["text"]) is not str and holds_non_finite(text))
         or (len(input_) > 2 and holds_non_finite(list(input_.values())))
@@ -193,6 +197,71 @@ def _compare(task: TaskRuntime, edge: Any, cloud: Any, max_chars: int) -> Compar
         raise ItemError(field, problem_of(exc)) from exc
 
 
+def answered(side: Any) -> bool:
+    """A side that ran returned an output without an error."""
+    return side is not None and side["error"] is None and side["output"] is not None
+
+
+def _repeat_columns(item: ResultIn, task: TaskRuntime, max_chars: int) -> dict[str, Any]:
+    """An asked repeat pair (`cloud_repeat`): the cloud's answer as the reference, the
+    repeat as the compared side, with the task's comparator; its cost. Never the edge pair."""
+    cloud, repeat = item["cloud"], item["cloud_repeat"]
+    assert cloud is not None and repeat is not None  # validation refuses a repeat without cloud
+    scored = None
+    if answered(cloud) and answered(repeat):
+        spec = task.comparator_spec
+        try:
+            comparison = compare(spec, repeat["output"], cloud["output"], max_chars=max_chars)
+        except Exception as exc:
+            # The cloud output was read by the edge pair, or is read alone here: if it reads,
+            # the repeat is what cannot be.
+            field = "cloud_repeat.output"
+            try:
+                compare(spec, cloud["output"], cloud["output"], max_chars=max_chars)
+            except Exception:
+                field = "cloud.output"
+            raise ItemError(field, problem_of(exc)) from exc
+        scored = repeat_outcome(comparison)
+    cost = repeat["cost"]
+    if cost is None:
+        prices = task.config.prices.cloud
+        tokens_in = repeat["input_tokens"]
+        tokens_out = repeat["output_tokens"] or 0
+        if tokens_in is None:
+            tokens_in = item["input_tokens"]
+        cost = (tokens_in * prices["in"] + tokens_out * prices["out"]) / 1000.0
+    return {
+        "repeat_outcome": scored[0] if scored else None,
+        "repeat_source": "asked",
+        "repeat_diff": scored[1] if scored else None,
+        "repeat_cost": cost,
+    }
+
+
+NO_REPEAT = {
+    "repeat_outcome": None,
+    "repeat_source": None,
+    "repeat_diff": None,
+    "repeat_cost": None,
+}
+
+
+def _cloud_print(
+    task: TaskRuntime, cloud: Any, key: bytes, max_chars: int
+) -> dict[str, Any] | None:
+    try:
+        return fingerprint(task.comparator_spec, cloud["output"], key, max_chars=max_chars)
+    except Exception as exc:
+        raise ItemError("cloud.output", problem_of(exc)) from exc
+
+
+def _input_hash(key: bytes, input_: Any) -> str | None:
+    try:
+        return input_hash(key, input_)
+    except Exception as exc:
+        raise ItemError("input", problem_of(exc)) from exc
+
+
 def score(
     item: ResultIn,
     task: TaskRuntime,
@@ -210,6 +279,21 @@ def score(
         else None
     )
     input_ = item["input"]
+    repeat = (
+        _repeat_columns(item, task, context.max_chars)
+        if item["cloud_repeat"] is not None
+        else NO_REPEAT
+    )
+    # The input's keyed hash finds later answers to the same input (free repeat pairs),
+    # under every policy; the cloud's print is what they are scored against, kept only
+    # when it can be found (no key, no input: no print).
+    key = context.id_hash_key
+    hashed_input = _input_hash(key, input_) if key is not None and input_ is not None else None
+    cloud_print = (
+        _cloud_print(task, cloud, key, context.max_chars)
+        if hashed_input is not None and key is not None and answered(cloud)
+        else None
+    )
     config = task.config
     policy = config.payload_policy
     session_id, user_id = item["session_id"], item["user_id"]
@@ -243,12 +327,9 @@ def score(
         "outcome": comparison.outcome if comparison else None,
         "edge_ran": edge is not None,
         "cloud_ran": cloud is not None,
-        "repeat_outcome": None,
-        "repeat_source": None,
-        "repeat_diff": None,
-        "repeat_cost": None,
-        "input_hash": None,
-        "cloud_print": None,
+        **repeat,
+        "input_hash": hashed_input,
+        "cloud_print": cloud_print,
     }
     row.update(zip(EDGE_KEYS, _edge_values(edge) if edge else NO_EDGE, strict=True))
     row.update(zip(CLOUD_KEYS, _cloud_values(cloud) if cloud else NO_CLOUD, strict=True))

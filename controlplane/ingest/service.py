@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.service import task_runtimes
+from controlplane.catalog.service import TaskRuntime, task_runtimes
+from controlplane.compare import fingerprint
 from controlplane.db import StoredJSON
 from controlplane.ingest import repository
 from controlplane.ingest.schemas import Altered, IngestReport, Rejected, ResultIn
@@ -128,6 +129,8 @@ def ingest(
                 )
             )
         seen.add(key)  # a rejected item does not make a later one with its id a duplicate
+    tasks_by_id = {task.id: task for task in runtimes.values()}
+    free_repeats(session, [s.row for s in scored], tasks_by_id)
     stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
     rejected.sort(key=lambda r: r.index)
     return IngestReport(
@@ -136,6 +139,64 @@ def ingest(
         rejected=rejected,
         altered=altered,
     )
+
+
+def free_repeats(
+    session: Session, rows: list[dict[str, Any]], tasks: dict[int, TaskRuntime]
+) -> None:
+    """Score the free repeat pairs among new rows: a row with a cloud print and an input hash,
+    and no asked repeat, is scored against the latest earlier answer by the cloud to the same
+    input (same task and input hash, `ts` within `grading.duplicate_seconds` before it: a
+    stored result, or an earlier item of this batch) with a print taken under the same
+    comparator spec. One read per task in the batch. A resend (the same request id) is not
+    a repeat of itself."""
+    by_task: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["cloud_print"] is not None:
+            by_task.setdefault(row["task_id"], []).append(row)
+    for task_id, printed in by_task.items():
+        seekers = [row for row in printed if row["repeat_source"] is None]
+        if not seekers:
+            continue
+        task = tasks[task_id]
+        span = timedelta(seconds=task.config.grading.duplicate_seconds)
+        hashes = {row["input_hash"] for row in seekers}
+        # Candidates by input hash: (ts, order, request id, print); stored ones first in order.
+        earlier: dict[str, list[tuple[datetime, int, str, dict[str, Any]]]] = {}
+        stored = repository.earlier_prints(
+            session,
+            task_id,
+            hashes,
+            min(r["ts"] for r in seekers) - span,
+            max(r["ts"] for r in seekers),
+        )
+        for input_hash, request_id, ts, print_ in stored:
+            earlier.setdefault(input_hash, []).append((ts, -1, request_id, print_))
+        stored_ids = {request_id for _, request_id, _, _ in stored}
+        for order, row in enumerate(printed):
+            input_hash, ts, request_id = row["input_hash"], row["ts"], row["request_id"]
+            print_ = row["cloud_print"]
+            if row["repeat_source"] is None and input_hash in earlier:
+                reference = max(
+                    (
+                        c
+                        for c in earlier[input_hash]
+                        if c[2] != request_id
+                        and ts - span <= c[0] <= ts
+                        and fingerprint.comparable(c[3], print_)
+                    ),
+                    key=lambda c: (c[0], c[1]),
+                    default=None,
+                )
+                if reference is not None:
+                    outcome, names = fingerprint.compare_prints(
+                        task.comparator_spec, reference[3], print_
+                    )
+                    row["repeat_outcome"] = outcome
+                    row["repeat_source"] = "duplicate"
+                    row["repeat_diff"] = names
+            if request_id not in stored_ids:  # a resend of a stored result is that result
+                earlier.setdefault(input_hash, []).append((ts, order, request_id, print_))
 
 
 def _payloads_by_key(scored: list[Scored]) -> dict[tuple[int, str], dict[str, Any]]:

@@ -20,6 +20,7 @@ from controlplane.ingest.schemas import (
     consistency_problem,
     holds_surrogate,
     nul_fields,
+    repeat_problem,
     surrogate_fields,
 )
 
@@ -154,6 +155,8 @@ def _refuse_impossible(
         problem = consistency_problem(item)
         if problem is not None:
             error = f"(result): {problem}"
+        elif repeated := repeat_problem(item):
+            error = f"cloud_repeat: {repeated}"
         elif check_nul and (fields := nul_fields(item)):
             error = "; ".join(f"{f}: must not contain the NUL character" for f in fields)
         else:

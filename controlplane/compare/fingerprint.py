@@ -1,0 +1,208 @@
+"""Fingerprints: what a comparator compares, kept as keyed digests instead of the text, so an
+output stored under any payload policy can later be scored against a second answer to the
+same input (a free repeat pair). Also the normalised input identity those pairs are found
+by, and how a comparison of two cloud answers reads as a repeat outcome. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from controlplane.compare import conservation
+from controlplane.compare.comparators import (
+    DEFAULT_LENGTH_RATIO,
+    MAX_CHARS,
+    Comparison,
+    _allowed_labels,
+    _as_object,
+    _schema_problems,
+    canonical,
+    canonical_json,
+    normalise_label,
+)
+from controlplane.compare.jsonutil import dumps
+
+# Hex digits kept of each keyed digest: 64 bits, so two different values share one with a
+# probability near 5e-20; a print never needs more, and stays small in every row.
+DIGEST_CHARS = 16
+# Hex digits of an input hash (the results column is 32 characters wide).
+INPUT_HASH_CHARS = 32
+# The text_conservation checks, named as the comparator names them in `failed`.
+CHECKS = ("sentences", "length_ratio", "negations", "numbers", "spans")
+
+
+# --- input identity --------------------------------------------------------------------
+
+
+def normalise_text(text: str) -> str:
+    """NFKC, whitespace runs collapsed to one space, trimmed."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def input_identity(value: Any) -> bytes | None:
+    """The bytes an input is known by: a string normalised, an input object as canonical
+    JSON with its `text` string normalised; None when there is nothing to know it by."""
+    if isinstance(value, str):
+        return normalise_text(value).encode()
+    if not isinstance(value, Mapping):
+        return None if value is None else canonical_json(value)
+    held = {k: v for k, v in value.items() if v is not None}
+    if not held.keys() - {"segments"}:
+        return None  # no text and nothing else: every such input would look alike
+    if isinstance(held.get("text"), str):
+        held["text"] = normalise_text(held["text"])
+    return canonical_json(held)
+
+
+def input_hash(key: bytes, value: Any) -> str | None:
+    """Keyed hash (HMAC-SHA256, 32 hex digits) of an input's identity: equal for inputs
+    that differ only in spacing or Unicode compatibility forms, and reveals nothing of them."""
+    identity = input_identity(value)
+    if identity is None:
+        return None
+    return hmac.digest(key, identity, "sha256").hex()[:INPUT_HASH_CHARS]
+
+
+# --- fingerprints ------------------------------------------------------------------------
+
+
+def _digest(key: bytes, value: Any) -> str:
+    return hmac.digest(key, dumps(value, sort_keys=True), "sha256").hex()[:DIGEST_CHARS]
+
+
+def spec_digest(spec: Mapping[str, Any]) -> str:
+    """Which comparator spec a print was taken under: prints taken under another are not
+    compared (a changed field list or label set would make them mean other things)."""
+    return hashlib.sha256(canonical_json(dict(spec))).hexdigest()[:DIGEST_CHARS]
+
+
+def fingerprint(
+    spec: Mapping[str, Any], output: Any, key: bytes, *, max_chars: int = MAX_CHARS
+) -> dict[str, Any] | None:
+    """Keyed digests of exactly what the spec's comparator compares of this output (the
+    normalised label; the canonical JSON; each declared field; each conservation check's
+    reading), or `invalid: true` for an output outside the task's schema. None when there
+    is no output, or it is longer than the comparator reads."""
+    if output is None or (isinstance(output, str) and len(output) > max_chars):
+        return None
+    kind = spec["kind"]
+    head: dict[str, Any] = {"kind": kind, "spec": spec_digest(spec)}
+    invalid = {**head, "invalid": True}
+    if kind == "label":
+        labels = spec.get("labels")
+        allowed = _allowed_labels(tuple(labels)) if labels else None
+        label = normalise_label(output)
+        if label is None or (allowed is not None and label not in allowed):
+            return invalid
+        return {**head, "label": _digest(key, label)}
+    if kind == "exact":
+        try:
+            value = canonical(output)
+        except ValueError:
+            return invalid
+        return {**head, "value": _digest(key, canonical_json(value).decode())}
+    if kind == "json_fields":
+        fields: Mapping[str, str] = spec["fields"]
+        obj, _ = _as_object(output)
+        if obj is None or _schema_problems(obj, fields, list(spec.get("required") or [])):
+            return invalid
+        return {
+            **head,
+            "fields": {name: _digest(key, _field_form(obj.get(name))) for name in fields},
+        }
+    if kind == "text_conservation":
+        if not isinstance(output, str) or not output.strip():
+            return invalid
+        reading = conservation.read(output)
+        return {
+            **head,
+            "sentences": reading.sentences,
+            "length": reading.length,
+            "negations": _digest(
+                key, sorted(conservation.negation_counts(reading.negations).items())
+            ),
+            "numbers": _digest(key, sorted(reading.numbers.elements())),
+            "spans": _digest(key, sorted(reading.spans)),
+        }
+    raise ValueError(f"no fingerprint for comparator kind {kind!r}")
+
+
+def _field_form(value: Any) -> list[str]:
+    # What the comparator's field equality reads: two strings compare with their spaces
+    # collapsed, anything else (a string against a number too) as canonical JSON.
+    if isinstance(value, str):
+        return ["s", " ".join(value.split())]
+    return ["j", canonical_json(value).decode()]
+
+
+def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two prints were taken under the same comparator spec."""
+    return a.get("kind") == b.get("kind") and a.get("spec") == b.get("spec")
+
+
+def compare_prints(
+    spec: Mapping[str, Any], reference: Mapping[str, Any], repeat: Mapping[str, Any]
+) -> tuple[str, list[str]]:
+    """A repeat pair scored from prints: (agree | conflict | invalid, the sorted names of
+    the fields or checks that differ), as `repeat_outcome(compare(spec, repeat_output,
+    reference_output))` scores it from the outputs. ValueError for prints not comparable."""
+    if not comparable(reference, repeat):
+        raise ValueError("prints taken under different comparator specs")
+    if reference.get("invalid") or repeat.get("invalid"):
+        return "invalid", []
+    kind = reference["kind"]
+    names: list[str]
+    if kind == "label":
+        return ("agree" if reference["label"] == repeat["label"] else "conflict"), []
+    if kind == "exact":
+        return ("agree" if reference["value"] == repeat["value"] else "conflict"), []
+    if kind == "json_fields":
+        ref_fields, rep_fields = reference["fields"], repeat["fields"]
+        names = sorted(n for n in spec["fields"] if ref_fields.get(n) != rep_fields.get(n))
+    elif kind == "text_conservation":
+        lo, hi = spec.get("length_ratio") or DEFAULT_LENGTH_RATIO
+        ref_length, rep_length = reference["length"], repeat["length"]
+        if ref_length:
+            ratio = rep_length / ref_length
+        else:
+            ratio = 1.0 if not rep_length else math.inf
+        names = [
+            check
+            for check in CHECKS
+            if (
+                not lo <= ratio <= hi
+                if check == "length_ratio"
+                else reference[check] != repeat[check]
+            )
+        ]
+    else:
+        raise ValueError(f"no fingerprint for comparator kind {kind!r}")
+    return ("conflict" if names else "agree"), sorted(names)
+
+
+# --- a comparison read as a repeat pair ------------------------------------------------------
+
+
+def repeat_outcome(comparison: Comparison) -> tuple[str, list[str]] | None:
+    """A comparison of a repeat (as the compared side) against the cloud answer (as the
+    reference) as a repeat pair: invalid when either answer is outside the schema (the
+    comparator calls a bad reference a conflict: for the cloud's own noise it is neither
+    side's disagreement), else its outcome, with the sorted names of the fields or checks
+    that differed. None when it was not compared (an output too long)."""
+    outcome, diff = comparison.outcome, comparison.diff
+    if outcome is None:
+        return None
+    if outcome == "invalid" or (diff is not None and "cloud" in diff):
+        return "invalid", []
+    if outcome == "agree" or diff is None:
+        return outcome, []
+    if "fields" in diff:
+        return outcome, sorted(diff["fields"])
+    if "failed" in diff:
+        return outcome, sorted(diff["failed"])
+    return outcome, []
