@@ -103,12 +103,6 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
-def whole(value: float | None) -> str:
-    """A measured figure (tokens, calls a day) to the nearest whole number, thousands
-    separated ("2,379"); "—" without data."""
-    return NONE if value is None or missing(value) else f"{value:,.0f}"
-
-
 def interval(low: float | None, high: float | None) -> str:
     """A Wilson interval as "91.0%–96.4%"; "—" without data."""
     if missing(low) or missing(high):

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard import charts
-from dashboard.formats import NONE, count, decimal, line, moment, number, percent, whole
+from dashboard.formats import NONE, count, decimal, line, moment, number, percent
 
 Row = Mapping[str, Any]
 
@@ -121,33 +121,12 @@ def heading(grade: Row) -> str:
     )
 
 
-def _value(name: str, value: Any) -> str:
-    """A dimension's measured value in words."""
-    if not isinstance(value, Mapping):
-        return "" if value is None else f"declared {number(value)}"
-    if name == "input_length":
-        return (
-            f"P50 {whole(value.get('p50'))}, P95 {whole(value.get('p95'))} tokens, "
-            f"P95/P50 {_figure(value.get('ratio'))}"
-        )
-    if name == "determinism":
-        found = (
-            f"self-agreement {percent(value.get('self_agreement'))} "
-            f"(lower bound {percent(value.get('low'))})"
-        )
-        if value.get("in_schema") is not None:
-            found += f", {percent(value['in_schema'])} of repeat pairs in the schema"
-        return found
-    if name == "frequency":
-        return (
-            f"{whole(value.get('per_day'))} calls a day, "
-            f"{whole(value.get('mean_input_tokens'))} input tokens a call"
-        )
+def _measured(name: str, value: Any) -> str:
+    """What a dimension's sentence does not already say of its measured value: the share
+    of repeat pairs inside the schema."""
+    if name == "determinism" and isinstance(value, Mapping) and value.get("in_schema") is not None:
+        return f"{percent(value['in_schema'])} of repeat pairs in the schema"
     return ""
-
-
-def _figure(value: float | None) -> str:
-    return NONE if value is None else number(value)
 
 
 def dimension_lines(grade: Row, veto: float) -> str:
@@ -163,7 +142,7 @@ def dimension_lines(grade: Row, veto: float) -> str:
         if name == "error_cost":
             shown = f"1 − {number(dimension['value'])} = {shown}"
         signal = " · **danger signal**" if dimension.get("signal") else ""
-        measured = _value(name, dimension.get("value"))
+        measured = _measured(name, dimension.get("value"))
         out.append(
             f"- **{label}** — score {shown}{signal}"
             + (f" · {measured}" if measured else "")

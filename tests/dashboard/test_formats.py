@@ -93,7 +93,6 @@ def test_figures_and_counts() -> None:
     assert formats.coefficient(0.812) == "0.81"
     assert formats.number(12.0) == "12" and formats.number(0.15) == "0.15"
     assert formats.count(1200) == "1,200"
-    assert formats.whole(2378.6) == "2,379" and formats.whole(None) == "—"
 
 
 def test_chart_directives() -> None:
