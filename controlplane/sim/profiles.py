@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from controlplane.client import murmur3_32
+from controlplane.client import wants_repeat
 
 SCENARIOS = ("none", "long_tickets", "edge_outage", "silence", "traffic_jump")
 LONG_TICKET = 2048
@@ -280,14 +280,6 @@ COURTESY = {
 Repeat = Callable[[random.Random, dict[str, Any]], Any]
 
 
-def wants_repeat(task: str, request_id: str, rate: float) -> bool:
-    """Whether a router asks the cloud a second time for this request: sticky by request id
-    (murmur3_32 of "task:request_id" as a share of 2**32), so resends agree."""
-    if rate <= 0:
-        return False
-    return murmur3_32(f"{task}:{request_id}".encode()) < rate * 2**32
-
-
 def ticket_relabel_rate(input_tokens: int) -> float:
     """The share of repeats on which the ticket classifier's cloud answers another label."""
     return TICKET_RELABEL_LONG if input_tokens >= LONG_TICKET else TICKET_RELABEL
@@ -434,8 +426,8 @@ def generate(
     repeat_rate: float = 0.0,
 ) -> list[dict[str, Any]]:
     """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`);
-    on `repeat_rate` of them (chosen as routers choose, by request id) the cloud answered
-    twice (`cloud_repeat`)."""
+    on `repeat_rate` of them (chosen as routers choose, by the client's `wants_repeat` on the
+    request id) the cloud answered twice (`cloud_repeat`)."""
     if scenario == "silence":
         return []
     if scenario == "traffic_jump":

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controlplane.client import FlagClient, ResultReporter, Route
-from controlplane.sim.profiles import GENERATORS, eligible, serve, wants_repeat, with_repeat
+from controlplane.client import FlagClient, ResultReporter, Route, wants_repeat
+from controlplane.sim.profiles import GENERATORS, eligible, serve, with_repeat
 
 MAX_OUTBOX = 200_000
 # Seconds `stream` waits at the end for the reporters to deliver what is queued.
@@ -138,7 +138,9 @@ def stream(
                         eligible=eligible(result["input_tokens"]),
                     )
                     result = _as_routed(serve(result, route.served == "edge"), route)
-                    if wants_repeat(task, result["request_id"], _repeat_rate(flags, task)):
+                    # Off the serving path, as the client's ResultReporter asks it: the
+                    # flag's repeat_rate, the request picked by its id.
+                    if wants_repeat(task, result["request_id"], route.repeat_rate):
                         result = with_repeat(result, seed)
                     reporters[task].report(result)
                     totals[task].served_edge += result["served"] == "edge"
@@ -161,15 +163,6 @@ def stream(
             reporter.close(timeout=FLUSH_SECONDS)
             _count(totals[task], reporter)
     return totals
-
-
-def _repeat_rate(flags: FlagClient, task: str) -> float:
-    """The share of requests on which the flag asks routers for a second cloud answer
-    (`repeat_rate`); none without a current flag or with an unreadable rate."""
-    rate = (flags.flag(task) or {}).get("repeat_rate")
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-        return 0.0
-    return float(rate)
 
 
 def _describe(flags: FlagClient, task: str) -> str:

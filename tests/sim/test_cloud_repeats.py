@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sqlalchemy import select
 
+from controlplane.client import wants_repeat
 from controlplane.compare.comparators import compare
-from controlplane.sim.profiles import LONG_TICKET, generate, wants_repeat
+from controlplane.db import session_scope
+from controlplane.keys.service import create_key
+from controlplane.models import Result
+from controlplane.sim.profiles import LONG_TICKET, generate
+from controlplane.sim.runner import stream
+from tests.conftest import Api
+from tests.sim.test_simulator import live_api  # noqa: F401  (the live API fixture)
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 N = 20000
@@ -114,3 +122,39 @@ def test_repeats_follow_the_rate_by_request_id_and_change_nothing_else() -> None
         assert repeat["model"] == cloud["model"]
         assert repeat["input_tokens"] == cloud["input_tokens"] == r["input_tokens"]
         assert repeat["latency_ms"] >= 50
+
+
+def test_the_simulated_router_asks_for_repeats_at_the_flags_rate(
+    live_api: tuple[str, Api],  # noqa: F811  (the fixture imported above)
+) -> None:
+    """Over HTTP, routed by the flags: the requests the client's wants_repeat picks at the
+    flag's repeat_rate (and only those) are stored with a repeat pair, scored by the task's
+    comparator, differing on the note alone."""
+    base, api = live_api
+    with session_scope(api.engine) as session:
+        _, key = create_key(session, name="router", scopes=["ingest", "flags:read"], actor="test")
+    config = yaml.safe_load((EXAMPLES / "invoice_extract.yaml").read_text())
+    config["grading"] = {"repeat_rate": 0.3}
+    assert api.client.post("/v1/tasks", json=config, headers=api.headers()).status_code == 201
+    assert (
+        api.client.get("/v1/flags/invoice_extract", headers=api.headers()).json()["repeat_rate"]
+        == 0.3
+    )
+    totals = stream(base, key, ["invoice_extract"], rate=300, duration=2, flag_stream=False)
+    t = totals["invoice_extract"]
+    assert t.accepted == t.generated > 0 and not t.rejected, t.errors
+    with session_scope(api.engine) as session:
+        rows = session.execute(
+            select(
+                Result.request_id, Result.repeat_source, Result.repeat_outcome, Result.repeat_diff
+            )
+        ).all()
+    assert len(rows) == t.generated
+    asked = {r.request_id for r in rows if r.repeat_source == "asked"}
+    assert asked == {
+        r.request_id for r in rows if wants_repeat("invoice_extract", r.request_id, 0.3)
+    }
+    assert _within(len(asked), len(rows), 0.3), (len(asked), len(rows))
+    outcomes = Counter(r.repeat_outcome for r in rows if r.request_id in asked)
+    assert set(outcomes) == {"agree", "conflict"}, outcomes
+    assert {name for r in rows if r.repeat_diff for name in r.repeat_diff} == {"note"}
