@@ -12,7 +12,18 @@ from operator import itemgetter
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import FromClause, Insert, func, insert, select, text
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Insert,
+    String,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -264,7 +275,7 @@ def earlier_prints(
         )
         .where(
             Result.task_id == task_id,
-            Result.input_hash.in_(sorted(input_hashes)),
+            _among(session, Result.input_hash, sorted(input_hashes)),
             Result.ts >= since,
             Result.ts <= until,
             # Answered by the cloud: the rows that hold a print (a missing one may be stored
@@ -278,6 +289,14 @@ def earlier_prints(
     found = session.execute(query.where(ranked.c.rank <= PRINTS_PER_INPUT))
     # An output too long to compare has no print either.
     return [(r[0], r[1], r[2], r[3]) for r in found if r[3] is not None]
+
+
+def _among(session: Session, column: Any, values: list[str]) -> ColumnElement[bool]:
+    """`column IN values`; on PostgreSQL as one array parameter (`= ANY`), which a batch's
+    hundreds of values reach without a bind parameter each."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam("values", values, type_=postgresql.ARRAY(String)))
+    return column.in_(values)
 
 
 def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from controlplane.catalog import service as catalog
 from controlplane.db import session_scope
+from controlplane.ingest.repository import COPY_MIN_ROWS
 from controlplane.rollout.configs import apply_config
 from tests.conftest import INVOICE_TASK, TICKET_TASK, Api, make_api, make_result
 
@@ -488,3 +490,53 @@ def test_an_input_sent_often_still_finds_the_latest_cloud_answer(api: Api) -> No
     outcomes = [stored(api, f"p-c{i}")["repeat_outcome"] for i in range(6)]
     assert outcomes == ["agree"] * 6
     assert stored(api, "p-2")["repeat_outcome"] == "conflict"
+
+
+def test_a_large_batch_stores_every_repeat_column(api: Api) -> None:
+    # 30 results: on PostgreSQL a batch this large is written with COPY, not INSERT.
+    assert COPY_MIN_ROWS <= 30
+    questions = [{"text": f"Question number {i % 10}"} for i in range(30)]
+    batch = [
+        make_result(
+            request_id=f"big-{i}",
+            ts=at(i),
+            input=questions[i],
+            cloud={"output": "refund" if i % 3 else "exchange", "cost": 0.002},
+            **({"cloud_repeat": {"output": "complaint", "cost": 0.003}} if i % 7 == 0 else {}),
+        )
+        for i in range(30)
+    ]
+    accepted(api, *batch)
+    for i in range(30):
+        row = stored(api, f"big-{i}")
+        assert row["input_hash"] == stored(api, f"big-{i % 10}")["input_hash"]
+        assert row["cloud_print"] is not None
+        if i % 7 == 0:
+            expected = ("conflict", "asked", [], 0.003)
+        elif i < 10:
+            expected = (None, None, None, None)  # the first time its question is asked
+        else:
+            # Ten minutes before: the same question, answered alike when both are (or are not)
+            # multiples of 3 (i and i - 10 are apart by 10, so only when 3 divides neither).
+            same = (i % 3 == 0) == ((i - 10) % 3 == 0)
+            expected = ("agree" if same else "conflict", "duplicate", [], None)
+        assert tuple(row[c] for c in REPEAT_COLUMNS) == expected, i
+
+
+def test_answers_under_another_comparator_spec_are_not_paired(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accepted(api, make_result(request_id="v-1", ts=at(0)))
+    with session_scope(api.engine) as session:
+        apply_config(
+            session,
+            {**TICKET_TASK, "comparator": {"kind": "label", "labels": ["refund", "exchange"]}},
+            actor="test",
+        )
+    # Ingest reads the new version at once (not within the second its cache allows).
+    monkeypatch.setattr(catalog, "_runtimes", {})
+    accepted(api, make_result(request_id="v-2", ts=at(1)))
+    accepted(api, make_result(request_id="v-3", ts=at(2)))
+    assert stored(api, "v-1")["config_version"] != stored(api, "v-2")["config_version"]
+    assert stored(api, "v-2")["repeat_source"] is None  # v-1's print meant other labels
+    assert stored(api, "v-3")["repeat_outcome"] == "agree"
