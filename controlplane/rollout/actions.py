@@ -18,6 +18,7 @@ from controlplane.catalog.service import task_or_404
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
 from controlplane.evalsets.gate import check_unblock
+from controlplane.grading.service import grade_held
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document
@@ -93,8 +94,11 @@ def promote(
     expected_stage: str | None = None,
 ) -> dict[str, Any]:
     """Move the task one stage on. The gate guards every move that serves the edge more;
-    `force` overrides it (audited), nothing overrides the error-cost veto. With
-    `expected_stage`, 409 when the task is no longer there (someone moved it first)."""
+    leaving `shadow` also needs the task's grade, graded now, to be `offload`. `force`
+    overrides the gate and a `shadow`, `insufficient` or by-score `keep_cloud` grade
+    (audited: what it went past and why); nothing overrides the error-cost veto or a
+    `forbid`. With `expected_stage`, 409 when the task is no longer there (someone moved it
+    first)."""
     check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
@@ -110,25 +114,41 @@ def promote(
                     "shadow",
                 },
             )
-        verdict = None
+        verdict, graded, blocked = None, None, {}
+        if found.stage == "shadow":
+            # Leaving shadow needs the tier `offload`, graded now on the config promoted.
+            graded = grade_held(session, found, config, veto=veto, now=utcnow(), keep=True)
+            refused = gates.grade_block(graded, config)
+            if refused is not None and not refused["forceable"]:
+                raise ActionError(409, {"grade": refused})
+            if refused is not None:
+                blocked["grade"] = refused
         if found.stage != "cloud":
             verdict = gate(session, found, config)
-            if not verdict["passed"] and not force:
-                raise ActionError(409, {"gate": verdict})
-        decision = promote_next(
-            session,
-            found,
-            config,
-            actor=actor,
-            why=reason,
-            evidence={
-                "forced": bool(force and verdict is not None and not verdict["passed"]),
-                "gate": verdict,
-            },
-        )
+            if not verdict["passed"]:
+                blocked["gate"] = verdict
+        if blocked and not force:
+            raise ActionError(409, {k: blocked[k] for k in ("gate", "grade") if k in blocked})
+        evidence: dict[str, Any] = {"forced": bool(blocked), "gate": verdict}
+        if graded is not None:
+            evidence["grade"] = gates.grade_evidence(graded)
+        if blocked:
+            evidence["forced_past"] = _forced_past(blocked)
+        decision = promote_next(session, found, config, actor=actor, why=reason, evidence=evidence)
         return announce(session, decision, found.name)
 
     return in_transaction(engine, work)
+
+
+def _forced_past(blocked: dict[str, Any]) -> dict[str, Any]:
+    """What a forced promotion went past, for its decision and audit entry: the gate's
+    reasons, the grade's tier and the sentence that kept it from `offload`."""
+    past: dict[str, Any] = {}
+    if "gate" in blocked:
+        past["gate"] = blocked["gate"]["reasons"]
+    if "grade" in blocked:
+        past["grade"] = {"tier": blocked["grade"]["tier"], "reason": blocked["grade"]["reason"]}
+    return past
 
 
 def _move(

@@ -14,7 +14,9 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import TaskRuntime, runtimes
+from controlplane.grading.service import grade_held
 from controlplane.models import Decision, Task
+from controlplane.models.base import utcnow
 from controlplane.notify.documents import notice_document
 from controlplane.notify.outbox import add_event
 from controlplane.review.regression import queue_regression
@@ -51,15 +53,20 @@ class _Judgement:
     promote: dict[str, Any] | None = None  # the gate's verdict and the models seen
 
 
-def _judge(session: Session, task: Task, config: TaskConfig, veto: float) -> _Judgement:
-    """What the rules say about the task now (reads only)."""
+def _judge(
+    session: Session, task: Task, config: TaskConfig, veto: float, now: datetime, *, locked: bool
+) -> _Judgement:
+    """What the rules say about the task now; reads only, but for the grade an
+    auto-promotion out of shadow keeps as today's once the locks are `locked`."""
     windows = repository.stage_windows(session, task, config)
     outcomes = evaluate(config, windows, repository.stage_label_windows(session, task, config))
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
     if not fired or task.stage == "shadow":
         judgement = _Judgement([])
         if config.promotion.auto_promote and task.stage in ("shadow", "canary") and not fired:
-            judgement.promote = _auto_promotion(session, task, config, windows, outcomes, veto)
+            judgement.promote = _auto_promotion(
+                session, task, config, windows, outcomes, veto, now, locked=locked
+            )
         return judgement
     fired.sort(key=lambda o: (o.firing.at_window if o.firing else 0, o.rule_index))
     notices = []
@@ -91,10 +98,14 @@ def _auto_promotion(
     windows: Windows,
     outcomes: list[CellOutcome],
     veto: float,
+    now: datetime,
+    *,
+    locked: bool,
 ) -> dict[str, Any] | None:
-    """`promotion.auto_promote`: the policy promotes when the gate passes, unless the error
-    cost is at the veto, or the edge model now serving was blocked by a rollback (until a
-    person lifts the block)."""
+    """`promotion.auto_promote`: the policy promotes when the gate passes — and, out of
+    shadow, the task's grade is `offload` — unless the error cost is at the veto, or the
+    edge model now serving was blocked by a rollback (until a person lifts the block). The
+    policy never forces."""
     if config.error_cost >= veto:
         return None
     verdict = gates.verdict(task.name, task.stage, config, windows, outcomes)
@@ -106,7 +117,13 @@ def _auto_promotion(
     seen = set(repository.models_seen(session, repository.in_time(task, start, end)))
     if seen & set(repository.blocked_models(session, task.id)):
         return None
-    return {"forced": False, "gate": verdict, "models": sorted(seen)}
+    promotion: dict[str, Any] = {"forced": False, "gate": verdict, "models": sorted(seen)}
+    if task.stage == "shadow":
+        graded = grade_held(session, task, config, veto=veto, now=now, keep=locked)
+        if gates.grade_block(graded, config) is not None:
+            return None
+        promotion["grade"] = gates.grade_evidence(graded)
+    return promotion
 
 
 def _dedupe_key(task: Task, outcome: CellOutcome) -> str:
@@ -133,7 +150,8 @@ def evaluate_task(
     out = Outcome()
     if task.stage not in (*ACTIVE_STAGES, "shadow"):
         return out
-    judgement = _judge(session, task, config, veto)
+    clock = now or utcnow()
+    judgement = _judge(session, task, config, veto, clock, locked=False)
     if judgement.fire is not None or judgement.promote is not None:
         # About to change the task: take the locks in order, then judge on what they hold.
         flags.lock_state(session)
@@ -141,7 +159,7 @@ def evaluate_task(
         config = config_now(session, task) or config
         if task.stage not in (*ACTIVE_STAGES, "shadow"):
             return out
-        judgement = _judge(session, task, config, veto)
+        judgement = _judge(session, task, config, veto, clock, locked=True)
     for notice in judgement.notices:
         add_event(session, kind="notice", task=task.name, document=notice_document(notice))
         out.notices.append(notice)

@@ -1,8 +1,9 @@
 """The promotion gate (docs/evidence.md, "Rollouts") and the stage order, without I/O.
 
 `verdict` judges the last `min_windows` windows closed in the stage, bucket by bucket,
-from their stored metric rows and the rules' outcomes on them; `next_stage` says where a
-promotion goes from a stage.
+from their stored metric rows and the rules' outcomes on them; `grade_block` says what the
+task's grade (docs/grading.md) lets through when it leaves `shadow`; `next_stage` says where
+a promotion goes from a stage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.errors import ActionError
+from controlplane.grading.grade import DIMENSIONS, LABELS
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.stats import wilson
 from controlplane.rollout.explain import rule_name
@@ -87,6 +89,50 @@ def verdict(
         "reasons": reasons,
         "buckets": buckets,
     }
+
+
+def grade_block(grade: dict[str, Any], config: TaskConfig) -> dict[str, Any] | None:
+    """What the task's grade says about leaving `shadow`: None when its tier is `offload`;
+    else the refusal, its `reason` naming the dimension (or what is missing), and whether
+    `force` may override it: for `shadow`, `insufficient` and a `keep_cloud` by score, never
+    for `forbid` nor for a `keep_cloud` by the error-cost veto."""
+    tier = grade["tier"]
+    if tier == "offload":
+        return None
+    vetoed = bool(grade["dimensions"]["error_cost"]["veto"])
+    return {
+        "tier": tier,
+        "score": grade.get("score"),
+        "reason": _grade_reason(grade, config),
+        "forceable": tier != "forbid" and not (tier == "keep_cloud" and vetoed),
+        "reasons": grade["reasons"],
+        "missing": grade["missing"],
+        "to_change": grade.get("to_change", []),
+        "computed_at": grade["computed_at"],
+    }
+
+
+def _grade_reason(grade: dict[str, Any], config: TaskConfig) -> str:
+    """One sentence naming what keeps the tier from `offload`: what is missing; the forbid
+    or the veto; the dimensions with a danger signal; or, with none, the weakest one."""
+    if grade["tier"] == "insufficient":
+        return "too little traffic to grade the task: " + "; ".join(grade["missing"])
+    if grade["reasons"]:
+        return "; ".join(grade["reasons"])
+    dimensions = grade["dimensions"]
+    scored = [d for d in DIMENSIONS if dimensions[d].get("score") is not None]
+    weakest = min(scored, key=lambda d: dimensions[d]["score"])
+    return (
+        f"score {grade['score']:.3f} is under the offload band "
+        f"{config.grading.tiers.offload:g}; weakest: {LABELS[weakest]} "
+        f"(score {dimensions[weakest]['score']:.2f}): {dimensions[weakest]['reason']}"
+    )
+
+
+def grade_evidence(grade: dict[str, Any]) -> dict[str, Any]:
+    """What a decision keeps of the grade it was judged on."""
+    keep = ("tier", "score", "computed_at", "span", "reasons", "missing")
+    return {name: grade.get(name) for name in keep}
 
 
 def next_stage(stage: str, canary_step: int, config: TaskConfig) -> tuple[str, int]:

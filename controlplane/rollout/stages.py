@@ -101,10 +101,23 @@ def change_stage(
             "from": stage_before,
             "to": stage,
             "reason": reason,
-            **({"forced": True} if (evidence or {}).get("forced") else {}),
+            **_audited(evidence or {}),
         },
     )
     return decision
+
+
+def _audited(evidence: dict[str, Any]) -> dict[str, Any]:
+    """What the audit entry repeats of a decision's evidence: whether it was forced and past
+    what (the gate's reasons, the grade's tier and why), and the grade's tier it went on."""
+    out: dict[str, Any] = {}
+    if evidence.get("forced"):
+        out["forced"] = True
+        if evidence.get("forced_past"):
+            out["forced_past"] = evidence["forced_past"]
+    if evidence.get("grade"):
+        out["tier"] = evidence["grade"]["tier"]
+    return out
 
 
 def promote_next(

@@ -12,6 +12,7 @@ from controlplane.db import session_scope
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
+from tests.grading_support import give_offload_grade
 from tests.windowdata import post_all
 
 pytestmark = pytest.mark.integration
@@ -285,6 +286,9 @@ def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "blocked_task").one()
         block(session, task, "small@3", None)
+    # Both grade `offload` (leaving shadow needs it): only the block tells them apart.
+    for name in ("eager_task", "blocked_task"):
+        give_offload_grade(api.url, name)
     start = rewind(api)
     promoted = []
     for k in range(3):
