@@ -3,8 +3,10 @@
 Migrates the SQLite file, registers the example tasks with ten-second windows, starts the
 API in this process (its in-process scheduler computes and closes windows, then runs the
 rollout rules) and the dashboard beside it (`shadowplane dashboard`, its own process on
-the same database, stopped when the demo ends), promotes the ticket classifier to canary
-by hand, streams simulated traffic routed by the flags, switches the long-ticket
+the same database, stopped when the demo ends), streams shadow traffic long enough to
+grade every task from it (with the cloud asked a second time on a share of requests) and
+prints the three grades and why, promotes the ticket classifier to canary by hand past
+its grade, streams simulated traffic routed by the flags, switches the long-ticket
 regression on, and prints the windows filling up and the rollback when the policy makes
 it — then where to look and keys to look with. The clock is real: nothing is faked.
 """
@@ -30,6 +32,7 @@ import yaml
 from controlplane.api import create_app
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
+from controlplane.grading.service import grade_task
 from controlplane.ingest.repository import conflict_ids
 from controlplane.keys.service import create_key
 from controlplane.migrate import ROOT, upgrade
@@ -50,6 +53,15 @@ def _free_port(preferred: int) -> int:
 
 
 DEMO_WINDOW = {"window_seconds": 10, "allowed_lateness_seconds": 5}
+# Grading needs a day of traffic, 1,000 results and 100 repeat pairs by default; the demo
+# grades from its first seconds of shadow traffic instead, and asks the cloud a second
+# time on a quarter of requests (production: 1%) so the repeat pairs come quickly.
+DEMO_GRADING = {"repeat_rate": 0.25, "min_results": 150, "min_repeat_pairs": 20, "min_days": 0}
+# The shadow phase before the canary: at least this long, and long enough for about this
+# many repeat pairs per task at the chosen rate (so the cloud's self-agreement is measured
+# closely enough to grade determinism).
+SHADOW_SECONDS = 20.0
+SHADOW_REPEAT_PAIRS = 150
 # The canary's rules judge each window on 20 pairs or more, so a rollback can happen in
 # about three windows; production keeps the default 200.
 DEMO_ROLLBACK = {"min_samples": 20}
@@ -141,6 +153,7 @@ def _demo(
         for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
             # Ten-second windows, so they fill and close while you watch.
             config = {**yaml.safe_load(path.read_text(encoding="utf-8")), **DEMO_WINDOW}
+            config["grading"] = {**config.get("grading", {}), **DEMO_GRADING}
             if config["task"] == CANARY:
                 config["rollback"] = {**config.get("rollback", {}), **DEMO_ROLLBACK}
             applied.append(apply_config(session, config, actor="demo"))
@@ -184,23 +197,6 @@ def _demo(
     else:
         typer.echo(f"The dashboard did not start; its log: {dashboard.log_path}")
     reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
-    # A person promotes the ticket classifier to canary without evidence yet: forced, audited.
-    promoted = reader.post(
-        f"/v1/tasks/{CANARY}/promote",
-        json={"reason": "demo: canary without waiting for the gate", "force": True},
-    )
-    promoted.raise_for_status()
-    canary = reader.get(f"/v1/flags/{CANARY}").json()
-    typer.echo(
-        f"{CANARY} promoted to canary by hand (forced past the gate, audited): its flag "
-        f"v{canary['version']} serves the edge to sessions in sticky buckets under "
-        f"{canary['edge_percent']}% and runs the other side beside every request."
-    )
-    typer.echo(
-        f"Simulating {rate:g} results/s per task, routed by the flags, in 10-second windows "
-        f"closed 5 s after they end. After {scenario_after:g} s the edge starts failing on "
-        f"{CANARY}'s long tickets (2048+ tokens) only:\n"
-    )
     started = datetime.now(UTC)
     last_print = [0.0]
     stop = threading.Event()
@@ -220,6 +216,60 @@ def _demo(
                     stop.set()
 
     seen.update(d["id"] for d in reader.get("/v1/decisions").json()["decisions"])
+
+    # Shadow first: every task's traffic, the edge only recorded, until each can be graded.
+    shadow_seconds = max(
+        SHADOW_SECONDS,
+        SHADOW_REPEAT_PAIRS / (rate * DEMO_GRADING["repeat_rate"]),
+    )
+    typer.echo(
+        f"Shadow traffic first: {rate:g} results/s per task for {shadow_seconds:.0f} s, every "
+        f"task in shadow, the cloud asked a second time on {DEMO_GRADING['repeat_rate']:.0%} "
+        "of requests (its own noise floor). The demo grades from these seconds: its config "
+        f"lowers grading's minimums to {DEMO_GRADING['min_results']} results, "
+        f"{DEMO_GRADING['min_repeat_pairs']} repeat pairs and {DEMO_GRADING['min_days']} days "
+        "(production: 1,000, 100 and 1).\n"
+    )
+    shadow_totals = stream(
+        base,
+        router_key,
+        tasks,
+        rate=rate,
+        duration=shadow_seconds,
+        seed=int(time.time()),
+        stop=stop,
+        every_second=show,
+    )
+    _wait_for_windows(reader, tasks, started, shadow_totals)
+    with session_scope(engine) as session:
+        # Graded now and kept as today's grade, as `shadowplane grade` does.
+        grades = {
+            task: grade_task(session, task, veto=settings.error_cost_veto, now=datetime.now(UTC))
+            for task in tasks
+        }
+    _print_grades(grades, shadow_seconds)
+    canary_grade = grades[CANARY]
+
+    # A person promotes the ticket classifier to canary anyway: forced past the gate and the
+    # grade, audited.
+    says = f"the grade says {canary_grade['tier']}: {_first_reason(canary_grade)}"
+    promoted = reader.post(
+        f"/v1/tasks/{CANARY}/promote",
+        json={"reason": f"demo: canary anyway ({says})"[:500], "force": True},
+    )
+    promoted.raise_for_status()
+    canary = reader.get(f"/v1/flags/{CANARY}").json()
+    typer.echo(
+        f"\n{CANARY} promoted to canary by hand, forced past the gate and its grade ({says}); "
+        f"audited. Its flag v{canary['version']} serves the edge to sessions in sticky buckets "
+        f"under {canary['edge_percent']}% and runs the other side beside every request."
+    )
+    typer.echo(
+        f"Simulating {rate:g} results/s per task, routed by the flags, in 10-second windows "
+        f"closed 5 s after they end. After {scenario_after:g} s the edge starts failing on "
+        f"{CANARY}'s long tickets (2048+ tokens) only:\n"
+    )
+    last_print[0] = 0.0
     totals = stream(
         base,
         router_key,
@@ -227,9 +277,9 @@ def _demo(
         rate=rate,
         duration=duration,
         plan=Plan("long_tickets", {CANARY}, scenario_after),
-        seed=int(time.time()),
+        seed=int(time.time()) + 1,
         stop=stop,
-        every_second=show,
+        every_second=lambda elapsed, t: show(elapsed + shadow_seconds, t),
     )
     # Wait (real time) until every window that got traffic has closed: the last one ends,
     # its lateness runs out, the next pass closes it. Looked at five times a second.
@@ -242,9 +292,9 @@ def _demo(
     while time.monotonic() < deadline and _open_windows(reader, tasks, started):
         time.sleep(0.2)
 
-    typer.echo("\nPosted over HTTP:")
+    typer.echo("\nPosted over HTTP (shadow and canary phases):")
     for task in tasks:
-        t = totals[task]
+        t = _sum_totals(shadow_totals[task], totals[task])
         typer.echo(
             f"  {task:<18} generated {t.generated}, accepted {t.accepted}, duplicates {t.duplicates}, "
             f"rejected {t.rejected}, not delivered {t.dropped}"
@@ -400,3 +450,57 @@ def _print_buckets(reader: httpx.Client, task: str, since: datetime) -> None:
 
 def _money(value: float) -> str:
     return f"-${-value:.4f}" if value < 0 else f"${value:.4f}"
+
+
+def _sum_totals(first: Totals, second: Totals) -> Totals:
+    return Totals(
+        generated=first.generated + second.generated,
+        accepted=first.accepted + second.accepted,
+        duplicates=first.duplicates + second.duplicates,
+        rejected=first.rejected + second.rejected,
+        dropped=first.dropped + second.dropped,
+        errors=first.errors + second.errors,
+    )
+
+
+def _wait_for_windows(
+    reader: httpx.Client, tasks: list[str], since: datetime, posted: dict[str, Totals]
+) -> None:
+    """Wait (real time, at most 15 s) until the windows hold every result the API accepted:
+    the in-process scheduler computes them within a second of their arrival."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        counted = {
+            task: sum(w["n_results"] for w in _windows(reader, task, since)) for task in tasks
+        }
+        if all(counted[task] >= posted[task].accepted for task in tasks):
+            return
+        time.sleep(0.2)
+
+
+def _first_reason(grade: dict[str, Any]) -> str:
+    """The grade's first reason: its first danger signal, else what is missing, else the
+    tier's own word."""
+    for reason in (*grade.get("reasons", []), *grade.get("missing", [])):
+        return str(reason)
+    return "no dimension signals danger"
+
+
+def _print_grades(grades: dict[str, dict[str, Any]], seconds: float) -> None:
+    """Each task's tier, score and first reason, and the fields or checks its cloud changes
+    between two answers to the same input (noisy)."""
+    typer.echo(
+        f"\nGrades from {seconds:.0f} s of shadow traffic, graded now and kept as "
+        "`shadowplane grade` does (GET /v1/grades answers them): tier, score, first reason"
+    )
+    for task, grade in grades.items():
+        score = "-" if grade.get("score") is None else f"{grade['score']:.2f}"
+        first = _first_reason(grade)
+        typer.echo(f"  {task:<18} {grade['tier']:<12} score {score:<5} {first}")
+        noisy = grade.get("noisy") or []
+        if noisy and not all(n["name"] in first for n in noisy):
+            names = ", ".join(f"{n['name']} on {n['rate']:.0%}" for n in noisy)
+            typer.echo(
+                f"  {'':<18} noisy: the cloud itself changes {names} of its repeats, so edge "
+                "differences there say little"
+            )

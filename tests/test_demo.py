@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import pandas as pd
 from sqlalchemy import create_engine, text
 
 from tests.liveapi import WAIT, output, start_python, wait_until
@@ -79,6 +80,30 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
         in out
     )
     assert "ticket_classify is now in rolled_back" in out
+    # Before the canary, each task graded from its shadow traffic: the ticket classifier's
+    # long tail makes it `shadow`, said by input length, before the rollback it foretold.
+    graded = dict(
+        re.findall(
+            r"^  (\w+) +(offload|shadow|keep_cloud|forbid|insufficient) +score [\d.-]+ +\S",
+            out,
+            re.MULTILINE,
+        )
+    )
+    assert set(graded) == {"ticket_classify", "invoice_extract", "reply_rewrite"}, out
+    ticket = re.search(
+        r"^  ticket_classify +shadow +score ([\d.]+) +input length: P95 is ([\d.]+)x P50",
+        out,
+        re.MULTILINE,
+    )
+    assert ticket is not None, out
+    forced = out.index("forced past the gate and its grade (the grade says shadow: input length:")
+    assert (
+        ticket.start() < forced < out.index("DECISION by the policy: ticket_classify rolled back")
+    )
+    # The invoice's noisy free-text field is named with its grade.
+    section = out[out.index("\nGrades from ") : forced]
+    invoice = section[section.index("  invoice_extract  ") : section.index("  reply_rewrite  ")]
+    assert "note on " in invoice, section
     # Its evidence, window by window: the default detector's run up to h = 5.
     run = re.findall(
         r"^    \S+: \d+/\d+ = [\d.]+%: evidence [-+][\d.]+, counted [-+][\d.]+, sum ([\d.]+)$",
@@ -158,6 +183,27 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             )
         ).all()
     engine.dispose()
+    # The long tail the grade named is in the raw shadow traffic (pandas over the stored
+    # results before the promotion): P95 of input tokens at least 3x (the signal) its P50.
+    engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
+    with engine.connect() as conn:
+        tokens = pd.read_sql(
+            text(
+                "SELECT r.input_tokens FROM results r JOIN tasks t ON t.id = r.task_id "
+                "WHERE t.name = 'ticket_classify' AND r.ts < (SELECT min(created_at) FROM "
+                "decisions WHERE action = 'promote')"
+            ),
+            conn,
+        )["input_tokens"]
+        kept = conn.execute(
+            text(
+                "SELECT g.tier FROM task_grades g JOIN tasks t ON t.id = g.task_id "
+                "WHERE t.name = 'ticket_classify'"
+            )
+        ).scalar_one()
+    engine.dispose()
+    assert len(tokens) > 150 and tokens.quantile(0.95) >= 3 * tokens.quantile(0.5)
+    assert float(ticket.group(2)) >= 3 and kept == "shadow"
     assert stored, "conflicting rewrites keep their payloads"
     joined = " ".join(str(v) for row in stored for v in row)
     assert "@example.com" not in joined and "<EMAIL_1>" in joined
