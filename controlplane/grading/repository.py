@@ -14,8 +14,28 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, false, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Float,
+    Select,
+    and_,
+    case,
+    false,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    text,
+    tuple_,
+    type_coerce,
+    union_all,
+)
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from controlplane.db import dialect_insert
 from controlplane.metrics.fields import ALL
@@ -86,113 +106,181 @@ def _in_spans(spans: Sequence[Span]) -> ColumnElement[bool]:
     )
 
 
+class whole_tokens(FunctionElement[float]):
+    """A token count rounded to the nearest whole token, halves up, the same on both
+    backends (PostgreSQL's round of a double rounds halves to even, SQLite's away from 0)."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(whole_tokens, "postgresql")
+def _whole_pg(element: whole_tokens, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"floor({compiler.process(element.clauses, **kw)} + 0.5)"
+
+
+@compiles(whole_tokens, "sqlite")
+def _whole_sqlite(element: whole_tokens, compiler: SQLCompiler, **kw: Any) -> str:
+    # Token counts are never negative: truncating x + 0.5 is flooring it.
+    return f"CAST(CAST({compiler.process(element.clauses, **kw)} + 0.5 AS INTEGER) AS REAL)"
+
+
+# Which grouping a row of the one grouped pass belongs to: PostgreSQL's GROUPING() bits
+# over (p50, p95, day, diffs), a bit set for each column the row is not grouped by.
+BY_P50, BY_P95, BY_DAY = 0b0111, 0b1011, 0b1100
+# PostgreSQL's work_mem for the grouped pass: what lets the planner hash it (the memory
+# used is that of the groups: about 30 MB for 100 tasks; see _hashed).
+GROUPING_MEMORY = "128MB"
+
+
 def span_totals(session: Session, spans: Sequence[Span]) -> dict[int, SpanTotals]:
-    """Every span's aggregates, by task id: one grouped pass for the sums, days and medians,
-    and one read of the windows that carry per-field repeat differences.
+    """Every span's aggregates, by task id, from one pass over the spans' `all` rows,
+    grouped three ways at once: by the windows' input P50 and by their P95 (the results
+    behind each value, for the medians), and by UTC day and repeat differences (the sums,
+    the days with results, each distinct map of differences with its windows).
 
     Input length P50 and P95 over a span are approximated from the windows' own P50 and
     P95 (the raw results may be pruned, and reading them would cost the history): each is
-    the results-weighted median of the windows' values, i.e. the smallest window value
-    whose windows, with those below it, hold at least half the span's results. It equals
-    the exact percentile when the windows are alike and stays within the windows' range
-    of values otherwise; a long tail present in most of the traffic shows in it, a single
-    window's spike does not."""
+    the results-weighted median of the windows' values, to the nearest whole token — the
+    smallest value whose windows, with those below it, hold at least half the span's
+    results. It equals the exact percentile when the windows are alike and stays within
+    the windows' range of values otherwise; a long tail present in most of the traffic
+    shows in it, a single window's spike does not."""
     if not spans:
         return {}
-    where = and_(WindowMetrics.bucket == ALL, _in_spans(spans))
-    joined = Window.__table__.join(WindowMetrics.__table__, WindowMetrics.window_id == Window.id)
     counted = WindowMetrics.n_results > 0
-    weights = {
-        name: case((and_(counted, column.is_not(None)), WindowMetrics.n_results), else_=0)
-        for name, column in (
-            ("p50", WindowMetrics.input_tokens_p50),
-            ("p95", WindowMetrics.input_tokens_p95),
-        )
-    }
     rows = (
         select(
             Window.task_id.label("task_id"),
-            WindowMetrics.n_results.label("n_results"),
-            WindowMetrics.n_repeat_pairs.label("n_repeat_pairs"),
-            WindowMetrics.n_repeat_agree.label("n_repeat_agree"),
-            WindowMetrics.n_repeat_invalid.label("n_repeat_invalid"),
-            WindowMetrics.input_tokens_sum.label("input_tokens_sum"),
+            WindowMetrics.n_results.label("n"),
+            WindowMetrics.n_repeat_pairs.label("pairs"),
+            WindowMetrics.n_repeat_agree.label("agree"),
+            WindowMetrics.n_repeat_invalid.label("invalid"),
+            WindowMetrics.input_tokens_sum.label("tokens"),
+            case((counted, whole_tokens(WindowMetrics.input_tokens_p50))).label("p50"),
+            case((counted, whole_tokens(WindowMetrics.input_tokens_p95))).label("p95"),
             case((counted, epoch_seconds(Window.window_start) // DAY_SECONDS)).label("day"),
-            WindowMetrics.input_tokens_p50.label("p50"),
-            WindowMetrics.input_tokens_p95.label("p95"),
-            *(
-                func.sum(weight)
-                .over(partition_by=Window.task_id, order_by=order)
-                .label(f"below_{name}")
-                for (name, weight), order in zip(
-                    weights.items(),
-                    (WindowMetrics.input_tokens_p50, WindowMetrics.input_tokens_p95),
-                    strict=True,
-                )
-            ),
-            *(
-                func.sum(weight).over(partition_by=Window.task_id).label(f"total_{name}")
-                for name, weight in weights.items()
-            ),
+            case(
+                (WindowMetrics.n_repeat_pairs > 0, WindowMetrics.repeat_diffs), else_=null()
+            ).label("diffs"),
         )
-        .select_from(joined)
-        .where(where)
+        .select_from(
+            Window.__table__.join(WindowMetrics.__table__, WindowMetrics.window_id == Window.id)
+        )
+        .where(WindowMetrics.bucket == ALL, _in_spans(spans))
         .subquery()
     )
-
-    def median(name: str) -> Any:
-        value, below, total = rows.c[name], rows.c[f"below_{name}"], rows.c[f"total_{name}"]
-        return func.min(
-            case((and_(rows.c.n_results > 0, value.is_not(None), below * 2 >= total), value))
-        )
-
-    grouped = session.execute(
-        select(
-            rows.c.task_id,
-            func.sum(rows.c.n_results),
-            func.count(rows.c.day.distinct()),
-            median("p50"),
-            median("p95"),
-            func.sum(rows.c.input_tokens_sum),
-            func.sum(rows.c.n_repeat_pairs),
-            func.sum(rows.c.n_repeat_agree),
-            func.sum(rows.c.n_repeat_invalid),
-        ).group_by(rows.c.task_id)
-    ).all()
-    diffs = _repeat_diffs(session, where, joined)
-    out: dict[int, SpanTotals] = {}
-    for task_id, n, days, p50, p95, tokens, pairs, agree, invalid in grouped:
-        out[task_id] = SpanTotals(
-            results=int(n or 0),
-            days=int(days or 0),
-            input_p50=None if p50 is None else float(p50),
-            input_p95=None if p95 is None else float(p95),
-            input_tokens_sum=float(tokens or 0.0),
-            repeat_pairs=int(pairs or 0),
-            repeat_agree=int(agree or 0),
-            repeat_invalid=int(invalid or 0),
-            repeat_diffs=dict(diffs.get(task_id, {})),
-        )
-    return out
-
-
-def _repeat_diffs(session: Session, where: Any, joined: Any) -> dict[int, Counter[str]]:
-    """Per-field (per-check) repeat differences summed over the span's windows, by task id:
-    JSON maps, summed here (the two backends read JSON differently)."""
-    found: dict[int, Counter[str]] = {}
-    rows = session.execute(
-        select(Window.task_id, WindowMetrics.repeat_diffs)
-        .select_from(joined)
-        .where(
-            where,
-            WindowMetrics.n_repeat_pairs > 0,
-            WindowMetrics.repeat_diffs.is_not(None),
-        )
+    sums = (
+        func.count(),  # windows
+        func.sum(rows.c.n),
+        func.sum(rows.c.pairs),
+        func.sum(rows.c.agree),
+        func.sum(rows.c.invalid),
+        func.sum(rows.c.tokens),
     )
-    for task_id, counts in rows:
-        if counts:  # a JSON null reads back as None
-            found.setdefault(task_id, Counter()).update({str(k): int(v) for k, v in counts.items()})
-    return found
+    keys = (rows.c.p50, rows.c.p95, rows.c.day, rows.c.diffs)
+    groupings = {BY_P50: keys[:1], BY_P95: keys[1:2], BY_DAY: keys[2:]}
+    grouped: Select[Any] | CompoundSelect[Any]
+    if session.get_bind().dialect.name == "postgresql":
+        grouped = select(func.grouping(*keys), rows.c.task_id, *keys, *sums).group_by(
+            func.grouping_sets(*(tuple_(rows.c.task_id, *by) for by in groupings.values()))
+        )
+    else:  # SQLite has no GROUPING SETS: the same groupings, one after the other
+        # Typed, so the first select gives the union's columns their types (JSON read back).
+        nothing = [type_coerce(null(), key.type) for key in keys]
+        grouped = union_all(
+            *(
+                select(
+                    literal(kind),
+                    rows.c.task_id,
+                    *(
+                        key if any(key is k for k in by) else nothing[i]
+                        for i, key in enumerate(keys)
+                    ),
+                    *sums,
+                ).group_by(rows.c.task_id, *by)
+                for kind, by in groupings.items()
+            )
+        )
+    found: dict[int, _Totals] = {}
+    for kind, task_id, p50, p95, day, diffs, windows, *counts in _hashed(session, grouped):
+        totals = found.setdefault(task_id, _Totals())
+        if kind == BY_DAY:
+            totals.add(counts, day=day)
+            for name, count in (diffs or {}).items():  # a JSON null reads back as None
+                totals.diffs[str(name)] += int(count) * int(windows)
+        elif kind == BY_P50 and p50 is not None:
+            totals.p50.append((float(p50), int(counts[0])))
+        elif kind == BY_P95 and p95 is not None:
+            totals.p95.append((float(p95), int(counts[0])))
+    return {task_id: totals.done() for task_id, totals in found.items()}
+
+
+def _hashed(session: Session, grouped: Select[Any] | CompoundSelect[Any]) -> list[Any]:
+    """The grouped pass's rows. On PostgreSQL, for this statement only: memory enough to
+    hash the four groupings in one go (with the default 4 MB it sorts each grouping on
+    disk, several times slower), and no JIT (set off by the estimated number of groups,
+    its compilation costs more than this short aggregate)."""
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
+        return list(connection.execute(grouped))
+    before = connection.execute(
+        text("SELECT current_setting('work_mem'), current_setting('jit')")
+    ).one()
+    connection.execute(
+        text("SELECT set_config('work_mem', :memory, true), set_config('jit', 'off', true)"),
+        {"memory": GROUPING_MEMORY},
+    )
+    rows = list(connection.execute(grouped))
+    connection.execute(
+        text("SELECT set_config('work_mem', :memory, true), set_config('jit', :jit, true)"),
+        {"memory": before[0], "jit": before[1]},
+    )
+    return rows
+
+
+@dataclass
+class _Totals:
+    """One task's rows of the grouped pass, gathered."""
+
+    # results, repeat pairs, repeat agree, repeat invalid, input tokens
+    sums: list[float] = field(default_factory=lambda: [0, 0, 0, 0, 0.0])
+    days: set[int] = field(default_factory=set)
+    p50: list[tuple[float, int]] = field(default_factory=list)
+    p95: list[tuple[float, int]] = field(default_factory=list)
+    diffs: Counter[str] = field(default_factory=Counter)
+
+    def add(self, counts: Sequence[Any], *, day: int | None) -> None:
+        self.sums = [a + (b or 0) for a, b in zip(self.sums, counts, strict=True)]
+        if day is not None:  # a day with results
+            self.days.add(day)
+
+    def done(self) -> SpanTotals:
+        n, pairs, agree, invalid, tokens = self.sums
+        return SpanTotals(
+            results=int(n),
+            days=len(self.days),
+            input_p50=weighted_median(self.p50),
+            input_p95=weighted_median(self.p95),
+            input_tokens_sum=float(tokens),
+            repeat_pairs=int(pairs),
+            repeat_agree=int(agree),
+            repeat_invalid=int(invalid),
+            repeat_diffs=dict(self.diffs),
+        )
+
+
+def weighted_median(values: Iterable[tuple[float, int]]) -> float | None:
+    """The smallest value whose weight, with that of the values below it, reaches half the
+    total weight (None without weight)."""
+    ordered = sorted((v, w) for v, w in values if w > 0)
+    total = sum(w for _, w in ordered)
+    reached = 0
+    for value, weight in ordered:
+        reached += weight
+        if reached * 2 >= total:
+            return value
+    return None
 
 
 # --- kept grades ---------------------------------------------------------------------

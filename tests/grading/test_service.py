@@ -5,6 +5,7 @@ older config version or outside the span ignored."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -122,7 +123,7 @@ def random_rows(rng: random.Random, *, versions: tuple[int, ...], hours: int) ->
         n = rng.choice([0, rng.randrange(1, 400)])
         pairs = rng.randrange(0, 8) if n else 0
         agree = rng.randrange(0, pairs + 1)
-        p50 = float(rng.randrange(50, 400)) if n else None
+        p50 = rng.randrange(100, 800) / 2 if n else None  # halves: rounded up on both backends
         rows.append(
             Row(
                 start=NOW + timedelta(hours=h),
@@ -143,12 +144,13 @@ def random_rows(rng: random.Random, *, versions: tuple[int, ...], hours: int) ->
 
 
 def weighted_median(frame: pandas.DataFrame, column: str) -> float | None:
-    """The smallest value whose rows, with those below it, hold half the results or more."""
+    """The smallest value whose rows, with those below it, hold half the results or more,
+    to the nearest whole token (halves up)."""
     kept = frame[(frame.n > 0) & frame[column].notna()].sort_values(column)
     if kept.empty:
         return None
     reached = kept.n.cumsum() * 2 >= kept.n.sum()
-    return float(kept[column][reached].iloc[0])
+    return float(math.floor(kept[column][reached].iloc[0] + 0.5))
 
 
 def reference(rows: list[Row], *, version: int, since: datetime) -> dict[str, Any]:
