@@ -1,7 +1,7 @@
 """Ingest throughput and latency against PostgreSQL, with the ceilings measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--rows 100000] [--senders 4] [--reps 5]
-                                         [--text-rows 10000] [--only latency|throughput|text]
+                                         [--text-rows 10000] [--only latency|throughput|repeats|text]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
 unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `shadowplane api
@@ -19,6 +19,8 @@ unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `sha
   the two; the server's is also shown in batches of 500;
 - single results: p50/p99 latency of one-result posts sent open-loop at 200 requests/s,
   measured from each request's scheduled send time, after a warm-up run that is not counted;
+- repeats: end to end without repeat pairs and with `cloud_repeat` on 1% of results
+  (the default `grading.repeat_rate`), in turns (goal: within 5%);
 - text: end to end for a `text_conservation` task (reply_rewrite, payloads redacted) whose
   edge and cloud answers are rewrites of ~3,000 characters (half Chinese, half English),
   with the compiled text reader and then, the API restarted with
@@ -86,8 +88,12 @@ TEXT_TASK = ROOT / "examples" / "tasks" / "reply_rewrite.yaml"
 TEXT_CHARS = 3000
 
 
-def results(n: int, tag: str, task: str = "ticket_classify") -> list[dict[str, Any]]:
-    rows = generate(task, n, seed=hash(tag) & 0xFFFF, now=datetime.now(UTC))
+def results(
+    n: int, tag: str, task: str = "ticket_classify", repeat_rate: float = 0.0
+) -> list[dict[str, Any]]:
+    rows = generate(
+        task, n, seed=hash(tag) & 0xFFFF, now=datetime.now(UTC), repeat_rate=repeat_rate
+    )
     for i, r in enumerate(rows):
         r["request_id"] = f"{tag}-{i}"
     return rows
@@ -381,6 +387,26 @@ def measure_throughput(args: argparse.Namespace, base: str, key: str, url: str) 
     )
 
 
+def measure_repeats(args: argparse.Namespace, base: str, key: str, url: str) -> None:
+    """End to end without repeat pairs and with `cloud_repeat` on 1% of results, in turns
+    (so both see the same machine and the same growing table); the goal: within 5%."""
+    print("\nRepeat pairs (end to end over HTTP, batches of 500, runs in turns):")
+    without: list[float] = []
+    with_repeats: list[float] = []
+    for rep in range(args.reps):
+        settle(url)
+        without.append(end_to_end(base, key, results(args.rows, f"norep{rep}"), args.senders))
+        settle(url)
+        with_repeats.append(
+            end_to_end(base, key, results(args.rows, f"rep{rep}", repeat_rate=0.01), args.senders)
+        )
+    a, b = statistics.median(without), statistics.median(with_repeats)
+    for label, figures in (("without repeats", without), ("cloud_repeat on 1%", with_repeats)):
+        runs = ", ".join(f"{f:,.0f}" for f in figures)
+        print(f"  {label:<52} median {statistics.median(figures):>9,.0f} results/s   runs: {runs}")
+    print(f"\n  with repeats / without: {b / a:.1%} (goal ≥ 95%)")
+
+
 def serve(url: str, port: int, log: Path, reader: str) -> Api:
     """The API with 2 workers on `url`, reading text with `reader`."""
     settings = {
@@ -452,7 +478,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--port", type=int, default=18777)
     parser.add_argument(
-        "--only", choices=["latency", "throughput", "text"], help="run one part only"
+        "--only",
+        choices=["latency", "throughput", "text", "repeats"],
+        help="run one part only",
     )
     parser.add_argument(
         "--text-rows", type=int, default=10_000, help="results per run of the text part"
@@ -489,6 +517,8 @@ def main() -> None:
             measure_latency(args, base, key, url)
         if args.only in (None, "throughput"):
             measure_throughput(args, base, key, url)
+        if args.only in (None, "repeats"):
+            measure_repeats(args, base, key, url)
         if args.only in (None, "text"):
             api = measure_text(args, api, key, url, tmp / "api.log")
     finally:
