@@ -146,15 +146,13 @@ def _window_rows(
             _flag(and_(attempt, Result.degraded)).label("n_degraded"),
             _flag(Result.served == "edge").label("n_served_edge"),
             # Repeat pairs (cloud vs cloud_repeat, or a free duplicate) are scored apart
-            # from the edge pair: they never enter n_pairs or agreement.
-            _flag(Result.repeat_outcome.is_not(None)).label("n_repeat_pairs"),
-            _flag(Result.repeat_outcome == "agree").label("n_repeat_agree"),
-            _flag(Result.repeat_outcome == "invalid").label("n_repeat_invalid"),
+            # from the edge pair and never enter n_pairs or agreement. Passed through as
+            # they are and counted by the aggregate (count, FILTER), which costs a task
+            # without repeats less than a flag per row.
+            Result.repeat_outcome.label("repeat_outcome"),
+            Result.repeat_cost.label("repeat_cost"),
             _side_cost("edge", prices).label("edge_cost"),
-            # A repeat is a paid cloud call: its cost is the cloud's.
-            (
-                _side_cost("cloud", prices) + func.coalesce(Result.repeat_cost, literal(0.0, Float))
-            ).label("cloud_cost"),
+            _side_cost("cloud", prices).label("cloud_cost"),
             _baseline_cost(prices).label("baseline_cost"),
             # Floats, so every percentile column arrives as float8 values.
             *(cast(getattr(Result, column), Float).label(column) for column in PERCENTILES),
@@ -164,7 +162,13 @@ def _window_rows(
     )
 
 
-SUMMED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts", "n_repeat_pairs")
+REPEAT_COUNTS = ("n_repeat_pairs", "n_repeat_agree", "n_repeat_invalid")
+# Counts summed from the per-row flags.
+SUMMED = tuple(
+    n for n in ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts") if n not in REPEAT_COUNTS
+)
+# What the aggregate gives per bucket and `all` adds up.
+ADDED = (*SUMMED, *REPEAT_COUNTS, *SUMS)
 
 
 def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
@@ -173,12 +177,17 @@ def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
         *(func.coalesce(func.sum(rows.c[name]), 0).label(name) for name in SUMMED),
         *(func.coalesce(func.sum(rows.c[name]), 0.0).label(name) for name in COST_SUMS),
         func.coalesce(func.sum(rows.c.input_tokens), 0.0).label("input_tokens_sum"),
+        func.count(rows.c.repeat_outcome).label("n_repeat_pairs"),
+        func.count().filter(rows.c.repeat_outcome == "agree").label("n_repeat_agree"),
+        func.count().filter(rows.c.repeat_outcome == "invalid").label("n_repeat_invalid"),
+        # Added to cloud_cost: a repeat is a paid cloud call.
+        func.coalesce(func.sum(rows.c.repeat_cost), 0.0).label("repeat_cost"),
     ]
 
 
 def empty_metrics(bucket: str) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(STORED, None)
-    row.update({name: 0 for name in ("n_results", "n_late", *SUMMED)})
+    row.update({name: 0 for name in ("n_results", "n_late", *SUMMED, *REPEAT_COUNTS)})
     row.update({name: 0.0 for name in SUMS})
     row["bucket"] = bucket
     return row
@@ -299,9 +308,11 @@ def _aggregate_postgres(
     for part in results:
         for row in part:
             target = out[row["bucket"]]
-            for name in ("n_results", *SUMMED, *SUMS):
+            for name in ("n_results", *ADDED):
                 target[name] += row[name]
                 total[name] += row[name]
+            target["cloud_cost"] += row["repeat_cost"]
+            total["cloud_cost"] += row["repeat_cost"]
             for column in PERCENTILES:
                 found = float8_array(row[column])
                 values[row["bucket"]][column].append(found)
@@ -353,9 +364,11 @@ def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[st
         select(rows.c.bucket, *_sums(rows)).group_by(rows.c.bucket)
     ).mappings():
         target = out[row["bucket"]]
-        for name in ("n_results", *SUMMED, *SUMS):
+        for name in ("n_results", *ADDED):
             target[name] = row[name]
             total[name] += row[name]
+        target["cloud_cost"] += row["repeat_cost"]
+        total["cloud_cost"] += row["repeat_cost"]
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     columns = list(PERCENTILES)
     for record in session.execute(select(rows.c.bucket, *(rows.c[c] for c in columns))):
