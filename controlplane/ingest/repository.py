@@ -264,7 +264,7 @@ def earlier_prints(
 ) -> list[tuple[str, str, datetime, dict[str, Any]]]:
     """(input hash, request id, ts, cloud print) of a task's latest stored results (at most
     PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until]:
-    one read per batch, by the index on (task_id, input_hash), within the days the span
+    one read per batch, by the index on (input_hash, task_id), within the days the span
     covers."""
     rank = func.row_number().over(
         partition_by=Result.input_hash, order_by=(Result.ts.desc(), Result.id.desc())

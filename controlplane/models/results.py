@@ -19,6 +19,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -32,8 +33,17 @@ class Result(Base):
     __table_args__ = (
         # Serves every per-task time-range scan (windows, review sampling, prune).
         Index("ix_results_task_id_ts", "task_id", "ts"),
-        # Free repeats: an earlier cloud answer to the same input.
-        Index("ix_results_task_id_input_hash", "task_id", "input_hash"),
+        # Free repeats: an earlier cloud answer to the same input. The hash leads, so the
+        # planner never takes this index for a task's time range.
+        Index("ix_results_input_hash_task_id", "input_hash", "task_id"),
+        # A window's repeat pairs (their per-field differences), without reading the window.
+        Index(
+            "ix_results_task_id_ts_repeats",
+            "task_id",
+            "ts",
+            postgresql_where=text("repeat_outcome IS NOT NULL"),
+            sqlite_where=text("repeat_outcome IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

@@ -1,9 +1,9 @@
 """grading: repeat pairs on results, their counts on window metrics, task_grades
 
 Results gain the repeat pair's outcome, source, differing fields and cost, the input's
-keyed hash and the cloud output's fingerprint (free repeats), and an index on
-(task_id, input_hash). Window metrics gain the repeat counts, the per-field differences
-and the sum of input tokens. `task_grades` keeps one grade per task and day.
+keyed hash and the cloud output's fingerprint (free repeats), an index on
+(input_hash, task_id) and a partial one on the repeat pairs' (task_id, ts). Window metrics
+gain the repeat counts, the per-field differences and the sum of input tokens. `task_grades` keeps one grade per task and day.
 
 Every new column is nullable or has a server default, so existing rows stay valid: a
 window computed before this revision reads as having no repeat pairs.
@@ -42,7 +42,16 @@ def upgrade() -> None:
             batch_op.add_column(sa.Column(name, kind(), nullable=True))
     # On PostgreSQL an index on the partitioned parent is built on every day's partition,
     # and each new day's partition gets it too.
-    op.create_index("ix_results_task_id_input_hash", "results", ["task_id", "input_hash"])
+    # The hash leads, so the planner never takes this index for a task's time range.
+    op.create_index("ix_results_input_hash_task_id", "results", ["input_hash", "task_id"])
+    # A window's repeat pairs, read without reading the whole window.
+    op.create_index(
+        "ix_results_task_id_ts_repeats",
+        "results",
+        ["task_id", "ts"],
+        postgresql_where=sa.text("repeat_outcome IS NOT NULL"),
+        sqlite_where=sa.text("repeat_outcome IS NOT NULL"),
+    )
     with op.batch_alter_table("window_metrics") as batch_op:
         for name in ("n_repeat_pairs", "n_repeat_agree", "n_repeat_invalid"):
             batch_op.add_column(sa.Column(name, sa.Integer(), server_default="0", nullable=False))
@@ -79,7 +88,8 @@ def downgrade() -> None:
             "n_repeat_pairs",
         ):
             batch_op.drop_column(name)
-    op.drop_index("ix_results_task_id_input_hash", table_name="results")
+    op.drop_index("ix_results_task_id_ts_repeats", table_name="results")
+    op.drop_index("ix_results_input_hash_task_id", table_name="results")
     with op.batch_alter_table("results") as batch_op:
         for name, _ in reversed(RESULT_COLUMNS):
             batch_op.drop_column(name)
