@@ -137,7 +137,8 @@ def span_totals(session: Session, spans: Sequence[Span]) -> dict[int, SpanTotals
     """Every span's aggregates, by task id, from one pass over the spans' `all` rows,
     grouped three ways at once: by the windows' input P50 and by their P95 (the results
     behind each value, for the medians), and by UTC day and repeat differences (the sums,
-    the days with results, each distinct map of differences with its windows).
+    the days with results, each distinct map of differences with its windows); of the
+    P50 and P95 groups only each task's median comes back.
 
     Input length P50 and P95 over a span are approximated from the windows' own P50 and
     P95 (the raw results may be pruned, and reading them would cost the history): each is
@@ -171,27 +172,27 @@ def span_totals(session: Session, spans: Sequence[Span]) -> dict[int, SpanTotals
         .subquery()
     )
     sums = (
-        func.count(),  # windows
-        func.sum(rows.c.n),
-        func.sum(rows.c.pairs),
-        func.sum(rows.c.agree),
-        func.sum(rows.c.invalid),
-        func.sum(rows.c.tokens),
+        func.count().label("windows"),
+        func.sum(rows.c.n).label("n"),
+        func.sum(rows.c.pairs).label("pairs"),
+        func.sum(rows.c.agree).label("agree"),
+        func.sum(rows.c.invalid).label("invalid"),
+        func.sum(rows.c.tokens).label("tokens"),
     )
     keys = (rows.c.p50, rows.c.p95, rows.c.day, rows.c.diffs)
     groupings = {BY_P50: keys[:1], BY_P95: keys[1:2], BY_DAY: keys[2:]}
     grouped: Select[Any] | CompoundSelect[Any]
     if session.get_bind().dialect.name == "postgresql":
-        grouped = select(func.grouping(*keys), rows.c.task_id, *keys, *sums).group_by(
+        grouped = select(func.grouping(*keys).label("kind"), rows.c.task_id, *keys, *sums).group_by(
             func.grouping_sets(*(tuple_(rows.c.task_id, *by) for by in groupings.values()))
         )
     else:  # SQLite has no GROUPING SETS: the same groupings, one after the other
         # Typed, so the first select gives the union's columns their types (JSON read back).
-        nothing = [type_coerce(null(), key.type) for key in keys]
+        nothing = [type_coerce(null(), key.type).label(key.name) for key in keys]
         grouped = union_all(
             *(
                 select(
-                    literal(kind),
+                    literal(kind).label("kind"),
                     rows.c.task_id,
                     *(
                         key if any(key is k for k in by) else nothing[i]
@@ -202,23 +203,45 @@ def span_totals(session: Session, spans: Sequence[Span]) -> dict[int, SpanTotals
                 for kind, by in groupings.items()
             )
         )
+    # Of the P50 and P95 groups only each task's median is read: the group (one value)
+    # whose results, with those of the values below it, first reach half the task's.
+    g = grouped.subquery()
+    kind, task_id = g.c.kind, g.c.task_id
+    value = case((kind == BY_P50, g.c.p50), (kind == BY_P95, g.c.p95))
+    weight = case((and_(kind != BY_DAY, value.is_not(None)), g.c.n), else_=0)
+    ranked = select(
+        g,
+        func.sum(weight).over(partition_by=(task_id, kind), order_by=value).label("reached"),
+        func.sum(weight).over(partition_by=(task_id, kind)).label("total"),
+        weight.label("weight"),
+    ).subquery()
+    medians = select(*ranked.c[: len(g.c)]).where(
+        or_(
+            ranked.c.kind == BY_DAY,
+            and_(
+                ranked.c.weight > 0,
+                ranked.c.reached * 2 >= ranked.c.total,
+                (ranked.c.reached - ranked.c.weight) * 2 < ranked.c.total,
+            ),
+        )
+    )
     found: dict[int, _Totals] = {}
-    for kind, task_id, p50, p95, day, diffs, windows, *counts in _hashed(session, grouped):
-        totals = found.setdefault(task_id, _Totals())
-        if kind == BY_DAY:
+    for kind_, task, p50, p95, day, diffs, windows, *counts in _hashed(session, medians):
+        totals = found.setdefault(task, _Totals())
+        if kind_ == BY_DAY:
             totals.add(counts, day=day)
             for name, count in (diffs or {}).items():  # a JSON null reads back as None
                 totals.diffs[str(name)] += int(count) * int(windows)
-        elif kind == BY_P50 and p50 is not None:
-            totals.p50.append((float(p50), int(counts[0])))
-        elif kind == BY_P95 and p95 is not None:
-            totals.p95.append((float(p95), int(counts[0])))
-    return {task_id: totals.done() for task_id, totals in found.items()}
+        elif kind_ == BY_P50:
+            totals.p50 = float(p50)
+        elif kind_ == BY_P95:
+            totals.p95 = float(p95)
+    return {task: totals.done() for task, totals in found.items()}
 
 
-def _hashed(session: Session, grouped: Select[Any] | CompoundSelect[Any]) -> list[Any]:
+def _hashed(session: Session, grouped: Select[Any]) -> list[Any]:
     """The grouped pass's rows. On PostgreSQL, for this statement only: memory enough to
-    hash the four groupings in one go (with the default 4 MB it sorts each grouping on
+    hash the three groupings in one go (with the default 4 MB it sorts each grouping on
     disk, several times slower), and no JIT (set off by the estimated number of groups,
     its compilation costs more than this short aggregate)."""
     connection = session.connection()
@@ -246,8 +269,8 @@ class _Totals:
     # results, repeat pairs, repeat agree, repeat invalid, input tokens
     sums: list[float] = field(default_factory=lambda: [0, 0, 0, 0, 0.0])
     days: set[int] = field(default_factory=set)
-    p50: list[tuple[float, int]] = field(default_factory=list)
-    p95: list[tuple[float, int]] = field(default_factory=list)
+    p50: float | None = None
+    p95: float | None = None
     diffs: Counter[str] = field(default_factory=Counter)
 
     def add(self, counts: Sequence[Any], *, day: int | None) -> None:
@@ -260,8 +283,8 @@ class _Totals:
         return SpanTotals(
             results=int(n),
             days=len(self.days),
-            input_p50=weighted_median(self.p50),
-            input_p95=weighted_median(self.p95),
+            input_p50=self.p50,
+            input_p95=self.p95,
             input_tokens_sum=float(tokens),
             repeat_pairs=int(pairs),
             repeat_agree=int(agree),
@@ -270,50 +293,25 @@ class _Totals:
         )
 
 
-def weighted_median(values: Iterable[tuple[float, int]]) -> float | None:
-    """The smallest value whose weight, with that of the values below it, reaches half the
-    total weight (None without weight)."""
-    ordered = sorted((v, w) for v, w in values if w > 0)
-    total = sum(w for _, w in ordered)
-    reached = 0
-    for value, weight in ordered:
-        reached += weight
-        if reached * 2 >= total:
-            return value
-    return None
-
-
 # --- kept grades ---------------------------------------------------------------------
 
 
-def upsert_grade(
-    session: Session,
-    *,
-    task_id: int,
-    day: date,
-    tier: str,
-    score: float | None,
-    config_version: int,
-    computed_at: datetime,
-    document: dict[str, Any],
-) -> None:
-    """The task's grade of `day`: a later computation of the same day replaces it."""
-    values = {
-        "task_id": task_id,
-        "day": day,
-        "tier": tier,
-        "score": score,
-        "config_version": config_version,
-        "computed_at": computed_at,
-        "document": document,
-    }
-    stmt = dialect_insert(session, TaskGrade).values(values)
-    session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["task_id", "day"],
-            set_={name: stmt.excluded[name] for name in values if name not in ("task_id", "day")},
+def upsert_grades(session: Session, grades: Sequence[Mapping[str, Any]]) -> None:
+    """Each task's grade of its day (task_id, day, tier, score, config_version,
+    computed_at, document), in one statement: a later computation of the same day
+    replaces the earlier one."""
+    replaced = ("tier", "score", "config_version", "computed_at", "document")
+    # In statements of at most 100 rows: SQLite caps the parameters of one statement.
+    for start in range(0, len(grades), 100):
+        stmt = dialect_insert(session, TaskGrade).values(
+            [dict(g) for g in grades[start : start + 100]]
         )
-    )
+        session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["task_id", "day"],
+                set_={name: stmt.excluded[name] for name in replaced},
+            )
+        )
 
 
 def latest_grades(session: Session, task_ids: Iterable[int] | None = None) -> dict[int, TaskGrade]:

@@ -65,22 +65,24 @@ def _grade_and_keep(
     """Grade the tasks from one read of their windows and keep each as today's grade."""
     now = as_utc(now)
     traffic = read_traffic(session, tasks, now=now)
-    documents = []
+    documents, rows = [], []
     for task in tasks:
         found = grade(task.name, traffic[task.name], task.config, veto=veto, computed_at=now)
         # Kept and answered as JSON: times as ISO 8601 text, the same bytes from either.
         document = orjson.loads(orjson.dumps(found, option=orjson.OPT_NON_STR_KEYS))
-        repository.upsert_grade(
-            session,
-            task_id=task.id,
-            day=now.date(),
-            tier=document["tier"],
-            score=document.get("score"),
-            config_version=task.config_version,
-            computed_at=now,
-            document=document,
+        rows.append(
+            {
+                "task_id": task.id,
+                "day": now.date(),
+                "tier": document["tier"],
+                "score": document.get("score"),
+                "config_version": task.config_version,
+                "computed_at": now,
+                "document": document,
+            }
         )
         documents.append(document)
+    repository.upsert_grades(session, rows)
     session.flush()
     return documents
 
