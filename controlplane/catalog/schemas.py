@@ -371,7 +371,8 @@ def _ramps_rise(model: BaseModel, *names: str) -> None:
             raise ValueError(f"{name}: the first value ({low}) must be below the second ({high})")
 
 
-GRADING_SPAN = re.compile(r"^\s*(\d+)\s*([dh])\s*$")
+GRADING_SPAN = re.compile(r"^\s*(\d{1,4})\s*([dh])\s*$")
+MIN_WEIGHT = 0.001
 GRADE_TIERS = ("offload", "shadow", "keep_cloud", "forbid", "insufficient")
 FORBIDDEN_KINDS = ("planning", "fresh_knowledge")
 
@@ -384,6 +385,14 @@ class GradingWeights(Strict):
     determinism: Fraction = 0.3
     error_cost: Fraction = 0.25
     frequency: Fraction = 0.15
+
+    @field_validator("input_length", "determinism", "error_cost", "frequency")
+    @classmethod
+    def _zero_or_weighs(cls, weight: float) -> float:
+        # A weight of 5e-324 times a score underflows to 0: not the ratio it claims.
+        if 0 < weight < MIN_WEIGHT:
+            raise ValueError(f"must be 0 (left out) or at least {MIN_WEIGHT}")
+        return weight
 
     @model_validator(mode="after")
     def _some_weight(self) -> GradingWeights:
@@ -486,6 +495,23 @@ class GradingConfig(Strict):
         if not match or not 1 <= int(match.group(1)) * (24 if match.group(2) == "d" else 1) <= 90 * 24:
             raise ValueError("must be whole days or hours between 1h and 90d, e.g. 7d or 36h")
         return f"{int(match.group(1))}{match.group(2)}"
+
+    @field_validator("min_days")
+    @classmethod
+    def _days_the_span_holds(cls, days: int, info: ValidationInfo) -> int:
+        span = info.data.get("span")
+        if span is not None:
+            match = GRADING_SPAN.match(span)
+            assert match is not None
+            hours = int(match.group(1)) * (24 if match.group(2) == "d" else 1)
+            # A span of h hours touches at most ceil(h / 24) + 1 UTC days.
+            most = math.ceil(hours / 24) + 1
+            if days > most:
+                raise ValueError(
+                    f"{days} days with traffic can never be met within a span of {span} "
+                    f"(it touches at most {most} UTC days); at most {most}, or a longer span"
+                )
+        return days
 
     @property
     def span_seconds(self) -> int:

@@ -48,16 +48,20 @@ def normalise_text(text: str) -> str:
 def input_identity(value: Any) -> bytes | None:
     """The bytes an input is known by: a string normalised, an input object as canonical
     JSON with its `text` string normalised; None when there is nothing to know it by."""
+    # Text that is empty or only whitespace is no text: every such input would look alike.
     if isinstance(value, str):
-        return normalise_text(value).encode()
+        return normalise_text(value).encode() or None
     if not isinstance(value, Mapping):
         return None if value is None else canonical_json(value)
     held = {k: v for k, v in value.items() if v is not None}
-    if not held.keys() - {"segments"}:
-        return None  # no text and nothing else: every such input would look alike
     text = held.get("text")
     if isinstance(text, str):
         held["text"] = normalise_text(text)
+        if not held["text"]:
+            del held["text"]
+    if not held.keys() - {"segments"}:
+        return None  # no text and nothing else: every such input would look alike
+    if isinstance(held.get("text"), str):
         if len(held) == 1:  # the usual input: its canonical JSON needs no walk
             return dumps(held)
     return canonical_json(held)

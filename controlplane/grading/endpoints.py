@@ -21,7 +21,7 @@ router = APIRouter(tags=["grading"])
 @router.get(
     "/v1/tasks/{task}/grade",
     response_model=GradeOut,
-    responses=error_responses(401, 403, 404, 429, 503),
+    responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def task_grade(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]

@@ -6,7 +6,7 @@ ids (docs/operations.md, "A request id counts once").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from operator import itemgetter
 from typing import Any
@@ -56,13 +56,19 @@ _CLAIM_KEYS = text(
 
 
 def insert_results(
-    session: Session, rows: list[dict[str, Any]], payloads: dict[tuple[int, str], dict[str, Any]]
+    session: Session,
+    rows: list[dict[str, Any]],
+    payloads: dict[tuple[int, str], dict[str, Any]],
+    before_write: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> int:
-    """Insert the rows that are new; write payloads for those only. Returns how many were new."""
+    """Insert the rows that are new; write payloads for those only. Returns how many were new.
+    `before_write` sees the new rows, in batch order, once their keys are claimed and before
+    they are written (it may fill their columns)."""
     if not rows:
         return 0
     # Every writer claims keys in one order (task, then request id by code point, which is
     # PostgreSQL's "C" collation).
+    order = {id(row): n for n, row in enumerate(rows)}
     rows = sorted(rows, key=_key)
     postgres = session.get_bind().dialect.name == "postgresql"
     claimed = _claim_keys(session, rows, postgres)
@@ -74,6 +80,8 @@ def insert_results(
     rows = new_rows
     if not rows:
         return 0
+    if before_write is not None:
+        before_write(sorted(rows, key=lambda row: order[id(row)]))
     if postgres and len(rows) >= COPY_MIN_ROWS:
         ids = session.scalars(_NEXT_IDS, {"n": len(rows)}).all()
         for row, result_id in zip(rows, ids, strict=True):

@@ -130,8 +130,14 @@ def ingest(
             )
         seen.add(key)  # a rejected item does not make a later one with its id a duplicate
     tasks_by_id = {task.id: task for task in runtimes.values()}
-    free_repeats(session, [s.row for s in scored], tasks_by_id)
-    stored = repository.insert_results(session, [s.row for s in scored], _payloads_by_key(scored))
+    stored = repository.insert_results(
+        session,
+        [s.row for s in scored],
+        _payloads_by_key(scored),
+        # Once the keys are claimed: only results that will be stored pair with each other,
+        # never a resend that is not (its answer exists nowhere).
+        before_write=lambda new: free_repeats(session, new, tasks_by_id),
+    )
     rejected.sort(key=lambda r: r.index)
     return IngestReport(
         accepted=stored,

@@ -114,6 +114,16 @@ def promote(
                     "shadow",
                 },
             )
+        if found.stage not in ("cloud", "shadow") and config.forbid is not None:
+            # Leaving shadow, the grade refuses a forbid (tier `forbid`, never forceable);
+            # past it, a forbid declared since stops every next step, forced or not.
+            raise ActionError(
+                409,
+                {
+                    "forbid": f"the task declares forbid: {config.forbid}; it is never "
+                    "offloaded, forced or not",
+                },
+            )
         verdict, graded, blocked = None, None, {}
         if found.stage == "shadow":
             # Leaving shadow needs the tier `offload`, graded now on the config promoted.

@@ -13,6 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from controlplane.catalog.schemas import (
+    MIN_WEIGHT,
     DeterminismScale,
     FrequencyScale,
     InputLengthScale,
@@ -76,7 +77,8 @@ def traffics(draw: st.DrawFn, *, least: int = 0) -> Traffic:
 
 @st.composite
 def grading_configs(draw: st.DrawFn, *, minimums: bool = True) -> dict[str, Any]:
-    weights = {d: draw(fractions) for d in DIMENSIONS}
+    # A weight is 0 (left out) or at least MIN_WEIGHT (the config refuses what lies between).
+    weights = {d: draw(st.just(0.0) | st.floats(MIN_WEIGHT, 1.0)) for d in DIMENSIONS}
     assume(sum(weights.values()) > 0.01)
     tiers = sorted([draw(fractions), draw(fractions)])
     per_day = draw(ramp(1.0, 1e6))
@@ -85,7 +87,7 @@ def grading_configs(draw: st.DrawFn, *, minimums: bool = True) -> dict[str, Any]
         "tiers": {"shadow": tiers[0], "offload": tiers[1]},
         "min_results": draw(st.integers(0, 5000)) if minimums else 0,
         "min_repeat_pairs": draw(st.integers(0, 500)) if minimums else 0,
-        "min_days": draw(st.integers(0, 10)) if minimums else 0,
+        "min_days": draw(st.integers(0, 8)) if minimums else 0,
         "noisy_field_rate": draw(fractions),
         "input_length": {
             "tail_ratio": draw(ramp(1.0, 50.0)),
