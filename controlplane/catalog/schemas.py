@@ -492,7 +492,10 @@ class GradingConfig(Strict):
     @classmethod
     def _span(cls, span: str) -> str:
         match = GRADING_SPAN.match(span)
-        if not match or not 1 <= int(match.group(1)) * (24 if match.group(2) == "d" else 1) <= 90 * 24:
+        if (
+            not match
+            or not 1 <= int(match.group(1)) * (24 if match.group(2) == "d" else 1) <= 90 * 24
+        ):
             raise ValueError("must be whole days or hours between 1h and 90d, e.g. 7d or 36h")
         return f"{int(match.group(1))}{match.group(2)}"
 
