@@ -20,6 +20,7 @@ from controlplane.catalog.service import TaskRuntime, runtime_or_404, runtimes, 
 from controlplane.compare.comparators import comparator_version
 from controlplane.grading import repository
 from controlplane.grading.grade import Traffic, grade
+from controlplane.metrics.windows import window_start
 from controlplane.models import Task, TaskGrade
 from controlplane.models.base import utcnow
 from controlplane.timeutil import as_utc
@@ -29,7 +30,8 @@ def read_traffic(
     session: Session, tasks: Sequence[TaskRuntime], *, now: datetime
 ) -> dict[str, Traffic]:
     """What each task's grade reads, by name: its windows' aggregates from
-    max(now − span, the start of its current config version) until now."""
+    max(now − span, the start of the window its current config version was made in) until
+    now."""
     now = as_utc(now)
     starts = repository.version_starts(session, [(t.id, t.config_version) for t in tasks])
     spans = {}
@@ -37,7 +39,9 @@ def read_traffic(
         since = now - timedelta(seconds=task.config.grading.span_seconds)
         started = starts.get(task.id)
         if started is not None and started > since:
-            since = min(started, now)
+            # From the start of the window the version was made in: that window is
+            # computed with it (and tagged so), and a young task's first traffic is in it.
+            since = window_start(min(started, now), task.config.window_seconds)
         spans[task.id] = repository.Span(task.id, task.config_version, since, now)
     totals = repository.span_totals(session, list(spans.values()))
     out = {}
