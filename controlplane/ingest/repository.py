@@ -13,16 +13,15 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
-    ColumnElement,
     FromClause,
     Insert,
     String,
-    any_,
     bindparam,
     func,
     insert,
     select,
     text,
+    true,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
@@ -271,40 +270,53 @@ def earlier_prints(
     until: datetime,
 ) -> list[tuple[str, str, datetime, dict[str, Any]]]:
     """(input hash, request id, ts, cloud print) of a task's latest stored results (at most
-    PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until]:
-    one read per batch, by the index on (input_hash, task_id), within the days the span
-    covers."""
-    rank = func.row_number().over(
-        partition_by=Result.input_hash, order_by=(Result.ts.desc(), Result.id.desc())
-    )
-    ranked = (
-        select(
-            Result.input_hash, Result.request_id, Result.ts, Result.cloud_print, rank.label("rank")
-        )
-        .where(
-            Result.task_id == task_id,
-            _among(session, Result.input_hash, sorted(input_hashes)),
-            Result.ts >= since,
-            Result.ts <= until,
-            # Answered by the cloud: the rows that hold a print (a missing one may be stored
-            # as SQL NULL or as JSON null, so the print itself is not what is filtered on).
-            Result.cloud_ran.is_(True),
-            Result.cloud_error.is_(None),
-        )
-        .subquery()
-    )
-    query = select(ranked.c.input_hash, ranked.c.request_id, ranked.c.ts, ranked.c.cloud_print)
-    found = session.execute(query.where(ranked.c.rank <= PRINTS_PER_INPUT))
-    # An output too long to compare has no print either.
-    return [(r[0], r[1], r[2], r[3]) for r in found if r[3] is not None]
+    PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until],
+    answered by the cloud. Each hash reads at most PRINTS_PER_INPUT rows, newest first, by
+    the index on (input_hash, task_id, ts): an input sent all day costs a batch no more than
+    one sent once. PostgreSQL: one statement (a lateral read per hash); SQLite: one small
+    read per hash."""
+    hashes = sorted(input_hashes)
+    if not hashes:
+        return []
 
+    def latest(input_hash: Any) -> Any:
+        return (
+            select(Result.request_id, Result.ts, Result.cloud_print)
+            .where(
+                Result.input_hash == input_hash,
+                Result.task_id == task_id,
+                Result.ts >= since,
+                Result.ts <= until,
+                # Answered by the cloud: the rows that hold a print (a missing one may be
+                # stored as SQL NULL or as JSON null, so the print is not what is filtered).
+                Result.cloud_ran.is_(True),
+                Result.cloud_error.is_(None),
+            )
+            .order_by(Result.ts.desc(), Result.id.desc())
+            .limit(PRINTS_PER_INPUT)
+        )
 
-def _among(session: Session, column: Any, values: list[str]) -> ColumnElement[bool]:
-    """`column IN values`; on PostgreSQL as one array parameter (`= ANY`), which a batch's
-    hundreds of values reach without a bind parameter each."""
+    found: list[tuple[str, str, datetime, Any]] = []
     if session.get_bind().dialect.name == "postgresql":
-        return column == any_(bindparam("values", values, type_=postgresql.ARRAY(String)))
-    return column.in_(values)
+        wanted = (
+            func.unnest(bindparam("hashes", hashes, type_=postgresql.ARRAY(String)))
+            .table_valued("input_hash")
+            .render_derived(name="h")
+        )
+        per_hash = latest(wanted.c.input_hash).lateral("r")
+        rows = session.execute(
+            select(
+                wanted.c.input_hash, per_hash.c.request_id, per_hash.c.ts, per_hash.c.cloud_print
+            )
+            .select_from(wanted)
+            .join(per_hash, true())
+        )
+        found = [(r[0], r[1], r[2], r[3]) for r in rows]
+    else:
+        for input_hash in hashes:
+            found += [(input_hash, r[0], r[1], r[2]) for r in session.execute(latest(input_hash))]
+    # An output too long to compare has no print either.
+    return [r for r in found if r[3] is not None]
 
 
 def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:

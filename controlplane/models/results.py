@@ -35,7 +35,7 @@ class Result(Base):
         Index("ix_results_task_id_ts", "task_id", "ts"),
         # Free repeats: an earlier cloud answer to the same input. The hash leads, so the
         # planner never takes this index for a task's time range.
-        Index("ix_results_input_hash_task_id", "input_hash", "task_id"),
+        Index("ix_results_input_hash_task_id_ts", "input_hash", "task_id", "ts"),
         # A window's repeat pairs (their per-field differences), without reading the window.
         Index(
             "ix_results_task_id_ts_repeats",
