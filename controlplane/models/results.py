@@ -33,9 +33,10 @@ class Result(Base):
     __table_args__ = (
         # Serves every per-task time-range scan (windows, review sampling, prune).
         Index("ix_results_task_id_ts", "task_id", "ts"),
-        # Free repeats: an earlier cloud answer to the same input. The hash leads, so the
-        # planner never takes this index for a task's time range.
-        Index("ix_results_input_hash_task_id_ts", "input_hash", "task_id", "ts"),
+        # Free repeats: the latest earlier cloud answers to the same input, newest first
+        # (controlplane.ingest.repository.earlier_prints). The hash leads, so the planner
+        # never takes this index for a task's time range.
+        Index("ix_results_input_hash_ts", "input_hash", "ts"),
         # A window's repeat pairs (their per-field differences), without reading the window.
         Index(
             "ix_results_task_id_ts_repeats",

@@ -2,7 +2,7 @@
 
 Results gain the repeat pair's outcome, source, differing fields and cost, the input's
 keyed hash and the cloud output's fingerprint (free repeats), an index on
-(input_hash, task_id, ts) and a partial one on the repeat pairs' (task_id, ts). Window metrics
+(input_hash, ts) and a partial one on the repeat pairs' (task_id, ts). Window metrics
 gain the repeat counts, the per-field differences and the sum of input tokens. `task_grades` keeps one grade per task and day.
 
 Every new column is nullable or has a server default, so existing rows stay valid: a
@@ -43,7 +43,7 @@ def upgrade() -> None:
     # On PostgreSQL an index on the partitioned parent is built on every day's partition,
     # and each new day's partition gets it too.
     # The hash leads, so the planner never takes this index for a task's time range.
-    op.create_index("ix_results_input_hash_task_id_ts", "results", ["input_hash", "task_id", "ts"])
+    op.create_index("ix_results_input_hash_ts", "results", ["input_hash", "ts"])
     # A window's repeat pairs, read without reading the whole window.
     op.create_index(
         "ix_results_task_id_ts_repeats",
@@ -89,7 +89,7 @@ def downgrade() -> None:
         ):
             batch_op.drop_column(name)
     op.drop_index("ix_results_task_id_ts_repeats", table_name="results")
-    op.drop_index("ix_results_input_hash_task_id_ts", table_name="results")
+    op.drop_index("ix_results_input_hash_ts", table_name="results")
     with op.batch_alter_table("results") as batch_op:
         for name, _ in reversed(RESULT_COLUMNS):
             batch_op.drop_column(name)
