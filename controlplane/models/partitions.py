@@ -172,11 +172,19 @@ def drop_day(connection: Connection, day: date) -> DroppedDay:
     table: a count of one partition, read while it is locked against writes).
 
     `results` first, then `payloads`: the order ingest writes them in (and reads join them
-    in). The other order deadlocks with a batch between its two inserts: it holds `results`
+    in); each parent before its day. The other order deadlocks with a batch between its two inserts: it holds `results`
     and waits for `payloads`, which the drop holds while it waits for `results`."""
     counts = {}
+    # Every lock the drop needs, in the order queries take them: `tasks` (dropping a day's
+    # table drops its foreign key, which locks `tasks`; ingest reads `tasks` first), then
+    # each parent before its day (a read or a write locks the parent, then the days it
+    # touches). Taken as needed instead, the drop held a day and waited for `tasks` while
+    # an ingest batch held `tasks` and waited for the day (reading earlier answers for its
+    # free repeats): a deadlock. Queries on these tables wait for the drop instead.
+    connection.execute(text("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE"))
     for table in ("results", "payloads"):
         name = partition_name(table, day)
+        connection.execute(text(f"LOCK TABLE ONLY {table} IN ACCESS EXCLUSIVE MODE"))
         connection.execute(text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
         counts[table] = connection.execute(text(f"SELECT count(*) FROM {name}")).scalar_one()
         connection.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
