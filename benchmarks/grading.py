@@ -18,7 +18,10 @@ million metric rows). Then, alternating, the median of `--reps` runs of:
 - ceiling: one SQL pass over the same `all` rows of the same spans summing the same
   columns (grouped by task), on a fresh connection.
 
-The goal is grade_all ≤ 3× the ceiling. Prints figures; asserts nothing about time.
+The goal is grade_all ≤ 3× the ceiling. Then (unless `--no-ingest`) the issue's second
+figure: `benchmarks/ingest.py --only repeats` — ingest end to end with `cloud_repeat` on 1%
+of results against none, in turns, on its own PostgreSQL (`--ingest-rows`, `--reps`; goal
+within 5%). Prints figures; asserts nothing about time.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -149,6 +153,8 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--window-seconds", type=int, default=300)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--ingest-rows", type=int, default=20_000)
+    parser.add_argument("--no-ingest", action="store_true", help="grading only")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="sp-bench-grading-"))
     admin = os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL") or start_services(tmp)
@@ -177,6 +183,21 @@ def main() -> None:
         forget_engines()
         if not os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL"):
             stop_services(tmp)
+    if not args.no_ingest:
+        print("\nIngest with repeat pairs (benchmarks/ingest.py --only repeats):", flush=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "ingest.py"),
+                "--only",
+                "repeats",
+                "--rows",
+                str(args.ingest_rows),
+                "--reps",
+                str(args.reps),
+            ],
+            check=True,
+        )
 
 
 if __name__ == "__main__":
