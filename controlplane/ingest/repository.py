@@ -273,8 +273,8 @@ def earlier_prints(
     PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until],
     answered by the cloud. Each hash reads at most PRINTS_PER_INPUT rows, newest first, by
     the index on (input_hash, ts): an input sent all day costs a batch no more than
-    one sent once. PostgreSQL: one statement (a lateral read per hash); SQLite: one small
-    read per hash."""
+    one sent once on PostgreSQL (one statement, a lateral read per hash); SQLite ranks each
+    hash's answers in one read."""
     hashes = sorted(input_hashes)
     if not hashes:
         return []
@@ -329,8 +329,34 @@ def earlier_prints(
                 text("SELECT set_config('enable_seqscan', :setting, true)"), {"setting": previous}
             )
     else:
-        for input_hash in hashes:
-            found += [(input_hash, r[0], r[1], r[2]) for r in session.execute(latest(input_hash))]
+        # SQLite (embedded, one process): one read ranking each hash's answers.
+        rank = func.row_number().over(
+            partition_by=Result.input_hash, order_by=(Result.ts.desc(), Result.id.desc())
+        )
+        ranked = (
+            select(
+                Result.input_hash,
+                Result.request_id,
+                Result.ts,
+                Result.cloud_print,
+                rank.label("rank"),
+            )
+            .where(
+                Result.input_hash.in_(hashes),
+                Result.task_id == task_id,
+                Result.ts >= since,
+                Result.ts <= until,
+                Result.cloud_ran.is_(True),
+                Result.cloud_error.is_(None),
+            )
+            .subquery()
+        )
+        rows = session.execute(
+            select(
+                ranked.c.input_hash, ranked.c.request_id, ranked.c.ts, ranked.c.cloud_print
+            ).where(ranked.c.rank <= PRINTS_PER_INPUT)
+        )
+        found = [(r[0], r[1], r[2], r[3]) for r in rows]
     # An output too long to compare has no print either.
     return [r for r in found if r[3] is not None]
 
