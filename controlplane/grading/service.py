@@ -20,7 +20,7 @@ from controlplane.catalog.service import TaskRuntime, runtime_or_404, runtimes, 
 from controlplane.compare.comparators import comparator_version
 from controlplane.grading import repository
 from controlplane.grading.grade import Traffic, grade
-from controlplane.metrics.windows import window_start
+from controlplane.metrics.windows import span_since
 from controlplane.models import Task, TaskGrade
 from controlplane.models.base import utcnow
 from controlplane.timeutil import as_utc
@@ -36,12 +36,9 @@ def read_traffic(
     starts = repository.version_starts(session, [(t.id, t.config_version) for t in tasks])
     spans = {}
     for task in tasks:
-        since = now - timedelta(seconds=task.config.grading.span_seconds)
-        started = starts.get(task.id)
-        if started is not None and started > since:
-            # From the start of the window the version was made in: that window is
-            # computed with it (and tagged so), and a young task's first traffic is in it.
-            since = window_start(min(started, now), task.config.window_seconds)
+        since = span_since(
+            now, task.config.grading.span_seconds, starts.get(task.id), task.config.window_seconds
+        )
         spans[task.id] = repository.Span(task.id, task.config_version, since, now)
     totals = repository.span_totals(session, list(spans.values()))
     out = {}

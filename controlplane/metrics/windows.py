@@ -33,3 +33,16 @@ def recent_starts(
         first = window_start(not_before, seconds)
         starts = [s for s in starts if s >= first]
     return starts
+
+
+def span_since(
+    now: datetime, span_seconds: int, version_started: datetime | None, seconds: int
+) -> datetime:
+    """Where a span of `span_seconds` up to `now` starts when it reads only the windows of
+    the current config version (made at `version_started`): the later of now − span and
+    the start of the window the version was made in (that window is computed with it, and
+    a young task's first traffic is in it)."""
+    since = now - timedelta(seconds=span_seconds)
+    if version_started is not None and version_started > since:
+        since = window_start(min(version_started, now), seconds)
+    return since

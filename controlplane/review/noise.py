@@ -10,13 +10,14 @@ window aggregates, not from a kept grade: review sits below grading.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import TaskRuntime
 from controlplane.metrics.noise import noisy_fields
+from controlplane.metrics.windows import span_since
 from controlplane.review import repository
 from controlplane.timeutil import as_utc
 
@@ -26,9 +27,12 @@ def noisy_now(session: Session, task: TaskRuntime, now: datetime) -> list[dict[s
     noisy_fields answers them ({"name", "count", "pairs", "rate"}, noisiest first)."""
     now = as_utc(now)
     grading = task.config.grading
-    since = now - timedelta(seconds=grading.span_seconds)
     started = repository.version_created(session, task.id, task.config_version)
-    if started is not None and as_utc(started) > since:
-        since = min(as_utc(started), now)
+    since = span_since(
+        now,
+        grading.span_seconds,
+        None if started is None else as_utc(started),
+        task.config.window_seconds,
+    )
     diffs, pairs = repository.repeat_noise(session, task.id, task.config_version, since, now)
     return noisy_fields(diffs, pairs, grading.noisy_field_rate)
