@@ -34,6 +34,7 @@ from controlplane.client import (
     wants_repeat,
 )
 from tests.client.fake import Exchange, FakeServer
+from tests.client.test_shadow import Collected
 from tests.conftest import TICKET_TASK
 from tests.liveapi import ApiServer, wait_until
 
@@ -155,24 +156,6 @@ def test_the_route_carries_the_flag_repeat_rate_read_strictly() -> None:
 
 
 # -- shadow_compare ------------------------------------------------------------------------------
-
-
-class Collected:
-    """A reporter that keeps what it is given (`ResultReporter` posts it instead)."""
-
-    def __init__(self) -> None:
-        self.results: list[dict[str, Any]] = []
-        self.arrived = threading.Event()
-
-    def report(self, result: Any) -> bool:
-        self.results.append(json.loads(json.dumps(result)))
-        self.arrived.set()
-        return True
-
-    def one(self) -> dict[str, Any]:
-        assert self.arrived.wait(WAIT), "nothing was reported"
-        assert len(self.results) == 1, self.results
-        return self.results[0]
 
 
 def _flags(tmp_path: Path, stage: str = "shadow", shadow_rate: float = 0.0, **fields: Any) -> Any:
