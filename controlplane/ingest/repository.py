@@ -310,8 +310,11 @@ def earlier_prints(
         # Through the index, always: on a day's partition not yet analysed the planner
         # takes a sequential scan per hash, and a batch reads the day hundreds of times
         # (seen: 400 results/s on a fresh install). Off for this statement only.
-        previous = session.execute(text("SHOW enable_seqscan")).scalar_one()
-        session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
+        previous = session.execute(
+            text(
+                "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
+            )
+        ).one()[0]
         try:
             rows = session.execute(
                 select(
