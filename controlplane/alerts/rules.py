@@ -1,6 +1,6 @@
 """When each alert fires and clears, judged on a window's `all` row against its history. Pure.
 
-`conflict_jump`, `edge_share_jump`, `input_p95_drift` and `no_traffic` (`srm` is in
+`conflict_jump`, `edge_share_jump`, `input_shift` and `no_traffic` (`srm` is in
 `controlplane.alerts.srm`); docs/evidence.md ("Windows, metrics and alerts") gives each
 condition. Without a baseline or data the finding is `None` (no evidence either way) and
 an open alert stays as it is.
@@ -17,7 +17,6 @@ from controlplane.metrics.stats import median, wilson
 
 LIVE_STAGES = ("shadow", "canary", "full")
 MIN_CONFLICTS = 3
-MIN_RESULTS_FOR_P95 = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +96,39 @@ def edge_share_jump(
     )
 
 
-def input_p95_drift(
-    current: WindowSummary, baseline: float | None, config: AlertsConfig
-) -> Finding:
-    kind = "input_p95_drift"
-    p95 = current.input_tokens_p95
-    if baseline is None or not baseline or p95 is None or current.n_results < MIN_RESULTS_FOR_P95:
+@dataclass(frozen=True, slots=True)
+class LengthShift:
+    """The input lengths of the span that ends with a window, against the task's baseline:
+    their population stability index (None without a baseline or data), how many results
+    the span holds, the rough medians, and where the baseline came from."""
+
+    psi: float | None
+    results: int
+    span_seconds: int
+    median_now: float | None = None
+    median_baseline: float | None = None
+    baseline_source: str = ""
+
+
+def input_shift(shift: LengthShift, config: AlertsConfig, min_results: int) -> Finding:
+    """Open at the alert line (`alerts.input_shift`, 0.1) on the trailing span's index; the
+    `input_shift` rule rolls back only when the shift holds for its whole span."""
+    kind = "input_shift"
+    if shift.psi is None or shift.results < min_results:
         return Finding(kind, None)
-    drift = (p95 - baseline) / baseline
+    hours = shift.span_seconds / 3600
+    now = f"about {shift.median_now:,.0f}" if shift.median_now is not None else "no data"
+    then = f"about {shift.median_baseline:,.0f}" if shift.median_baseline is not None else "?"
     return Finding(
         kind,
-        abs(drift) >= config.input_p95_drift,
-        p95,
-        baseline,
-        f"Input length p95 is {p95:.0f} tokens against a baseline of {baseline:.0f} "
-        f"({drift:+.0%}); the alert moves at ±{config.input_p95_drift:.0%}.",
+        shift.psi >= config.input_shift,
+        shift.psi,
+        config.input_shift,
+        f"Input lengths over the last {hours:g}h ({shift.results} results) have shifted: "
+        f"population stability index {shift.psi:.2f} against {shift.baseline_source} "
+        f"(median {now} tokens now, {then} then); the alert opens at "
+        f"{config.input_shift:g}, the input_shift rule rolls back when a shift holds for "
+        "its whole span.",
     )
 
 
@@ -155,31 +172,14 @@ def findings(
     *,
     stage: str,
     window_seconds: int,
-    input_baseline: float | None,
+    lengths: LengthShift,
+    min_results: int,
 ) -> list[Finding]:
-    """Every alert's finding for one closed window; `history` holds earlier windows, oldest first."""
+    """Every alert's finding for one closed window; `history` holds earlier windows, oldest
+    first; `lengths` the input lengths of the span ending with it against the baseline."""
     return [
         conflict_jump(current, history, config),
         edge_share_jump(current, history, config),
-        input_p95_drift(current, input_baseline, config),
+        input_shift(lengths, config, min_results),
         no_traffic(current, history, config, stage, window_seconds),
     ]
-
-
-def trailing_p95(
-    current: WindowSummary, history: Sequence[WindowSummary], config: AlertsConfig
-) -> float | None:
-    """The input-length baseline for now: the median p95 of the last windows with enough results."""
-    recent = (
-        [*history[-(config.baseline_windows - 1) :], current]
-        if config.baseline_windows > 1
-        else [current]
-    )
-    values = [
-        w.input_tokens_p95
-        for w in recent
-        if w.input_tokens_p95 is not None and w.n_results >= MIN_RESULTS_FOR_P95
-    ]
-    if len(values) < min(3, config.baseline_windows):
-        return None
-    return median(values)

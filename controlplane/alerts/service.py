@@ -10,7 +10,7 @@ changed it, so a receiver hears of it whoever evaluated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, false, func, or_, select
@@ -19,8 +19,14 @@ from sqlalchemy.orm import Session
 from controlplane.alerts import rules, srm
 from controlplane.alerts.rules import Finding, WindowSummary
 from controlplane.audit.service import record
-from controlplane.catalog.schemas import AlertsConfig
+from controlplane.catalog.schemas import (
+    DEFAULT_RULES,
+    AlertsConfig,
+    ResolvedRule,
+    RollbackConfig,
+)
 from controlplane.catalog.service import TaskRuntime, runtimes
+from controlplane.metrics import lengths, shift
 from controlplane.metrics.fields import ALL
 from controlplane.models import (
     Alert,
@@ -93,16 +99,22 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
     depth = max(config.baseline_windows, config.silence_windows)
     events: list[AlertEvent] = []
     terms: dict[int, srm.Terms] | None = None
+    baseline: shift.Baseline | None = None
+    baseline_read = False  # read once, when a window needs it
+    min_results = _shift_rule(runtime).min_samples
     for window, metrics in list(pending):
         current = summary(window.window_start, metrics)
         history = _summaries(session, task.id, window.window_start, depth)
+        if not baseline_read:
+            baseline, baseline_read = shift.baseline(session, task), True
         found = rules.findings(
             current,
             history,
             config,
             stage=task.stage,
             window_seconds=runtime.config.window_seconds,
-            input_baseline=task.input_p95_baseline,
+            lengths=_length_shift(session, task, runtime, window, baseline),
+            min_results=min_results,
         )
         if task.stage == "canary":
             terms = _flag_terms(session, task.id) if terms is None else terms
@@ -114,16 +126,48 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
             if event is not None:
                 add_event(session, kind="alert", task=task.name, document=alert_document(event))
                 events.append(event)
-        # The baseline belongs to the stage: windows from before a stage change never count.
-        since = task.stage_changed_at
-        if since is None or window.window_start >= since:
-            in_stage = [w for w in history if since is None or w.window_start >= since]
-            baseline = rules.trailing_p95(current, in_stage, config)
-            if baseline is not None:
-                task.input_p95_baseline = baseline
         window.alerts_evaluated = True
     session.flush()
     return events
+
+
+def _shift_rule(runtime: TaskRuntime) -> ResolvedRule:
+    """The task's input_shift rule (its span and min_samples), else the default one: the
+    alert watches input lengths even where the rule is off."""
+    rules = runtime.config.rollback.resolved_rules()
+    found = next((r for r in rules if r.metric == "input_shift"), None)
+    if found is not None:
+        return found
+    return RollbackConfig(
+        rules=[r for r in DEFAULT_RULES if r.metric == "input_shift"]
+    ).resolved_rules()[0]
+
+
+def _length_shift(
+    session: Session,
+    task: Task,
+    runtime: TaskRuntime,
+    window: Window,
+    baseline: shift.Baseline | None,
+) -> rules.LengthShift:
+    """The input lengths of the span ending with `window`, against the baseline."""
+    rule = _shift_rule(runtime)
+    span = rule.span_seconds or 7200
+    if baseline is None:
+        return rules.LengthShift(None, 0, span)
+    since = window.window_end - timedelta(seconds=span)
+    rows = shift.span_windows(
+        session, task.id, runtime.config.window_seconds, since, window.window_end
+    )
+    counts = lengths.add(w.input_hist for w in rows)
+    return rules.LengthShift(
+        lengths.psi(counts, baseline.counts),
+        sum(counts),
+        span,
+        lengths.quantile(counts, 0.5),
+        lengths.quantile(list(baseline.counts), 0.5),
+        baseline.source,
+    )
 
 
 def _flag_terms(session: Session, task_id: int) -> dict[int, srm.Terms]:

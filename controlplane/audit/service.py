@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.models import AuditEntry
+from controlplane.models import AuditEntry, Decision, Task
+from controlplane.models.base import utcnow
 
 
 def record(
@@ -38,3 +39,58 @@ def entries(
     if since is not None:
         query = query.where(AuditEntry.created_at >= since)
     return list(session.scalars(query))
+
+
+def decision_view(decision: Decision, task: str | None) -> dict[str, Any]:
+    return {
+        "id": decision.id,
+        "task": task,
+        "action": decision.action,
+        "actor": decision.actor,
+        "reason": decision.reason,
+        "rule": decision.rule,
+        "bucket": decision.bucket,
+        "stage_before": decision.stage_before,
+        "stage_after": decision.stage_after,
+        "flag_version_before": decision.flag_version_before,
+        "flag_version_after": decision.flag_version_after,
+        "created_at": decision.created_at,
+        "evidence": decision.evidence,
+    }
+
+
+def record_decision(
+    session: Session,
+    task: Task,
+    *,
+    action: str,
+    actor: str,
+    reason: str,
+    evidence: dict[str, Any],
+    flag_version: int | None,
+    at: datetime | None = None,
+) -> Decision:
+    """A decision that changes no stage (an input shift's re-grade mark and its clearing),
+    with its audit entry, in the caller's transaction."""
+    decision = Decision(
+        task_id=task.id,
+        action=action,
+        actor=actor,
+        reason=reason,
+        stage_before=task.stage,
+        stage_after=task.stage,
+        flag_version_before=flag_version,
+        flag_version_after=flag_version,
+        created_at=at or utcnow(),
+        evidence={"config_version": task.config_version, **evidence},
+    )
+    session.add(decision)
+    session.flush()
+    record(
+        session,
+        actor=actor,
+        action=f"task.{action}",
+        task=task.name,
+        details={"decision": decision.id, "reason": reason},
+    )
+    return decision

@@ -136,7 +136,10 @@ class AlertsConfig(Strict):
     baseline_windows: int = Field(12, ge=1, le=1000)
     conflict_jump: Positive = 2.0
     edge_share_jump: Fraction = 0.2
-    input_p95_drift: Positive = 0.3
+    # The population stability index of the trailing input lengths against the task's
+    # baseline at which an `input_shift` alert opens (the rule rolls back at its own
+    # threshold, 0.25 by default): 0.1 is a moderate shift.
+    input_shift: float = Field(0.1, gt=0, le=10, allow_inf_nan=False)
     silence_windows: int = Field(3, ge=1, le=1000)
     # The sample-ratio check (srm): a canary window whose observed edge share departs from
     # the one its flag versions expect at p below this, with this many requests or more.
@@ -154,7 +157,35 @@ RuleMetric = Literal[
     "edge_share",
     "route_acc",
     "failure_class",
+    "net_savings",
+    "input_shift",
 ]
+# Rules judged once per window close over a trailing span of windows, on the task as a
+# whole (docs/evidence.md, "Cost and input shift"): not rates, so no detector, pooling or
+# bucket scope; each has a span, by default these many seconds.
+SPAN_METRICS: dict[str, int] = {"net_savings": DAY, "input_shift": 2 * 3600}
+# A span is whole seconds or a duration: `90m`, `24h`, `2d`.
+SPAN = re.compile(r"^\s*(\d{1,7})\s*([smhd]?)\s*$")
+SPAN_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": DAY}
+# The longest span, and the most windows one may hold (an evaluation reads them all).
+MAX_SPAN_SECONDS = 30 * DAY
+MAX_SPAN_WINDOWS = 2016
+# net_savings judges money: its threshold is in the task's currency over the span.
+MAX_MONEY = 1e12
+# The interval net_savings reads its upper bound from when the rule sets no confidence.
+NET_SAVINGS_CONFIDENCE = 0.95
+
+
+def span_seconds(span: str | int) -> int:
+    """A span as seconds: 5400 → 5400, "90m" → 5400, "24h" → 86400."""
+    if isinstance(span, int):
+        return span
+    match = SPAN.match(span)
+    if match is None:
+        raise ValueError(f"{short_repr(span)} is not a span: whole seconds or 90m, 24h, 2d")
+    return int(match.group(1)) * SPAN_UNITS[match.group(2)]
+
+
 # A failure class a reviewer names on a label ("amount", "wrong_language"): short and plain.
 FAILURE_CLASS = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 Detector = Literal["capped_cusum", "consecutive", "cusum"]
@@ -204,9 +235,14 @@ class Rule(Strict):
 
     metric: RuleMetric
     op: Literal["<=", ">="]
-    threshold: Fraction
+    # A rate's threshold lies in 0–1; net_savings' is money over the span, input_shift's a
+    # population stability index (checked below, per metric).
+    threshold: float = Field(allow_inf_nan=False)
     scope: Literal["all", "per_bucket"] = "all"
     mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
+    # net_savings and input_shift only: the trailing span judged at each window close,
+    # seconds or a duration (`90m`, `24h`); by default SPAN_METRICS'.
+    span: Annotated[int, Field(ge=1)] | str | None = None
     detector: Detector | None = None
     min_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] | None = None
@@ -223,6 +259,69 @@ class Rule(Strict):
     failure_class: str | None = Field(None, alias="class")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _span_rules(self) -> Rule:
+        if self.metric not in SPAN_METRICS:
+            if not 0 <= self.threshold <= 1:
+                raise ValueError(
+                    f"threshold ({self.threshold:g}) of the {self.metric} rule is a rate: "
+                    "between 0 and 1"
+                )
+            if self.span is not None:
+                raise ValueError(
+                    f"span: only net_savings and input_shift rules judge a span, not {self.metric}"
+                )
+            return self
+        if self.metric == "input_shift" and not 0 < self.threshold <= 10:
+            raise ValueError(
+                f"threshold ({self.threshold:g}) of an input_shift rule is a population "
+                "stability index: above 0 and at most 10 (0.25 is a large shift)"
+            )
+        if self.metric == "net_savings" and abs(self.threshold) > MAX_MONEY:
+            raise ValueError(
+                f"threshold ({self.threshold:g}) of a net_savings rule is money over the span: "
+                f"at most {MAX_MONEY:g} either way"
+            )
+        wrong = {
+            "net_savings": (">=", "savings must stay at or above the threshold"),
+            "input_shift": ("<=", "the shift must stay at or below the threshold"),
+        }[self.metric]
+        if self.op != wrong[0]:
+            raise ValueError(f"op of a {self.metric} rule must be {wrong[0]!r}: {wrong[1]}")
+        if self.scope != "all":
+            raise ValueError(
+                f"scope: a {self.metric} rule judges the task as a whole, never per bucket"
+            )
+        ignored = ["detector", "critical", "min_effect", "h", "cap"]
+        if self.metric == "input_shift":
+            ignored.append("confidence")
+        for name in ignored:
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name}: does not apply to a {self.metric} rule (judged once per window "
+                    "over its span; docs/evidence.md)"
+                )
+        if self.confidence == "point" or (
+            self.confidence is not None and not 0.5 <= self.confidence < 1
+        ):
+            raise ValueError(
+                "confidence of a net_savings rule is its interval's level: at least 0.5 and "
+                f"below 1 (default {NET_SAVINGS_CONFIDENCE})"
+            )
+        if self.span is not None:
+            seconds = span_seconds(self.span)
+            if not 60 <= seconds <= MAX_SPAN_SECONDS:
+                raise ValueError(
+                    f"span ({short_repr(self.span)}) must be between 60 seconds and 30 days"
+                )
+        return self
+
+    @property
+    def span_seconds(self) -> int | None:
+        if self.metric not in SPAN_METRICS:
+            return None
+        return span_seconds(self.span) if self.span is not None else SPAN_METRICS[self.metric]
 
     @model_validator(mode="after")
     def _cap_below_h(self) -> Rule:
@@ -278,6 +377,11 @@ DEFAULT_RULES = [
     Rule(metric="offload_fail_rate", op="<=", threshold=0.02),
     Rule(metric="degrade_rate", op="<=", threshold=0.05),
     Rule(metric="agreement", op=">=", threshold=0.90, scope="per_bucket"),
+    # The inputs changed shape (docs/evidence.md, "Cost and input shift"). The fourth
+    # trigger, net_savings, is added by the team that knows its costs: judged on the
+    # placeholder fixed_cost_per_day and with the default shadow_rate 1.0 (every edge
+    # answer also paid to the cloud), every canary would cost more than it saves.
+    Rule(metric="input_shift", op="<=", threshold=0.25),
 ]
 
 
@@ -299,6 +403,8 @@ class ResolvedRule:
     h: float
     cap: float = DEFAULT_CAP
     failure_class: str | None = None
+    # net_savings and input_shift: the trailing span judged at each window close.
+    span_seconds: int | None = None
 
 
 class RollbackConfig(Strict):
@@ -327,12 +433,19 @@ class RollbackConfig(Strict):
                 mode=rule.mode,
                 detector=rule.detector or self.detector,
                 min_samples=rule.min_samples or self.min_samples,
-                confidence=rule.confidence if rule.confidence is not None else self.confidence,
+                confidence=(
+                    rule.confidence
+                    if rule.confidence is not None
+                    else NET_SAVINGS_CONFIDENCE
+                    if rule.metric == "net_savings"
+                    else self.confidence
+                ),
                 critical=rule.critical,
                 min_effect=resolved_min_effect(rule.min_effect, rule.op, rule.threshold),
                 h=rule.h or DEFAULT_H,
                 cap=resolved_cap(rule.cap, rule.h or DEFAULT_H),
                 failure_class=rule.failure_class,
+                span_seconds=rule.span_seconds,
             )
             for rule in self.rules
         ]
@@ -548,6 +661,9 @@ class TaskConfig(Strict):
     prices: Prices = Prices()
     # A billion a day in any currency: a typo, not a fleet.
     fixed_cost_per_day: float = Field(40.0, ge=0, le=1e9, allow_inf_nan=False)
+    # The fixed costs itemised, per day (`{routing: 10, gpu: 25, ops: 5}`): their sum is
+    # fixed_cost_per_day, which may then be left out.
+    fixed_costs: Annotated[dict[str, Price], Field(max_length=100)] | None = None
     alerts: AlertsConfig = AlertsConfig()
     rollback: RollbackConfig = RollbackConfig()
     promotion: PromotionConfig = PromotionConfig()
@@ -561,6 +677,55 @@ class TaskConfig(Strict):
     # never offloaded, whatever the traffic says.
     forbid: Literal["planning", "fresh_knowledge"] | None = None
     grading: GradingConfig = GradingConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_costs_sum(cls, raw: Any) -> Any:
+        """Itemised fixed costs set fixed_cost_per_day when it is left out."""
+        if isinstance(raw, dict) and isinstance(raw.get("fixed_costs"), dict):
+            items = raw["fixed_costs"]
+            if "fixed_cost_per_day" not in raw and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                for v in items.values()
+            ):
+                return {**raw, "fixed_cost_per_day": float(sum(items.values()))}
+        return raw
+
+    @model_validator(mode="after")
+    def _fixed_costs_add_up(self) -> TaskConfig:
+        if self.fixed_costs is not None:
+            total = sum(self.fixed_costs.values())
+            if not math.isclose(total, self.fixed_cost_per_day, rel_tol=1e-9, abs_tol=1e-9):
+                raise ValueError(
+                    f"fixed_cost_per_day ({self.fixed_cost_per_day:g}) must equal the sum of "
+                    f"fixed_costs ({total:g}), or be left out"
+                )
+            for name in self.fixed_costs:
+                if not ACTION_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"fixed_costs: {short_repr(name)} is not a cost name: a lowercase "
+                        "letter, then a-z, 0-9, '_', '.', '-' (at most 64 characters)"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _spans_fit_windows(self) -> TaskConfig:
+        for index, rule in enumerate(self.rollback.rules):
+            seconds = rule.span_seconds
+            if seconds is None:
+                continue
+            if seconds < self.window_seconds:
+                raise ValueError(
+                    f"rollback.rules.{index}.span: {seconds} s is shorter than one window "
+                    f"(window_seconds {self.window_seconds})"
+                )
+            if seconds / self.window_seconds > MAX_SPAN_WINDOWS:
+                raise ValueError(
+                    f"rollback.rules.{index}.span: {seconds} s holds "
+                    f"{seconds // self.window_seconds} windows of {self.window_seconds} s; "
+                    f"at most {MAX_SPAN_WINDOWS} (a longer window_seconds, or a shorter span)"
+                )
+        return self
 
     @field_validator("irreversible_actions")
     @classmethod

@@ -10,7 +10,7 @@ falls in a band: offload, shadow or keep_cloud.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,6 +59,10 @@ class Traffic:
     repeat_agree: int
     repeat_invalid: int
     repeat_diffs: Mapping[str, int]  # {field or check: repeat pairs that differed on it}
+    # Input lengths per fixed log-scale bin (metrics.lengths) and how many were over the cap:
+    # kept with the grade as the baseline an offloaded task's inputs are compared with.
+    input_hist: Sequence[int] = ()
+    over_cap: int | None = None
 
 
 # --- normalisations: each monotone, each within [0, 1] -----------------------------------
@@ -199,6 +203,11 @@ def grade(
         "missing": missing,
         "noisy": noisy,
         "to_change": to_change,
+        "input_lengths": {
+            "counts": list(traffic.input_hist),
+            "n": sum(traffic.input_hist),
+            "over_cap": traffic.over_cap,
+        },
     }
 
 

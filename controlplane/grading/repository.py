@@ -41,6 +41,7 @@ from controlplane.db import dialect_insert
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.repository import epoch_seconds
 from controlplane.models import Task, TaskConfigVersion, TaskGrade, Window, WindowMetrics
+from controlplane.timeutil import as_utc
 
 DAY_SECONDS = 86400
 
@@ -69,6 +70,18 @@ class SpanTotals:
     repeat_agree: int = 0
     repeat_invalid: int = 0
     repeat_diffs: Mapping[str, int] = field(default_factory=dict)
+
+
+def shifted_at(session: Session, task_ids: Sequence[int]) -> dict[int, datetime]:
+    """When each task's inputs last shifted (an input_shift rollback), for those that did."""
+    if not task_ids:
+        return {}
+    rows = session.execute(
+        select(Task.id, Task.shifted_at).where(
+            Task.id.in_(list(task_ids)), Task.shifted_at.is_not(None)
+        )
+    )
+    return {task_id: as_utc(at) for task_id, at in rows if at is not None}
 
 
 def version_starts(session: Session, keys: Iterable[tuple[int, int]]) -> dict[int, datetime]:

@@ -13,16 +13,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.audit.service import decision_view, record_decision
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import TaskRuntime, runtime_or_404, runtimes, task_or_404
 from controlplane.compare.comparators import comparator_version
 from controlplane.grading import repository
 from controlplane.grading.grade import Traffic, grade
+from controlplane.metrics import shift
 from controlplane.metrics.windows import span_since
-from controlplane.models import Task, TaskGrade
+from controlplane.models import Flag, Task, TaskGrade
 from controlplane.models.base import utcnow
+from controlplane.notify.documents import decision_document
+from controlplane.notify.outbox import add_event
 from controlplane.timeutil import as_utc
 
 
@@ -34,16 +39,24 @@ def read_traffic(
     now."""
     now = as_utc(now)
     starts = repository.version_starts(session, [(t.id, t.config_version) for t in tasks])
+    shifts = repository.shifted_at(session, [t.id for t in tasks])
     spans = {}
     for task in tasks:
         since = span_since(
             now, task.config.grading.span_seconds, starts.get(task.id), task.config.window_seconds
         )
+        # After an input shift, only traffic since it grades the task (re-grade).
+        shifted = shifts.get(task.id)
+        if shifted is not None and shifted > since:
+            since = min(shifted, now)
         spans[task.id] = repository.Span(task.id, task.config_version, since, now)
     totals = repository.span_totals(session, list(spans.values()))
     out = {}
     for task in tasks:
         span, found = spans[task.id], totals.get(task.id, repository.SpanTotals())
+        hist, over = shift.histogram_between(
+            session, task.id, task.config.window_seconds, span.since, span.until
+        )
         out[task.name] = Traffic(
             since=span.since,
             until=span.until,
@@ -56,6 +69,8 @@ def read_traffic(
             repeat_agree=found.repeat_agree,
             repeat_invalid=found.repeat_invalid,
             repeat_diffs=dict(found.repeat_diffs),
+            input_hist=hist,
+            over_cap=over,
         )
     return out
 
@@ -85,7 +100,42 @@ def _grade_and_keep(
         documents.append(document)
     repository.upsert_grades(session, rows)
     session.flush()
+    for task, document in zip(tasks, documents, strict=True):
+        if document["tier"] == "offload":
+            clear_regrade(session, task.id, document, now=now)
     return documents
+
+
+def clear_regrade(session: Session, task_id: int, grade: dict[str, Any], *, now: datetime) -> None:
+    """An `offload` grade over traffic since an input shift clears the task's
+    `needs_regrade` mark: a decision, audited and announced, in the grade's transaction."""
+    task = session.get(Task, task_id, with_for_update=True)
+    if task is None or not task.needs_regrade or task.shifted_at is None:
+        return
+    if datetime.fromisoformat(grade["span"]["since"]) < as_utc(task.shifted_at):
+        return
+    task.needs_regrade = False
+    reason = (
+        f"re-graded: the grade of {grade['computed_at'][:10]} over traffic since the input "
+        f"shift ({grade['span']['results']} results from {grade['span']['since']}) says "
+        "offload; promotion is open again"
+    )
+    decision = record_decision(
+        session,
+        task,
+        action="regraded",
+        actor="grading",
+        reason=reason,
+        evidence={"grade": {k: grade.get(k) for k in ("tier", "score", "computed_at", "span")}},
+        flag_version=session.scalar(select(Flag.version).where(Flag.task_id == task.id)),
+        at=now,
+    )
+    add_event(
+        session,
+        kind="decision",
+        task=task.name,
+        document=decision_document(decision_view(decision, task.name)),
+    )
 
 
 def grade_task(session: Session, task_name: str, *, veto: float, now: datetime) -> dict[str, Any]:

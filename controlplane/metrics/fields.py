@@ -57,7 +57,11 @@ COST_SUMS = ("edge_cost", "cloud_cost", "baseline_cost")
 SUMS = (*COST_SUMS, "input_tokens_sum")
 # {field or check: repeat pairs that differed on it}; null when no repeat pair had a list.
 REPEAT_DIFFS = "repeat_diffs"
-STORED = (*COUNTS, *RATE_COUNTS, *PERCENTILE_FIELDS, *SUMS, REPEAT_DIFFS)
+# `all` only: input lengths per fixed log-scale bin (metrics.lengths) and how many are over
+# the cap; what the input-shift rule and alert compare.
+INPUT_HIST = "input_hist"
+LENGTH_FIELDS = (INPUT_HIST, "n_over_cap")
+STORED = (*COUNTS, *RATE_COUNTS, *PERCENTILE_FIELDS, *SUMS, REPEAT_DIFFS, *LENGTH_FIELDS)
 
 COST_FIELDS = (
     "edge_cost",

@@ -43,6 +43,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from controlplane.db import dialect_insert
 from controlplane.ingest.buckets import bucket_labels
+from controlplane.metrics import lengths
 from controlplane.metrics.fields import (
     ALL,
     COST_SUMS,
@@ -207,17 +208,25 @@ def aggregate_window(
     prices: Prices,
     *,
     expected_rows: int = 0,
+    max_input_tokens: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The stored metric row of every bucket and `all` for one window, empty buckets included.
 
     `expected_rows` (what the window held when last computed) lets PostgreSQL read a large
-    window in slices on parallel connections."""
+    window in slices on parallel connections. `all` also gets the input-length histogram
+    and, with a cap, how many inputs are over it (from the values the percentiles read)."""
     out = {b: empty_metrics(b) for b in (*bucket_labels(boundaries), ALL)}
     if session.get_bind().dialect.name == "postgresql":
         parts = max(1, min(os.cpu_count() or 1, 4)) if expected_rows >= PARALLEL_MIN_ROWS else 1
-        _aggregate_postgres(session, task_id, start, end, boundaries, prices, out, parts)
+        tokens = _aggregate_postgres(session, task_id, start, end, boundaries, prices, out, parts)
     else:
-        _aggregate_portable(session, _window_rows(task_id, start, end, boundaries, prices), out)
+        tokens = _aggregate_portable(
+            session, _window_rows(task_id, start, end, boundaries, prices), out
+        )
+    out[ALL]["input_hist"] = lengths.histogram(tokens)
+    out[ALL]["n_over_cap"] = (
+        None if max_input_tokens is None else int((tokens > max_input_tokens).sum())
+    )
     if out[ALL]["n_repeat_pairs"] > 0:
         _count_repeat_diffs(session, task_id, start, end, boundaries, out)
     return out
@@ -275,7 +284,7 @@ def _aggregate_postgres(
     prices: Prices,
     out: dict[str, dict[str, Any]],
     parts: int,
-) -> None:
+) -> Any:
     """One pass hashed by bucket: the sums, and each percentile column's values as one
     binary float8 array per bucket, for numpy to interpolate (`all` from the buckets'
     values together). PostgreSQL's own percentile_cont costs about twice as much here:
@@ -317,9 +326,14 @@ def _aggregate_postgres(
                 found = float8_array(row[column])
                 values[row["bucket"]][column].append(found)
                 values[ALL][column].append(found)
+    tokens = numpy.empty(0)
     for bucket, by_column in values.items():
         for column, found in by_column.items():
-            _fill_percentiles(out[bucket], column, PERCENTILES[column], numpy.concatenate(found))
+            joined = numpy.concatenate(found)
+            _fill_percentiles(out[bucket], column, PERCENTILES[column], joined)
+            if bucket == ALL and column == "input_tokens":
+                tokens = joined
+    return tokens
 
 
 def _binary_rows(connection: Connection, stmt: Any) -> list[dict[str, Any]]:
@@ -358,7 +372,8 @@ def _fill_percentiles(target: dict[str, Any], column: str, qs: Sequence[float], 
         target[f"{column}_p{round(q * 100)}"] = float(value)
 
 
-def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[str, Any]]) -> None:
+def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[str, Any]]) -> Any:
+    """The sums in SQL, the percentiles in Python; returns every input length (numpy)."""
     total = out[ALL]
     for row in session.execute(
         select(rows.c.bucket, *_sums(rows)).group_by(rows.c.bucket)
@@ -381,6 +396,7 @@ def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[st
             found.sort()
             for q in PERCENTILES[column]:
                 out[bucket][f"{column}_p{round(q * 100)}"] = percentile(found, q)
+    return numpy.asarray(values[ALL]["input_tokens"], float)
 
 
 def bucket_counts(

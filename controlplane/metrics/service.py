@@ -153,6 +153,7 @@ def compute_window(
         config.length_buckets,
         config.prices.model_dump(),
         expected_rows=previous.n_results if previous is not None else 0,
+        max_input_tokens=config.max_input_tokens,
     )
     repository.upsert_metrics(session, window, rows.values())
     window.window_end = end

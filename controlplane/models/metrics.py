@@ -88,6 +88,10 @@ class WindowMetrics(Base):
     repeat_diffs: Mapped[dict[str, int] | None] = mapped_column(JSONType)
     # Sum of input_tokens: the mean input length per call (grading's frequency dimension).
     input_tokens_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # `all` only: how many inputs fall in each fixed log-scale bin (controlplane.metrics.
+    # lengths), and how many are over the config's max_input_tokens (null without a cap).
+    input_hist: Mapped[list[int] | None] = mapped_column(JSONType)
+    n_over_cap: Mapped[int | None] = mapped_column(Integer)
 
     edge_latency_ms_p50: Mapped[float | None] = mapped_column(Float)
     edge_latency_ms_p95: Mapped[float | None] = mapped_column(Float)
@@ -145,7 +149,7 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic | srm
+    # conflict_jump | edge_share_jump | input_shift | no_traffic | srm | new_failure_class
     kind: Mapped[str] = mapped_column(String(32))
     # open | acknowledged | resolved
     state: Mapped[str] = mapped_column(String(16))

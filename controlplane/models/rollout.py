@@ -75,7 +75,7 @@ class Decision(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     # null for kill and lift, which act on every task
     task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
-    # rollback | promote | rearm | kill | lift
+    # rollback | promote | rearm | kill | lift | needs_regrade | regraded
     action: Mapped[str] = mapped_column(String(16))
     # `policy` or the key's name
     actor: Mapped[str] = mapped_column(String(200))

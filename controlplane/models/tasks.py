@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, ForeignKey, Integer, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
@@ -22,9 +22,16 @@ class Task(Base):
     config_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # The input-length p95 the drift alert compares against (docs/evidence.md): the trailing
-    # median, reset (to None) on each stage change (controlplane.rollout.stages).
-    input_p95_baseline: Mapped[float | None] = mapped_column(Float)
+    # The input-length distribution the task was graded and promoted on (docs/evidence.md,
+    # "Input shift"): {"counts": [...], "n": ..., "over_cap": ..., "source": ..., "start":
+    # ..., "end": ...}, set when it leaves shadow; the `input_shift` rule and alert compare
+    # the trailing span with it.
+    input_baseline: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # Set by an `input_shift` rollback: no promotion until a grade over traffic since
+    # `shifted_at` says offload (re-grade, don't re-tune thresholds). Both are decisions.
+    needs_regrade: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # When the inputs last shifted (the rollback's time): grades read only traffic after it.
+    shifted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # In canary: which of the config's canary_steps is current.
     canary_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When the task entered its stage: verdict history, runs, CUSUM sums and the input

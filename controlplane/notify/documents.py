@@ -49,6 +49,9 @@ def decision_document(decision: dict[str, Any]) -> dict[str, Any]:
             "examples": evidence.get("examples", [])[:5],
             "flag_version_before": decision.get("flag_version_before"),
             "flag_version_after": decision.get("flag_version_after"),
+            # A span rule's components (net_savings: money and per 1k; input_shift: both
+            # histograms and the index), as the decision keeps them.
+            **({"span": evidence["span"]} if evidence.get("span") else {}),
         },
     }
 
@@ -76,6 +79,8 @@ def notice_document(notice: dict[str, Any]) -> dict[str, Any]:
         "bucket": notice.get("bucket"),
         "window_end": notice.get("window_end"),
         "explanation": notice.get("explanation"),
+        # A span rule's notice carries the components its sentence is computed from.
+        **({"evidence": notice["evidence"]} if notice.get("evidence") else {}),
     }
 
 

@@ -128,6 +128,9 @@ def promote(
         if found.stage == "shadow":
             # Leaving shadow needs the tier `offload`, graded now on the config promoted.
             graded = grade_held(session, found, config, veto=veto, now=utcnow(), keep=True)
+            # An offload grade over traffic since an input shift has cleared its mark by now.
+            if found.needs_regrade:
+                raise ActionError(409, {"needs_regrade": regrade_refusal(found)})
             refused = gates.grade_block(graded, config)
             if refused is not None and not refused["forceable"]:
                 raise ActionError(409, {"grade": refused})
@@ -148,6 +151,16 @@ def promote(
         return announce(session, decision, found.name)
 
     return in_transaction(engine, work)
+
+
+def regrade_refusal(task: Task) -> str:
+    """Why a task an input shift rolled back may not be promoted yet, and what clears it."""
+    since = task.shifted_at.isoformat() if task.shifted_at is not None else "the shift"
+    return (
+        f"{task.name} needs a re-grade: its inputs shifted (rolled back at {since}); "
+        f"promotion is refused, forced or not, until a grade over traffic since then says "
+        f"offload (`shadowplane grade --task {task.name}` once that traffic is in)"
+    )
 
 
 def _forced_past(blocked: dict[str, Any]) -> dict[str, Any]:

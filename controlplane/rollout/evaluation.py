@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.schemas import TaskConfig
+from controlplane.catalog.schemas import SPAN_METRICS, TaskConfig
 from controlplane.catalog.service import TaskRuntime, runtimes
 from controlplane.grading.service import grade_held
 from controlplane.models import Decision, Task
@@ -33,7 +33,14 @@ from controlplane.rollout.explain import (
     window_start,
 )
 from controlplane.rollout.policy import CellOutcome, Windows, evaluate
-from controlplane.rollout.stages import announce, change_stage, config_now, promote_next
+from controlplane.rollout.spans import SpanFiring, SpanVerdict, run_start
+from controlplane.rollout.stages import (
+    announce,
+    change_stage,
+    config_now,
+    mark_regrade,
+    promote_next,
+)
 
 ACTIVE_STAGES = ("canary", "full")  # where rules act; in shadow they only feed the gate
 
@@ -57,13 +64,36 @@ def _judge(
     session: Session, task: Task, config: TaskConfig, veto: float, now: datetime, *, locked: bool
 ) -> _Judgement:
     """What the rules say about the task now; reads only, but for the grade an
-    auto-promotion out of shadow keeps as today's once the locks are `locked`."""
+    auto-promotion out of shadow keeps as today's once the locks are `locked`.
+
+    In shadow nothing rolls back: the span rules (cost, input shift) leave a notice, and
+    a rule that fires — but net_savings, shadow is meant to cost — holds auto-promotion."""
     windows = repository.stage_windows(session, task, config)
-    outcomes = evaluate(config, windows, repository.stage_label_windows(session, task, config))
+    outcomes = evaluate(
+        config,
+        windows,
+        repository.stage_label_windows(session, task, config),
+        repository.stage_spans(session, task, config, windows),
+    )
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
-    if not fired or task.stage == "shadow":
+    if task.stage == "shadow":
+        judgement = _Judgement(
+            [
+                notice
+                for o in fired
+                if o.rule.metric in SPAN_METRICS
+                and (notice := _notice(session, task, o, config)) is not None
+            ]
+        )
+        holding = [o for o in fired if o.rule.metric != "net_savings"]
+        if config.promotion.auto_promote and not holding:
+            judgement.promote = _auto_promotion(
+                session, task, config, windows, outcomes, veto, now, locked=locked
+            )
+        return judgement
+    if not fired:
         judgement = _Judgement([])
-        if config.promotion.auto_promote and task.stage in ("shadow", "canary") and not fired:
+        if config.promotion.auto_promote and task.stage == "canary":
             judgement.promote = _auto_promotion(
                 session, task, config, windows, outcomes, veto, now, locked=locked
             )
@@ -72,23 +102,40 @@ def _judge(
     notices = []
     for outcome in fired:
         if outcome.rule.mode == "notify":
-            notice = {
-                "task": task.name,
-                "action": "notify",
-                "rule": rule_name(outcome.rule),
-                "bucket": outcome.cell,
-                # The end of the window at which the rule fired: with the rule and bucket,
-                # what makes the notice the same one at the next pass.
-                "window_end": time_range(outcome, config)[1].isoformat(),
-                "explanation": notice_sentence(task.name, outcome, config),
-            }
-            if not repository.noticed(session, task, notice):
+            notice = _notice(session, task, outcome, config)
+            if notice is not None:
                 notices.append(notice)
             continue
         if repository.decided(session, _dedupe_key(task, outcome)):
             return _Judgement(notices)
         return _Judgement(notices, fire=outcome)
     return _Judgement(notices)
+
+
+def _notice(
+    session: Session, task: Task, outcome: CellOutcome, config: TaskConfig
+) -> dict[str, Any] | None:
+    """The notice a firing rule leaves without acting, unless this stage already has it: a
+    rate rule's once per firing window; a span rule's once per run of breaches."""
+    notice: dict[str, Any] = {
+        "task": task.name,
+        "action": "notify",
+        "rule": rule_name(outcome.rule),
+        "bucket": outcome.cell,
+        # The end of the window at which the rule fired: with the rule and bucket,
+        # what makes the notice the same one at the next pass.
+        "window_end": time_range(outcome, config)[1].isoformat(),
+        "explanation": notice_sentence(task.name, outcome, config, task.stage),
+    }
+    if not isinstance(outcome.firing, SpanFiring):
+        return None if repository.noticed(session, task, notice) else notice
+    judged = [v for v in outcome.verdicts if isinstance(v, SpanVerdict)]
+    began = run_start(judged)
+    ongoing = began is not None and began == judged[0].at_window
+    if began is not None:
+        notice["window_end"] = window_start(began + 1, config).isoformat()
+    notice["evidence"] = outcome.firing.evidence
+    return None if repository.noticed_run(session, task, notice, ongoing=ongoing) else notice
 
 
 def _auto_promotion(
@@ -106,7 +153,7 @@ def _auto_promotion(
     shadow, the task's grade is `offload` — unless the error cost is at the veto, or the
     edge model now serving was blocked by a rollback (until a person lifts the block). The
     policy never forces."""
-    if config.error_cost >= veto:
+    if config.error_cost >= veto or task.needs_regrade:
         return None
     verdict = gates.verdict(task.name, task.stage, config, windows, outcomes)
     if not verdict["passed"]:
@@ -189,17 +236,34 @@ def _fire(
     start, end = time_range(outcome, config)
     where = repository.in_cell(task, config, outcome.cell, start, end)
     models = repository.models_seen(session, where)
-    evidence: dict[str, Any] = {
-        "how": firing.how,
-        "detector": outcome.rule.detector,
-        "confidence": outcome.rule.confidence,
-        "windows": [verdict_view(v, config, outcome.rule.metric) for v in firing.verdicts],
-        "statistic": firing.statistic,
-        **run_evidence(outcome, config),
-        "models": models,
-        "examples": repository.examples(session, where),
-        "explanation": explain(task.name, outcome, config),
-    }
+    evidence: dict[str, Any]
+    if isinstance(firing, SpanFiring):
+        evidence = {
+            "how": firing.how,
+            "span": firing.evidence,
+            "statistic": firing.statistic,
+            "window_start": start.isoformat(),
+            "window_end": end.isoformat(),
+            "models": models,
+            "examples": (
+                repository.longest_inputs(session, repository.in_time(task, start, end))
+                if firing.how == "input_shift"
+                else []
+            ),
+            "explanation": explain(task.name, outcome, config),
+        }
+    else:
+        evidence = {
+            "how": firing.how,
+            "detector": outcome.rule.detector,
+            "confidence": outcome.rule.confidence,
+            "windows": [verdict_view(v, config, outcome.rule.metric) for v in firing.verdicts],
+            "statistic": firing.statistic,
+            **run_evidence(outcome, config),
+            "models": models,
+            "examples": repository.examples(session, where),
+            "explanation": explain(task.name, outcome, config),
+        }
     decision = change_stage(
         session,
         task,
@@ -216,6 +280,10 @@ def _fire(
     )
     for model in models:
         repository.block(session, task, model, decision.id)
+    if isinstance(firing, SpanFiring) and firing.how == "input_shift":
+        # Re-grade, don't re-tune: no promotion until a grade over traffic since now says
+        # offload (controlplane.grading clears the mark).
+        mark_regrade(session, task, decision, at=now)
     # The breaching windows' results become the `regression` layer's review items, in this
     # transaction: a rollback and its evidence for the next model are one fact.
     queue_regression(

@@ -6,10 +6,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from controlplane.catalog.schemas import ResolvedRule, TaskConfig
+from controlplane.metrics import lengths
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.windows import from_index
 from controlplane.rollout.detectors import CusumStep
 from controlplane.rollout.policy import LABEL_METRICS, CellOutcome
+from controlplane.rollout.spans import SpanFiring
 from controlplane.rollout.verdicts import Verdict
 
 # A CUSUM sentence lists the shares of at most this many windows (the latest).
@@ -30,10 +32,19 @@ def window_start(number: int, config: TaskConfig, metric: str | None = None) -> 
     return from_index(number, window_seconds(config, metric))
 
 
+def duration(seconds: int) -> str:
+    """A span in words: 86400 → "24h", 7200 → "2h", 5400 → "90m", 45 → "45s"."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def rule_name(rule: ResolvedRule) -> str:
     scope = " per bucket" if rule.scope == "per_bucket" else ""
     what = f"failure_class {rule.failure_class}" if rule.failure_class else rule.metric
-    return f"{what} {rule.op} {rule.threshold:g}{scope}"
+    over = f" over {duration(rule.span_seconds)}" if rule.span_seconds else ""
+    return f"{what} {rule.op} {rule.threshold:g}{scope}{over}"
 
 
 def _count(value: float, metric: str | None) -> float:
@@ -133,10 +144,51 @@ def cusum_sentence(outcome: CellOutcome) -> str:
     )
 
 
+def _tokens(counts: list[int] | None) -> str:
+    middle = lengths.quantile(counts or [], 0.5)
+    return "no data" if middle is None else f"about {middle:,.0f} tokens"
+
+
+def span_sentence(task: str, outcome: CellOutcome, verb: str = "rolled back") -> str:
+    """Why a span rule fired, checkable by hand from the evidence: the money and its
+    interval (net_savings), or the index, its line and the medians (input_shift)."""
+    firing = outcome.firing
+    assert isinstance(firing, SpanFiring)
+    rule = outcome.rule
+    found = firing.evidence
+    span = duration(int(found["span_seconds"]))
+    if firing.how == "net_savings":
+        fixed = found.get("fixed_costs")
+        itemised = (
+            " (" + ", ".join(f"{k} {v:,.2f}" for k, v in fixed.items()) + ")" if fixed else ""
+        )
+        return (
+            f"{task} {verb}: offloading cost more than it saved over the last {span}: "
+            f"net savings {found['net_savings']:,.2f} = savings {found['savings']:,.2f} "
+            f"(cloud baseline {found['baseline_cost']:,.2f} − paid {found['paid']:,.2f}: edge "
+            f"{found['edge_cost']:,.2f}, cloud {found['cloud_cost']:,.2f}) − fixed costs "
+            f"{found['fixed_cost']:,.2f}{itemised}, over {found['results']:,} results; its "
+            f"{found['interval']:.0%} interval reaches at most {found['high']:,.2f}, below "
+            f"{rule.threshold:g}."
+        )
+    quarters = ", ".join(
+        f"{q['psi']:.2f}" for q in found.get("quarters", []) if q["psi"] is not None
+    )
+    return (
+        f"{task} {verb}: input lengths shifted over the last {span}: population stability "
+        f"index {found['psi']:.2f} against {found['baseline_source']}, above "
+        f"{rule.threshold:g} in each quarter of the span ({quarters}); inputs are now "
+        f"{_tokens(found['now'])} at the median, against {_tokens(found['baseline'])}. "
+        "Re-grade before promoting again (re-grade, don't re-tune thresholds)."
+    )
+
+
 def explain(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
     """One sentence: why the task was rolled back."""
     firing = outcome.firing
     assert firing is not None
+    if isinstance(firing, SpanFiring):
+        return span_sentence(task, outcome)
     where = "overall" if outcome.cell == ALL else f"on inputs of {outcome.cell} tokens"
     level = outcome.rule.confidence
     bound = "estimate" if level == "point" else f"{level:.0%} bound"
@@ -166,8 +218,10 @@ def explain(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
     return f"{task} rolled back: {what} {where}: {cusum_sentence(outcome)}."
 
 
-def notice_sentence(task: str, outcome: CellOutcome, config: TaskConfig) -> str:
-    """What a rule in notify mode would have done."""
+def notice_sentence(task: str, outcome: CellOutcome, config: TaskConfig, stage: str = "") -> str:
+    """What a rule in notify mode would have done; in shadow, what a span rule says."""
+    if isinstance(outcome.firing, SpanFiring) and stage == "shadow":
+        return span_sentence(task, outcome, "would roll back in canary (in shadow: notice only)")
     return explain(task, outcome, config).replace(
         "rolled back", "would roll back (rule in notify mode)"
     )
@@ -178,7 +232,9 @@ def time_range(outcome: CellOutcome, config: TaskConfig) -> tuple[datetime, date
     firing = outcome.firing
     assert firing is not None
     metric = outcome.rule.metric
-    if firing.verdicts:
+    if isinstance(firing, SpanFiring):
+        first = firing.first_window
+    elif firing.verdicts:
         first = firing.verdicts[0].first_window
     else:
         first = firing.steps[0].window if firing.steps else firing.at_window
@@ -195,6 +251,10 @@ def breach_ranges(outcome: CellOutcome, config: TaskConfig) -> list[tuple[dateti
     firing = outcome.firing
     assert firing is not None
     metric = outcome.rule.metric
+    if isinstance(firing, SpanFiring):
+        # A shift's span holds the new inputs the next model must be judged on; a cost
+        # firing says nothing about answers.
+        return [time_range(outcome, config)] if firing.how == "input_shift" else []
     if firing.steps:
         return [
             (

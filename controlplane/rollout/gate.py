@@ -78,7 +78,14 @@ def verdict(
                 f"{fail_limit:.1%}"
             )
         buckets[bucket] = view
-    firing = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
+    # Shadow is meant to cost: its net savings never hold a promotion out of it.
+    firing = [
+        o
+        for o in outcomes
+        if o.firing is not None
+        and o.rule.mode != "off"
+        and not (stage == "shadow" and o.rule.metric == "net_savings")
+    ]
     for o in firing:
         reasons.append(f"rule {rule_name(o.rule)} would fire in {o.cell}")
     return {

@@ -3,7 +3,8 @@
 Rules judge only the buckets the edge may serve and their union as `all`; per-rule
 overrides are resolved on the schema (`RollbackConfig.resolved_rules`). `route_acc` and
 `failure_class` read the closed route-accuracy windows in effective labels instead of the
-metric windows (docs/route-accuracy.md).
+metric windows (docs/route-accuracy.md); `net_savings` and `input_shift` judge a trailing
+span of the windows' `all` rows at each window close (`controlplane.rollout.spans`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.catalog.schemas import ResolvedRule, TaskConfig
+from controlplane.catalog.schemas import SPAN_METRICS, ResolvedRule, TaskConfig
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.fields import ALL, RATES
+from controlplane.metrics.shift import Baseline, SpanWindow
 from controlplane.rollout.detectors import Firing, should_rollback
+from controlplane.rollout.spans import SpanFiring, SpanVerdict, span_firing, span_verdicts
 from controlplane.rollout.verdicts import CellWindow, Verdict, verdicts
 
 # window number → bucket → stored metric row (counts as in WindowMetrics)
@@ -28,13 +31,27 @@ LABEL_METRICS = ("route_acc", "failure_class")
 
 
 @dataclass(frozen=True, slots=True)
+class Spans:
+    """What the span rules read: the stage's recent windows' `all` rows, the first window of
+    the stage (no span reaches before it), the first window close to judge (the read may
+    start later than the stage: a span cut short by it is not judged), and the baseline."""
+
+    windows: Sequence[SpanWindow]
+    origin: int
+    judge_from: int
+    baseline: Baseline | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CellOutcome:
     rule_index: int
     rule: ResolvedRule
     cell: str
-    windows: list[CellWindow]
-    verdicts: list[Verdict]
-    firing: Firing | None
+    # Rate rules: the cell's counts and verdicts; span rules: the span windows and the
+    # verdict at each window close.
+    windows: Sequence[CellWindow | SpanWindow]
+    verdicts: Sequence[Verdict | SpanVerdict]
+    firing: Firing | SpanFiring | None
 
 
 def judged_buckets(boundaries: Sequence[int], max_input_tokens: int | None) -> list[str]:
@@ -84,15 +101,35 @@ def cell_series(
 
 
 def evaluate(
-    config: TaskConfig, windows: Windows, labelled: LabelWindows = ()
+    config: TaskConfig,
+    windows: Windows,
+    labelled: LabelWindows = (),
+    spans: Spans | None = None,
 ) -> list[CellOutcome]:
     """Verdicts and firing of every rule (not `off`) in every judged cell; `labelled` are
-    the closed route-accuracy windows of the stage, for the label rules."""
+    the closed route-accuracy windows of the stage, for the label rules, and `spans` what
+    the span rules read (without it they are not judged)."""
     policy = config.rollback
     judged = judged_buckets(config.length_buckets, config.max_input_tokens)
-    out = []
+    out: list[CellOutcome] = []
     for index, rule in enumerate(policy.resolved_rules()):
         if rule.mode == "off":
+            continue
+        if rule.metric in SPAN_METRICS:
+            if spans is not None:
+                found = span_verdicts(
+                    spans.windows,
+                    rule,
+                    judge_from=spans.judge_from,
+                    origin=spans.origin,
+                    window_seconds=config.window_seconds,
+                    fixed_cost_per_day=config.fixed_cost_per_day,
+                    fixed_costs=config.fixed_costs,
+                    baseline=spans.baseline,
+                )
+                out.append(
+                    CellOutcome(index, rule, ALL, spans.windows, found, span_firing(rule, found))
+                )
             continue
         by_label = rule.metric in LABEL_METRICS
         cells = [*judged, ALL] if rule.scope == "per_bucket" and not by_label else [ALL]
@@ -102,7 +139,7 @@ def evaluate(
                 if by_label
                 else cell_series(windows, rule.metric, cell, judged)
             )
-            found = verdicts(
+            judged_here = verdicts(
                 series,
                 op=rule.op,
                 threshold=rule.threshold,
@@ -112,7 +149,7 @@ def evaluate(
             )
             firing = should_rollback(
                 series,
-                found,
+                judged_here,
                 op=rule.op,
                 threshold=rule.threshold,
                 confidence=rule.confidence,
@@ -124,5 +161,5 @@ def evaluate(
                 cap=rule.cap,
                 critical_threshold=rule.critical,
             )
-            out.append(CellOutcome(index, rule, cell, series, found, firing))
+            out.append(CellOutcome(index, rule, cell, series, judged_here, firing))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -9,9 +10,11 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.schemas import MIN_WINDOWS_READ, TaskConfig
+from controlplane.catalog.schemas import MIN_WINDOWS_READ, SPAN_METRICS, TaskConfig
+from controlplane.metrics import shift
 from controlplane.metrics.fields import ALL, STORED
 from controlplane.metrics.repository import bucket_of
+from controlplane.metrics.windows import from_index
 from controlplane.models import (
     BlockedModel,
     Decision,
@@ -23,9 +26,12 @@ from controlplane.models import (
     Window,
     WindowMetrics,
 )
-from controlplane.rollout.policy import LabelWindows, Windows, judged_buckets
+from controlplane.rollout.policy import LabelWindows, Spans, Windows, judged_buckets
 
 EXAMPLES = 20
+# The span rules judge the closes of this many latest windows at each pass (one hour of
+# the default windows): a pass that runs late still sees a breach between passes.
+SPAN_POINTS = 12
 # The task's latest notices a new one is compared with (one per rule, bucket and firing).
 NOTICES_READ = 500
 
@@ -80,6 +86,62 @@ def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> Lab
         )
         for start, estimate, size, classes in rows
     ]
+
+
+def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windows) -> Spans | None:
+    """What the span rules (net_savings, input_shift) read: the `all` rows of the stage's
+    windows over the longest span before each of the latest `SPAN_POINTS` closes, and the
+    task's input baseline. None when no span rule is on or no window closed in the stage."""
+    rules = [
+        r for r in config.rollback.resolved_rules() if r.metric in SPAN_METRICS and r.mode != "off"
+    ]
+    if not rules or not windows:
+        return None
+    seconds = config.window_seconds
+    latest = windows[-1][0]
+    longest = max(math.ceil((r.span_seconds or seconds) / seconds) for r in rules)
+    origin = (
+        math.ceil(task.stage_changed_at.timestamp() / seconds)
+        if task.stage_changed_at is not None
+        else windows[0][0]
+    )
+    judge_from = max(origin, latest - SPAN_POINTS + 1)
+    read_from = max(origin, judge_from - longest + 1)
+    rows = shift.span_windows(session, task.id, seconds, from_index(read_from, seconds))
+    wanted = any(r.metric == "input_shift" for r in rules)
+    return Spans(rows, origin, judge_from, shift.baseline(session, task) if wanted else None)
+
+
+def longest_inputs(session: Session, where: Any) -> list[str]:
+    """The request ids of the longest inputs in a range: an input shift's examples."""
+    return list(
+        session.scalars(
+            select(Result.request_id)
+            .where(*where)
+            .order_by(Result.input_tokens.desc(), Result.ts)
+            .limit(EXAMPLES)
+        )
+    )
+
+
+def noticed_run(session: Session, task: Task, notice: dict[str, Any], *, ongoing: bool) -> bool:
+    """Whether this stage already announced the run of breaches a span rule's notice is
+    about: a notice of the same rule at or after the run's first breach, or — for a run
+    that began before the closes judged now (`ongoing`) — any notice of the rule."""
+    query = (
+        select(OutboxEvent.document)
+        .where(OutboxEvent.kind == "notice", OutboxEvent.task == task.name)
+        .order_by(OutboxEvent.id.desc())
+        .limit(NOTICES_READ)
+    )
+    if task.stage_changed_at is not None:
+        query = query.where(OutboxEvent.created_at >= task.stage_changed_at)
+    for document in session.scalars(query):
+        if document.get("rule") != notice["rule"] or document.get("bucket") != notice["bucket"]:
+            continue
+        if ongoing or str(document.get("window_end") or "") >= notice["window_end"]:
+            return True
+    return False
 
 
 def evaluation_windows(config: TaskConfig) -> int:

@@ -6,8 +6,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from controlplane.audit.service import decision_view
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.models import Decision, Task
+from controlplane.models import Task
 from controlplane.rollout import gate as gates
 from controlplane.rollout import repository
 from controlplane.rollout.policy import evaluate
@@ -17,26 +18,10 @@ def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
     """The promotion gate over the last `min_windows` windows closed in the stage."""
     windows = repository.stage_windows(session, task, config)
     labelled = repository.stage_label_windows(session, task, config)
-    outcomes = evaluate(config, windows, labelled)
+    outcomes = evaluate(
+        config, windows, labelled, repository.stage_spans(session, task, config, windows)
+    )
     return gates.verdict(task.name, task.stage, config, windows, outcomes)
-
-
-def decision_view(decision: Decision, task: str | None) -> dict[str, Any]:
-    return {
-        "id": decision.id,
-        "task": task,
-        "action": decision.action,
-        "actor": decision.actor,
-        "reason": decision.reason,
-        "rule": decision.rule,
-        "bucket": decision.bucket,
-        "stage_before": decision.stage_before,
-        "stage_after": decision.stage_after,
-        "flag_version_before": decision.flag_version_before,
-        "flag_version_after": decision.flag_version_after,
-        "created_at": decision.created_at,
-        "evidence": decision.evidence,
-    }
 
 
 def list_decisions(

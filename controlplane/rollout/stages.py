@@ -5,14 +5,15 @@ the outbox; and a task's config read now, which a flag is derived from
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.audit.service import record
+from controlplane.audit.service import decision_view, record, record_decision
 from controlplane.catalog import repository as catalog_repository
 from controlplane.catalog.schemas import TaskConfig, parse_config
+from controlplane.metrics import shift
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import decision_document
@@ -20,7 +21,6 @@ from controlplane.notify.outbox import add_event
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.explain import promoted_to
-from controlplane.rollout.service import decision_view
 
 
 def config_now(session: Session, task: Task) -> TaskConfig | None:
@@ -65,13 +65,17 @@ def change_stage(
     `at` is the clock of the pass that decided (a person's action: now); windows that
     start from then on are the new stage's evidence."""
     before = repository.flag_version(session, task.id)
-    stage_before = task.stage
+    stage_before, stage_began = task.stage, task.stage_changed_at
     task.stage, task.canary_step = stage, canary_step
     now = at or utcnow()
     task.stage_changed_at = now
     task.updated_at = now
-    # The input-length baseline is the one of the new stage (docs/evidence.md).
-    task.input_p95_baseline = None
+    if stage_before == "shadow" and stage in ("canary", "full"):
+        # Leaving shadow: the input lengths it was graded and promoted on become the
+        # baseline the input-shift rule and alert compare with (docs/evidence.md).
+        kept = promotion_baseline(session, task, config, evidence or {}, now, stage_began)
+        task.input_baseline = kept.document() if kept is not None else None
+        evidence = {**(evidence or {}), "input_baseline": task.input_baseline}
     session.flush()
     flags.publish(session, task, config, reason)
     decision = Decision(
@@ -105,6 +109,59 @@ def change_stage(
         },
     )
     return decision
+
+
+def promotion_baseline(
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    evidence: dict[str, Any],
+    now: datetime,
+    stage_began: datetime | None,
+) -> shift.Baseline | None:
+    """The baseline a task leaving shadow is promoted on: the input lengths over the span of
+    the offload grade it holds, else (forced past its grade) those of its shadow windows
+    over at most the grading span."""
+    grade = evidence.get("grade") or {}
+    if grade.get("tier") == "offload":
+        found = shift.latest_offload_baseline(session, task.id)
+        if found is not None:
+            return found
+    since = now - timedelta(seconds=config.grading.span_seconds)
+    if stage_began is not None and stage_began > since:
+        since = stage_began
+    counts, over = shift.histogram_between(session, task.id, config.window_seconds, since, now)
+    if not sum(counts):
+        return None
+    return shift.Baseline(
+        tuple(counts),
+        over,
+        "the shadow windows it was promoted from",
+        since.isoformat(),
+        now.isoformat(),
+    )
+
+
+def mark_regrade(session: Session, task: Task, rollback: Decision, *, at: datetime | None) -> None:
+    """An input-shift rollback marks the task `needs_regrade`: a decision of its own,
+    audited and announced, in the rollback's transaction."""
+    now = at or utcnow()
+    task.needs_regrade, task.shifted_at = True, now
+    reason = (
+        "inputs shifted: promotion is refused until a grade over traffic since "
+        f"{now.isoformat()} says offload (re-grade, don't re-tune thresholds)"
+    )
+    decision = record_decision(
+        session,
+        task,
+        action="needs_regrade",
+        actor="policy",
+        reason=reason,
+        evidence={"rollback": rollback.id, "shifted_at": now.isoformat()},
+        flag_version=repository.flag_version(session, task.id),
+        at=now,
+    )
+    announce(session, decision, task.name)
 
 
 def _audited(evidence: dict[str, Any]) -> dict[str, Any]:

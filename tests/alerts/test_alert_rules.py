@@ -51,12 +51,17 @@ def test_edge_share_jump_is_an_absolute_change_either_way() -> None:
     assert rules.edge_share_jump(w(4, edge=120), base, CONFIG).firing is False  # 60%
 
 
-def test_input_drift_is_relative_to_the_recorded_baseline() -> None:
-    assert rules.input_p95_drift(w(4, p95=560), 400.0, CONFIG).firing is True  # +40%
-    assert rules.input_p95_drift(w(4, p95=260), 400.0, CONFIG).firing is True  # -35%
-    assert rules.input_p95_drift(w(4, p95=480), 400.0, CONFIG).firing is False  # +20%
-    assert rules.input_p95_drift(w(4, p95=900), None, CONFIG).firing is None
-    assert rules.input_p95_drift(w(4, n=5, p95=900), 400.0, CONFIG).firing is None
+def test_the_input_shift_alert_opens_at_its_line_on_the_span_index() -> None:
+    shifted = rules.LengthShift(0.14, 400, 7200, 600.0, 200.0, "the offload grade of 2026-12-01")
+    found = rules.input_shift(shifted, CONFIG, 200)
+    assert found.firing is True and (found.value, found.baseline) == (0.14, 0.1)
+    for part in ("last 2h (400 results)", "index 0.14 against the offload grade of 2026-12-01",
+                 "median about 600 tokens now, about 200 then", "the alert opens at 0.1"):  # fmt: skip
+        assert part in found.message, found.message
+    assert rules.input_shift(rules.LengthShift(0.09, 400, 7200), CONFIG, 200).firing is False
+    # Too few results, or no baseline: no evidence either way (an open alert stays).
+    assert rules.input_shift(rules.LengthShift(0.9, 199, 7200), CONFIG, 200).firing is None
+    assert rules.input_shift(rules.LengthShift(None, 400, 7200), CONFIG, 200).firing is None
 
 
 def test_no_traffic_needs_silence_windows_consecutive_empty_windows_in_a_live_stage() -> None:
@@ -72,9 +77,3 @@ def test_no_traffic_needs_silence_windows_consecutive_empty_windows_in_a_live_st
         rules.no_traffic(w(6, n=0, pairs=0, conflicts=0), gap, CONFIG, "full", 300).firing is None
     )
     assert rules.no_traffic(w(3), quiet, CONFIG, "shadow", 300).firing is False
-
-
-def test_the_trailing_input_baseline_is_the_median_p95_of_full_windows() -> None:
-    history = [w(0, p95=100), w(1, p95=300), w(2, n=3, p95=9000)]
-    assert rules.trailing_p95(w(3, p95=200), history, CONFIG) == 200
-    assert rules.trailing_p95(w(3, p95=200), history[:1], CONFIG) is None

@@ -7,11 +7,18 @@ from typing import Any
 
 from sqlalchemy import update
 
+from controlplane.catalog.schemas import DEFAULT_RULES
 from controlplane.db import session_scope
+from controlplane.metrics import lengths
 from controlplane.models import Task
+from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
-from tests.windowdata import LATENESS, T0, WINDOW, post_all
+from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, post_all
+
+DEFAULT_RULES_JSON = [
+    r.model_dump(mode="json", by_alias=True, exclude_none=True) for r in DEFAULT_RULES
+]
 
 
 def _window(
@@ -44,13 +51,26 @@ def _close(api: Api, k: int) -> None:
 def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_resolves(
     metrics_api: Api,
 ) -> None:
-    # The task entered its stage before these (past) windows: the input baseline is the
-    # stage's, built from windows that started in it.
+    # The input-shift alert compares each window (a span of one window here, judged from
+    # 50 results) with the lengths the task was promoted on: those of the normal windows.
+    shift_rule = {"metric": "input_shift", "op": "<=", "threshold": 0.25, "span": "1m",
+                  "min_samples": 50}  # fmt: skip
     with session_scope(metrics_api.engine) as session:
+        apply_config(
+            session,
+            {**METRICS_TASK, "rollback": {"rules": [*DEFAULT_RULES_JSON[:-1], shift_rule]}},
+            actor="test",
+        )
         session.execute(
             update(Task)
             .where(Task.name == "metrics_task")
-            .values(stage_changed_at=T0 - timedelta(hours=1))
+            .values(
+                stage_changed_at=T0 - timedelta(hours=1),
+                input_baseline={
+                    "counts": lengths.histogram(300 + i % 7 for i in range(100)),
+                    "source": "the normal windows",
+                },
+            )
         )
     for k in range(4):
         post_all(metrics_api, _window(k))
@@ -61,7 +81,11 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
     post_all(metrics_api, _window(4, conflicts=40, edge=50, tokens=1200))
     _close(metrics_api, 4)
     opened = {a["kind"]: a for a in _alerts(metrics_api, state="open")}
-    assert set(opened) == {"conflict_jump", "edge_share_jump", "input_p95_drift"}
+    assert set(opened) == {"conflict_jump", "edge_share_jump", "input_shift"}
+    shifted = opened["input_shift"]
+    assert shifted["value"] > 0.25 and shifted["baseline"] == 0.1
+    assert "population stability index" in shifted["message"]
+    assert "against the normal windows" in shifted["message"]
     conflict = opened["conflict_jump"]
     assert conflict["value"] == 0.4 and conflict["baseline"] == 0.04
     assert conflict["window_start"].startswith(
@@ -93,7 +117,7 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
     assert states == {
         "conflict_jump": "acknowledged",
         "edge_share_jump": "open",
-        "input_p95_drift": "resolved",
+        "input_shift": "resolved",
     }
 
     post_all(metrics_api, _window(6))

@@ -25,7 +25,7 @@ OVER: list[tuple[dict[str, Any], str, str]] = [
     ({"alerts": {"silence_windows": 1001}}, "alerts.silence_windows", "1000"),
     ({"alerts": {"baseline_windows": 1001}}, "alerts.baseline_windows", "1000"),
     ({"alerts": {"conflict_jump": INF}}, "alerts.conflict_jump", "finite"),
-    ({"alerts": {"input_p95_drift": INF}}, "alerts.input_p95_drift", "finite"),
+    ({"alerts": {"input_shift": INF}}, "alerts.input_shift", "finite"),
     ({"rollback": {"consecutive_windows": 101}}, "rollback.consecutive_windows", "100"),
     ({"rollback": {"min_samples": 10_000_001}}, "rollback.min_samples", "10000000"),
     ({"rollback": {"max_pool_windows": 1001}}, "rollback.max_pool_windows", "1000"),

@@ -327,19 +327,28 @@ def test_an_evaluation_reads_only_the_most_recent_windows(
     assert all(rows["all"]["n_results"] == 12 for _, rows in windows)
 
 
-def test_a_stage_change_resets_the_input_length_baseline(api: Api) -> None:
-    from sqlalchemy import update
+def test_leaving_shadow_keeps_the_shadow_windows_input_lengths_as_the_baseline(api: Api) -> None:
+    """Forced past its grade (none yet), a task leaving shadow is compared from then on with
+    the input lengths of the shadow windows it was promoted from: kept on the task and in
+    the promotion's evidence, bin by bin as the windows counted them."""
+    from controlplane.metrics import lengths
+    from controlplane.models import Decision, Task
 
-    from controlplane.models import Task
-
+    start = rewind(api)
+    for k in range(3):
+        post_all(api, window_results("noisy_task", start, k, {}, per_bucket=10))
+        close(api, start, k)
     with session_scope(api.engine) as session:
-        session.execute(
-            update(Task).where(Task.name == "noisy_task").values(input_p95_baseline=480.0)
-        )
+        assert session.query(Task).filter(Task.name == "noisy_task").one().input_baseline is None
     assert promote(api, "noisy_task").status_code == 200
     with session_scope(api.engine) as session:
         task = session.query(Task).filter(Task.name == "noisy_task").one()
-        assert task.input_p95_baseline is None and task.stage == "canary"
+        promoted = session.query(Decision).filter(Decision.task_id == task.id).one()
+        kept, said = task.input_baseline, promoted.evidence["input_baseline"]
+    expected = lengths.histogram([t for t in BUCKET_TOKENS.values() for _ in range(30)])
+    assert kept is not None and kept["counts"] == expected and kept["n"] == 120
+    assert kept["source"] == "the shadow windows it was promoted from"
+    assert said == kept and task.stage == "canary"
 
 
 def single_bucket(
