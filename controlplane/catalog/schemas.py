@@ -59,7 +59,8 @@ MAX_OPEN_WINDOWS = 2016
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 # Money per 1k tokens or per day, in any currency: a million per 1k tokens is four orders of
 # magnitude above the dearest model, and sums over a window stay finite doubles.
-Price = Annotated[float, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
+MAX_PRICE = 1_000_000.0
+Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -242,7 +243,7 @@ class Rule(Strict):
     mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
     # net_savings and input_shift only: the trailing span judged at each window close,
     # seconds or a duration (`90m`, `24h`); by default SPAN_METRICS'.
-    span: Annotated[int, Field(ge=1)] | str | None = None
+    span: int | str | None = None
     detector: Detector | None = None
     min_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     confidence: Fraction | Literal["point"] | None = None
@@ -259,6 +260,24 @@ class Rule(Strict):
     failure_class: str | None = Field(None, alias="class")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("span", mode="before")
+    @classmethod
+    def _span_shape(cls, span: Any) -> Any:
+        # One error naming both spellings, not one per member of the union.
+        if span is None:
+            return span
+        if isinstance(span, float) and span.is_integer():  # 5400.0, as other counts allow
+            span = int(span)
+        if (
+            isinstance(span, bool)
+            or not isinstance(span, int | str)
+            or (isinstance(span, str) and SPAN.match(span) is None)
+        ):
+            raise ValueError("not a span: whole seconds, or a duration such as 90m, 24h or 2d")
+        if not 60 <= span_seconds(span) <= MAX_SPAN_SECONDS:
+            raise ValueError(f"must be between 60 seconds and 30 days ({MAX_SPAN_SECONDS} seconds)")
+        return span
 
     @model_validator(mode="after")
     def _span_rules(self) -> Rule:
@@ -287,19 +306,19 @@ class Rule(Strict):
             "net_savings": (">=", "savings must stay at or above the threshold"),
             "input_shift": ("<=", "the shift must stay at or below the threshold"),
         }[self.metric]
+        # "an input_shift rule", "a net_savings rule"
+        rule = f"{'an' if self.metric[0] in 'aeiou' else 'a'} {self.metric} rule"
         if self.op != wrong[0]:
-            raise ValueError(f"op of a {self.metric} rule must be {wrong[0]!r}: {wrong[1]}")
+            raise ValueError(f"op of {rule} must be {wrong[0]!r}: {wrong[1]}")
         if self.scope != "all":
-            raise ValueError(
-                f"scope: a {self.metric} rule judges the task as a whole, never per bucket"
-            )
+            raise ValueError(f"scope: {rule} judges the task as a whole, never per bucket")
         ignored = ["detector", "critical", "min_effect", "h", "cap"]
         if self.metric == "input_shift":
             ignored.append("confidence")
         for name in ignored:
             if getattr(self, name) is not None:
                 raise ValueError(
-                    f"{name}: does not apply to a {self.metric} rule (judged once per window "
+                    f"{name}: does not apply to {rule} (judged once per window close "
                     "over its span; docs/evidence.md)"
                 )
         if self.confidence == "point" or (
@@ -309,12 +328,6 @@ class Rule(Strict):
                 "confidence of a net_savings rule is its interval's level: at least 0.5 and "
                 f"below 1 (default {NET_SAVINGS_CONFIDENCE})"
             )
-        if self.span is not None:
-            seconds = span_seconds(self.span)
-            if not 60 <= seconds <= MAX_SPAN_SECONDS:
-                raise ValueError(
-                    f"span ({short_repr(self.span)}) must be between 60 seconds and 30 days"
-                )
         return self
 
     @property
@@ -684,8 +697,10 @@ class TaskConfig(Strict):
         """Itemised fixed costs set fixed_cost_per_day when it is left out."""
         if isinstance(raw, dict) and isinstance(raw.get("fixed_costs"), dict):
             items = raw["fixed_costs"]
+            # Only from costs that are valid themselves: a bad one is named on its own, not
+            # also as a fixed_cost_per_day nobody wrote.
             if "fixed_cost_per_day" not in raw and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_PRICE
                 for v in items.values()
             ):
                 return {**raw, "fixed_cost_per_day": float(sum(items.values()))}
@@ -720,10 +735,11 @@ class TaskConfig(Strict):
                     f"(window_seconds {self.window_seconds})"
                 )
             if seconds / self.window_seconds > MAX_SPAN_WINDOWS:
+                window = self.window_seconds
                 raise ValueError(
-                    f"rollback.rules.{index}.span: {seconds} s holds "
-                    f"{seconds // self.window_seconds} windows of {self.window_seconds} s; "
-                    f"at most {MAX_SPAN_WINDOWS} (a longer window_seconds, or a shorter span)"
+                    f"rollback.rules.{index}.span: {seconds} s is more than {MAX_SPAN_WINDOWS} "
+                    f"windows of {window} s; at most {MAX_SPAN_WINDOWS * window} s with "
+                    f"window_seconds {window} (or a longer window_seconds)"
                 )
         return self
 
