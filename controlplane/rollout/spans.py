@@ -59,9 +59,10 @@ class SpanFiring:
 
 
 def t_quantile(level: float, df: int) -> float:
-    """The two-sided Student t quantile for a `level` interval (0.95 → t_{0.975, df}), by
-    the Cornish–Fisher expansion (Abramowitz & Stegun 26.7.5) — within 0.1% of the exact
-    value from 3 degrees of freedom, and exact tables below."""
+    """The two-sided Student t quantile for a `level` interval (0.95 → t_{0.975, df}): exact
+    below 3 degrees of freedom; from 3 on the Cornish–Fisher expansion (Abramowitz & Stegun
+    26.7.5), refined by Newton's method on the exact distribution (`t_within`), since the
+    expansion alone is 0.12% short at 3 degrees of freedom and 0.8% at 99%."""
     z = NormalDist().inv_cdf(0.5 + level / 2)
     if df <= 0:
         return math.inf
@@ -73,7 +74,34 @@ def t_quantile(level: float, df: int) -> float:
     g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+    t = z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    for _ in range(8):
+        density = scale * (1 + t * t / df) ** (-(df + 1) / 2)
+        step = (t_within(t, df) - level) / (2 * density)
+        t -= step
+        if abs(step) < 1e-12 * t:
+            break
+    return t
+
+
+def t_within(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with `df` degrees of freedom, exactly (Abramowitz &
+    Stegun 26.7.3 and 26.7.4: a finite series in cos θ, θ = atan(t / √df))."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    series = 0.0
+    if df % 2:
+        term = math.cos(theta)
+        for k in range(1, (df - 1) // 2 + 1):
+            series += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        return 2 / math.pi * (theta + math.sin(theta) * series)
+    term = 1.0
+    for k in range(1, df // 2 + 1):
+        series += term
+        term *= c2 * (2 * k - 1) / (2 * k)
+    return math.sin(theta) * series
 
 
 def money(value: float) -> float:
@@ -179,10 +207,13 @@ def judge_net_savings(
 
 
 def quarters(first: int, at: int) -> list[tuple[int, int]]:
-    """The span [first, at] cut into four runs of windows as equal as whole windows allow."""
+    """The span [first, at] cut into four runs of windows as equal as whole windows allow;
+    a span of fewer than four windows into one run per window (an empty run has no index,
+    so it would keep the rule from ever firing)."""
     size = at - first + 1
-    cuts = [first + round(size * q / QUARTERS) for q in range(QUARTERS + 1)]
-    return [(cuts[q], cuts[q + 1] - 1) for q in range(QUARTERS)]
+    parts = max(1, min(QUARTERS, size))
+    cuts = [first + round(size * q / parts) for q in range(parts + 1)]
+    return [(cuts[q], cuts[q + 1] - 1) for q in range(parts)]
 
 
 def judge_input_shift(
