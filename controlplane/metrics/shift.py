@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import case, null, select
 from sqlalchemy.orm import Session
 
 from controlplane.metrics import lengths
@@ -83,10 +83,20 @@ def baseline_from(document: dict[str, Any] | None) -> Baseline | None:
 
 
 def span_windows(
-    session: Session, task_id: int, seconds: int, since: datetime, until: datetime | None = None
+    session: Session,
+    task_id: int,
+    seconds: int,
+    since: datetime,
+    until: datetime | None = None,
+    *,
+    hist_since: datetime | None = None,
 ) -> list[SpanWindow]:
     """The task's closed windows that start in [since, until), oldest first, as the span
-    rules read them: one light read of their `all` rows."""
+    rules read them: one light read of their `all` rows; with `hist_since`, the
+    input-length histograms only of the windows from then on (JSON is the costly part)."""
+    hist: Any = WindowMetrics.input_hist
+    if hist_since is not None:
+        hist = case((Window.window_start >= hist_since, WindowMetrics.input_hist), else_=null())
     query = (
         select(
             Window.window_start,
@@ -94,7 +104,7 @@ def span_windows(
             WindowMetrics.edge_cost,
             WindowMetrics.cloud_cost,
             WindowMetrics.baseline_cost,
-            WindowMetrics.input_hist,
+            hist,
             WindowMetrics.n_over_cap,
         )
         .join(WindowMetrics, WindowMetrics.window_id == Window.id)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import MIN_WINDOWS_READ, SPAN_METRICS, TaskConfig
 from controlplane.metrics import shift
-from controlplane.metrics.fields import ALL, STORED
+from controlplane.metrics.fields import ALL, COUNTS, RATE_COUNTS
 from controlplane.metrics.repository import bucket_of
 from controlplane.metrics.windows import from_index
 from controlplane.models import (
@@ -29,6 +29,8 @@ from controlplane.models import (
 from controlplane.rollout.policy import LabelWindows, Spans, Windows, judged_buckets
 
 EXAMPLES = 20
+# The stored counts a stage's windows are read with: every rate rule's and the gate's.
+JUDGED = (*COUNTS, *RATE_COUNTS)
 # The span rules judge the closes of this many latest windows at each pass (one hour of
 # the default windows): a pass that runs late still sees a breach between passes.
 SPAN_POINTS = 12
@@ -51,11 +53,16 @@ def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
     ids = dict(session.execute(recent).all())
     by_window: dict[datetime, dict[str, dict[str, Any]]] = defaultdict(dict)
     if ids:
-        rows = session.scalars(select(WindowMetrics).where(WindowMetrics.window_id.in_(list(ids))))
-        for metrics in rows:
-            by_window[ids[metrics.window_id]][metrics.bucket] = {
-                name: getattr(metrics, name) for name in STORED
-            }
+        # The counts only: what the rate rules and the gate read (not the percentiles, the
+        # repeat differences or the length histograms, which the span rules read apart).
+        columns = [getattr(WindowMetrics, name) for name in JUDGED]
+        rows = session.execute(
+            select(WindowMetrics.window_id, WindowMetrics.bucket, *columns).where(
+                WindowMetrics.window_id.in_(list(ids))
+            )
+        )
+        for window_id, bucket, *values in rows:
+            by_window[ids[window_id]][bucket] = dict(zip(JUDGED, values, strict=True))
     seconds = config.window_seconds
     return [(int(start.timestamp()) // seconds, by_window[start]) for start in sorted(by_window)]
 
@@ -107,9 +114,20 @@ def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windo
     )
     judge_from = max(origin, latest - SPAN_POINTS + 1)
     read_from = max(origin, judge_from - longest + 1)
-    rows = shift.span_windows(session, task.id, seconds, from_index(read_from, seconds))
-    wanted = any(r.metric == "input_shift" for r in rules)
-    return Spans(rows, origin, judge_from, shift.baseline(session, task) if wanted else None)
+    shifts = [r for r in rules if r.metric == "input_shift"]
+    # Histograms only as far back as the input_shift spans reach (net_savings reads costs).
+    hist_from = judge_from - max(
+        (math.ceil((r.span_seconds or seconds) / seconds) for r in shifts), default=0
+    )
+    rows = shift.span_windows(
+        session,
+        task.id,
+        seconds,
+        from_index(read_from, seconds),
+        # Without an input_shift rule, none (a start after the latest window).
+        hist_since=from_index(hist_from if shifts else latest + 1, seconds),
+    )
+    return Spans(rows, origin, judge_from, shift.baseline(session, task) if shifts else None)
 
 
 def longest_inputs(session: Session, where: Any) -> list[str]:
