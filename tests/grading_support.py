@@ -28,6 +28,7 @@ from sqlalchemy import select
 from controlplane.catalog.schemas import parse_config
 from controlplane.db import get_engine, session_scope
 from controlplane.ingest.buckets import bucket_labels, length_bucket
+from controlplane.metrics import lengths
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.repository import empty_metrics
 from controlplane.models import Task, TaskConfigVersion, Window, WindowMetrics
@@ -44,11 +45,16 @@ REPEAT_SHARE = 0.01
 P50_TOKENS, P95_TOKENS, MEAN_TOKENS = 50.0, 90.0, 55.0
 
 
-def give_offload_grade(url: str, task: str, *, now: datetime | None = None) -> list[datetime]:
+def give_offload_grade(
+    url: str, task: str, *, now: datetime | None = None, input_lengths: bool = False
+) -> list[datetime]:
     """Write WINDOWS closed windows of offload-grade traffic for `task` (see the module);
     returns their starts. `now` (default: the clock) is the time they are placed back from:
-    a test whose passes run at a clock of its own passes that clock."""
-    return write_graded_traffic(url, task, now=now)
+    a test whose passes run at a clock of its own passes that clock. `input_lengths` also
+    keeps each window's input-length histogram (every input at P50 tokens), as the metrics
+    pass stores it: a grade of this traffic then gives the task the input baseline it
+    leaves shadow with (without, the grade holds no lengths and no baseline comes of it)."""
+    return write_graded_traffic(url, task, now=now, input_lengths=input_lengths)
 
 
 def write_graded_traffic(
@@ -60,6 +66,7 @@ def write_graded_traffic(
     p95: float = P95_TOKENS,
     mean: float = MEAN_TOKENS,
     self_agreement: float = 1.0,
+    input_lengths: bool = False,
 ) -> list[datetime]:
     """`give_offload_grade` with other traffic: input lengths (P50, P95 and mean tokens of
     every window) and the share of repeat pairs on which the cloud agreed with itself. Under
@@ -118,6 +125,8 @@ def write_graded_traffic(
                         input_tokens_p50=p50,
                         input_tokens_p95=p95,
                     )
+                if bucket == ALL and input_lengths:
+                    row["input_hist"] = lengths.histogram([p50] * results)
                 session.add(
                     WindowMetrics(task_id=found.id, window_id=window.id, window_start=start, **row)
                 )

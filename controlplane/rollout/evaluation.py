@@ -225,6 +225,12 @@ def evaluate_task(
         )
     if decision is not None:
         out.decisions.append(announce(session, decision, task.name))
+    fired = judgement.fire.firing if judgement.fire is not None else None
+    if decision is not None and isinstance(fired, SpanFiring) and fired.how == "input_shift":
+        # Re-grade, don't re-tune: no promotion until a grade over traffic since now says
+        # offload (controlplane.grading clears the mark). Marked after the rollback is
+        # announced, so receivers hear of the rollback before the mark that points to it.
+        mark_regrade(session, task, decision, at=now)
     return out
 
 
@@ -280,10 +286,6 @@ def _fire(
     )
     for model in models:
         repository.block(session, task, model, decision.id)
-    if isinstance(firing, SpanFiring) and firing.how == "input_shift":
-        # Re-grade, don't re-tune: no promotion until a grade over traffic since now says
-        # offload (controlplane.grading clears the mark).
-        mark_regrade(session, task, decision, at=now)
     # The breaching windows' results become the `regression` layer's review items, in this
     # transaction: a rollback and its evidence for the next model are one fact.
     queue_regression(
