@@ -303,6 +303,41 @@ def bars(
     return cast(alt.LayerChart, alt.layer(*layers).properties(title=chart.title, height=BAR_STEP))
 
 
+@dataclass(frozen=True)
+class Histogram:
+    """Shares per bin as vertical bars in the frame's order (columns `bin`, `share`,
+    `count`), one colour: one of two histograms drawn side by side on the same scale."""
+
+    title: str
+    x_title: str
+    colour: str
+
+
+def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart:
+    """The `chart` of `frame`, its share axis from 0 to `top` (the larger of the two
+    histograms' tallest bar, so side by side they read on one scale)."""
+    return cast(
+        alt.Chart,
+        alt.Chart(frame)
+        .mark_bar(color=chart.colour)
+        .encode(
+            x=alt.X("bin:N", sort=list(frame["bin"]), title=chart.x_title),
+            y=alt.Y(
+                "share:Q",
+                title="share of inputs",
+                scale=alt.Scale(domain=[0, top]),
+                axis=alt.Axis(format=formats.axis_format(True)),
+            ),
+            tooltip=[
+                "bin:N",
+                alt.Tooltip("share:Q", format=formats.tooltip_format(True)),
+                alt.Tooltip("count:Q", format=","),
+            ],
+        )
+        .properties(title=chart.title, height=240),
+    )
+
+
 def draw(
     chart: Chart | Bars,
     frame: pd.DataFrame,

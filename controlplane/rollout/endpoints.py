@@ -225,11 +225,12 @@ def _parse(body: bytes, content_type: str) -> Any:
 def get_task(
     task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
-    """One task: config, stage, version, its flag and its latest closed window (`all`)."""
+    """One task: config, stage, version, flag, latest closed window (`all`), re-grade mark."""
     with session_scope(request.app.state.engine) as session:
         found = task_or_404(session, task)
         view = catalog.task_view(session, found)
         view["flag"] = flags.flag_of(session, task)
+        view["needs_regrade"], view["shifted_at"] = found.needs_regrade, found.shifted_at
         rows = latest_closed_rows(session, found.id)
         view["latest_window"] = next((r for r in rows if r["bucket"] == "all"), None)
     return ORJSONResponse(view)

@@ -105,10 +105,15 @@ class AppliedOut(BaseModel):
 
 
 class TaskDetailOut(TaskOut):
-    """One task with its published flag and its latest closed window (bucket `all`)."""
+    """One task with its published flag, its latest closed window (bucket `all`) and its
+    re-grade mark."""
 
     flag: FlagOut | None
     latest_window: WindowRow | None
+    # Set by an input-shift rollback: promotion is refused, forced or not, until an
+    # `offload` grade over traffic since `shifted_at` clears it.
+    needs_regrade: bool
+    shifted_at: datetime | None
 
 
 class BucketGateOut(BaseModel):

@@ -1,7 +1,9 @@
 """Task: one task's evidence. Where it stands and why (the decisions in the policy's own
 sentences, with their evidence and example results), the promotion gate, its grade (the
 four dimensions against the tiers and what would change the tier), the metrics over
-time per length bucket with the rules' thresholds, route accuracy and the comparator's
+time per length bucket with the rules' thresholds, the cost against the cloud baseline
+and the input lengths against the baseline (what the net_savings and input_shift rules
+read, with a banner while a shift's re-grade is due), route accuracy and the comparator's
 calibration, alerts, a routing what-if, and the config versions side by side. Admins
 promote, roll back, re-arm and unblock here, each with a reason."""
 
@@ -24,6 +26,8 @@ sections.grade(shown)
 if common.can(principal, "admin"):
     sections.admin_actions(shown, principal)
 sections.evidence_over_time(shown)
+sections.cost(shown)
+sections.input_lengths(shown)
 sections.route_accuracy(shown)
 sections.alerts(shown)
 sections.routing_whatif(shown)

@@ -20,7 +20,7 @@ from controlplane.metrics.whatif import whatif
 from controlplane.review.accuracy import list_windows
 from controlplane.review.calibration import task_calibration
 from controlplane.rollout.service import list_decisions
-from controlplane.rollout.taskview import task_state
+from controlplane.rollout.taskview import span_evidence, task_state
 from dashboard import common
 from dashboard.task import views
 
@@ -38,6 +38,13 @@ def load_task_names(url: str) -> list[str]:
 def load_state(url: str, task: str) -> dict[str, Any] | None:
     with session_scope(get_engine(url)) as session:
         return task_state(session, task)
+
+
+@st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
+def load_spans(url: str, task: str) -> dict[str, Any] | None:
+    """What the cost and input-shift rules read, up to the task's newest closed window."""
+    with session_scope(get_engine(url)) as session:
+        return span_evidence(session, task)
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)

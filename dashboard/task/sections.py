@@ -15,7 +15,7 @@ from controlplane.auth.service import Principal
 from controlplane.catalog.versions import config_diff
 from controlplane.settings import Settings
 from dashboard import charts, formats
-from dashboard.task import actions, evidence, grading, loaders, views, whatif
+from dashboard.task import actions, evidence, grading, loaders, spans, views, whatif
 from dashboard.task.views import Shown
 
 
@@ -84,6 +84,9 @@ def standing(url: str, task: str) -> Shown:
         )
         st.stop()
     st.markdown(views.stage_line(task, state))
+    banner = spans.regrade_banner(task, state)
+    if banner is not None:
+        st.error(banner)
     if config is None:
         st.error(
             f"The stored config version {state['config_version']} of {formats.line(task)} "
@@ -127,6 +130,9 @@ def decision_evidence(shown: Shown, decision: dict[str, Any]) -> None:
     results of the bad ones, or the gate a promotion passed."""
     found = decision.get("evidence") or {}
     kind = views.evidence_kind(decision)
+    if kind == "span":
+        span_evidence(found)
+        return
     if kind == "gate":
         passed = views.gate_passed(found)
         if passed is not None:
@@ -152,6 +158,18 @@ def decision_evidence(shown: Shown, decision: dict[str, Any]) -> None:
     for window in views.bad_windows(decision):
         with st.expander(views.example_heading(window, cell)):
             example_results(shown, window, cell, bounds)
+
+
+def span_evidence(found: dict[str, Any]) -> None:
+    """A span rule's rollback: the money of a net_savings firing, or the index, quarters,
+    histograms and longest inputs of an input_shift firing."""
+    st.markdown(spans.span_lines(found))
+    bins = spans.span_bins(found)
+    if bins is not None:
+        st.dataframe(bins, hide_index=True)
+    for sentence in (views.models_seen(found), spans.longest_inputs(found)):
+        if sentence is not None:
+            st.markdown(sentence)
 
 
 def example_results(
@@ -383,6 +401,72 @@ def evidence_over_time(shown: Shown) -> None:
     with cost_col:
         draw(evidence.of_bucket("cost", one), evidence.costs(detail), shown, events=events)
     st.markdown(evidence.savings_line(detail, one))
+
+
+def cost(shown: Shown) -> None:
+    """The cost components per window over the net_savings span, their sum in words and
+    what the rule says of it."""
+    st.header("Cost")
+    found = (loaders.load_spans(shown.url, shown.task) or {}).get("cost")
+    if found is None:
+        st.info("No closed window yet: cost against the cloud baseline shows once one closes.")
+        return
+    st.markdown(spans.cost_sentence(found))
+    st.markdown(
+        spans.cost_rule_sentence(
+            found,
+            stage=shown.state["stage"],
+            rule_threshold=evidence.rule_threshold(shown.config, "net_savings"),
+        )
+    )
+    frame = spans.cost_frame(found)
+    if frame.empty:
+        return
+    events = charts.events_within(
+        shown.events,
+        frame["window_start"].min(),
+        frame["window_start"].max(),
+        shown.config["window_seconds"],
+    )
+    draw(spans.COST, frame, shown, events=events, order=list(spans.COMPONENTS.values()))
+    st.caption(
+        "Paid edge and paid cloud: what the task's results cost (shadow runs included); the "
+        "cloud baseline: what sending every request to the cloud alone would have cost; the "
+        "fixed share: fixed_cost_per_day prorated to a window; net savings: the baseline "
+        "less what was paid, less the fixed share."
+    )
+
+
+def input_lengths(shown: Shown) -> None:
+    """The input-length histograms of the baseline and of the input_shift span side by
+    side, the index between them, and where the alert and the rule stand."""
+    st.header("Input lengths")
+    found = (loaders.load_spans(shown.url, shown.task) or {}).get("lengths")
+    if found is None:
+        st.info("No closed window yet: input lengths show once one closes.")
+        return
+    st.markdown(spans.lengths_sentence(shown.task, found))
+    baseline, now = spans.histogram_frames(found)
+    top = spans.histogram_top(baseline, now)
+    baseline_col, now_col = st.columns(2)
+    with baseline_col:
+        if baseline is None:
+            st.caption("No baseline: nothing to draw.")
+        else:
+            st.altair_chart(
+                charts.histogram(spans.BASELINE_BARS, baseline, top=top), width="stretch"
+            )
+    with now_col:
+        st.altair_chart(charts.histogram(spans.NOW_BARS, now, top=top), width="stretch")
+    stage = shown.state["stage"]
+    st.markdown(spans.alert_sentence(found))
+    st.markdown(
+        spans.shift_rule_sentence(
+            found,
+            stage=stage,
+            rule_threshold=evidence.rule_threshold(shown.config, "input_shift"),
+        )
+    )
 
 
 def calibration(shown: Shown) -> None:

@@ -92,23 +92,33 @@ def stage_line(task: str, state: Row) -> str:
 # --- decisions ----------------------------------------------------------------------------
 
 
+# The rules judged over a trailing span, whose rollbacks carry a "span" of evidence.
+SPAN_RULES = ("net_savings", "input_shift")
+# Actions whose name reads poorly in a heading, in words.
+ACTION_WORDS = {"needs_regrade": "re-grade needed", "regraded": "re-graded"}
+
+
 def decision_heading(decision: Row) -> str:
-    stages = f"{decision['stage_before'] or '—'} → {decision['stage_after'] or '—'}"
+    before, after = decision["stage_before"], decision["stage_after"]
+    stages = f"stays {after}" if before and before == after else f"{before or '—'} → {after or '—'}"
+    action = ACTION_WORDS.get(decision["action"], decision["action"])
     rule = (
         f" · rule {line(decision['rule'])} in {line(decision['bucket'])}"
         if decision["rule"]
         else ""
     )
     return (
-        f"**{moment(decision['created_at'])}** · {line(decision['action'])} by "
+        f"**{moment(decision['created_at'])}** · {line(action)} by "
         f"**{line(decision['actor'])}** ({line(stages)}){rule}"
     )
 
 
 def evidence_kind(decision: Row) -> str | None:
-    """Which evidence a decision carries: a CUSUM's "steps", a verdict per "windows", the
-    "gate" a promotion passed, or None."""
+    """Which evidence a decision carries: a CUSUM's "steps", a verdict per "windows", a
+    span rule's "span" (net_savings, input_shift), the "gate" a promotion passed, or None."""
     evidence = decision.get("evidence") or {}
+    if evidence.get("how") in SPAN_RULES and evidence.get("span"):
+        return "span"
     if evidence.get("steps"):
         return "steps"
     if evidence.get("windows"):
