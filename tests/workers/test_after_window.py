@@ -36,17 +36,38 @@ def two_urls(pg_url: str, pg_template: str) -> Iterator[tuple[str, str]]:
         yield pg_url, second
 
 
-def setup(api: Api) -> None:
+def with_rule(document: dict[str, Any], rule: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    rollback = document["rollback"]
+    return {**document, "rollback": {**rollback, "rules": [*rollback["rules"], rule]}, **extra}
+
+
+def setup(api: Api, start: datetime) -> None:
     """A canary that will breach on long inputs, a shadow task with auto-promotion that
-    will pass its gate, and a task that goes silent (an alert)."""
+    will pass its gate, a task that goes silent (an alert), a canary whose fixed costs
+    exceed its savings (net_savings) and one promoted on short inputs that now come long
+    (input_shift: a rollback and the needs_regrade mark)."""
     gentle = {"min_windows": 2, "min_samples_per_bucket": 50, "agreement_lower_bound": 0.8}
     documents = [
         config("breaching"),
         {**config("eager"), "promotion": {**gentle, "auto_promote": True, "canary_steps": [50]}},
         {**config("silent"), "stage": "shadow"},
+        with_rule(
+            config("costly"),
+            {"metric": "net_savings", "op": ">=", "threshold": 0, "span": 60},
+            fixed_costs={"routing": 100, "gpu": 250, "ops": 50},
+        ),
+        with_rule(
+            config("shifting"), {"metric": "input_shift", "op": "<=", "threshold": 0.25, "span": 60}
+        ),
     ]
     apply_tasks(api.engine, documents, actor="test")
-    actions.promote(api.engine, "breaching", actor="test", reason="go", force=True, veto=VETO)
+    # The eager task grades `offload` (leaving shadow needs it), placed back from the
+    # passes' clock so that both databases hold the same windows; the shifting one's grade
+    # keeps its inputs (about 50 tokens each): the baseline it leaves shadow with.
+    give_offload_grade(api.url, "eager", now=start)
+    give_offload_grade(api.url, "shifting", now=start, input_lengths=True)
+    for name in ("breaching", "costly", "shifting"):
+        actions.promote(api.engine, name, actor="test", reason="go", force=True, veto=VETO)
 
 
 def traffic(api: Api, start: datetime, k: int) -> None:
@@ -54,6 +75,10 @@ def traffic(api: Api, start: datetime, k: int) -> None:
     post_all(api, window_results("eager", start, k, long_conflicts=0.0))
     if k == 0:
         post_all(api, window_results("silent", start, k, long_conflicts=0.0))
+    # Served by the cloud with the edge run beside it: the canary saves nothing.
+    post_all(api, window_results("costly", start, k, long_conflicts=0.0))
+    # 60 to 3,000 tokens against a baseline of about 50.
+    post_all(api, window_results("shifting", start, k, long_conflicts=0.0))
 
 
 def in_process(api: Api, start: datetime, windows: int) -> None:
@@ -83,11 +108,15 @@ def celery(api: Api, start: datetime, windows: int, monkeypatch: pytest.MonkeyPa
 
 def clockless(evidence: dict[str, Any]) -> dict[str, Any]:
     """A person's promotion out of shadow grades the task at the clock it runs (the setup's,
-    seconds apart in the two databases): its grade's times are processing times."""
+    seconds apart in the two databases): its grade's times are processing times, and so is
+    the end of the graded span its input baseline keeps."""
     if not evidence.get("grade"):
         return evidence
     grade = {k: v for k, v in evidence["grade"].items() if k not in ("computed_at", "span")}
-    return {**evidence, "grade": grade}
+    out = {**evidence, "grade": grade}
+    if evidence.get("input_baseline"):
+        out["input_baseline"] = {k: v for k, v in evidence["input_baseline"].items() if k != "end"}
+    return out
 
 
 def rows(api: Api) -> dict[str, Any]:
@@ -132,7 +161,7 @@ def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
     found = []
     for url, path in zip(two_urls, ("pass", "celery"), strict=True):
         for api in make_api(url):
-            setup(api)
+            setup(api, start)
             # The two databases are set up seconds apart: pin what the clock decided (the
             # stage's start, the tasks' creation) so a minute boundary crossed in between
             # cannot make the second see one window fewer in the stage.
@@ -143,9 +172,6 @@ def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
                         stage_changed_at=start - timedelta(minutes=1),
                     )
                 )
-            # The eager task grades `offload` (leaving shadow needs it), placed back from
-            # the passes' clock so that both databases hold the same windows.
-            give_offload_grade(api.url, "eager", now=start)
             if path == "pass":
                 in_process(api, start, windows)
             else:
@@ -157,4 +183,14 @@ def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
     assert ("eager", "promote", "policy") in [d[:3] for d in by_pass["decisions"]]
     assert any(a[0] == "silent" for a in by_pass["alerts"])
     assert {e[0] for e in by_pass["events"]} >= {"decision", "alert"}
+    # Both span rules fired, the input shift with its mark, audited and announced.
+    fired = {d[0]: d[10]["how"] for d in by_pass["decisions"] if d[1:3] == ("rollback", "policy")}
+    assert (fired["costly"], fired["shifting"]) == ("net_savings", "input_shift")
+    assert ("shifting", "needs_regrade", "policy") in [d[:3] for d in by_pass["decisions"]]
+    assert ("policy", "task.needs_regrade", "shifting") in [a[:3] for a in by_pass["audit"]]
+    announced = [(e[1], e[2].get("action")) for e in by_pass["events"] if e[0] == "decision"]
+    assert {("costly", "rollback"), ("shifting", "rollback"), ("shifting", "needs_regrade")} <= set(
+        announced
+    )
+    assert ("shifting", "input_shift") in [a[:2] for a in by_pass["alerts"]]
     assert by_pass == by_celery

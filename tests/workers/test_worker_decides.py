@@ -19,6 +19,7 @@ from controlplane.models import Task
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
+from tests.grading_support import give_offload_grade
 from tests.rollout.test_rollback_e2e import (
     LATENESS,
     WINDOW,
@@ -67,8 +68,31 @@ def wait_for(what: str, check: Any, process: CeleryProcess, seconds: float = 120
     pytest.fail(f"{what} did not happen\n--- worker ---\n{log[-4000:]}")
 
 
-def stage(api: Api) -> str:
-    return api.client.get("/v1/tasks/canary_task", headers=api.headers("read")).json()["stage"]
+def stage(api: Api, task: str = "canary_task") -> str:
+    return api.client.get(f"/v1/tasks/{task}", headers=api.headers("read")).json()["stage"]
+
+
+def span_rule_tasks(api: Api) -> None:
+    """Two canaries the span rules roll back: `costly`, served by the cloud with the edge
+    run beside it and fixed costs of 400 a day (net_savings), and `shifting`, promoted on an
+    offload grade of inputs of about 50 tokens that now come at 60 to 3,000 (input_shift)."""
+    rules = {
+        "costly": {"metric": "net_savings", "op": ">=", "threshold": 0, "span": "5m"},
+        "shifting": {"metric": "input_shift", "op": "<=", "threshold": 0.25, "span": "4m"},
+    }
+    with session_scope(api.engine) as session:
+        for name, rule in rules.items():
+            extra = (
+                {"fixed_costs": {"routing": 100, "gpu": 250, "ops": 50}} if name == "costly" else {}
+            )
+            apply_config(
+                session,
+                config(name, rollback={"min_samples": 50, "rules": [rule]}, **extra),
+                actor="test",
+            )
+    give_offload_grade(api.url, "shifting", input_lengths=True)
+    for name in rules:
+        assert promote(api, name).status_code == 200
 
 
 def test_a_window_the_worker_closes_opens_its_alerts_and_rolls_the_task_back(
@@ -76,14 +100,30 @@ def test_a_window_the_worker_closes_opens_its_alerts_and_rolls_the_task_back(
     worker: CeleryProcess,  # noqa: F811
 ) -> None:
     assert promote(api, "canary_task").status_code == 200
+    span_rule_tasks(api)
     start = rewind(api, windows=8)
     # Three healthy windows (the conflict baseline), then three with long tickets failing:
     # the conflict rate jumps (an alert) and the long bucket breaches (a rollback).
     for k in range(6):
         post_all(api, window_results("canary_task", start, k, {"2048+": 0.4} if k >= 3 else {}))
+        for name in ("costly", "shifting"):
+            post_all(api, window_results(name, start, k, {}))
     plan_at(api, worker, start + timedelta(seconds=6 * WINDOW + LATENESS))
 
     wait_for("the rollback", lambda: stage(api) == "rolled_back", worker)
+    # The span rules fire in the worker's jobs too; the input shift marks needs_regrade.
+    for name in ("costly", "shifting"):
+        wait_for(f"the rollback of {name}", lambda n=name: stage(api, n) == "rolled_back", worker)
+    hows = {}
+    for name in ("costly", "shifting"):
+        made = api.client.get(
+            "/v1/decisions", params={"task": name}, headers=api.headers("read")
+        ).json()["decisions"]
+        hows[name] = [(d["action"], d["evidence"].get("how")) for d in reversed(made)]
+    assert hows == {
+        "costly": [("promote", None), ("rollback", "net_savings")],
+        "shifting": [("promote", None), ("rollback", "input_shift"), ("needs_regrade", None)],
+    }
     decisions = api.client.get(
         "/v1/decisions", params={"task": "canary_task"}, headers=api.headers("read")
     ).json()["decisions"]
