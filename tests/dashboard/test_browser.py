@@ -32,7 +32,9 @@ from controlplane.db import session_scope
 from controlplane.evalsets.service import sets
 from controlplane.review.repository import has_label
 from controlplane.rollout.service import list_decisions
+from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
+from dashboard.formats import money
 from tests.dashboard.conftest import Seeded
 from tests.liveapi import free_port, wait_until
 
@@ -267,6 +269,9 @@ def test_every_page_in_chromium(
         )
         events = timeline(session, Filters())
         manifest = sets(session)["manifest_sha256"]
+        spans = span_evidence(session, ROLLED_BACK)
+        assert spans is not None and spans["cost"] is not None
+        net = money(spans["cost"]["terms"]["net_savings"])
 
     # An SRE (the admin key): Overview, then the rolled-back task's page, then Audit.
     sign_in(browser, dashboard, seeded.keys["admin"])
@@ -279,7 +284,13 @@ def test_every_page_in_chromium(
     wait_for_text(browser, "Decisions", what="the Task page")
     choose(browser, "Task", ROLLED_BACK)
     wait_for_text(
-        browser, f"{ROLLED_BACK} is in", f"Last decision: {rollback}", what="the Task page"
+        browser,
+        f"{ROLLED_BACK} is in",
+        f"Last decision: {rollback}",
+        # The Cost and Input lengths sections, in sentences.
+        f"net savings {net} (95% interval",
+        "The input-shift alert opens at an index of 0.10",
+        what="the Task page",
     )
     screenshot(browser, screenshots, "task")
 

@@ -62,7 +62,8 @@ def cost_of(found: TaskConfig, *, origin: int = FIRST, stage: int | None = None)
 
 
 def net_rule(**overrides: Any) -> dict[str, Any]:
-    return {"metric": "net_savings", "op": ">=", "threshold": 0, **overrides}
+    """A net_savings rule over the three windows."""
+    return {"metric": "net_savings", "op": ">=", "threshold": 0, "span": "3h", **overrides}
 
 
 # --- cost ---------------------------------------------------------------------------------
@@ -72,7 +73,7 @@ def test_the_cost_sentence_sums_the_span_as_the_rule_does() -> None:
     """Savings 3 + 5 + 2 = 10 (baseline 20 − paid 10); fixed 48 a day over 3 of 24 hours
     = 6 (routing 12 · 3/24 = 1.5, gpu 36 · 3/24 = 4.5); net 4, per day 4 · 24/3 = 32; the
     interval: mean 10/400 per result, window residuals 0.5, 0, −0.5, so ±t·√(0.5·3/2)."""
-    cost = cost_of(config(net_rule()))
+    cost = cost_of(config(net_rule(span="24h")))
     half = T_95_2 * math.sqrt(0.5 * 3 / 2)
     terms = cost["terms"]
     assert terms["net_savings"] == 4.0 and terms["fixed_cost"] == 6.0
@@ -130,20 +131,20 @@ def test_the_cost_chart_draws_each_component_of_each_window() -> None:
         (
             net_rule(),
             "ok",
-            "The net_savings rule (net_savings >= 0 over 24h) holds: its 95% interval reaches "
+            "The net_savings rule (net_savings >= 0 over 3h) holds: its 95% interval reaches "
             "at most {high}, not below 0.",
         ),
         (
             net_rule(threshold=10, mode="notify"),
             "breach",
-            "The net_savings rule (net_savings >= 10 over 24h, notify mode: a notice, never a "
+            "The net_savings rule (net_savings >= 10 over 3h, notify mode: a notice, never a "
             "rollback) is breached: its 95% interval reaches at most {high}, below 10. In "
             "canary and full it rolls the task back; in shadow it leaves a notice.",
         ),
         (
             net_rule(min_samples=1000),
             "insufficient",
-            "The net_savings rule (net_savings >= 0 over 24h) cannot judge yet: 400 results in "
+            "The net_savings rule (net_savings >= 0 over 3h) cannot judge yet: 400 results in "
             "the span, fewer than min_samples 1000.",
         ),
     ],
