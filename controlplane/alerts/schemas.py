@@ -17,7 +17,7 @@ class AckIn(BaseModel):
 class AlertOut(BaseModel):
     id: int
     task: str
-    # conflict_jump | edge_share_jump | input_p95_drift | no_traffic | srm | new_failure_class
+    # conflict_jump | edge_share_jump | input_shift | no_traffic | srm | new_failure_class
     kind: str
     state: AlertState
     window_start: datetime

@@ -19,12 +19,7 @@ from sqlalchemy.orm import Session
 from controlplane.alerts import rules, srm
 from controlplane.alerts.rules import Finding, WindowSummary
 from controlplane.audit.service import record
-from controlplane.catalog.schemas import (
-    DEFAULT_RULES,
-    AlertsConfig,
-    ResolvedRule,
-    RollbackConfig,
-)
+from controlplane.catalog.schemas import AlertsConfig, input_shift_rule
 from controlplane.catalog.service import TaskRuntime, runtimes
 from controlplane.metrics import lengths, shift
 from controlplane.metrics.fields import ALL
@@ -101,7 +96,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
     terms: dict[int, srm.Terms] | None = None
     baseline: shift.Baseline | None = None
     baseline_read = False  # read once, when a window needs it
-    min_results = _shift_rule(runtime).min_samples
+    min_results = input_shift_rule(runtime.config.rollback).min_samples
     for window, metrics in list(pending):
         current = summary(window.window_start, metrics)
         history = _summaries(session, task.id, window.window_start, depth)
@@ -131,18 +126,6 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
     return events
 
 
-def _shift_rule(runtime: TaskRuntime) -> ResolvedRule:
-    """The task's input_shift rule (its span and min_samples), else the default one: the
-    alert watches input lengths even where the rule is off."""
-    rules = runtime.config.rollback.resolved_rules()
-    found = next((r for r in rules if r.metric == "input_shift"), None)
-    if found is not None:
-        return found
-    return RollbackConfig(
-        rules=[r for r in DEFAULT_RULES if r.metric == "input_shift"]
-    ).resolved_rules()[0]
-
-
 def _length_shift(
     session: Session,
     task: Task,
@@ -151,7 +134,7 @@ def _length_shift(
     baseline: shift.Baseline | None,
 ) -> rules.LengthShift:
     """The input lengths of the span ending with `window`, against the baseline."""
-    rule = _shift_rule(runtime)
+    rule = input_shift_rule(runtime.config.rollback)
     span = rule.span_seconds or 7200
     if baseline is None:
         return rules.LengthShift(None, 0, span)

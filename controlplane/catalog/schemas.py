@@ -464,6 +464,17 @@ class RollbackConfig(Strict):
         ]
 
 
+def input_shift_rule(policy: RollbackConfig) -> ResolvedRule:
+    """The input_shift rule the input-shift alert reads its span and min_samples from: the
+    policy's (even `off`: the alert watches input lengths wherever the rule is off), else
+    the default one."""
+    found = next((r for r in policy.resolved_rules() if r.metric == "input_shift"), None)
+    if found is not None:
+        return found
+    default = [r for r in DEFAULT_RULES if r.metric == "input_shift"]
+    return RollbackConfig(rules=default).resolved_rules()[0]
+
+
 class PromotionConfig(Strict):
     agreement_lower_bound: Fraction = 0.95
     min_samples_per_bucket: int = Field(400, ge=1, le=MAX_SAMPLES)
@@ -726,7 +737,9 @@ class TaskConfig(Strict):
     @model_validator(mode="after")
     def _spans_fit_windows(self) -> TaskConfig:
         for index, rule in enumerate(self.rollback.rules):
-            seconds = rule.span_seconds
+            # Only a span the config writes: a default one is fitted to the windows when
+            # judged (at least one window, at most MAX_SPAN_WINDOWS).
+            seconds = rule.span_seconds if rule.span is not None else None
             if seconds is None:
                 continue
             if seconds < self.window_seconds:

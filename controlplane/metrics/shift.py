@@ -3,8 +3,9 @@ closed window's `all` row reduced to its counts, costs and input-length histogra
 task's input baseline (docs/evidence.md, "Cost and input shift").
 
 The baseline is the input-length distribution a task was graded and promoted on: kept on
-the task when it leaves shadow (`tasks.input_baseline`), else the histogram of its latest
-`offload` grade (a task still in shadow is compared with the traffic it was graded on).
+the task when it leaves shadow (`tasks.input_baseline`) and read while it is in canary or
+full; elsewhere the histogram of its latest `offload` grade (a task in shadow is compared
+with the traffic it was graded on).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.metrics import lengths
 from controlplane.metrics.fields import ALL
+from controlplane.metrics.repository import epoch_seconds
 from controlplane.models import Task, TaskGrade, Window, WindowMetrics
 
 
@@ -99,7 +101,7 @@ def span_windows(
         hist = case((Window.window_start >= hist_since, WindowMetrics.input_hist), else_=null())
     query = (
         select(
-            Window.window_start,
+            epoch_seconds(Window.window_start),
             WindowMetrics.n_results,
             WindowMetrics.edge_cost,
             WindowMetrics.cloud_cost,
@@ -118,9 +120,10 @@ def span_windows(
     )
     if until is not None:
         query = query.where(Window.window_start < until)
+    # Core, not the ORM: a span is hundreds of rows read at every pass.
     return [
         SpanWindow(
-            int(start.timestamp()) // seconds,
+            start // seconds,
             n,
             edge,
             cloud,
@@ -128,7 +131,7 @@ def span_windows(
             tuple(hist) if hist is not None else None,
             over,
         )
-        for start, n, edge, cloud, base, hist, over in session.execute(query)
+        for start, n, edge, cloud, base, hist, over in session.connection().execute(query)
     ]
 
 
@@ -172,11 +175,14 @@ def grade_baseline(grade: dict[str, Any] | None) -> Baseline | None:
 
 
 def baseline(session: Session, task: Task) -> Baseline | None:
-    """The distribution the task's input lengths are compared with now: the one kept when
-    it left shadow, else its latest offload grade's."""
-    kept = baseline_from(task.input_baseline)
-    if kept is not None:
-        return kept
+    """The distribution the task's input lengths are compared with now: in canary and full,
+    the one kept when it left shadow; elsewhere (and for a task promoted before baselines
+    were kept) its latest offload grade's — after an input shift and a re-arm, the grade
+    over traffic since the shift, never the baseline the shift was measured against."""
+    if task.stage in ("canary", "full"):
+        kept = baseline_from(task.input_baseline)
+        if kept is not None:
+            return kept
     return latest_offload_baseline(session, task.id)
 
 

@@ -230,7 +230,7 @@ def evaluate_task(
         # Re-grade, don't re-tune: no promotion until a grade over traffic since now says
         # offload (controlplane.grading clears the mark). Marked after the rollback is
         # announced, so receivers hear of the rollback before the mark that points to it.
-        mark_regrade(session, task, decision, at=now)
+        out.decisions.append(mark_regrade(session, task, decision, at=now))
     return out
 
 

@@ -12,19 +12,21 @@ population stability index (`metrics.lengths.psi`); **breach** when the whole sp
 index and each of its four quarters' is above the threshold: a change that holds for the
 whole span, so a burst shorter than half the span never fires (it raises the alert).
 
-Both are **insufficient** until the span holds `min_samples` results (input_shift also
-needs a baseline and a whole span inside the stage). A rule fires at its first breach.
+Both are **insufficient** until the stage holds one whole span and the span holds
+`min_samples` results (input_shift also needs a baseline). A rule fires at its first breach.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from statistics import NormalDist
 from typing import Any, Literal
 
-from controlplane.catalog.schemas import ResolvedRule
+from controlplane.catalog.schemas import MAX_SPAN_WINDOWS, ResolvedRule
 from controlplane.metrics import lengths
 from controlplane.metrics.shift import Baseline, SpanWindow, over_cap_share
 
@@ -108,6 +110,47 @@ def money(value: float) -> float:
     return round(value, 6)
 
 
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """What net_savings reads of a run of windows, summed: results, costs, and the terms of
+    the clusters' spread (Σ s², Σ s·n, Σ n² over windows, s a window's savings, n its
+    results; a window without results adds nothing) and how many windows had results."""
+
+    n: float = 0.0
+    edge: float = 0.0
+    cloud: float = 0.0
+    base: float = 0.0
+    ss: float = 0.0
+    sn: float = 0.0
+    nn: float = 0.0
+    k: int = 0
+
+    def plus(self, w: SpanWindow) -> Sums:
+        s, n = w.savings, w.n_results
+        return Sums(
+            self.n + n,
+            self.edge + w.edge_cost,
+            self.cloud + w.cloud_cost,
+            self.base + w.baseline_cost,
+            self.ss + s * s,
+            self.sn + s * n,
+            self.nn + n * n,
+            self.k + (1 if n > 0 else 0),
+        )
+
+    def minus(self, other: Sums) -> Sums:
+        return Sums(
+            self.n - other.n,
+            self.edge - other.edge,
+            self.cloud - other.cloud,
+            self.base - other.base,
+            self.ss - other.ss,
+            self.sn - other.sn,
+            self.nn - other.nn,
+            self.k - other.k,
+        )
+
+
 def net_savings_terms(
     windows: Sequence[SpanWindow],
     *,
@@ -118,19 +161,38 @@ def net_savings_terms(
 ) -> dict[str, Any]:
     """Every component of the span's net savings and its interval, in money and per 1k
     results: what a decision's evidence lists and a hand computation checks."""
-    n = sum(w.n_results for w in windows)
-    edge = sum(w.edge_cost for w in windows)
-    cloud = sum(w.cloud_cost for w in windows)
-    base = sum(w.baseline_cost for w in windows)
+    total = Sums()
+    for w in windows:
+        total = total.plus(w)
+    return terms_of(
+        total,
+        elapsed_windows=elapsed_windows,
+        window_seconds=window_seconds,
+        fixed_cost_per_day=fixed_cost_per_day,
+        level=level,
+    )
+
+
+def terms_of(
+    sums: Sums,
+    *,
+    elapsed_windows: int,
+    window_seconds: int,
+    fixed_cost_per_day: float,
+    level: float,
+) -> dict[str, Any]:
+    """`net_savings_terms` from the span's sums. The clusters' spread
+    Σ (s_w − μ n_w)² = Σ s² − 2μ Σ s·n + μ² Σ n², μ = S / N."""
+    n = int(round(sums.n))
+    edge, cloud, base = sums.edge, sums.cloud, sums.base
     savings = base - edge - cloud
     fixed = fixed_cost_per_day * elapsed_windows * window_seconds / 86400
     net = savings - fixed
-    clusters = [w for w in windows if w.n_results > 0]
-    k = len(clusters)
+    k = sums.k
     half: float | None = None
     if k >= 2 and n > 0:
         mean = savings / n
-        spread = sum((w.savings - mean * w.n_results) ** 2 for w in clusters)
+        spread = max(0.0, sums.ss - 2 * mean * sums.sn + mean * mean * sums.nn)
         half = t_quantile(level, k - 1) * math.sqrt(spread * k / (k - 1))
 
     def per_1k(value: float) -> float | None:
@@ -162,17 +224,61 @@ def net_savings_terms(
     }
 
 
-def _span(
-    windows: Sequence[SpanWindow], at: int, span: int, origin: int
-) -> tuple[list[SpanWindow], int]:
-    """The windows of the span ending with window `at` (never before `origin`), and the
-    window it starts at."""
-    first = max(at - span + 1, origin)
-    return [w for w in windows if first <= w.window <= at], first
+class Series:
+    """The windows (oldest first) with running sums, so that any run of them is summed in
+    constant time: every window close of a pass is judged without summing its span again."""
+
+    def __init__(self, windows: Sequence[SpanWindow], *, histograms: bool = False) -> None:
+        self.windows = list(windows)
+        self.index = [w.window for w in self.windows]
+        savings = [w.savings for w in self.windows]
+        sizes = [float(w.n_results) for w in self.windows]
+        columns = (
+            sizes,
+            [w.edge_cost for w in self.windows],
+            [w.cloud_cost for w in self.windows],
+            [w.baseline_cost for w in self.windows],
+            [s * s for s in savings],
+            [s * n for s, n in zip(savings, sizes, strict=True)],
+            [n * n for n in sizes],
+            [1.0 if n > 0 else 0.0 for n in sizes],
+        )
+        self.running = [list(accumulate(column, initial=0.0)) for column in columns]
+        self.hists: list[list[int]] = [[0] * lengths.BINS]
+        if histograms:
+            for w in self.windows:
+                last, add = self.hists[-1], w.input_hist
+                self.hists.append(
+                    last if not add else [a + b for a, b in zip(last, add, strict=False)]
+                )
+
+    def bounds(self, first: int, at: int) -> tuple[int, int]:
+        """Positions of the windows numbered first..at (inclusive) in the series."""
+        return bisect_left(self.index, first), bisect_right(self.index, at)
+
+    def between(self, first: int, at: int) -> list[SpanWindow]:
+        lo, hi = self.bounds(first, at)
+        return self.windows[lo:hi]
+
+    def summed(self, first: int, at: int) -> Sums:
+        lo, hi = self.bounds(first, at)
+        n, edge, cloud, base, ss, sn, nn, k = (c[hi] - c[lo] for c in self.running)
+        return Sums(n, edge, cloud, base, ss, sn, nn, int(round(k)))
+
+    def histogram(self, first: int, at: int) -> list[int]:
+        lo, hi = self.bounds(first, at)
+        return [b - a for a, b in zip(self.hists[lo], self.hists[hi], strict=True)]
+
+
+def span_of(rule: ResolvedRule, window_seconds: int) -> int:
+    """How many windows the rule's span holds: at least one, and at most MAX_SPAN_WINDOWS
+    (a span the config does not write may be longer than that with very short windows)."""
+    assert rule.span_seconds is not None
+    return min(MAX_SPAN_WINDOWS, max(1, rule.span_seconds // window_seconds))
 
 
 def judge_net_savings(
-    windows: Sequence[SpanWindow],
+    windows: Sequence[SpanWindow] | Series,
     rule: ResolvedRule,
     *,
     at: int,
@@ -181,13 +287,15 @@ def judge_net_savings(
     fixed_cost_per_day: float,
     fixed_costs: dict[str, float] | None = None,
 ) -> SpanVerdict:
-    """The net_savings verdict at the close of window `at`."""
-    assert rule.span_seconds is not None
-    span = max(1, rule.span_seconds // window_seconds)
-    inside, first = _span(windows, at, span, origin)
+    """The net_savings verdict at the close of window `at`: insufficient until the stage
+    holds one whole span (a young stage has seen only part of a day: fixed costs spread
+    over the hours while savings follow the traffic) and `min_samples` results."""
+    series = windows if isinstance(windows, Series) else Series(windows)
+    span = span_of(rule, window_seconds)
+    first = max(at - span + 1, origin)
     level = float(rule.confidence) if rule.confidence != "point" else 0.95
-    terms = net_savings_terms(
-        inside,
+    terms = terms_of(
+        series.summed(first, at),
         elapsed_windows=at - first + 1,
         window_seconds=window_seconds,
         fixed_cost_per_day=fixed_cost_per_day,
@@ -196,6 +304,9 @@ def judge_net_savings(
     if fixed_costs:
         share = (at - first + 1) * window_seconds / 86400
         terms["fixed_costs"] = {name: money(v * share) for name, v in fixed_costs.items()}
+    if at - span + 1 < origin:
+        why = "the stage holds less than one whole span yet"
+        return SpanVerdict(first, at, "insufficient", None, rule.threshold, terms, why)
     if terms["results"] < rule.min_samples:
         why = f"{terms['results']} results in the span, fewer than min_samples {rule.min_samples}"
         return SpanVerdict(first, at, "insufficient", None, rule.threshold, terms, why)
@@ -217,7 +328,7 @@ def quarters(first: int, at: int) -> list[tuple[int, int]]:
 
 
 def judge_input_shift(
-    windows: Sequence[SpanWindow],
+    windows: Sequence[SpanWindow] | Series,
     rule: ResolvedRule,
     baseline: Baseline | None,
     *,
@@ -226,10 +337,11 @@ def judge_input_shift(
     window_seconds: int,
 ) -> SpanVerdict:
     """The input_shift verdict at the close of window `at`."""
-    assert rule.span_seconds is not None
-    span = max(1, rule.span_seconds // window_seconds)
-    inside, first = _span(windows, at, span, origin)
-    counts = lengths.add(w.input_hist for w in inside)
+    series = windows if isinstance(windows, Series) else Series(windows, histograms=True)
+    span = span_of(rule, window_seconds)
+    first = max(at - span + 1, origin)
+    inside = series.between(first, at)
+    counts = series.histogram(first, at)
     n = sum(counts)
     evidence: dict[str, Any] = {
         "results": n,
@@ -256,7 +368,7 @@ def judge_input_shift(
         return SpanVerdict(first, at, "insufficient", whole, rule.threshold, evidence, why)
     parts = []
     for lo, hi in quarters(at - span + 1, at):
-        part = lengths.add(w.input_hist for w in inside if lo <= w.window <= hi)
+        part = series.histogram(lo, hi)
         parts.append(
             {
                 "first_window": lo,
@@ -287,14 +399,19 @@ def span_verdicts(
     baseline: Baseline | None = None,
 ) -> list[SpanVerdict]:
     """The rule's verdict at the close of every window from `judge_from` on, oldest first."""
+    # Only the windows the judged spans reach (the read may reach further for another rule).
+    reach = judge_from - span_of(rule, window_seconds) + 1
+    series = Series(
+        [w for w in windows if w.window >= reach], histograms=rule.metric == "input_shift"
+    )
     out = []
-    for window in windows:
+    for window in series.windows:
         if window.window < judge_from:
             continue
         if rule.metric == "net_savings":
             out.append(
                 judge_net_savings(
-                    windows,
+                    series,
                     rule,
                     at=window.window,
                     origin=origin,
@@ -306,7 +423,7 @@ def span_verdicts(
         else:
             out.append(
                 judge_input_shift(
-                    windows,
+                    series,
                     rule,
                     baseline,
                     at=window.window,

@@ -142,7 +142,9 @@ def promotion_baseline(
     )
 
 
-def mark_regrade(session: Session, task: Task, rollback: Decision, *, at: datetime | None) -> None:
+def mark_regrade(
+    session: Session, task: Task, rollback: Decision, *, at: datetime | None
+) -> dict[str, Any]:
     """An input-shift rollback marks the task `needs_regrade`: a decision of its own,
     audited and announced, in the rollback's transaction."""
     now = at or utcnow()
@@ -161,7 +163,7 @@ def mark_regrade(session: Session, task: Task, rollback: Decision, *, at: dateti
         flag_version=repository.flag_version(session, task.id),
         at=now,
     )
-    announce(session, decision, task.name)
+    return announce(session, decision, task.name)
 
 
 def _audited(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -15,12 +15,11 @@ from sqlalchemy.orm import Session
 from controlplane.catalog import repository as catalog
 from controlplane.catalog.schemas import (
     DAY,
-    DEFAULT_RULES,
     NET_SAVINGS_CONFIDENCE,
     SPAN_METRICS,
     ResolvedRule,
-    RollbackConfig,
     TaskConfig,
+    input_shift_rule,
 )
 from controlplane.evalsets.service import list_runs
 from controlplane.grading.service import latest_grade
@@ -112,7 +111,7 @@ def span_evidence(session: Session, name: str) -> dict[str, Any] | None:
         return found
     seconds = config.window_seconds
     cost_rule = judging_rule(config, "net_savings")
-    length_rule = shift_rule(config)
+    length_rule = input_shift_rule(config.rollback)
     cost_span = (cost_rule.span_seconds if cost_rule else None) or SPAN_METRICS["net_savings"]
     length_span = length_rule.span_seconds or SPAN_METRICS["input_shift"]
     longest = timedelta(seconds=max(cost_span, length_span) + seconds)
@@ -154,17 +153,6 @@ def judging_rule(config: TaskConfig, metric: str) -> ResolvedRule | None:
     """The task's first rule on `metric` that is not off."""
     rules = config.rollback.resolved_rules()
     return next((r for r in rules if r.metric == metric and r.mode != "off"), None)
-
-
-def shift_rule(config: TaskConfig) -> ResolvedRule:
-    """The input_shift rule the input-shift alert reads its span and min_samples from, as
-    controlplane.alerts does: the task's (even off), else the default one."""
-    rules = config.rollback.resolved_rules()
-    found = next((r for r in rules if r.metric == "input_shift"), None)
-    if found is not None:
-        return found
-    default = [r for r in DEFAULT_RULES if r.metric == "input_shift"]
-    return RollbackConfig(rules=default).resolved_rules()[0]
 
 
 def _rule_view(rule: ResolvedRule, verdict: spans.SpanVerdict) -> dict[str, Any]:

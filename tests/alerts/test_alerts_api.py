@@ -10,7 +10,7 @@ from sqlalchemy import update
 from controlplane.catalog.schemas import DEFAULT_RULES
 from controlplane.db import session_scope
 from controlplane.metrics import lengths
-from controlplane.models import Task
+from controlplane.models import Task, TaskGrade
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
@@ -52,7 +52,7 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
     metrics_api: Api,
 ) -> None:
     # The input-shift alert compares each window (a span of one window here, judged from
-    # 50 results) with the lengths the task was promoted on: those of the normal windows.
+    # 50 results) with the lengths of its offload grade: those of the normal windows.
     shift_rule = {"metric": "input_shift", "op": "<=", "threshold": 0.25, "span": "1m",
                   "min_samples": 50}  # fmt: skip
     with session_scope(metrics_api.engine) as session:
@@ -61,14 +61,23 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
             {**METRICS_TASK, "rollback": {"rules": [*DEFAULT_RULES_JSON[:-1], shift_rule]}},
             actor="test",
         )
-        session.execute(
-            update(Task)
-            .where(Task.name == "metrics_task")
-            .values(
-                stage_changed_at=T0 - timedelta(hours=1),
-                input_baseline={
-                    "counts": lengths.histogram(300 + i % 7 for i in range(100)),
-                    "source": "the normal windows",
+        task = session.query(Task).filter(Task.name == "metrics_task").one()
+        task.stage_changed_at = T0 - timedelta(hours=1)
+        # A task in shadow is compared with the input lengths of its latest offload grade.
+        counts = lengths.histogram(300 + i % 7 for i in range(100))
+        session.add(
+            TaskGrade(
+                task_id=task.id,
+                day=T0.date(),
+                tier="offload",
+                score=0.9,
+                config_version=task.config_version,
+                computed_at=T0,
+                document={
+                    "tier": "offload",
+                    "computed_at": T0.isoformat(),
+                    "span": {"since": None, "until": None},
+                    "input_lengths": {"counts": counts, "n": 100, "over_cap": None},
                 },
             )
         )
@@ -85,7 +94,7 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
     shifted = opened["input_shift"]
     assert shifted["value"] > 0.25 and shifted["baseline"] == 0.1
     assert "population stability index" in shifted["message"]
-    assert "against the normal windows" in shifted["message"]
+    assert "against the offload grade of 2026-11-30" in shifted["message"]
     conflict = opened["conflict_jump"]
     assert conflict["value"] == 0.4 and conflict["baseline"] == 0.04
     assert conflict["window_start"].startswith(

@@ -31,7 +31,7 @@ WINDOW, LATENESS = 60, 30
 VETO = 0.7
 # Per day: 400 in all, 0.2778 per one-minute window — far more than 50 results save.
 FIXED_COSTS = {"routing": 100.0, "gpu": 250.0, "ops": 50.0}
-NET_SAVINGS = {"metric": "net_savings", "op": ">=", "threshold": 0, "span": "5m", "min_samples": 50}
+NET_SAVINGS = {"metric": "net_savings", "op": ">=", "threshold": 0, "span": "2m", "min_samples": 50}
 INPUT_SHIFT = {
     "metric": "input_shift",
     "op": "<=",
@@ -283,7 +283,7 @@ def test_net_savings_rolls_back_a_canary_that_costs_more_than_it_saves(api: Api)
         "rollback",
         "policy",
     )
-    assert rollback["rule"] == "net_savings >= 0 over 5m" and rollback["bucket"] == "all"
+    assert rollback["rule"] == "net_savings >= 0 over 2m" and rollback["bucket"] == "all"
     evidence = rollback["evidence"]
     assert evidence["how"] == "net_savings"
     expected = net_savings_by_hand(
@@ -308,7 +308,7 @@ def test_net_savings_rolls_back_a_canary_that_costs_more_than_it_saves(api: Api)
     notices = events(api, "costly_shadow", "notice")
     assert len(notices) == 1, notices
     [notice] = notices
-    assert notice["rule"] == "net_savings >= 0 over 5m"
+    assert notice["rule"] == "net_savings >= 0 over 2m"
     assert notice["explanation"].startswith(
         "costly_shadow would roll back in canary (in shadow: notice only): offloading cost "
     )

@@ -178,12 +178,26 @@ def test_the_span_starts_at_the_stage_and_slides() -> None:
     assert slid.evidence["savings"] == pytest.approx(3.30 + 2.20)
 
 
+def test_a_stage_younger_than_its_span_is_never_judged_on_part_of_a_day() -> None:
+    """A canary started in the evening has seen only its quietest hours: with fixed costs
+    spread over time and savings following the traffic, it would show a loss by morning.
+    Until the stage holds a whole span, net_savings is insufficient, however it looks."""
+    rule = net_rule(span="15m", min_samples=10)
+    losing = [SpanWindow(i, 100, 0.10, 5.00, 2.10) for i in range(10, 13)]
+    young = [judge(losing, rule, at=at, fixed=288, origin=10) for at in (10, 11)]
+    assert [v.verdict for v in young] == ["insufficient", "insufficient"]
+    assert young[1].evidence["net_savings"] == pytest.approx(-8.0)
+    assert judge(losing, rule, at=12, fixed=288, origin=10).verdict == "breach"
+
+
 def test_insufficient_below_min_samples_or_with_one_window_of_results() -> None:
     few = judge([W0, W1, W2], net_rule(span="15m", min_samples=400), at=2, fixed=288)
     assert few.verdict == "insufficient"
     assert few.statistic is None
     assert "300 results in the span, fewer than min_samples 400" in few.why
-    alone = judge([W0, W1, W2], net_rule(span="15m", min_samples=10), at=2, fixed=288, origin=2)
+    # A whole span in the stage, but one window of it with results: no interval yet.
+    lone = [W0, SpanWindow(1, 0, 0.0, 0.0, 0.0), SpanWindow(2, 0, 0.0, 0.0, 0.0)]
+    alone = judge(lone, net_rule(span="15m", min_samples=10), at=2, fixed=288)
     assert alone.verdict == "insufficient"
     assert alone.evidence["high"] is None
     assert "fewer than two windows with results" in alone.why
@@ -234,8 +248,9 @@ def test_the_rule_fires_at_its_first_breach() -> None:
     assert found[4].statistic == pytest.approx(-0.50 + T_2 * math.sqrt(spread), rel=1e-3)
     assert found[6].evidence["net_savings"] == pytest.approx(-12.0)
     assert found[6].statistic == pytest.approx(-12.0, abs=1e-6)
-    # At 0 one window of results: no interval yet.
-    assert [v.verdict for v in found] == ["insufficient", *["ok"] * 5, "breach"]
+    # At 0 and 1 the stage holds less than one whole span (three windows) yet.
+    assert [v.verdict for v in found] == ["insufficient"] * 2 + ["ok"] * 4 + ["breach"]
+    assert "less than one whole span" in found[1].why
     fired = span_firing(rule, found)
     assert fired is not None
     assert (fired.how, fired.at_window, fired.first_window) == ("net_savings", 6, 4)

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.catalog.schemas import ResolvedRule, TaskConfig, parse_config
+from controlplane.catalog.schemas import ResolvedRule, TaskConfig, input_shift_rule, parse_config
 from controlplane.metrics import lengths
 from controlplane.metrics.shift import Baseline, SpanWindow
 from controlplane.rollout import spans as rules
-from controlplane.rollout.taskview import cost_view, judging_rule, lengths_view, shift_rule
+from controlplane.rollout.taskview import cost_view, judging_rule, lengths_view
 from dashboard import charts
 from dashboard.task import spans, views
 from tests.dashboard.conftest import shown
@@ -198,7 +198,7 @@ def lengths_of(found: TaskConfig, baseline: Baseline | None, *, stage: str = "ca
         span_seconds=4 * HOUR,
         stage_origin=FIRST,
         rule=judging_rule(found, "input_shift") if stage != "rolled_back" else None,
-        alert_rule=shift_rule(found),
+        alert_rule=input_shift_rule(found.rollback),
     )
 
 
