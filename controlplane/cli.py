@@ -632,17 +632,27 @@ def demo(
     rate: Annotated[float, typer.Option(help="Simulated results per second per task.")] = 20.0,
     duration: Annotated[float, typer.Option(help="Seconds of simulated traffic at most.")] = 180.0,
     scenario_after: Annotated[
-        float, typer.Option(help="Seconds before the long-ticket regression starts.")
+        float, typer.Option(help="Seconds of canary traffic before the scenario starts.")
     ] = 30.0,
     once: Annotated[
         bool,
         typer.Option(help="Stop at the rollback (or the duration), print, exit; no serving."),
     ] = False,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="What goes wrong on the canary: long_tickets (the edge fails 2048+ token "
+            "tickets), costly_edge (its cost rises until it saves nothing), longer_inputs "
+            "(inputs grow 3x)."
+        ),
+    ] = "long_tickets",
 ) -> None:
     """Everything on the embedded default: serve, canary, simulated traffic, a real rollback."""
-    from controlplane.demo import run_demo
+    from controlplane.demo import SCENARIOS, run_demo
 
-    run_demo(port, rate, duration, once, scenario_after)
+    if scenario not in SCENARIOS:
+        raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
+    run_demo(port, rate, duration, once, scenario_after, scenario)
 
 
 @app.command()
@@ -656,7 +666,11 @@ def simulate(
     rate: Annotated[float, typer.Option(help="Results per second per task.")] = 20.0,
     duration: Annotated[float, typer.Option(help="Seconds to run.")] = 60.0,
     scenario: Annotated[
-        str, typer.Option(help="none, long_tickets, edge_outage, silence, traffic_jump.")
+        str,
+        typer.Option(
+            help="none, long_tickets, edge_outage, silence, traffic_jump, costly_edge, "
+            "longer_inputs."
+        ),
     ] = "none",
     scenario_task: Annotated[
         list[str] | None,

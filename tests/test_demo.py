@@ -1,8 +1,10 @@
 """`shadowplane demo --once` on the embedded default: stored, scored results, closed windows,
-a real-time rollback, keys that work, and the dashboard beside the API while it runs."""
+the cost rule's notices in shadow, a real-time rollback, keys that work, and the dashboard
+beside the API while it runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +14,7 @@ import httpx
 import pandas as pd
 from sqlalchemy import create_engine, text
 
+from controlplane.demo import FIXED_COSTS
 from tests.liveapi import WAIT, output, start_python, wait_until
 
 DEMO = [
@@ -73,6 +76,22 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             posted[found.group(1)] = (int(found.group(2)), int(found.group(3)))
     assert set(posted) == {"ticket_classify", "invoice_extract", "reply_rewrite"}, out
     assert all(generated == accepted > 0 for generated, accepted in posted.values())
+    # The tasks left in shadow: once their stage holds the cost rule's whole span, the rule
+    # says in words and money that offloading costs more than it saves (a notice, never a
+    # rollback), at a day's pace too.
+    shadow = {"invoice_extract", "reply_rewrite"}
+    fixed = sum(FIXED_COSTS.values())
+    items = ", ".join(f"{k} {v:.2f}" for k, v in FIXED_COSTS.items())
+    for task in shadow:
+        notice = re.search(
+            rf"^\[ *\d+ s\] NOTICE on {task}: {task} would roll back in canary \(in shadow: "
+            r"notice only\): offloading cost more than it saved over the last \w+: net savings "
+            r"-[\d.,]+ = .*\n    a day at this pace: net savings -[\d.,]+ = savings -?[\d.,]+ "
+            rf"− fixed costs {fixed:.2f} \({re.escape(items)}\)$",
+            out,
+            re.MULTILINE,
+        )
+        assert notice is not None, (task, out[out.index("Posted over HTTP") :])
     assert "per input-length bucket:" in out and "     2048+  n" in out
     # The real-time rollback: the policy, in words, on the long-ticket bucket.
     assert (
@@ -154,6 +173,26 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert _policy_decisions(tmp_path / "shadowplane.db") == [
         ("ticket_classify", "rollback", "2048+", "rolled_back")
     ]
+    # The notices are in the outbox (what webhooks send): each with its components, which
+    # add up by hand — net = savings − fixed costs, the fixed costs prorated from a day.
+    engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
+    with engine.connect() as conn:
+        notices = conn.execute(
+            text("SELECT task, document FROM outbox_events WHERE kind = 'notice'")
+        ).all()
+    engine.dispose()
+    costs = {}
+    for task, document in notices:
+        found = json.loads(document) if isinstance(document, str) else document
+        if found["rule"].startswith("net_savings >= 0"):
+            costs.setdefault(task, found["evidence"])
+    assert set(costs) >= shadow, notices
+    for found in costs.values():
+        assert found["net_savings"] < 0
+        assert abs(found["net_savings"] - (found["savings"] - found["fixed_cost"])) < 1e-5
+        share = found["span_seconds"] / 86400
+        assert abs(found["fixed_cost"] - fixed * share) < 1e-5
+        assert set(found["fixed_costs"]) == set(FIXED_COSTS)
     # The printed key is a real admin key (the API is gone; check it against the stored hash).
     from controlplane.auth.service import hash_key
 

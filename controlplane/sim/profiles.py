@@ -4,6 +4,11 @@
 Pure: given a seeded `random.Random` and a clock value, the same results come out.
 `decision` is the simulated router's own eligibility rule (`ELIGIBLE_MAX_TOKENS`), before
 any flag.
+
+Scenarios: `long_tickets` (the edge fails the ticket classifier's 2048+ token tickets),
+`edge_outage` (errors and slow answers), `silence` (no traffic), `traffic_jump` (5× the
+traffic), `costly_edge` (the edge's reported cost and its degrades rise until offloading
+costs more than it saves: `costlier`) and `longer_inputs` (inputs 3× as long, and they stay).
 """
 
 from __future__ import annotations
@@ -17,18 +22,48 @@ from typing import Any
 
 from controlplane.client import wants_repeat
 
-SCENARIOS = ("none", "long_tickets", "edge_outage", "silence", "traffic_jump")
+SCENARIOS = (
+    "none",
+    "long_tickets",
+    "edge_outage",
+    "silence",
+    "traffic_jump",
+    "costly_edge",
+    "longer_inputs",
+)
 LONG_TICKET = 2048
 # The simulated routers send nothing longer than this to the edge, whatever the flag says.
 ELIGIBLE_MAX_TOKENS = 4096
 LABELS = ["refund", "exchange", "complaint", "inquiry"]
 CURRENCIES = ["EUR", "USD", "GBP", "JPY"]
 
+# `longer_inputs`: every input this many times as long, from the switch on.
+LONGER_INPUTS = 3
+# `costly_edge`: from the switch on the edge reports a cost that rises from nothing to
+# EDGE_COST_TOP times what the cloud charges for the same tokens, over
+# COSTLY_EDGE_RAMP_SECONDS, then stays there; and up to COSTLY_EDGE_DEGRADES more of its
+# answers come back unsure (a degrade: the edge and then the cloud are paid). Kept below the
+# degrade_rate rule's 5% with the usual 2.5%, so it is the money that breaks first.
+COSTLY_EDGE_RAMP_SECONDS = 60.0
+EDGE_COST_TOP = 1.5
+COSTLY_EDGE_DEGRADES = 0.015
+# The simulated cloud's prices per 1k tokens (input, output), as it bills them.
+CLOUD_PRICE_IN, CLOUD_PRICE_OUT = 0.003, 0.006
+
 Generator = Callable[[random.Random, int, datetime, str, bool], dict[str, Any]]
 
 
 def _tokens(rng: random.Random, median: float, sigma: float) -> int:
     return max(1, int(rng.lognormvariate(math.log(median), sigma)))
+
+
+def _longer(tokens: int, scenario: str) -> int:
+    return tokens * LONGER_INPUTS if scenario == "longer_inputs" else tokens
+
+
+def cloud_price(input_tokens: int, output_tokens: int) -> float:
+    """What the simulated cloud bills for a request of these tokens."""
+    return round((input_tokens * CLOUD_PRICE_IN + output_tokens * CLOUD_PRICE_OUT) / 1000, 8)
 
 
 def _mix(rng: random.Random, parts: list[tuple[float, float, float]]) -> int:
@@ -75,7 +110,7 @@ def _sides(
         "input_tokens": tokens,
         "output_tokens": output_tokens,
         # The cloud provider bills per request; the self-hosted edge is priced from tokens.
-        "cost": round((tokens * 0.003 + output_tokens * 0.006) / 1000, 8),
+        "cost": cloud_price(tokens, output_tokens),
     }
     return edge, cloud
 
@@ -84,7 +119,7 @@ def ticket_classify(
     rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
 ) -> dict[str, Any]:
     # Mostly short tickets, some long threads with quoted history.
-    tokens = _mix(rng, [(0.7, 180, 0.6), (0.2, 700, 0.4), (0.1, 3000, 0.3)])
+    tokens = _longer(_mix(rng, [(0.7, 180, 0.6), (0.2, 700, 0.4), (0.1, 3000, 0.3)]), scenario)
     truth = rng.choice(LABELS)
     # Easy on short tickets, harder as they grow: the deciding sentence sits mid-text.
     miss = 0.02 + 0.04 * min(tokens / LONG_TICKET, 1.0)
@@ -143,7 +178,7 @@ NOTE_GROUP = {wording: group for group in NOTES for wording in group}
 def invoice_extract(
     rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
 ) -> dict[str, Any]:
-    tokens = _mix(rng, [(0.85, 700, 0.5), (0.15, 2600, 0.3)])
+    tokens = _longer(_mix(rng, [(0.85, 700, 0.5), (0.15, 2600, 0.3)]), scenario)
     amount = round(rng.uniform(5, 5000), 2)
     cloud_out = {"amount": amount, "currency": rng.choice(CURRENCIES), "invoice_id": f"INV-{i:06d}"}
     # Drawn aside, so the rest of the stream (and every seeded run before the note existed)
@@ -229,7 +264,7 @@ def reply_rewrite(
     elif roll < 0.10 and other_number:
         edge_text = other_number
     # The reply is the tail of a conversation the router sends along.
-    tokens = len(cloud_text) * 2 + _tokens(rng, 150, 0.8)
+    tokens = _longer(len(cloud_text) * 2 + _tokens(rng, 150, 0.8), scenario)
     edge_error = _edge_error(rng, scenario)
     edge, cloud = _sides(
         rng,
@@ -359,6 +394,30 @@ def _edge_error(rng: random.Random, scenario: str) -> str | None:
     return rng.choice(["timeout", "exception", "rate_limited"])
 
 
+def costly_edge_ramp(seconds: float) -> float:
+    """How far `costly_edge` has gone `seconds` after the switch: 0 then, 1 from
+    COSTLY_EDGE_RAMP_SECONDS on."""
+    return min(1.0, max(0.0, seconds / COSTLY_EDGE_RAMP_SECONDS))
+
+
+def costlier(result: dict[str, Any], seconds: float, seed: int = 0) -> dict[str, Any]:
+    """The result under `costly_edge`, `seconds` after the switch: the edge reports its
+    cost (its share of the cloud's price for the same tokens, rising), and it is unsure of
+    its answer a little more often. Drawn from a generator seeded by the request id, so the
+    rest of the stream is unchanged; `serve` (again) turns the unsure answer into a degrade."""
+    edge = result.get("edge")
+    if edge is None:
+        return result
+    ramp = costly_edge_ramp(seconds)
+    edge["cost"] = round(
+        EDGE_COST_TOP * ramp * cloud_price(edge["input_tokens"], edge["output_tokens"]), 8
+    )
+    rng = random.Random(f"costly:{seed}:{result['request_id']}")
+    if rng.random() < COSTLY_EDGE_DEGRADES * ramp:
+        edge["confidence"] = round(rng.uniform(0.1, 0.49), 3)
+    return result
+
+
 def _result(
     task: str,
     i: int,
@@ -427,23 +486,21 @@ def generate(
 ) -> list[dict[str, Any]]:
     """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`);
     on `repeat_rate` of them (chosen as routers choose, by the client's `wants_repeat` on the
-    request id) the cloud answered twice (`cloud_repeat`)."""
+    request id) the cloud answered twice (`cloud_repeat`). The scenario starts with the
+    first result (`costly_edge` rises over the span)."""
     if scenario == "silence":
         return []
     if scenario == "traffic_jump":
         n *= 5
     rng = random.Random(f"{task}:{seed}")
     make = GENERATORS[task]
-    results = [
-        make(
-            rng,
-            i,
-            now - timedelta(seconds=span_seconds * (n - i) / max(n, 1)),
-            scenario,
-            edge_serves,
-        )
-        for i in range(n)
-    ]
+    results = []
+    for i in range(n):
+        ts = now - timedelta(seconds=span_seconds * (n - i) / max(n, 1))
+        result = make(rng, i, ts, scenario, edge_serves)
+        if scenario == "costly_edge":
+            result = serve(costlier(result, span_seconds * i / max(n, 1), seed), edge_serves)
+        results.append(result)
     return [
         with_repeat(r, seed) if wants_repeat(task, r["request_id"], repeat_rate) else r
         for r in results

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controlplane.client import FlagClient, ResultReporter, Route, wants_repeat
-from controlplane.sim.profiles import GENERATORS, eligible, serve, with_repeat
+from controlplane.sim.profiles import GENERATORS, costlier, eligible, serve, with_repeat
 
 MAX_OUTBOX = 200_000
 # Seconds `stream` waits at the end for the reporters to deliver what is queued.
@@ -62,6 +62,10 @@ class Plan:
         if elapsed >= self.after_seconds and (self.tasks is None or task in self.tasks):
             return self.scenario
         return "none"
+
+    def seconds_in(self, elapsed: float) -> float:
+        """How long the scenario has run at `elapsed` (0 before it starts)."""
+        return max(0.0, elapsed - self.after_seconds)
 
 
 def stream(
@@ -130,6 +134,8 @@ def stream(
                 for _ in range(n):
                     ts = now - timedelta(seconds=rng.random())
                     result = make(rng, counter[task], ts, scenario, False)
+                    if scenario == "costly_edge":
+                        result = costlier(result, plan.seconds_in(elapsed), seed)
                     route = flags.route(
                         task,
                         session_id=result["session_id"],

@@ -17,9 +17,21 @@ from sqlalchemy import func, select
 from controlplane.api import create_app
 from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
+from controlplane.metrics import lengths
+from controlplane.metrics.shift import SpanWindow
 from controlplane.models import Result
+from controlplane.rollout.spans import net_savings_terms
 from controlplane.settings import Settings
-from controlplane.sim.profiles import LONG_TICKET, generate
+from controlplane.sim.profiles import (
+    COSTLY_EDGE_DEGRADES,
+    COSTLY_EDGE_RAMP_SECONDS,
+    EDGE_COST_TOP,
+    LONG_TICKET,
+    LONGER_INPUTS,
+    costly_edge_ramp,
+    generate,
+)
+from controlplane.sim.runner import Plan
 from tests.conftest import Api, make_api
 from tests.liveapi import free_port, run_cli
 
@@ -72,6 +84,101 @@ def test_edge_outage_silence_and_traffic_jump() -> None:
     assert {r["degrade_reason"] for r in outage if r["degraded"]} >= {"timeout", "exception"}
     assert generate("reply_rewrite", 100, seed=3, now=NOW, scenario="silence") == []
     assert len(generate("reply_rewrite", 100, seed=3, now=NOW, scenario="traffic_jump")) == 500
+
+
+def _window_of(result: dict, seconds: int) -> int:
+    return int((datetime.fromisoformat(result["ts"]) - NOW).total_seconds() // seconds)
+
+
+def test_costly_edge_raises_the_edge_cost_until_net_savings_turn_negative() -> None:
+    """The edge serving every request it is sure of (no cloud beside it), 20 a second for
+    two minutes: per 10 s window the edge's reported cost, as a share of what the cloud
+    charges for the same requests, rises to EDGE_COST_TOP over the ramp and stays; the
+    window's net savings (cloud baseline − paid − 40 a day of fixed costs, prorated) start
+    positive and end negative."""
+    span, window = 120, 10
+    results = generate(
+        "ticket_classify",
+        20 * span,
+        seed=4,
+        now=NOW + timedelta(seconds=span),
+        span_seconds=span,
+        scenario="costly_edge",
+        edge_serves=True,
+    )
+    windows: dict[int, list[dict]] = {}
+    for r in results:
+        windows.setdefault(_window_of(r, window), []).append(r)
+    shares, nets = [], []
+    for w, rows in sorted(windows.items()):
+        edge = sum(r["edge"]["cost"] for r in rows)
+        # The baseline is the cloud's price for every request; the cloud is paid only
+        # where the edge degraded to it.
+        base = sum(r["cloud"]["cost"] for r in rows)
+        cloud = sum(r["cloud"]["cost"] for r in rows if r["degraded"])
+        shares.append(edge / base)
+        terms = net_savings_terms(
+            [SpanWindow(w, len(rows), edge, cloud, base)],
+            elapsed_windows=1,
+            window_seconds=window,
+            fixed_cost_per_day=40.0,
+            level=0.95,
+        )
+        nets.append(terms["net_savings"])
+    ramp = int(COSTLY_EDGE_RAMP_SECONDS // window)
+    assert shares[0] < 0.1 * EDGE_COST_TOP
+    assert all(a < b for a, b in zip(shares[:ramp], shares[1:ramp], strict=False))
+    assert all(abs(s - EDGE_COST_TOP) < 0.05 for s in shares[ramp + 1 :])
+    assert nets[0] > 0 and all(n < 0 for n in nets[ramp:])
+
+
+def test_costly_edge_degrades_more_as_it_rises() -> None:
+    """The same requests without the scenario degrade on a subset: costly_edge only adds
+    unsure answers, about COSTLY_EDGE_DEGRADES of them once the ramp is done."""
+    n, span = 12000, 300.0
+    plain, costly = (
+        generate(
+            "invoice_extract",
+            n,
+            seed=5,
+            now=NOW,
+            span_seconds=span,
+            scenario=scenario,
+            edge_serves=True,
+        )
+        for scenario in ("none", "costly_edge")
+    )
+    assert all(c["degraded"] for p, c in zip(plain, costly, strict=True) if p["degraded"])
+    ramped = n * COSTLY_EDGE_RAMP_SECONDS / span
+    after = [
+        c["degraded"] and not p["degraded"]
+        for i, (p, c) in enumerate(zip(plain, costly, strict=True))
+        if i >= ramped
+    ]
+    extra = sum(after) / len(after)
+    assert 0.7 * COSTLY_EDGE_DEGRADES < extra < 1.3 * COSTLY_EDGE_DEGRADES
+    assert costly_edge_ramp(0) == 0 and costly_edge_ramp(COSTLY_EDGE_RAMP_SECONDS * 2) == 1
+
+
+def test_longer_inputs_triples_the_inputs_from_the_switch() -> None:
+    """Every task's input lengths, 3x: each quantile, and a population stability index far
+    over the input_shift rule's 0.25. The runner's plan switches it on at `after_seconds`."""
+    for task in ("ticket_classify", "invoice_extract", "reply_rewrite"):
+        before = sorted(r["input_tokens"] for r in generate(task, 4000, seed=6, now=NOW))
+        after = sorted(
+            r["input_tokens"]
+            for r in generate(task, 4000, seed=6, now=NOW, scenario="longer_inputs")
+        )
+        for q in (0.1, 0.5, 0.9):
+            ratio = after[int(q * 4000)] / before[int(q * 4000)]
+            assert abs(ratio - LONGER_INPUTS) < 0.15 * LONGER_INPUTS, (task, q, ratio)
+        shift = lengths.psi(lengths.histogram(after), lengths.histogram(before))
+        assert shift is not None and shift > 1.0, (task, shift)
+    plan = Plan("longer_inputs", {"ticket_classify"}, 30.0)
+    assert plan.active("ticket_classify", 29.9) == "none"
+    assert plan.active("ticket_classify", 30.0) == "longer_inputs"
+    assert plan.active("reply_rewrite", 100.0) == "none"
+    assert plan.seconds_in(29.0) == 0 and plan.seconds_in(45.0) == 15.0
 
 
 @pytest.fixture
@@ -159,8 +266,8 @@ def test_simulate_names_a_bad_scenario(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert (
-        "scenario: 'meteor' is not one of none, long_tickets, edge_outage, silence, traffic_jump"
-        in done.stderr
+        "scenario: 'meteor' is not one of none, long_tickets, edge_outage, silence, "
+        "traffic_jump, costly_edge, longer_inputs" in done.stderr
     )
 
 
