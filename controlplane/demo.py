@@ -489,7 +489,7 @@ def _canary_cost_note(scenario: str, shadow_rate: float) -> str:
             "cloud's second answers cost, until the edge's cost rises."
         )
     return (
-        f"Its net_savings rule only notifies in this run: with shadow_rate {shadow_rate:g} the "
+        f"Its net_savings rule only notifies in this run: with shadow_rate {shadow_rate:.1f} the "
         "cloud also answers every request the edge serves, so the canary pays for both and "
         "costs more than it saves by design; rolling back on that would end the canary before "
         "the story below (scripts/demo --scenario costly_edge: one answer in ten checked, the "
