@@ -103,6 +103,11 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
+def whole(value: float) -> str:
+    """A measured quantity to the nearest whole, thousands separated ("1,448")."""
+    return f"{value:,.0f}"
+
+
 def interval(low: float | None, high: float | None) -> str:
     """A Wilson interval as "91.0%–96.4%"; "—" without data."""
     if missing(low) or missing(high):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from controlplane.rollout.explain import duration
 from dashboard import charts
-from dashboard.formats import count, decimal, level, line, moment, money, number, percent
+from dashboard.formats import count, decimal, level, line, moment, money, number, percent, whole
 
 Row = Mapping[str, Any]
 
@@ -171,7 +171,7 @@ def histogram_top(*frames: pd.DataFrame | None) -> float:
 
 
 def _tokens(value: float | None) -> str:
-    return "no data" if value is None else f"about {value:,.0f} tokens"
+    return "no data" if value is None else f"about {whole(value)} tokens"
 
 
 def baseline_words(baseline: Row) -> str:
