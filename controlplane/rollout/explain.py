@@ -144,6 +144,14 @@ def cusum_sentence(outcome: CellOutcome) -> str:
     )
 
 
+def cash(value: float) -> str:
+    """Money in a sentence: to the cent from 1 up ("1,540.14", "-1.07"), else to three
+    significant digits ("0.0017", "-0.000912"), never a bare "-0.00"."""
+    if abs(value) >= 1 or value == 0:
+        return f"{value:,.2f}"
+    return f"{value:.3g}"
+
+
 def _tokens(counts: list[int] | None) -> str:
     middle = lengths.quantile(counts or [], 0.5)
     return "no data" if middle is None else f"about {middle:,.0f} tokens"
@@ -160,15 +168,15 @@ def span_sentence(task: str, outcome: CellOutcome, verb: str = "rolled back") ->
     if firing.how == "net_savings":
         fixed = found.get("fixed_costs")
         itemised = (
-            " (" + ", ".join(f"{k} {v:,.2f}" for k, v in fixed.items()) + ")" if fixed else ""
+            " (" + ", ".join(f"{k} {cash(v)}" for k, v in fixed.items()) + ")" if fixed else ""
         )
         return (
             f"{task} {verb}: offloading cost more than it saved over the last {span}: "
-            f"net savings {found['net_savings']:,.2f} = savings {found['savings']:,.2f} "
-            f"(cloud baseline {found['baseline_cost']:,.2f} − paid {found['paid']:,.2f}: edge "
-            f"{found['edge_cost']:,.2f}, cloud {found['cloud_cost']:,.2f}) − fixed costs "
-            f"{found['fixed_cost']:,.2f}{itemised}, over {found['results']:,} results; its "
-            f"{found['interval']:.0%} interval reaches at most {found['high']:,.2f}, below "
+            f"net savings {cash(found['net_savings'])} = savings {cash(found['savings'])} "
+            f"(cloud baseline {cash(found['baseline_cost'])} − paid {cash(found['paid'])}: edge "
+            f"{cash(found['edge_cost'])}, cloud {cash(found['cloud_cost'])}) − fixed costs "
+            f"{cash(found['fixed_cost'])}{itemised}, over {found['results']:,} results; its "
+            f"{found['interval']:.0%} interval reaches at most {cash(found['high'])}, below "
             f"{rule.threshold:g}."
         )
     quarters = ", ".join(

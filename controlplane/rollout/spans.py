@@ -303,7 +303,9 @@ def judge_net_savings(
     )
     if fixed_costs:
         share = (at - first + 1) * window_seconds / 86400
-        terms["fixed_costs"] = {name: money(v * share) for name, v in fixed_costs.items()}
+        # The largest first: a stored config's keys come back in no order the team wrote.
+        items = sorted(fixed_costs.items(), key=lambda item: (-item[1], item[0]))
+        terms["fixed_costs"] = {name: money(v * share) for name, v in items}
     if at - span + 1 < origin:
         why = "the stage holds less than one whole span yet"
         return SpanVerdict(first, at, "insufficient", None, rule.threshold, terms, why)

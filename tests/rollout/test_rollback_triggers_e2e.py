@@ -230,15 +230,21 @@ def assert_terms(found: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def money_sentence(expected: dict[str, Any], found: dict[str, Any]) -> list[str]:
-    """What the explanation must name: the net, the savings, the fixed costs item by item
-    (in the order the evidence keeps them: the stored config's)."""
+    """What the explanation must name: the net, the savings, the fixed costs item by item,
+    the largest first (money from 1 up to the cent, below it to three significant digits)."""
+    largest_first = sorted(FIXED_COSTS, key=lambda k: -FIXED_COSTS[k])
+    assert set(found["fixed_costs"]) == set(largest_first)
+
+    def cash(value: float) -> str:
+        value = round(value, 6)
+        return f"{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
+
     items = ", ".join(
-        f"{name} {round(expected['fixed_costs'][name], 6):,.2f}" for name in found["fixed_costs"]
+        f"{name} {cash(expected['fixed_costs'][name])}" for name in largest_first
     )
     return [
-        f"net savings {round(expected['net_savings'], 6):,.2f} = savings "
-        f"{round(expected['savings'], 6):,.2f}",
-        f"fixed costs {round(expected['fixed_cost'], 6):,.2f} ({items})",
+        f"net savings {cash(expected['net_savings'])} = savings {cash(expected['savings'])}",
+        f"fixed costs {cash(expected['fixed_cost'])} ({items})",
         f"over {expected['results']:,} results",
     ]
 

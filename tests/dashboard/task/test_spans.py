@@ -84,7 +84,7 @@ def test_the_cost_sentence_sums_the_span_as_the_rule_does() -> None:
         "Over the 3h since the task's first window (from 2026-11-30 00:00 UTC to 2026-11-30 "
         "03:00 UTC: 3 windows with results, 400 results) offloading saved 10.00 against the "
         "cloud baseline: paid 10.00 (edge 4.00, cloud 6.00) against 20.00 for the cloud "
-        "alone. Fixed costs 6.00 for those 3h (routing 1.50, gpu 4.50), at 48.00 a day; net "
+        "alone. Fixed costs 6.00 for those 3h (gpu 4.50, routing 1.50), at 48.00 a day; net "
         f"savings **4.00** (95% interval {4.0 - half:.6f} to {4.0 + half:.2f}), 32.00 a day."
     )
 
@@ -314,7 +314,7 @@ def test_a_net_savings_rollback_lists_its_money() -> None:
     high = 4.0 + T_95_2 * math.sqrt(0.75)
     assert shown(spans.span_lines(decision["evidence"])) == (
         "- cloud baseline 20.00 − paid 10.00 (edge 4.00, cloud 6.00) = savings 10.00\n"
-        "- fixed costs 6.00 for 3h (routing 1.50, gpu 4.50)\n"
+        "- fixed costs 6.00 for 3h (gpu 4.50, routing 1.50)\n"
         f"- net savings **4.00** over 400 results in 3 windows; 95% interval "
         f"{4.0 - T_95_2 * math.sqrt(0.75):.6f} to {high:.2f}"
     )
