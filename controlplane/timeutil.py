@@ -23,3 +23,11 @@ def as_utc(value: datetime) -> datetime:
 
 
 UTCTime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+def duration(seconds: int) -> str:
+    """A span in words: 86400 → "24h", 7200 → "2h", 5400 → "90m", 45 → "45s"."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from controlplane.catalog.schemas import AlertsConfig
 from controlplane.metrics.stats import median, wilson
+from controlplane.timeutil import duration
 
 LIVE_STAGES = ("shadow", "canary", "full")
 MIN_CONFLICTS = 3
@@ -116,7 +117,6 @@ def input_shift(shift: LengthShift, config: AlertsConfig, min_results: int) -> F
     kind = "input_shift"
     if shift.psi is None or shift.results < min_results:
         return Finding(kind, None)
-    hours = shift.span_seconds / 3600
     now = f"about {shift.median_now:,.0f}" if shift.median_now is not None else "no data"
     then = f"about {shift.median_baseline:,.0f}" if shift.median_baseline is not None else "?"
     return Finding(
@@ -124,7 +124,7 @@ def input_shift(shift: LengthShift, config: AlertsConfig, min_results: int) -> F
         shift.psi >= config.input_shift,
         shift.psi,
         config.input_shift,
-        f"Input lengths over the last {hours:g}h ({shift.results} results) have shifted: "
+        f"Input lengths over the last {duration(shift.span_seconds)} ({shift.results} results) have shifted: "
         f"population stability index {shift.psi:.2f} against {shift.baseline_source} "
         f"(median {now} tokens now, {then} then); the alert opens at "
         f"{config.input_shift:g}, the input_shift rule rolls back when a shift holds for "

@@ -135,13 +135,13 @@ def _length_shift(
 ) -> rules.LengthShift:
     """The input lengths of the span ending with `window`, against the baseline."""
     rule = input_shift_rule(runtime.config.rollback)
-    span = rule.span_seconds or 7200
+    seconds = runtime.config.window_seconds
+    # As the rule reads it: whole windows, at least one (a span shorter than a window).
+    span = rule.span_windows(seconds) * seconds
     if baseline is None:
         return rules.LengthShift(None, 0, span)
     since = window.window_end - timedelta(seconds=span)
-    rows = shift.span_windows(
-        session, task.id, runtime.config.window_seconds, since, window.window_end
-    )
+    rows = shift.span_windows(session, task.id, seconds, since, window.window_end)
     counts = lengths.add(w.input_hist for w in rows)
     return rules.LengthShift(
         lengths.psi(counts, baseline.counts),

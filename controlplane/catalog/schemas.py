@@ -419,6 +419,15 @@ class ResolvedRule:
     # net_savings and input_shift: the trailing span judged at each window close.
     span_seconds: int | None = None
 
+    def span_windows(self, window_seconds: int) -> int:
+        """How many windows the span holds with windows of `window_seconds`: its seconds in
+        whole windows, at least one (net_savings two: its interval reads the spread between
+        windows) and at most MAX_SPAN_WINDOWS. A span the config writes is refused outside
+        those; a default one is fitted to the task's windows."""
+        least = 2 if self.metric == "net_savings" else 1
+        seconds = self.span_seconds or SPAN_METRICS.get(self.metric, window_seconds)
+        return min(MAX_SPAN_WINDOWS, max(least, seconds // window_seconds))
+
 
 class RollbackConfig(Strict):
     detector: Detector = DEFAULT_DETECTOR
@@ -710,11 +719,10 @@ class TaskConfig(Strict):
             items = raw["fixed_costs"]
             # Only from costs that are valid themselves: a bad one is named on its own, not
             # also as a fixed_cost_per_day nobody wrote.
-            if "fixed_cost_per_day" not in raw and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_PRICE
-                for v in items.values()
-            ):
-                return {**raw, "fixed_cost_per_day": float(sum(items.values()))}
+            if "fixed_cost_per_day" not in raw:
+                amounts = [_amount(v) for v in items.values()]
+                if all(a is not None and 0 <= a <= MAX_PRICE for a in amounts):
+                    return {**raw, "fixed_cost_per_day": float(sum(a or 0.0 for a in amounts))}
         return raw
 
     @model_validator(mode="after")
@@ -746,6 +754,13 @@ class TaskConfig(Strict):
                 raise ValueError(
                     f"rollback.rules.{index}.span: {seconds} s is shorter than one window "
                     f"(window_seconds {self.window_seconds})"
+                )
+            if rule.metric == "net_savings" and seconds < 2 * self.window_seconds:
+                raise ValueError(
+                    f"rollback.rules.{index}.span: {seconds} s holds one window of "
+                    f"{self.window_seconds} s; a net_savings span needs at least two (its "
+                    f"interval reads how the windows' savings spread): at least "
+                    f"{2 * self.window_seconds} s"
                 )
             if seconds / self.window_seconds > MAX_SPAN_WINDOWS:
                 window = self.window_seconds
@@ -809,6 +824,17 @@ class TaskConfig(Strict):
         ):
             raise ValueError("must be strictly increasing positive token counts")
         return bounds
+
+
+def _amount(value: Any) -> float | None:
+    """A fixed cost as the field will read it ("25" is 25, as for any price), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        return None
+    return amount if math.isfinite(amount) else None
 
 
 class ConfigError(ValueError):

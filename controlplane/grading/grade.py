@@ -207,6 +207,7 @@ def grade(
             "counts": list(traffic.input_hist),
             "n": sum(traffic.input_hist),
             "over_cap": traffic.over_cap,
+            "cap": config.max_input_tokens,
         },
     }
 

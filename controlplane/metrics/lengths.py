@@ -10,6 +10,7 @@ bin; the bins are fixed so that a baseline kept for weeks still compares with to
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 import numpy
@@ -66,7 +67,7 @@ def psi(now: Histogram, baseline: Histogram) -> float | None:
     """
     if not sum(now) or not sum(baseline):
         return None
-    held = [i for i in range(BINS) if now[i] or baseline[i]]
+    held = [i for i in range(min(len(now), len(baseline))) if now[i] or baseline[i]]
     a = [now[i] + PSEUDOCOUNT for i in held]
     b = [baseline[i] + PSEUDOCOUNT for i in held]
     sa, sb = sum(a), sum(b)
@@ -75,6 +76,16 @@ def psi(now: Histogram, baseline: Histogram) -> float | None:
         p, q = x / sa, y / sb
         total += (p - q) * math.log(p / q)
     return max(0.0, total)
+
+
+def split_at_cap(counts: Histogram, over: int, cap: int) -> list[int]:
+    """The bins with the one holding `cap` split in two — inputs up to the cap, and over it
+    (`over` of all inputs were over it) — so that inputs moving over the routing cap within
+    one octave still count as a shift: sixteen bins."""
+    i = bisect_right(EDGES, cap)
+    above = sum(counts[i + 1 :])
+    inside = min(max(over - above, 0), counts[i])
+    return [*counts[:i], counts[i] - inside, inside, *counts[i + 1 :]]
 
 
 def quantile(counts: Histogram, q: float) -> float | None:

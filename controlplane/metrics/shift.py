@@ -53,6 +53,8 @@ class Baseline:
     source: str
     start: str | None = None
     end: str | None = None
+    # The max_input_tokens `over_cap` was counted against (None: no cap, or not known).
+    cap: int | None = None
 
     @property
     def n(self) -> int:
@@ -66,6 +68,7 @@ class Baseline:
             "source": self.source,
             "start": self.start,
             "end": self.end,
+            "cap": self.cap,
         }
 
 
@@ -81,6 +84,7 @@ def baseline_from(document: dict[str, Any] | None) -> Baseline | None:
         str(document.get("source") or "baseline"),
         document.get("start"),
         document.get("end"),
+        document.get("cap"),
     )
 
 
@@ -169,6 +173,7 @@ def grade_baseline(grade: dict[str, Any] | None) -> Baseline | None:
             "source": f"the {grade.get('tier')} grade of {str(grade.get('computed_at'))[:10]}",
             "start": span.get("since"),
             "end": span.get("until"),
+            "cap": traffic.get("cap"),
         }
     )
     return found

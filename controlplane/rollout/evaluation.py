@@ -58,6 +58,8 @@ class _Judgement:
     notices: list[dict[str, Any]]
     fire: CellOutcome | None = None
     promote: dict[str, Any] | None = None  # the gate's verdict and the models seen
+    # The input_shift rule fires too: whichever rule rolls back, the task needs a re-grade.
+    shifted: bool = False
 
 
 def _judge(
@@ -108,7 +110,10 @@ def _judge(
             continue
         if repository.decided(session, _dedupe_key(task, outcome)):
             return _Judgement(notices)
-        return _Judgement(notices, fire=outcome)
+        shifted = any(
+            o.rule.metric == "input_shift" and o.rule.mode == "auto_rollback" for o in fired
+        )
+        return _Judgement(notices, fire=outcome, shifted=shifted)
     return _Judgement(notices)
 
 
@@ -225,8 +230,7 @@ def evaluate_task(
         )
     if decision is not None:
         out.decisions.append(announce(session, decision, task.name))
-    fired = judgement.fire.firing if judgement.fire is not None else None
-    if decision is not None and isinstance(fired, SpanFiring) and fired.how == "input_shift":
+    if decision is not None and judgement.fire is not None and judgement.shifted:
         # Re-grade, don't re-tune: no promotion until a grade over traffic since now says
         # offload (controlplane.grading clears the mark). Marked after the rollback is
         # announced, so receivers hear of the rollback before the mark that points to it.
@@ -252,7 +256,12 @@ def _fire(
             "window_end": end.isoformat(),
             "models": models,
             "examples": (
-                repository.longest_inputs(session, repository.in_time(task, start, end))
+                # The longest inputs of the span's last window: one window's rows sorted,
+                # whatever the span, while the locks are held.
+                repository.longest_inputs(
+                    session,
+                    repository.in_time(task, end - timedelta(seconds=config.window_seconds), end),
+                )
                 if firing.how == "input_shift"
                 else []
             ),

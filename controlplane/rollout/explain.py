@@ -13,6 +13,7 @@ from controlplane.rollout.detectors import CusumStep
 from controlplane.rollout.policy import LABEL_METRICS, CellOutcome
 from controlplane.rollout.spans import SpanFiring
 from controlplane.rollout.verdicts import Verdict
+from controlplane.timeutil import duration
 
 # A CUSUM sentence lists the shares of at most this many windows (the latest).
 LISTED = 8
@@ -30,14 +31,6 @@ def window_seconds(config: TaskConfig, metric: str | None = None) -> int:
 
 def window_start(number: int, config: TaskConfig, metric: str | None = None) -> datetime:
     return from_index(number, window_seconds(config, metric))
-
-
-def duration(seconds: int) -> str:
-    """A span in words: 86400 → "24h", 7200 → "2h", 5400 → "90m", 45 → "45s"."""
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def rule_name(rule: ResolvedRule) -> str:
@@ -260,9 +253,12 @@ def breach_ranges(outcome: CellOutcome, config: TaskConfig) -> list[tuple[dateti
     assert firing is not None
     metric = outcome.rule.metric
     if isinstance(firing, SpanFiring):
-        # A shift's span holds the new inputs the next model must be judged on; a cost
-        # firing says nothing about answers.
-        return [time_range(outcome, config)] if firing.how == "input_shift" else []
+        # A shift's last quarter holds the new inputs the next model must be judged on
+        # (the whole span may be days of results); a cost firing says nothing of answers.
+        if firing.how != "input_shift":
+            return []
+        start, end = time_range(outcome, config)
+        return [(start + (end - start) * 3 / 4, end)]
     if firing.steps:
         return [
             (

@@ -126,6 +126,7 @@ def evaluate(
                     fixed_cost_per_day=config.fixed_cost_per_day,
                     fixed_costs=config.fixed_costs,
                     baseline=spans.baseline,
+                    cap=config.max_input_tokens,
                 )
                 out.append(
                     CellOutcome(index, rule, ALL, spans.windows, found, span_firing(rule, found))

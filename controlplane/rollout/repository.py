@@ -106,19 +106,15 @@ def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windo
         return None
     seconds = config.window_seconds
     latest = windows[-1][0]
-    longest = max(math.ceil((r.span_seconds or seconds) / seconds) for r in rules)
-    origin = (
-        math.ceil(task.stage_changed_at.timestamp() / seconds)
-        if task.stage_changed_at is not None
-        else windows[0][0]
-    )
+    longest = max(r.span_windows(seconds) for r in rules)
+    origin = span_origin(session, task, seconds)
+    if origin is None:
+        origin = windows[0][0]
     judge_from = max(origin, latest - SPAN_POINTS + 1)
     read_from = max(origin, judge_from - longest + 1)
     shifts = [r for r in rules if r.metric == "input_shift"]
     # Histograms only as far back as the input_shift spans reach (net_savings reads costs).
-    hist_from = judge_from - max(
-        (math.ceil((r.span_seconds or seconds) / seconds) for r in shifts), default=0
-    )
+    hist_from = judge_from - max((r.span_windows(seconds) for r in shifts), default=0)
     rows = shift.span_windows(
         session,
         task.id,
@@ -128,6 +124,28 @@ def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windo
         hist_since=from_index(hist_from if shifts else latest + 1, seconds),
     )
     return Spans(rows, origin, judge_from, shift.baseline(session, task) if shifts else None)
+
+
+def span_origin(session: Session, task: Task, seconds: int) -> int | None:
+    """The first window a span rule's span may reach: the first that started in the stage —
+    in canary and full, since the task left shadow (a canary step is no new traffic: the
+    inputs and the money run on through the steps, and a step shorter than the span must
+    not keep the span rules from ever judging)."""
+    began = task.stage_changed_at
+    if task.stage in ("canary", "full"):
+        left = session.scalar(
+            select(Decision.created_at)
+            .where(
+                Decision.task_id == task.id,
+                Decision.stage_before == "shadow",
+                Decision.stage_after.in_(("canary", "full")),
+            )
+            .order_by(Decision.id.desc())
+            .limit(1)
+        )
+        if left is not None:
+            began = left if began is None else min(began, left)
+    return math.ceil(began.timestamp() / seconds) if began is not None else None
 
 
 def longest_inputs(session: Session, where: Any) -> list[str]:

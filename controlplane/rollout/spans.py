@@ -22,11 +22,12 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from statistics import NormalDist
 from typing import Any, Literal
 
-from controlplane.catalog.schemas import MAX_SPAN_WINDOWS, ResolvedRule
+import numpy
+
+from controlplane.catalog.schemas import ResolvedRule
 from controlplane.metrics import lengths
 from controlplane.metrics.shift import Baseline, SpanWindow, over_cap_share
 
@@ -125,30 +126,24 @@ class Sums:
     nn: float = 0.0
     k: int = 0
 
-    def plus(self, w: SpanWindow) -> Sums:
-        s, n = w.savings, w.n_results
-        return Sums(
-            self.n + n,
-            self.edge + w.edge_cost,
-            self.cloud + w.cloud_cost,
-            self.base + w.baseline_cost,
-            self.ss + s * s,
-            self.sn + s * n,
-            self.nn + n * n,
-            self.k + (1 if n > 0 else 0),
-        )
 
-    def minus(self, other: Sums) -> Sums:
-        return Sums(
-            self.n - other.n,
-            self.edge - other.edge,
-            self.cloud - other.cloud,
-            self.base - other.base,
-            self.ss - other.ss,
-            self.sn - other.sn,
-            self.nn - other.nn,
-            self.k - other.k,
-        )
+def _columns(windows: Sequence[SpanWindow]) -> numpy.ndarray:
+    """One row per window: n, edge, cloud, baseline, s², s·n, n², 1 when it has results."""
+    if not windows:
+        return numpy.zeros((0, 8))
+    n = numpy.array([w.n_results for w in windows], dtype=float)
+    edge = numpy.array([w.edge_cost for w in windows], dtype=float)
+    cloud = numpy.array([w.cloud_cost for w in windows], dtype=float)
+    base = numpy.array([w.baseline_cost for w in windows], dtype=float)
+    s = base - edge - cloud
+    return numpy.column_stack((n, edge, cloud, base, s * s, s * n, n * n, n > 0))
+
+
+def _summed(rows: numpy.ndarray) -> Sums:
+    """The column sums of a run of windows (pairwise, on the run alone: a huge window
+    outside the run never costs the run its precision, as a running total would)."""
+    n, edge, cloud, base, ss, sn, nn, k = (float(x) for x in rows.sum(axis=0))
+    return Sums(n, edge, cloud, base, ss, sn, nn, int(round(k)))
 
 
 def net_savings_terms(
@@ -161,11 +156,8 @@ def net_savings_terms(
 ) -> dict[str, Any]:
     """Every component of the span's net savings and its interval, in money and per 1k
     results: what a decision's evidence lists and a hand computation checks."""
-    total = Sums()
-    for w in windows:
-        total = total.plus(w)
     return terms_of(
-        total,
+        _summed(_columns(windows)),
         elapsed_windows=elapsed_windows,
         window_seconds=window_seconds,
         fixed_cost_per_day=fixed_cost_per_day,
@@ -225,32 +217,23 @@ def terms_of(
 
 
 class Series:
-    """The windows (oldest first) with running sums, so that any run of them is summed in
-    constant time: every window close of a pass is judged without summing its span again."""
+    """The windows (oldest first) as columns, so that every window close of a pass sums its
+    span with one call, and the span's input lengths (with how many were over the cap)."""
 
     def __init__(self, windows: Sequence[SpanWindow], *, histograms: bool = False) -> None:
         self.windows = list(windows)
         self.index = [w.window for w in self.windows]
-        savings = [w.savings for w in self.windows]
-        sizes = [float(w.n_results) for w in self.windows]
-        columns = (
-            sizes,
-            [w.edge_cost for w in self.windows],
-            [w.cloud_cost for w in self.windows],
-            [w.baseline_cost for w in self.windows],
-            [s * s for s in savings],
-            [s * n for s, n in zip(savings, sizes, strict=True)],
-            [n * n for n in sizes],
-            [1.0 if n > 0 else 0.0 for n in sizes],
-        )
-        self.running = [list(accumulate(column, initial=0.0)) for column in columns]
-        self.hists: list[list[int]] = [[0] * lengths.BINS]
+        self.columns = _columns(self.windows)
+        self.hists = numpy.zeros((len(self.windows), lengths.BINS), dtype=numpy.int64)
+        self.over = numpy.zeros(len(self.windows), dtype=numpy.int64)
+        self.capped = numpy.zeros(len(self.windows), dtype=bool)
         if histograms:
-            for w in self.windows:
-                last, add = self.hists[-1], w.input_hist
-                self.hists.append(
-                    last if not add else [a + b for a, b in zip(last, add, strict=False)]
-                )
+            for i, w in enumerate(self.windows):
+                if w.input_hist:
+                    held = list(w.input_hist)[: lengths.BINS]
+                    self.hists[i, : len(held)] = held
+                if w.n_over_cap is not None:
+                    self.over[i], self.capped[i] = w.n_over_cap, True
 
     def bounds(self, first: int, at: int) -> tuple[int, int]:
         """Positions of the windows numbered first..at (inclusive) in the series."""
@@ -262,19 +245,22 @@ class Series:
 
     def summed(self, first: int, at: int) -> Sums:
         lo, hi = self.bounds(first, at)
-        n, edge, cloud, base, ss, sn, nn, k = (c[hi] - c[lo] for c in self.running)
-        return Sums(n, edge, cloud, base, ss, sn, nn, int(round(k)))
+        return _summed(self.columns[lo:hi])
 
     def histogram(self, first: int, at: int) -> list[int]:
         lo, hi = self.bounds(first, at)
-        return [b - a for a, b in zip(self.hists[lo], self.hists[hi], strict=True)]
+        return [int(c) for c in self.hists[lo:hi].sum(axis=0)]
+
+    def over_cap(self, first: int, at: int) -> int | None:
+        """How many inputs of the windows first..at were over the cap (None: no window knew
+        the cap)."""
+        lo, hi = self.bounds(first, at)
+        return int(self.over[lo:hi].sum()) if self.capped[lo:hi].any() else None
 
 
 def span_of(rule: ResolvedRule, window_seconds: int) -> int:
-    """How many windows the rule's span holds: at least one, and at most MAX_SPAN_WINDOWS
-    (a span the config does not write may be longer than that with very short windows)."""
-    assert rule.span_seconds is not None
-    return min(MAX_SPAN_WINDOWS, max(1, rule.span_seconds // window_seconds))
+    """How many windows the rule's span holds (`ResolvedRule.span_windows`)."""
+    return rule.span_windows(window_seconds)
 
 
 def judge_net_savings(
@@ -337,8 +323,11 @@ def judge_input_shift(
     at: int,
     origin: int,
     window_seconds: int,
+    cap: int | None = None,
 ) -> SpanVerdict:
-    """The input_shift verdict at the close of window `at`."""
+    """The input_shift verdict at the close of window `at`. With a routing cap (`cap`,
+    max_input_tokens) that the baseline was counted against too, the octave holding the
+    cap is split at it: inputs that move over the cap are a shift even within one octave."""
     series = windows if isinstance(windows, Series) else Series(windows, histograms=True)
     span = span_of(rule, window_seconds)
     first = max(at - span + 1, origin)
@@ -363,8 +352,22 @@ def judge_input_shift(
     if baseline is None:
         why = "no baseline: the task has no offload grade and was not promoted with one"
         return SpanVerdict(first, at, "insufficient", None, rule.threshold, evidence, why)
-    whole = lengths.psi(counts, baseline.counts)
+    reference = list(baseline.counts)
+    split = cap is not None and baseline.over_cap is not None and baseline.cap in (None, cap)
+
+    def compared(part: list[int], over: int | None) -> list[int]:
+        if not split or over is None or cap is None:
+            return part
+        return lengths.split_at_cap(part, over, cap)
+
+    if split:
+        assert cap is not None and baseline.over_cap is not None
+        reference = lengths.split_at_cap(reference, baseline.over_cap, cap)
+        if series.over_cap(first, at) is None:  # windows from before the cap was counted
+            split, reference = False, list(baseline.counts)
+    whole = lengths.psi(compared(counts, series.over_cap(first, at)), reference)
     evidence["psi"] = whole
+    evidence["split_at_cap"] = cap if split else None
     if n < rule.min_samples:
         why = f"{n} results in the span, fewer than min_samples {rule.min_samples}"
         return SpanVerdict(first, at, "insufficient", whole, rule.threshold, evidence, why)
@@ -376,7 +379,7 @@ def judge_input_shift(
                 "first_window": lo,
                 "last_window": hi,
                 "results": sum(part),
-                "psi": lengths.psi(part, baseline.counts),
+                "psi": lengths.psi(compared(part, series.over_cap(lo, hi)), reference),
             }
         )
     evidence["quarters"] = parts
@@ -399,6 +402,7 @@ def span_verdicts(
     fixed_cost_per_day: float = 0.0,
     fixed_costs: dict[str, float] | None = None,
     baseline: Baseline | None = None,
+    cap: int | None = None,
 ) -> list[SpanVerdict]:
     """The rule's verdict at the close of every window from `judge_from` on, oldest first."""
     # Only the windows the judged spans reach (the read may reach further for another rule).
@@ -431,6 +435,7 @@ def span_verdicts(
                     at=window.window,
                     origin=origin,
                     window_seconds=window_seconds,
+                    cap=cap,
                 )
             )
     return out

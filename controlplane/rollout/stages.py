@@ -139,6 +139,7 @@ def promotion_baseline(
         "the shadow windows it was promoted from",
         since.isoformat(),
         now.isoformat(),
+        config.max_input_tokens,
     )
 
 

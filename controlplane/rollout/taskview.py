@@ -5,7 +5,6 @@ cloud baseline, input lengths against the task's baseline) with what they say no
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +27,7 @@ from controlplane.metrics.period import window_span
 from controlplane.metrics.shift import Baseline, SpanWindow
 from controlplane.metrics.windows import from_index
 from controlplane.models import BlockedModel, Task
-from controlplane.rollout import spans
+from controlplane.rollout import repository, spans
 from controlplane.rollout.explain import promoted_to, rule_name
 from controlplane.rollout.service import gate
 from controlplane.rollout.stages import config_now
@@ -112,20 +111,22 @@ def span_evidence(session: Session, name: str) -> dict[str, Any] | None:
     seconds = config.window_seconds
     cost_rule = judging_rule(config, "net_savings")
     length_rule = input_shift_rule(config.rollback)
-    cost_span = (cost_rule.span_seconds if cost_rule else None) or SPAN_METRICS["net_savings"]
-    length_span = length_rule.span_seconds or SPAN_METRICS["input_shift"]
+    cost_span = (
+        cost_rule.span_windows(seconds) * seconds
+        if cost_rule is not None
+        else max(2, SPAN_METRICS["net_savings"] // seconds) * seconds
+    )
+    length_span = length_rule.span_windows(seconds) * seconds
     longest = timedelta(seconds=max(cost_span, length_span) + seconds)
     rows = shift.span_windows(session, task.id, seconds, max(covered[0], covered[1] - longest))
     if not rows:
         return found
     at = rows[-1].window
     judged = task.stage in JUDGED_STAGES
-    # As the rules read it: no span reaches before the stage's first window.
-    stage_origin = (
-        math.ceil(task.stage_changed_at.timestamp() / seconds)
-        if task.stage_changed_at is not None
-        else rows[0].window
-    )
+    # As the rules read it: no span reaches before the stage's (the offload's) first window.
+    stage_origin = repository.span_origin(session, task, seconds)
+    if stage_origin is None:
+        stage_origin = rows[0].window
     first_window = int(covered[0].timestamp()) // seconds
     found["cost"] = cost_view(
         config,
@@ -288,7 +289,13 @@ def lengths_view(
     }
     if rule is not None:
         verdict = spans.judge_input_shift(
-            rows, rule, baseline, at=at, origin=stage_origin, window_seconds=seconds
+            rows,
+            rule,
+            baseline,
+            at=at,
+            origin=stage_origin,
+            window_seconds=seconds,
+            cap=config.max_input_tokens,
         )
         out["rule"] = {**_rule_view(rule, verdict), "quarters": verdict.evidence.get("quarters")}
     return out

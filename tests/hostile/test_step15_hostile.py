@@ -1,7 +1,8 @@
 """Hostile review of step 15 (issue 25): the net_savings and input_shift rollback triggers,
 the input baseline, needs_regrade and the input-shift alert. Each test pins one defect found
-by feeding them what a hostile or careless user, or an unlucky deployment, would; each is
-marked xfail(strict) until it is fixed, so it fails the suite once it passes.
+by feeding them what a hostile or careless user, or an unlucky deployment, would, and kept as
+its regression test once fixed; one still open is marked xfail(strict), so it fails the
+suite once it passes.
 
 Pure tests first, then end to end on PostgreSQL through the API and the pass."""
 
@@ -54,11 +55,6 @@ def rule_of(found: TaskConfig, metric: str) -> ResolvedRule:
 # --- config --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a net_savings span of one window passes validation but is never judged: its "
-    "interval needs two windows with results, so the rule is insufficient forever",
-)
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -71,8 +67,9 @@ def rule_of(found: TaskConfig, metric: str) -> ResolvedRule:
 )
 def test_a_net_savings_rule_that_validates_can_fire(overrides: dict[str, Any]) -> None:
     """Each window loses 99 (cloud baseline 1, paid 100) on 1,000 results: a loss no
-    interval can hide. A config that is accepted must be able to fire on it; today every
-    verdict is `insufficient` ("fewer than two windows with results in the span")."""
+    interval can hide. A config that is accepted must be able to fire on it (a span of one
+    window used to be accepted and left every verdict `insufficient`: "fewer than two
+    windows with results in the span")."""
     window = overrides.get("window_seconds", 300)
     rule: dict[str, Any] = {"metric": "net_savings", "op": ">=", "threshold": 0, "min_samples": 10}
     if "span" in overrides:
@@ -94,12 +91,6 @@ def test_a_net_savings_rule_that_validates_can_fire(overrides: dict[str, Any]) -
     assert span_firing(rule_of(found, "net_savings"), verdicts) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='a fixed cost written as text (YAML `gpu: "25"`) is coerced to a number by the '
-    "field, but the sum that sets fixed_cost_per_day skips it, so the error blames a "
-    "fixed_cost_per_day (40, the default) the user never wrote",
-)
 def test_a_fixed_cost_written_as_text_is_not_blamed_on_fixed_cost_per_day() -> None:
     try:
         found = parsed(fixed_costs={"gpu": "25", "ops": 5})
@@ -114,14 +105,6 @@ def test_a_fixed_cost_written_as_text_is_not_blamed_on_fixed_cost_per_day() -> N
 # --- net_savings ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="net_savings sums spans as differences of running sums over the pass's whole "
-    "series: one window with very large savings before the span (e.g. a batch of results "
-    "with input_tokens 2^31-1, each 6,442 of cloud baseline at 0.003 per 1k) corrupts the "
-    "spread of the later spans of the pass (here to 0) and turns an `ok` span into a breach "
-    "(a rollback)",
-)
 def test_a_span_verdict_does_not_depend_on_a_window_outside_the_span() -> None:
     """Window 0 saves 1e7 (about 1,552 results of 2^31 − 1 input tokens at the default
     cloud price of 0.003 per 1k). Windows 1–24 alternate: 100 results saving 0.02, then
@@ -168,16 +151,10 @@ def test_a_span_verdict_does_not_depend_on_a_window_outside_the_span() -> None:
 # --- input_shift ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the share over max_input_tokens is only evidence: inputs that all move over the "
-    "cap within one octave bin (2,100 → 3,900 tokens with a 3,000 cap) leave the index at 0 "
-    "and the rule never fires, though issue 25 compares the share over the cap too",
-)
 def test_inputs_that_all_move_over_the_cap_within_one_bin_are_a_shift() -> None:
     """Baseline: 1,000 inputs of 2,100 tokens, none over the 3,000 cap. Now: every input
     3,900 tokens, all over the cap — the edge may serve none of them. Both lie in the bin
-    2048–4095, so PSI = 0."""
+    2048–4095, so over octaves alone PSI = 0: the octave holding the cap is split at it."""
     found = parsed(
         max_input_tokens=3000,
         rollback={
@@ -197,18 +174,19 @@ def test_inputs_that_all_move_over_the_cap_within_one_bin_are_a_shift() -> None:
     now = tuple(lengths.histogram([3900] * 50))
     windows = [SpanWindow(i, 50, 0.0, 0.0, 0.0, now, 50) for i in range(8)]
     verdicts = span_verdicts(
-        windows, rule, judge_from=0, origin=0, window_seconds=300, baseline=baseline
+        windows,
+        rule,
+        judge_from=0,
+        origin=0,
+        window_seconds=300,
+        baseline=baseline,
+        cap=found.max_input_tokens,
     )
     last = verdicts[-1]
     assert last.evidence["over_cap_now"] == 1.0 and last.evidence["over_cap_baseline"] == 0.0
     assert last.verdict == "breach", (last.verdict, last.statistic)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the input-shift alert writes its span as hours with %g: a 4-minute span reads "
-    "'over the last 0.0666667h'",
-)
 def test_the_alert_names_a_short_span_as_people_write_it() -> None:
     alerts = parsed().alerts
     found = input_shift(LengthShift(0.9, 80, 240, 900.0, 362.0, "the offload grade"), alerts, 40)
@@ -226,18 +204,11 @@ def pg_api(pg_url: str) -> Iterator[Api]:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="each canary step restarts the stage (stage_changed_at), and the span rules are "
-    "insufficient until the stage holds one whole span: canary steps shorter than the span "
-    "(default 2h for input_shift, 24h for net_savings; the gate's min_windows default is "
-    "1h) are never judged, and a shifted task walks through every step to full",
-)
 def test_a_shift_that_holds_through_the_canary_steps_rolls_back_in_canary(pg_api: Api) -> None:
     """A 4-minute input_shift span (4 windows); canary steps 5, 25, 50 % of 3 windows each.
     From the first canary window every input is 3× longer (the e2e test's `shifting` task
-    rolls back after 4 windows of it). Nine canary windows later the task is still in
-    canary and its next promotion goes to full, never judged."""
+    rolls back after 4 windows of it). Each step used to restart the span, so the task was
+    never judged and went on to full; the span runs from when it left shadow: it rolls back."""
     api = pg_api
     apply_tasks(
         api.engine,
@@ -261,18 +232,13 @@ def test_a_shift_that_holds_through_the_canary_steps_rolls_back_in_canary(pg_api
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="when another rule (here net_savings, listed first) and input_shift fire at the "
-    "same close, the lower rule index rolls back and no needs_regrade mark is set: the "
-    "shifted task can be re-armed and promoted (forced) without a re-grade",
-)
 def test_a_rollback_at_the_close_input_shift_fires_marks_needs_regrade(pg_api: Api) -> None:
     """Two canary tasks with the same traffic: inputs 3× longer and the edge serving every
     result from the first canary window. `shift_only` has the input_shift rule and rolls
     back by it at window 6 (the first close with a whole 4-window span). `tie` also has a
     4-minute net_savings rule listed first, its fixed costs far above its savings: both
-    breach at window 6, net_savings wins, and the re-grade mark is lost."""
+    breach at window 6, net_savings wins — and the task must still be marked for a
+    re-grade (the mark was lost)."""
     api = pg_api
     net_savings = {
         "metric": "net_savings",
@@ -355,16 +321,11 @@ def test_a_new_run_of_breaches_after_a_gap_in_the_passes_is_noticed(pg_api: Api)
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="the input-shift alert reads the windows that start within the last span seconds: "
-    "with windows longer than the span (window_seconds 3h, default 2h span) it reads none and "
-    "never opens, while the rule (span fitted to one window) fires on the same window",
-)
 def test_the_input_shift_alert_opens_with_windows_longer_than_its_span(pg_api: Api) -> None:
     """3-hour windows, default input_shift span (2h). A shadow task graded on 300-token
     inputs gets 100 inputs of 5,000 tokens in one window: the rule's notice says the index
-    is far above 0.25, but no input_shift alert opens."""
+    is far above 0.25: the input_shift alert opens (it read no window, the span being
+    shorter than one)."""
     api = pg_api
     window = 3 * 3600
     with session_scope(api.engine) as session:

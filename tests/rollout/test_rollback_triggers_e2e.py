@@ -107,9 +107,16 @@ def first_window(windows: int) -> datetime:
 
 
 def stage_from(api: Api, task: str, at: datetime) -> None:
-    """The task's stage began at `at` (a window start): its first window in the stage."""
+    """The task's stage began at `at` (a window start): its first window in the stage, and
+    the time of the decision that moved it there (the test's clock runs in the past)."""
     with session_scope(api.engine) as session:
-        session.execute(update(Task).where(Task.name == task).values(stage_changed_at=at))
+        found = session.query(Task).filter(Task.name == task).one()
+        found.stage_changed_at = at
+        latest = session.scalar(
+            select(Decision.id).where(Decision.task_id == found.id).order_by(Decision.id.desc())
+        )
+        if latest is not None:
+            session.execute(update(Decision).where(Decision.id == latest).values(created_at=at))
 
 
 def clock(start: datetime, k: int) -> datetime:
@@ -239,9 +246,7 @@ def money_sentence(expected: dict[str, Any], found: dict[str, Any]) -> list[str]
         value = round(value, 6)
         return f"{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
 
-    items = ", ".join(
-        f"{name} {cash(expected['fixed_costs'][name])}" for name in largest_first
-    )
+    items = ", ".join(f"{name} {cash(expected['fixed_costs'][name])}" for name in largest_first)
     return [
         f"net savings {cash(expected['net_savings'])} = savings {cash(expected['savings'])}",
         f"fixed costs {cash(expected['fixed_cost'])} ({items})",
