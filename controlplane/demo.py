@@ -528,7 +528,13 @@ def _print_notice(document: dict[str, Any], elapsed: float) -> None:
         day = 86400 / found["span_seconds"]
         items = found.get("fixed_costs") or {}
         itemised = (
-            " (" + ", ".join(f"{k} {v * day:,.2f}" for k, v in items.items()) + ")" if items else ""
+            " ("
+            + ", ".join(
+                f"{k} {v * day:,.2f}" for k, v in sorted(items.items(), key=lambda kv: -kv[1])
+            )
+            + ")"
+            if items
+            else ""
         )
         typer.echo(
             f"    a day at this pace: net savings {found['net_savings'] * day:,.2f} = savings "

@@ -67,30 +67,41 @@ def record_decision(
     actor: str,
     reason: str,
     evidence: dict[str, Any],
-    flag_version: int | None,
+    flags: tuple[int | None, int | None],
+    stages: tuple[str, str] | None = None,
+    rule: str | None = None,
+    bucket: str | None = None,
+    dedupe_key: str | None = None,
+    audited: dict[str, Any] | None = None,
     at: datetime | None = None,
 ) -> Decision:
-    """A decision that changes no stage (an input shift's re-grade mark and its clearing),
-    with its audit entry, in the caller's transaction."""
+    """A rollout decision and its audit entry, in the caller's transaction: `flags` the flag
+    versions before and after, `stages` the stage before and after (None: it stays, as for
+    an input shift's re-grade mark and its clearing), `audited` what the entry adds."""
+    before, after = stages if stages is not None else (task.stage, task.stage)
     decision = Decision(
         task_id=task.id,
         action=action,
         actor=actor,
         reason=reason,
-        stage_before=task.stage,
-        stage_after=task.stage,
-        flag_version_before=flag_version,
-        flag_version_after=flag_version,
+        rule=rule,
+        bucket=bucket,
+        stage_before=before,
+        stage_after=after,
+        flag_version_before=flags[0],
+        flag_version_after=flags[1],
         created_at=at or utcnow(),
         evidence={"config_version": task.config_version, **evidence},
+        dedupe_key=dedupe_key,
     )
     session.add(decision)
     session.flush()
+    moved = {"from": before, "to": after} if stages is not None else {}
     record(
         session,
         actor=actor,
         action=f"task.{action}",
         task=task.name,
-        details={"decision": decision.id, "reason": reason},
+        details={"decision": decision.id, **moved, "reason": reason, **(audited or {})},
     )
     return decision

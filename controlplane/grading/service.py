@@ -115,6 +115,7 @@ def clear_regrade(session: Session, task_id: int, grade: dict[str, Any], *, now:
     if datetime.fromisoformat(grade["span"]["since"]) < as_utc(task.shifted_at):
         return
     task.needs_regrade = False
+    flag = session.scalar(select(Flag.version).where(Flag.task_id == task.id))
     reason = (
         f"re-graded: the grade of {grade['computed_at'][:10]} over traffic since the input "
         f"shift ({grade['span']['results']} results from {grade['span']['since']}) says "
@@ -127,7 +128,7 @@ def clear_regrade(session: Session, task_id: int, grade: dict[str, Any], *, now:
         actor="grading",
         reason=reason,
         evidence={"grade": {k: grade.get(k) for k in ("tier", "score", "computed_at", "span")}},
-        flag_version=session.scalar(select(Flag.version).where(Flag.task_id == task.id)),
+        flags=(flag, flag),
         at=now,
     )
     add_event(

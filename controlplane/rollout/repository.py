@@ -164,15 +164,7 @@ def noticed_run(session: Session, task: Task, notice: dict[str, Any], *, ongoing
     """Whether this stage already announced the run of breaches a span rule's notice is
     about: a notice of the same rule at or after the run's first breach, or — for a run
     that began before the closes judged now (`ongoing`) — any notice of the rule."""
-    query = (
-        select(OutboxEvent.document)
-        .where(OutboxEvent.kind == "notice", OutboxEvent.task == task.name)
-        .order_by(OutboxEvent.id.desc())
-        .limit(NOTICES_READ)
-    )
-    if task.stage_changed_at is not None:
-        query = query.where(OutboxEvent.created_at >= task.stage_changed_at)
-    for document in session.scalars(query):
+    for document in stage_notices(session, task):
         if document.get("rule") != notice["rule"] or document.get("bucket") != notice["bucket"]:
             continue
         if ongoing or str(document.get("window_end") or "") >= notice["window_end"]:
@@ -231,9 +223,8 @@ def decided(session: Session, dedupe_key: str) -> bool:
     return session.scalar(select(Decision.id).where(Decision.dedupe_key == dedupe_key)) is not None
 
 
-def noticed(session: Session, task: Task, notice: dict[str, Any]) -> bool:
-    """Whether this stage already announced the notice: the same rule, bucket and firing
-    window (a rule in notify mode fires at every pass over the same windows)."""
+def stage_notices(session: Session, task: Task) -> list[dict[str, Any]]:
+    """The latest notices (their documents) the task's stage has announced, newest first."""
     query = (
         select(OutboxEvent.document)
         .where(OutboxEvent.kind == "notice", OutboxEvent.task == task.name)
@@ -242,9 +233,15 @@ def noticed(session: Session, task: Task, notice: dict[str, Any]) -> bool:
     )
     if task.stage_changed_at is not None:
         query = query.where(OutboxEvent.created_at >= task.stage_changed_at)
+    return list(session.scalars(query))
+
+
+def noticed(session: Session, task: Task, notice: dict[str, Any]) -> bool:
+    """Whether this stage already announced the notice: the same rule, bucket and firing
+    window (a rule in notify mode fires at every pass over the same windows)."""
     same = ("rule", "bucket", "window_end")
     return any(
-        all(document.get(k) == notice[k] for k in same) for document in session.scalars(query)
+        all(document.get(k) == notice[k] for k in same) for document in stage_notices(session, task)
     )
 
 

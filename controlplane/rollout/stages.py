@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.audit.service import decision_view, record, record_decision
+from controlplane.audit.service import decision_view, record_decision
 from controlplane.catalog import repository as catalog_repository
 from controlplane.catalog.schemas import TaskConfig, parse_config
 from controlplane.metrics import shift
@@ -78,37 +78,21 @@ def change_stage(
         evidence = {**(evidence or {}), "input_baseline": task.input_baseline}
     session.flush()
     flags.publish(session, task, config, reason)
-    decision = Decision(
-        task_id=task.id,
+    return record_decision(
+        session,
+        task,
         action=action,
         actor=actor,
         reason=reason,
+        evidence=evidence or {},
+        flags=(before, repository.flag_version(session, task.id)),
+        stages=(stage_before, stage),
         rule=rule,
         bucket=bucket,
-        stage_before=stage_before,
-        stage_after=stage,
-        flag_version_before=before,
-        flag_version_after=repository.flag_version(session, task.id),
-        created_at=now,
-        evidence={"config_version": task.config_version, **(evidence or {})},
         dedupe_key=dedupe_key,
+        audited=_audited(evidence or {}),
+        at=now,
     )
-    session.add(decision)
-    session.flush()
-    record(
-        session,
-        actor=actor,
-        action=f"task.{action}",
-        task=task.name,
-        details={
-            "decision": decision.id,
-            "from": stage_before,
-            "to": stage,
-            "reason": reason,
-            **_audited(evidence or {}),
-        },
-    )
-    return decision
 
 
 def promotion_baseline(
@@ -150,6 +134,7 @@ def mark_regrade(
     audited and announced, in the rollback's transaction."""
     now = at or utcnow()
     task.needs_regrade, task.shifted_at = True, now
+    flag = repository.flag_version(session, task.id)
     reason = (
         "inputs shifted: promotion is refused until a grade over traffic since "
         f"{now.isoformat()} says offload (re-grade, don't re-tune thresholds)"
@@ -161,7 +146,7 @@ def mark_regrade(
         actor="policy",
         reason=reason,
         evidence={"rollback": rollback.id, "shifted_at": now.isoformat()},
-        flag_version=repository.flag_version(session, task.id),
+        flags=(flag, flag),
         at=now,
     )
     return announce(session, decision, task.name)
