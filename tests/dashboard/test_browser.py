@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -35,7 +35,9 @@ from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
 from dashboard.formats import money
+from dashboard.task import evidence
 from tests.dashboard.conftest import Seeded
+from tests.dashboard.graded import PER_BUCKET, seed_graded
 from tests.liveapi import free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -273,6 +275,10 @@ def test_every_page_in_chromium(
         assert spans is not None and spans["cost"] is not None
         net = money(spans["cost"]["terms"]["net_savings"])
 
+    # A link shared at night, opened signed out: sign in, land on it.
+    a_link_opened_signed_out_lands_on_its_page_after_sign_in(
+        dashboard, browser, seeded.keys["read"], ROLLED_BACK
+    )
     # An SRE (the admin key): Overview, then the rolled-back task's page, then Audit.
     sign_in(browser, dashboard, seeded.keys["admin"])
     assert list(nav_links(browser)) == ["Overview", "Task", "Review", "Eval sets", "Audit"]
@@ -331,6 +337,9 @@ def test_every_page_in_chromium(
         [(item, "correct")],
     ), labels
 
+    # Last (its seed adds windows no check above reads): the grade and the noise floor.
+    the_noise_floor_is_drawn_beside_edge_agreement(seeded, dashboard, browser, screenshots)
+
 
 def _labels_by(seeded: Seeded, reviewer: str) -> list[dict[str, Any]]:
     """The audit log's label entries recorded with `reviewer` as the actor."""
@@ -345,3 +354,98 @@ def _labels_by(seeded: Seeded, reviewer: str) -> list[dict[str, Any]]:
 def _has_label(seeded: Seeded, item: int, reviewer: str) -> bool:
     with session_scope(seeded.engine) as session:
         return has_label(session, item, reviewer)
+
+
+# --- checks inside the one browser session (each session costs seconds to start) ---
+
+
+GRADED = "invoice_extract"
+FLOOR, EDGE = evidence.NOISE_FLOOR.label, evidence.NOISE_FLOOR.main
+
+
+def chart_labels(driver: WebDriver, title: str) -> list[str]:
+    """The ARIA descriptions Vega gives the SVG of the chart titled `title` (its legends'
+    and its marks' points), once it is drawn."""
+
+    def labels(d: WebDriver) -> list[str] | Literal[False]:
+        for svg in d.find_elements(By.CSS_SELECTOR, "svg.marks"):
+            texts = [
+                t.get_attribute("textContent") or "" for t in svg.find_elements(By.TAG_NAME, "text")
+            ]
+            if title in texts:
+                found = [
+                    e.get_attribute("aria-label") or ""
+                    for e in svg.find_elements(By.CSS_SELECTOR, "[aria-label]")
+                ]
+                return [*texts, *found]
+        return False
+
+    try:
+        return WebDriverWait(
+            driver,
+            PAGE_SECONDS,
+            poll_frequency=0.5,
+            ignored_exceptions=(StaleElementReferenceException,),
+        ).until(labels)
+    except TimeoutException:
+        raise AssertionError(f"no chart titled {title!r} was drawn as SVG") from None
+
+
+def the_noise_floor_is_drawn_beside_edge_agreement(
+    seeded: Seeded, dashboard: str, browser: WebDriver, screenshots: Path
+) -> None:
+    """The grade and the cloud's noise floor: against a graded task's windows
+    (tests/dashboard/graded.py), the Task page shows the tier, and its agreement chart, as
+    Vega draws it, has the "cloud vs itself" series in its legend and points of it at the
+    self-agreement the stored counts give, in the buckets with repeat pairs only."""
+    found = seed_graded(seeded.engine, GRADED)
+    document = found.grade
+    sign_in(browser, dashboard, seeded.keys["read"])
+    open_page(browser, "Task")
+    wait_for_text(browser, "Decisions", what="the Task page")
+    choose(browser, "Task", GRADED)
+    tier = f"grade: {document['tier']} ({document['score']:.2f})"
+    wait_for_text(browser, f"{GRADED} is in", "Grade", tier, what="the Task page's grade")
+
+    shown = chart_labels(browser, evidence.AGREEMENT.title)
+    screenshot(browser, screenshots, "task_grade_noise")
+    # The legend of the dashed lines names both series.
+    assert (
+        f"Symbol legend titled 'series' for strokeDash with 2 values: {EDGE}, {FLOOR}" in shown
+    ), shown
+    # Vega describes each point: its window, value (as the axis writes it), bucket, series.
+    points: dict[str, dict[str, set[float]]] = {EDGE: {}, FLOOR: {}}
+    for label in shown:
+        point = POINT.search(label)
+        if point:
+            by_bucket = points[point["series"]].setdefault(point["bucket"], set())
+            by_bucket.add(float(point["value"]) / 100)
+    assert set(points[EDGE]) == {*found.buckets, "all"}, points
+    drawn = points[FLOOR]
+    # The stored counts' self-agreement per bucket with repeat pairs; none elsewhere.
+    expected = {b: n[3] / n[2] for b, n in zip(found.buckets, PER_BUCKET, strict=True) if n[2]}
+    expected["all"] = sum(n[3] for n in PER_BUCKET) / sum(n[2] for n in PER_BUCKET)
+    assert set(drawn) == set(expected), drawn
+    for bucket, values in drawn.items():
+        # One value per bucket (every window holds the same counts), to the axis's 0.1%.
+        assert len(values) == 1 and abs(values.pop() - expected[bucket]) <= 0.0005, bucket
+
+
+POINT = re.compile(
+    r"agreement: (?P<value>[\d.]+)%; bucket: (?P<bucket>[^;]+); series: (?P<series>[^;]+);"
+)
+
+
+def a_link_opened_signed_out_lands_on_its_page_after_sign_in(
+    dashboard: str, browser: WebDriver, key: str, task: str
+) -> None:
+    """A link to a page (the Overview's `/task?task=NAME`, one shared in a chat at night)
+    opened in a browser that is not signed in: the sign-in form, then that page with its
+    query."""
+    browser.get(f"{dashboard}/task?task={task}")
+    field = WebDriverWait(browser, PAGE_SECONDS).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "input[type='password']")
+    )
+    field.send_keys(key + Keys.ENTER)
+    wait_for_text(browser, "Signed in as", f"{task} is in", what="the linked task page")
+    assert "/task" in browser.current_url and f"task={task}" in browser.current_url
