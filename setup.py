@@ -7,6 +7,8 @@ Shadowplane runs the Python reader, which it logs at startup and exports on /met
 
 from __future__ import annotations
 
+import os
+
 from setuptools import Extension, setup
 
 MODULES = ("_counts", "_numbers", "_spans", "_mask")  # controlplane/compare/native.py loads them
@@ -40,4 +42,5 @@ def extensions() -> list[Extension]:
     return built
 
 
-setup(ext_modules=extensions())
+# The four modules compile side by side (about 10 s of a fresh install one after another).
+setup(ext_modules=extensions(), options={"build_ext": {"parallel": os.cpu_count() or 1}})
