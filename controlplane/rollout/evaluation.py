@@ -75,7 +75,7 @@ def _judge(
         config,
         windows,
         repository.stage_label_windows(session, task, config),
-        repository.stage_spans(session, task, config, windows),
+        repository.stage_spans(session, task, config, windows, now),
     )
     fired = [o for o in outcomes if o.firing is not None and o.rule.mode != "off"]
     if task.stage == "shadow":

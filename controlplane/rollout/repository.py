@@ -7,10 +7,15 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.schemas import MIN_WINDOWS_READ, SPAN_METRICS, TaskConfig
+from controlplane.catalog.schemas import (
+    MAX_SPAN_WINDOWS,
+    MIN_WINDOWS_READ,
+    SPAN_METRICS,
+    TaskConfig,
+)
 from controlplane.metrics import shift
 from controlplane.metrics.fields import ALL, COUNTS, RATE_COUNTS
 from controlplane.metrics.repository import bucket_of
@@ -95,10 +100,19 @@ def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> Lab
     ]
 
 
-def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windows) -> Spans | None:
+def stage_spans(
+    session: Session,
+    task: Task,
+    config: TaskConfig,
+    windows: Windows,
+    now: datetime | None = None,
+) -> Spans | None:
     """What the span rules (net_savings, input_shift) read: the `all` rows of the stage's
-    windows over the longest span before each of the latest `SPAN_POINTS` closes, and the
-    task's input baseline. None when no span rule is on or no window closed in the stage."""
+    windows over the longest span before each close judged, and the task's input baseline.
+    The closes judged are the latest `SPAN_POINTS` — and, for a pass at `now`, every window
+    that pass closed (at most MAX_SPAN_WINDOWS): after an outage of the scheduler, a backlog
+    closed at once is judged close by close, so a run of breaches that began and one that
+    ended in it are told apart. None when no span rule is on or no window closed."""
     rules = [
         r for r in config.rollback.resolved_rules() if r.metric in SPAN_METRICS and r.mode != "off"
     ]
@@ -111,6 +125,17 @@ def stage_spans(session: Session, task: Task, config: TaskConfig, windows: Windo
     if origin is None:
         origin = windows[0][0]
     judge_from = max(origin, latest - SPAN_POINTS + 1)
+    if now is not None:
+        backlog = session.scalar(
+            select(func.min(Window.window_start)).where(
+                Window.task_id == task.id,
+                Window.closed_at >= now,
+                Window.window_start >= from_index(origin, seconds),
+            )
+        )
+        if backlog is not None:
+            first = int(backlog.timestamp()) // seconds
+            judge_from = max(origin, latest - MAX_SPAN_WINDOWS + 1, min(judge_from, first))
     read_from = max(origin, judge_from - longest + 1)
     shifts = [r for r in rules if r.metric == "input_shift"]
     # Histograms only as far back as the input_shift spans reach (net_savings reads costs).

@@ -1,8 +1,7 @@
 """Hostile review of step 15 (issue 25): the net_savings and input_shift rollback triggers,
 the input baseline, needs_regrade and the input-shift alert. Each test pins one defect found
 by feeding them what a hostile or careless user, or an unlucky deployment, would, and kept as
-its regression test once fixed; one still open is marked xfail(strict), so it fails the
-suite once it passes.
+its regression test once fixed.
 
 Pure tests first, then end to end on PostgreSQL through the API and the pass."""
 
@@ -272,17 +271,12 @@ def test_a_rollback_at_the_close_input_shift_fires_marks_needs_regrade(pg_api: A
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a span rule's notice is deduplicated per run with an `ongoing` guess: after a "
-    "pass gap longer than the 12 closes a pass judges, a new run of breaches is taken for "
-    "the old one and never announced",
-)
 def test_a_new_run_of_breaches_after_a_gap_in_the_passes_is_noticed(pg_api: Api) -> None:
     """In shadow, against an offload grade of 300-token inputs, 4-minute span: windows 4–7
     are 900 tokens (run A: one notice at window 7), 8–11 back to 300 (ok again). Then no pass
     runs for 29 windows (a worker outage) while inputs are 900 tokens from window 12 on: run
-    B. The pass at window 40 judges closes 29–40, all breaches, and adds no notice."""
+    B. The pass at window 40 closes the backlog and judges every close of it (it used to
+    judge only closes 29–40, all breaches, take B for A and add no notice)."""
     api = pg_api
     apply_tasks(api.engine, [config("outage", INPUT_SHIFT)], actor="test")
     start = rewind(api, windows=45)
