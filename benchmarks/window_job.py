@@ -122,14 +122,17 @@ def main() -> None:
             session.execute(
                 update(Task).values(stage="canary", stage_changed_at=first - timedelta(hours=1))
             )
-        # Every window but the last, closed (untimed); the baseline: the traffic's own shape.
+        # Every window but the last, closed (untimed) by passes before the timed ones (a clock
+        # at the last window's end: each earlier window's lateness has run out); the
+        # baseline: the traffic's own shape.
+        history_clock = last + timedelta(seconds=WINDOW)
         for task_id in ids.values():
             for k in range(windows):
                 start = first + timedelta(seconds=k * WINDOW)
                 in_transaction(
                     engine,
                     lambda s, t=task_id, w=start: compute_window(  # type: ignore[misc]
-                        s, task_id=t, window_start=w, now=now + timedelta(hours=1)
+                        s, task_id=t, window_start=w, now=history_clock
                     ),
                 )
         with session_scope(engine) as session:

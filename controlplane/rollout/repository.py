@@ -129,7 +129,8 @@ def stage_spans(
         backlog = session.scalar(
             select(func.min(Window.window_start)).where(
                 Window.task_id == task.id,
-                Window.closed_at >= now,
+                # Closed by this pass (its clock): never by a later one, whatever the clocks.
+                Window.closed_at == now,
                 Window.window_start >= from_index(origin, seconds),
             )
         )
