@@ -312,7 +312,10 @@ def test_net_savings_rolls_back_a_canary_that_costs_more_than_it_saves(api: Api)
     assert rollback["reason"] == sentence
     # Money, not inputs: no re-grade is asked.
     assert "task.needs_regrade" not in audit_actions(api, "costly")
-    assert [e["action"] for e in events(api, "costly", "decision")] == ["promote", "rollback"]
+    announced = events(api, "costly", "decision")
+    assert [e["action"] for e in announced] == ["promote", "rollback"]
+    # The webhook carries the same components as the decision.
+    assert announced[1]["evidence"]["span"] == evidence["span"]
 
     # In shadow: one notice for the run of breaches (windows 1, 2 and 3), with the
     # components; a pass judging the same windows again adds none; the task stays.
@@ -576,3 +579,57 @@ def test_tick_fires_both_span_rules_as_the_in_process_pass_does(
             "needs_regrade",
         ]
         assert in_process == ticked
+
+
+def test_the_simulators_scenarios_roll_a_canary_back_end_to_end(api: Api) -> None:
+    """The simulator's own traffic (`controlplane.sim`, as `scripts/demo --scenario` posts
+    it): three shadow windows of each example task's normal traffic, then in canary
+    `longer_inputs` (every input 3x, and it stays) rolls ticket_classify back by
+    input_shift and marks it for a re-grade, and `costly_edge` (the edge's cost rising past
+    the cloud's) rolls invoice_extract back by net_savings."""
+    from controlplane.sim.profiles import generate
+
+    labels = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
+    shifting = config("ticket_classify", INPUT_SHIFT, comparator=labels)
+    costly = config(
+        "invoice_extract",
+        {**NET_SAVINGS, "span": "3m"},
+        comparator={"kind": "json_fields", "fields": {"amount": "number", "currency": "string"}},
+        fixed_costs={"routing": 1.0, "gpu": 2.0},
+    )
+    apply_tasks(api.engine, [shifting, costly], actor="test")
+    start = rewind(api, windows=12)
+    plan = {"ticket_classify": "longer_inputs", "invoice_extract": "costly_edge"}
+
+    def window(k: int, scenario: str | None) -> None:
+        for task, named in plan.items():
+            post_all(
+                api,
+                generate(
+                    task,
+                    60,
+                    seed=k,
+                    now=start + timedelta(seconds=k * WINDOW + 30),
+                    span_seconds=30,
+                    scenario=named if scenario else "none",
+                    edge_serves=scenario is not None,
+                ),
+            )
+        close(api, start, k)
+
+    for k in range(3):
+        window(k, None)
+    for task in plan:
+        assert promote(api, task).status_code == 200
+        stage_from(api, task, start + timedelta(seconds=3 * WINDOW))
+    for k in range(3, 11):
+        window(k, "canary")
+        if all(stage(api, task) == "rolled_back" for task in plan):
+            break
+    made = {
+        task: [(d["action"], d["evidence"].get("how")) for d in decisions(api, task)]
+        for task in plan
+    }
+    assert made["ticket_classify"][1:] == [("rollback", "input_shift"), ("needs_regrade", None)]
+    assert made["invoice_extract"][1:] == [("rollback", "net_savings")]
+    assert needs_regrade(api, "ticket_classify") and not needs_regrade(api, "invoice_extract")
