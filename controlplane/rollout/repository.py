@@ -118,6 +118,12 @@ def stage_spans(
     ]
     if not rules or not windows:
         return None
+    shifts = [r for r in rules if r.metric == "input_shift"]
+    baseline = shift.baseline(session, task) if shifts else None
+    if baseline is None and all(r.metric == "input_shift" for r in rules):
+        # Nothing to compare with (no offload grade, no kept baseline): input_shift can only
+        # be insufficient, so a task on the default rules reads nothing more.
+        return None
     seconds = config.window_seconds
     latest = windows[-1][0]
     longest = max(r.span_windows(seconds) for r in rules)
@@ -138,7 +144,6 @@ def stage_spans(
             first = int(backlog.timestamp()) // seconds
             judge_from = max(origin, latest - MAX_SPAN_WINDOWS + 1, min(judge_from, first))
     read_from = max(origin, judge_from - longest + 1)
-    shifts = [r for r in rules if r.metric == "input_shift"]
     # Histograms only as far back as the input_shift spans reach (net_savings reads costs).
     hist_from = judge_from - max((r.span_windows(seconds) for r in shifts), default=0)
     rows = shift.span_windows(
@@ -149,7 +154,7 @@ def stage_spans(
         # Without an input_shift rule, none (a start after the latest window).
         hist_since=from_index(hist_from if shifts else latest + 1, seconds),
     )
-    return Spans(rows, origin, judge_from, shift.baseline(session, task) if shifts else None)
+    return Spans(rows, origin, judge_from, baseline)
 
 
 def span_origin(session: Session, task: Task, seconds: int) -> int | None:
