@@ -131,3 +131,32 @@ def write_graded_traffic(
                     WindowMetrics(task_id=found.id, window_id=window.id, window_start=start, **row)
                 )
         return starts
+
+
+def offload_grade_of_lengths(session: Any, task: Any, tokens: list[int], at: datetime) -> None:
+    """A stored `offload` grade of `task` computed at `at` whose input lengths are `tokens`:
+    the baseline a task in shadow is compared with (controlplane.metrics.shift), written
+    directly for tests about that comparison, not about grading."""
+    from controlplane.metrics import lengths
+    from controlplane.models import TaskGrade
+
+    session.add(
+        TaskGrade(
+            task_id=task.id,
+            day=at.date(),
+            tier="offload",
+            score=0.9,
+            config_version=task.config_version,
+            computed_at=at,
+            document={
+                "tier": "offload",
+                "computed_at": at.isoformat(),
+                "span": {"since": None, "until": None},
+                "input_lengths": {
+                    "counts": lengths.histogram(tokens),
+                    "n": len(tokens),
+                    "over_cap": None,
+                },
+            },
+        )
+    )

@@ -9,11 +9,11 @@ from sqlalchemy import update
 
 from controlplane.catalog.schemas import DEFAULT_RULES
 from controlplane.db import session_scope
-from controlplane.metrics import lengths
-from controlplane.models import Task, TaskGrade
+from controlplane.models import Task
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
+from tests.grading_support import offload_grade_of_lengths
 from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, post_all
 
 DEFAULT_RULES_JSON = [
@@ -64,23 +64,7 @@ def test_a_shifted_window_opens_alerts_that_a_person_acks_and_a_normal_window_re
         task = session.query(Task).filter(Task.name == "metrics_task").one()
         task.stage_changed_at = T0 - timedelta(hours=1)
         # A task in shadow is compared with the input lengths of its latest offload grade.
-        counts = lengths.histogram(300 + i % 7 for i in range(100))
-        session.add(
-            TaskGrade(
-                task_id=task.id,
-                day=T0.date(),
-                tier="offload",
-                score=0.9,
-                config_version=task.config_version,
-                computed_at=T0,
-                document={
-                    "tier": "offload",
-                    "computed_at": T0.isoformat(),
-                    "span": {"since": None, "until": None},
-                    "input_lengths": {"counts": counts, "n": 100, "over_cap": None},
-                },
-            )
-        )
+        offload_grade_of_lengths(session, task, [300 + i % 7 for i in range(100)], T0)
     for k in range(4):
         post_all(metrics_api, _window(k))
     _close(metrics_api, 3)

@@ -19,11 +19,12 @@ from controlplane.catalog.schemas import ConfigError, ResolvedRule, TaskConfig, 
 from controlplane.db import session_scope
 from controlplane.metrics import lengths
 from controlplane.metrics.shift import Baseline, SpanWindow
-from controlplane.models import Alert, Task, TaskGrade
+from controlplane.models import Alert, Task
 from controlplane.rollout.configs import apply_config, apply_tasks
 from controlplane.rollout.spans import net_savings_terms, span_firing, span_verdicts
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api, make_result
+from tests.grading_support import offload_grade_of_lengths
 from tests.rollout.test_rollback_triggers_e2e import (
     FIXED_COSTS,
     INPUT_SHIFT,
@@ -283,26 +284,7 @@ def test_a_new_run_of_breaches_after_a_gap_in_the_passes_is_noticed(pg_api: Api)
     stage_from(api, "outage", start)
     with session_scope(api.engine) as session:
         task = session.scalars(select(Task).where(Task.name == "outage")).one()
-        session.add(
-            TaskGrade(
-                task_id=task.id,
-                day=start.date(),
-                tier="offload",
-                score=0.9,
-                config_version=task.config_version,
-                computed_at=start,
-                document={
-                    "tier": "offload",
-                    "computed_at": start.isoformat(),
-                    "span": {"since": None, "until": None},
-                    "input_lengths": {
-                        "counts": lengths.histogram([SHORT] * 100),
-                        "n": 100,
-                        "over_cap": None,
-                    },
-                },
-            )
-        )
+        offload_grade_of_lengths(session, task, [SHORT] * 100, start)
     for k in range(12):
         post_all(api, results("outage", start, k, 20, tokens=LONG if 4 <= k < 8 else SHORT))
         close(api, start, k)
@@ -340,26 +322,7 @@ def test_the_input_shift_alert_opens_with_windows_longer_than_its_span(pg_api: A
         )
         task = session.scalars(select(Task).where(Task.name == "long_windows")).one()
         task.created_at = task.stage_changed_at = T0 - timedelta(days=1)
-        session.add(
-            TaskGrade(
-                task_id=task.id,
-                day=T0.date(),
-                tier="offload",
-                score=0.9,
-                config_version=task.config_version,
-                computed_at=T0,
-                document={
-                    "tier": "offload",
-                    "computed_at": T0.isoformat(),
-                    "span": {"since": None, "until": None},
-                    "input_lengths": {
-                        "counts": lengths.histogram([300] * 100),
-                        "n": 100,
-                        "over_cap": None,
-                    },
-                },
-            )
-        )
+        offload_grade_of_lengths(session, task, [300] * 100, T0)
     post_all(
         api,
         [
