@@ -70,16 +70,21 @@ def _saved(savings: float) -> str:
     return f"cost {money(-savings)} more than the cloud baseline"
 
 
+def _itemised(terms: Row) -> str:
+    """The fixed costs item by item, the largest first (a stored document keeps no order):
+    " (gpu 4.50, routing 1.50)", or nothing when the config does not itemise them."""
+    found = terms.get("fixed_costs") or {}
+    if not found:
+        return ""
+    largest = sorted(found.items(), key=lambda item: -item[1])
+    return " (" + ", ".join(f"{line(k)} {money(v)}" for k, v in largest) + ")"
+
+
 def cost_sentence(cost: Row) -> str:
     """What offloading saved over the span against the cloud alone, the fixed costs of the
     same span, and the net with its interval and per day: the net_savings rule's sum."""
     terms = cost["terms"]
-    itemised = terms.get("fixed_costs") or {}
-    items = (
-        " (" + ", ".join(f"{line(k)} {money(v)}" for k, v in itemised.items()) + ")"
-        if itemised
-        else ""
-    )
+    items = _itemised(terms)
     interval = (
         f" ({level(terms['interval'])} interval {money(terms['low'])} to {money(terms['high'])})"
         if terms.get("high") is not None
@@ -291,12 +296,7 @@ def span_lines(evidence: Row) -> str:
     seconds = int(span.get("span_seconds") or 0)
     over = duration(seconds) if seconds else "the span"
     if evidence.get("how") == "net_savings":
-        itemised = span.get("fixed_costs") or {}
-        items = (
-            " (" + ", ".join(f"{line(k)} {money(v)}" for k, v in itemised.items()) + ")"
-            if itemised
-            else ""
-        )
+        items = _itemised(span)
         interval = (
             f"; {level(span['interval'])} interval {money(span['low'])} to {money(span['high'])}"
             if span.get("high") is not None
