@@ -502,12 +502,21 @@ class PromotionConfig(Strict):
         return steps
 
 
+REGRESSION_ITEMS = 100
+MAX_GUIDELINES = 20_000
+
+
 class ReviewConfig(Strict):
     quota_per_window: int = Field(20, ge=0, le=100_000)
     reviewers_per_item: int = Field(1, ge=1, le=10)
     route_acc_window_seconds: int = Field(3600, ge=60, le=30 * DAY)
     # Labels come from people, so they may come weeks late; a quarter is the longest wait.
     route_acc_lateness_seconds: int = Field(86400, ge=0, le=90 * DAY)
+    # A rollback queues at most this many results of its breaching windows for the
+    # `regression` layer (a stratified sample, the breaching cell first); 0 queues none.
+    regression_items: int = Field(REGRESSION_ITEMS, ge=0, le=10_000)
+    # What a reviewer of this task should know (Markdown), shown above each item.
+    guidelines: str | None = Field(None, max_length=MAX_GUIDELINES)
 
 
 def _ramps_rise(model: BaseModel, *names: str) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -28,6 +29,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
 
+# Review items' queue priority, lowest handed out first: the results of a rollback's
+# breaching cell, the rest of its regression sample, every other item.
+PRIORITY_BREACHING = 0
+PRIORITY_REGRESSION = 1
+PRIORITY_OTHER = 2
+
 ResultRef = BigInteger().with_variant(Integer(), "sqlite")
 
 
@@ -36,8 +43,10 @@ class ReviewItem(Base):
     __table_args__ = (
         # A result is queued at most once (request ids are unique per task).
         UniqueConstraint("task_id", "request_id"),
-        # The claim query: open items of a task, oldest first.
-        Index("ix_review_items_claim", "task_id", "state", "id"),
+        # The claim query: open items of a task, regression items first (priority), then
+        # oldest first; and of every task.
+        Index("ix_review_items_claim", "task_id", "state", "priority", "id"),
+        Index("ix_review_items_claim_any", "state", "priority", "id"),
         Index("ix_review_items_task_id_result_ts", "task_id", "result_ts"),
         # The item a reviewer holds (a claim hands it back while the lease lasts): only the
         # few items under a lease are indexed.
@@ -80,6 +89,12 @@ class ReviewItem(Base):
     reason: Mapped[str] = mapped_column(String(16))
     # boundary | anomaly | regression (the eval-set layer its labels go to)
     layer: Mapped[str] = mapped_column(String(16))
+    # The queue hands items out by priority, then oldest first (PRIORITY_*): a
+    # rollback's regression items of its breaching cell, its other regression items, then
+    # every other item.
+    priority: Mapped[int] = mapped_column(
+        SmallInteger, default=PRIORITY_OTHER, server_default=str(PRIORITY_OTHER)
+    )
     # P(this result was drawn) = the sampler's probability × the payload's keep probability.
     inclusion_probability: Mapped[float] = mapped_column(Float)
     # For a pair: True when A is the edge answer. Drawn at random per item, never shown.

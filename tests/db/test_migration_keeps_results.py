@@ -76,10 +76,10 @@ def loaded(db_url: str) -> Iterator[Api]:
         yield api
 
 
-# The result columns the latest migration adds (none: migrations/versions/*_rollback_triggers.py
-# adds to window metrics and tasks only), and the window metric columns it adds.
+# The result columns the latest migration adds (none: migrations/versions/*_regression_first.py
+# adds to review items only), and the window metric columns it adds (none).
 ADDED_BY_LATEST: tuple[str, ...] = ()
-WINDOW_FIELDS_ADDED_BY_LATEST = {"input_hist", "n_over_cap"}
+WINDOW_FIELDS_ADDED_BY_LATEST: set[str] = set()
 
 
 def _without(row: dict[str, Any], names: set[str]) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from tests.conftest import INVOICE_TASK, TICKET_TASK
 
 BEFORE = "3c1f0a9e7b21"
 REVISION = "5d8e2f7a9c10"
+# The next migration (regression_first) adds review fields to stored configs.
+LATER = "7b3e9d1c4f28"
 
 VERSIONS = sa.table(
     "task_config_versions",
@@ -158,8 +160,11 @@ def test_stored_configs_move_to_the_input_shift_alert_and_every_task_row_survive
         # The hash is the stored document's, as config_hash computes it.
         assert digest == config_hash(document)
         assert parse_config(document).alerts.input_shift == 0.1
-    # A document today's code stored is its own normalised form again: applying the same
-    # config still answers with its version.
+    # A document today's code stored is its own normalised form again (once the later
+    # migrations have added their fields too): applying the same config still answers
+    # with its version.
+    _migrate(db_url, LATER)
+    after = _configs(db_url)
     for key in [(task_id, 1), *(k for k in after if k[0] != task_id)]:
         document, digest = after[key]
         assert config_hash(config_document(parse_config(document))) == digest
