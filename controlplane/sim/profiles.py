@@ -5,7 +5,8 @@ Pure: given a seeded `random.Random` and a clock value, the same results come ou
 `decision` is the simulated router's own eligibility rule (`ELIGIBLE_MAX_TOKENS`), before
 any flag.
 
-Scenarios: `long_tickets` (the edge fails the ticket classifier's 2048+ token tickets),
+Scenarios: `long_tickets` (the edge model `small-int4@3` fails the ticket classifier's
+2048+ token tickets; its successor `small-int4@4`, the `edge_model` knob, does not),
 `edge_outage` (errors and slow answers), `silence` (no traffic), `traffic_jump` (5× the
 traffic), `costly_edge` (the edge's reported cost and its degrades rise until offloading
 costs more than it saves: `costlier`) and `longer_inputs` (inputs 3× as long, and they stay).
@@ -18,7 +19,7 @@ import random
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from controlplane.client import wants_repeat
 
@@ -50,7 +51,27 @@ COSTLY_EDGE_DEGRADES = 0.015
 # The simulated cloud's prices per 1k tokens (input, output), as it bills them.
 CLOUD_PRICE_IN, CLOUD_PRICE_OUT = 0.003, 0.006
 
-Generator = Callable[[random.Random, int, datetime, str, bool], dict[str, Any]]
+# The simulated edge models: today's, and its successor that reads long tickets as well as
+# short ones (the fix a rollback's regression set is run against).
+EDGE_MODEL = "small-int4@3"
+EDGE_MODEL_FIX = "small-int4@4"
+EDGE_MODELS = (EDGE_MODEL, EDGE_MODEL_FIX)
+CLOUD_MODEL = "large@7"
+# How often the fixed edge model labels a ticket wrongly, whatever its length; no more than
+# today's lowest rate, so its misses are a subset of today's on the same draws.
+FIX_TICKET_MISS = 0.02
+
+
+class Generator(Protocol):
+    def __call__(
+        self,
+        rng: random.Random,
+        i: int,
+        ts: datetime,
+        scenario: str,
+        edge_serves: bool,
+        edge_model: str = EDGE_MODEL,
+    ) -> dict[str, Any]: ...
 
 
 def _tokens(rng: random.Random, median: float, sigma: float) -> int:
@@ -85,6 +106,7 @@ def _sides(
     output_tokens: int,
     edge_error: str | None,
     scenario: str,
+    edge_model: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     edge_latency = max(5.0, rng.gauss(40 + tokens * 0.02, 8))
     if scenario == "edge_outage":
@@ -97,7 +119,7 @@ def _sides(
         "ttfb_ms": round(max(2.0, edge_latency * 0.3), 1),
         "confidence": round(min(1.0, max(0.0, rng.betavariate(8, 2))), 3),
         "valid": True,
-        "model": "small-int4@3",
+        "model": edge_model,
         "input_tokens": tokens,
         "output_tokens": 0 if edge_error else output_tokens,
     }
@@ -106,7 +128,7 @@ def _sides(
         "output": cloud_out,
         "latency_ms": round(cloud_latency, 1),
         "ttfb_ms": round(max(20.0, cloud_latency * 0.5), 1),
-        "model": "large@7",
+        "model": CLOUD_MODEL,
         "input_tokens": tokens,
         "output_tokens": output_tokens,
         # The cloud provider bills per request; the self-hosted edge is priced from tokens.
@@ -116,21 +138,38 @@ def _sides(
 
 
 def ticket_classify(
-    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+    rng: random.Random,
+    i: int,
+    ts: datetime,
+    scenario: str,
+    edge_serves: bool,
+    edge_model: str = EDGE_MODEL,
 ) -> dict[str, Any]:
     # Mostly short tickets, some long threads with quoted history.
     tokens = _longer(_mix(rng, [(0.7, 180, 0.6), (0.2, 700, 0.4), (0.1, 3000, 0.3)]), scenario)
     truth = rng.choice(LABELS)
-    # Easy on short tickets, harder as they grow: the deciding sentence sits mid-text.
-    miss = 0.02 + 0.04 * min(tokens / LONG_TICKET, 1.0)
-    if scenario == "long_tickets" and tokens >= LONG_TICKET:
-        miss = 0.35
-    edge_label = rng.choice([x for x in LABELS if x != truth]) if rng.random() < miss else truth
+    # The same draws whichever the edge model: the fix's misses are a subset of today's, so
+    # a seeded stream has the same tickets and truths under both.
+    roll = rng.random()
+    wrong = (
+        rng.choice([x for x in LABELS if x != truth])
+        if roll < ticket_miss_rate(tokens, scenario, EDGE_MODEL)
+        else None
+    )
+    miss = ticket_miss_rate(tokens, scenario, edge_model)
+    edge_label = wrong if wrong is not None and roll < miss else truth
     if rng.random() < 0.3:
         edge_label = f" {edge_label.title()} "  # casing and spacing noise the comparator ignores
     edge_error = _edge_error(rng, scenario)
     edge, cloud = _sides(
-        rng, tokens, edge_label, truth, output_tokens=2, edge_error=edge_error, scenario=scenario
+        rng,
+        tokens,
+        edge_label,
+        truth,
+        output_tokens=2,
+        edge_error=edge_error,
+        scenario=scenario,
+        edge_model=edge_model,
     )
     return _result(
         "ticket_classify",
@@ -143,6 +182,17 @@ def ticket_classify(
         cloud,
         edge_serves,
     )
+
+
+def ticket_miss_rate(tokens: int, scenario: str, edge_model: str) -> float:
+    """How often the edge model labels a ticket of `tokens` wrongly. Today's model is easy on
+    short tickets and harder as they grow (the deciding sentence sits mid-text), and misses a
+    third of the long ones under `long_tickets`; the fix misses as few long ones as short."""
+    if edge_model == EDGE_MODEL_FIX:
+        return FIX_TICKET_MISS
+    if scenario == "long_tickets" and tokens >= LONG_TICKET:
+        return 0.35
+    return 0.02 + 0.04 * min(tokens / LONG_TICKET, 1.0)
 
 
 # The invoice's free-text `note`: each group words one remark several ways; a model picks
@@ -176,7 +226,12 @@ NOTE_GROUP = {wording: group for group in NOTES for wording in group}
 
 
 def invoice_extract(
-    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+    rng: random.Random,
+    i: int,
+    ts: datetime,
+    scenario: str,
+    edge_serves: bool,
+    edge_model: str = EDGE_MODEL,
 ) -> dict[str, Any]:
     tokens = _longer(_mix(rng, [(0.85, 700, 0.5), (0.15, 2600, 0.3)]), scenario)
     amount = round(rng.uniform(5, 5000), 2)
@@ -195,7 +250,14 @@ def invoice_extract(
         edge_out = {k: edge_out[k] for k in reversed(list(edge_out))}  # same fields, other order
     edge_error = _edge_error(rng, scenario)
     edge, cloud = _sides(
-        rng, tokens, edge_out, cloud_out, output_tokens=40, edge_error=edge_error, scenario=scenario
+        rng,
+        tokens,
+        edge_out,
+        cloud_out,
+        output_tokens=40,
+        edge_error=edge_error,
+        scenario=scenario,
+        edge_model=edge_model,
     )
     return _result(
         "invoice_extract",
@@ -246,7 +308,12 @@ REWRITES = [
 
 
 def reply_rewrite(
-    rng: random.Random, i: int, ts: datetime, scenario: str, edge_serves: bool
+    rng: random.Random,
+    i: int,
+    ts: datetime,
+    scenario: str,
+    edge_serves: bool,
+    edge_model: str = EDGE_MODEL,
 ) -> dict[str, Any]:
     cloud_text, faithful, no_negation, other_number = rng.choice(REWRITES)
     amount = rng.randrange(20, 900)
@@ -274,6 +341,7 @@ def reply_rewrite(
         output_tokens=len(cloud_text) * 2,
         edge_error=edge_error,
         scenario=scenario,
+        edge_model=edge_model,
     )
     return _result(
         "reply_rewrite",
@@ -483,11 +551,15 @@ def generate(
     scenario: str = "none",
     edge_serves: bool = False,
     repeat_rate: float = 0.0,
+    edge_model: str = EDGE_MODEL,
 ) -> list[dict[str, Any]]:
     """`n` results of `task` spread over the `span_seconds` before `now` (none under `silence`);
     on `repeat_rate` of them (chosen as routers choose, by the client's `wants_repeat` on the
     request id) the cloud answered twice (`cloud_repeat`). The scenario starts with the
-    first result (`costly_edge` rises over the span)."""
+    first result (`costly_edge` rises over the span). `edge_model` (one of EDGE_MODELS) is the
+    edge model that answers; the same seed gives the same inputs and truths under each."""
+    if edge_model not in EDGE_MODELS:
+        raise ValueError(f"edge_model: one of {', '.join(EDGE_MODELS)}, not {edge_model!r}")
     if scenario == "silence":
         return []
     if scenario == "traffic_jump":
@@ -497,7 +569,7 @@ def generate(
     results = []
     for i in range(n):
         ts = now - timedelta(seconds=span_seconds * (n - i) / max(n, 1))
-        result = make(rng, i, ts, scenario, edge_serves)
+        result = make(rng, i, ts, scenario, edge_serves, edge_model)
         if scenario == "costly_edge":
             result = serve(costlier(result, span_seconds * i / max(n, 1), seed), edge_serves)
         results.append(result)

@@ -18,7 +18,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controlplane.client import FlagClient, ResultReporter, Route, wants_repeat
-from controlplane.sim.profiles import GENERATORS, costlier, eligible, serve, with_repeat
+from controlplane.sim.profiles import (
+    EDGE_MODEL,
+    GENERATORS,
+    costlier,
+    eligible,
+    serve,
+    with_repeat,
+)
 
 MAX_OUTBOX = 200_000
 # Seconds `stream` waits at the end for the reporters to deliver what is queued.
@@ -52,11 +59,13 @@ class Totals:
 
 @dataclass
 class Plan:
-    """Which scenario applies to which tasks, from when (seconds after the start)."""
+    """Which scenario applies to which tasks, from when (seconds after the start), and which
+    edge model answers (profiles.EDGE_MODELS)."""
 
     scenario: str = "none"
     tasks: set[str] | None = None  # None: every simulated task
     after_seconds: float = 0.0
+    edge_model: str = EDGE_MODEL
 
     def active(self, task: str, elapsed: float) -> str:
         if elapsed >= self.after_seconds and (self.tasks is None or task in self.tasks):
@@ -133,7 +142,7 @@ def stream(
                 make = GENERATORS[task]
                 for _ in range(n):
                     ts = now - timedelta(seconds=rng.random())
-                    result = make(rng, counter[task], ts, scenario, False)
+                    result = make(rng, counter[task], ts, scenario, False, plan.edge_model)
                     if scenario == "costly_edge":
                         result = costlier(result, plan.seconds_in(elapsed), seed)
                     route = flags.route(

@@ -26,6 +26,8 @@ from controlplane.sim.profiles import (
     COSTLY_EDGE_DEGRADES,
     COSTLY_EDGE_RAMP_SECONDS,
     EDGE_COST_TOP,
+    EDGE_MODEL,
+    EDGE_MODEL_FIX,
     LONG_TICKET,
     LONGER_INPUTS,
     costly_edge_ramp,
@@ -41,9 +43,11 @@ TICKET = {"task": "ticket_classify", "comparator": LABEL}
 
 
 @functools.cache
-def _tickets(scenario: str = "none") -> list[dict]:
+def _tickets(scenario: str = "none", edge_model: str = EDGE_MODEL) -> list[dict]:
     """20000 simulated tickets (seed 1), made once per scenario for the tests that read them."""
-    return generate("ticket_classify", 20000, seed=1, now=NOW, scenario=scenario)
+    return generate(
+        "ticket_classify", 20000, seed=1, now=NOW, scenario=scenario, edge_model=edge_model
+    )
 
 
 def _miss_rate(results: list[dict], long: bool) -> float:
@@ -71,6 +75,22 @@ def test_long_tickets_break_only_the_long_bucket() -> None:
     normal, broken = _tickets(), _tickets("long_tickets")
     assert _miss_rate(broken, long=True) > 0.3 > 0.1 > _miss_rate(normal, long=True)
     assert abs(_miss_rate(broken, long=False) - _miss_rate(normal, long=False)) < 0.01
+
+
+def test_the_fixed_edge_model_misses_long_tickets_no_more_than_short_ones() -> None:
+    """Under long_tickets, small-int4@4 misses the long bucket about as often as the short
+    one (FIX_TICKET_MISS each), on the same tickets and truths as small-int4@3; the result
+    names the model that answered."""
+    today, fixed = _tickets("long_tickets"), _tickets("long_tickets", EDGE_MODEL_FIX)
+    assert [r["input"] for r in today] == [r["input"] for r in fixed]
+    assert [r["cloud"] for r in today] == [r["cloud"] for r in fixed]
+    assert {r["edge"]["model"] for r in today} == {EDGE_MODEL}
+    assert {r["edge"]["model"] for r in fixed} == {EDGE_MODEL_FIX}
+    long, short = _miss_rate(fixed, long=True), _miss_rate(fixed, long=False)
+    assert long < 0.04 and short < 0.04 and abs(long - short) < 0.015
+    assert _miss_rate(today, long=True) > 0.3
+    with pytest.raises(ValueError, match="edge_model"):
+        generate("ticket_classify", 1, seed=1, now=NOW, edge_model="small-int4@9")
 
 
 def test_edge_outage_silence_and_traffic_jump() -> None:
