@@ -1,7 +1,8 @@
 """What a reviewer sees of an item (pure): the two answers as A and B in the item's hidden
-order, the comparator's diff rewritten in A/B terms, a note when every difference shown is
-on a field the reference itself changes between runs (docs/review.md, "Noisy fields"),
-and nothing else (docs/review.md, "Blindness").
+order, each in one normalised form (`shown_answer`), the comparator's diff rewritten in A/B
+terms, a note when every difference shown is on a field the reference itself changes
+between runs (docs/review.md, "Noisy fields"), and nothing else (docs/review.md,
+"Blindness").
 
 Diffs are rewritten by their known shapes (controlplane.compare.comparators); a key the
 rewrite does not know is dropped rather than shown, so a new comparator shape must be
@@ -15,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from controlplane.compare.redaction import TYPES
+from controlplane.compare.comparators import canonical, normalise_label, text_too_deep
+from controlplane.compare.jsonutil import loads
+from controlplane.compare.redaction import TRUNCATED, TYPES
 
 # The comparators' per-check entries whose values compare the two sides.
 _SIDE_CHECKS = ("label", "too_long", "sentences", "length_ratio", "negations", "numbers", "spans")
@@ -27,6 +30,8 @@ class BlindItem(Protocol):
     id: int
     kind: str
     a_is_edge: bool
+    # The comparator kind the item was compared with: it decides the answers' shown form.
+    comparator: str
     input: Any
     edge_output: Any
     cloud_output: Any
@@ -37,14 +42,101 @@ class BlindItem(Protocol):
 
 
 def _shown(item: BlindItem) -> list[Any]:
-    """Input, A, B and the A/B diff, as stored."""
+    """Input, A, B (each in its shown form) and the A/B diff (its values too)."""
     if item.kind == "single":
         a, b, diff = item.cloud_output, None, None
     elif item.a_is_edge:
         a, b, diff = item.edge_output, item.cloud_output, blind_diff(item.diff, True)
     else:
         a, b, diff = item.cloud_output, item.edge_output, blind_diff(item.diff, False)
-    return [item.input, a, b, diff]
+    kind = item.comparator
+    shown_b = None if item.kind == "single" else shown_answer(kind, b)
+    return [item.input, shown_answer(kind, a), shown_b, shown_diff(kind, diff)]
+
+
+# --- one shown form for both answers -------------------------------------------------------
+#
+# Two models format the same answer differently (" Refund " and "refund", keys in another
+# order, JSON sent as text or as an object): shown as sent, the formatting names the model.
+# Both answers are shown as the comparator reads them, so what tells them apart is only
+# what the comparator judges.
+
+# A placeholder of a masked value in any case (a label is case-folded: its placeholders
+# are given back their upper case, so the renumbering still finds them).
+_ANY_CASE_PLACEHOLDER = re.compile(
+    rf"<({'|'.join(TYPES)}|{TRUNCATED})_([0-9]{{1,9}})>", re.IGNORECASE
+)
+
+
+def shown_answer(comparator: str | None, value: Any) -> Any:
+    """An answer in the one form a reviewer is shown, whichever side gave it:
+    `label`: as the comparator reads it (case-folded, spaces collapsed: normalise_label);
+    `text_conservation`: surrounding whitespace trimmed; `json_fields`: the object (JSON
+    text of one is read as the comparator reads it) with its text fields' spaces collapsed
+    as the comparator compares them; every JSON value canonical (keys sorted, a whole
+    float as an integer). `exact` compares text as it is, so its text is shown as it is."""
+    if comparator == "label" and (label := normalise_label(value)) is not None:
+        return _ANY_CASE_PLACEHOLDER.sub(lambda m: f"<{m[1].upper()}_{m[2]}>", label)
+    if comparator == "text_conservation" and isinstance(value, str):
+        return value.strip()
+    if comparator == "json_fields":
+        found = _json_object(value)
+        if found is not None:
+            return {k: _field(found[k]) for k in sorted(found)}
+        return value.strip() if isinstance(value, str) else _canonical(value)
+    if comparator == "exact" or not isinstance(value, str):
+        return _canonical(value)
+    return value.strip()
+
+
+def shown_diff(comparator: str | None, diff: Any) -> Any:
+    """A blind diff whose answer values are in their shown form (`shown_answer`): the labels
+    of a label diff, the two values of each differing json_fields field."""
+    if not isinstance(diff, dict):
+        return diff
+    out = dict(diff)
+    if isinstance(out.get("label"), dict):
+        out["label"] = {k: shown_answer("label", v) for k, v in out["label"].items()}
+    if isinstance(out.get("fields"), dict):
+        out["fields"] = {
+            name: {k: _field(v) for k, v in pair.items()} if isinstance(pair, dict) else pair
+            for name, pair in out["fields"].items()
+        }
+    return out
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    """The object json_fields reads from an answer: the object itself, or JSON text of one."""
+    if isinstance(value, str) and not text_too_deep(value):
+        try:
+            value = loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _field(value: Any) -> Any:
+    """A json_fields field value as the comparator compares it: text with its spaces
+    collapsed, any other value canonical."""
+    return " ".join(value.split()) if isinstance(value, str) else _canonical(value)
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON value with keys sorted at every depth and whole floats as integers (as the
+    comparators compare them); as it is when it nests too deep to be compared."""
+    try:
+        value = canonical(value)
+    except ValueError:
+        return value
+    return _sorted(value)
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
 
 
 def view(item: BlindItem, task: str, noisy: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -179,20 +271,21 @@ _DIFF_PLACEHOLDER = re.compile(
 )
 
 
-def renumber(values: list[Any]) -> list[Any]:
+def renumber(values: list[Any], diff_at: int | None = 3) -> list[Any]:
     """The values (input, A, B, diff) with each masked placeholder renumbered per type by
     first appearance, reading the values in the order given (a bijection: one value keeps
-    one number across all of them, the diff's bare `TYPE_N` tokens included). The masker
-    numbers values in the order it masks the fields (input, edge output, cloud output),
-    so its numbers would tell the sides apart."""
-    numbers = numbering(values)
+    one number across all of them, the diff's bare `TYPE_N` tokens included; `diff_at`:
+    where the diff is among the values, None when there is none). The masker numbers
+    values in the order it masks the fields (input, edge output, cloud output), so its
+    numbers would tell the sides apart."""
+    numbers = numbering(values, diff_at)
     return [
-        _rewrite(v, lambda kind, n: str(numbers[(kind, n)]), diff=i == 3)
+        _rewrite(v, lambda kind, n: str(numbers[(kind, n)]), diff=i == diff_at)
         for i, v in enumerate(values)
     ]
 
 
-def numbering(values: list[Any]) -> dict[tuple[str, str], int]:
+def numbering(values: list[Any], diff_at: int | None = 3) -> dict[tuple[str, str], int]:
     """`renumber`'s mapping: (type, stored number as written) -> number shown."""
     numbers: dict[tuple[str, str], int] = {}
     counts: dict[str, int] = {}
@@ -204,7 +297,7 @@ def numbering(values: list[Any]) -> dict[tuple[str, str], int]:
         return n
 
     for i, value in enumerate(values):
-        _rewrite(value, see, diff=i == 3)
+        _rewrite(value, see, diff=i == diff_at)
     return numbers
 
 

@@ -32,6 +32,7 @@ VIEW_COLUMNS = (
     ReviewItem.diff,
     ReviewItem.lease_expires_at,
     ReviewItem.policy,
+    ReviewItem.comparator,
 )
 
 

@@ -79,6 +79,7 @@ def test_a_cloud_answer_that_breaks_the_schema_is_a_single_item(sqlite_url: str)
 
 def _item(**kw: Any) -> Any:
     base = {"id": 1, "kind": "pair", "a_is_edge": False, "lease_expires_at": None}
+    base["comparator"] = "text_conservation"
     base["policy"] = "redacted"
     return SimpleNamespace(**{**base, **kw})
 
