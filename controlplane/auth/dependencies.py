@@ -27,22 +27,34 @@ def _too_many(refusal: Refusal) -> HTTPException:
     return HTTPException(429, refusal.detail, headers={"Retry-After": str(refusal.retry_after)})
 
 
-def require(scope: str | None) -> Callable[[Request], Awaitable[Principal]]:
-    """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key),
-    429 past the key's rate for the scope, or for an invalid key after too many failed keys
-    from the address (a valid key is never refused for that).
+def _bucket(held: frozenset[str], scopes: tuple[str, ...] | None) -> str | None:
+    """The rate bucket of a key holding `held` on an endpoint needing one of `scopes`: the
+    first of them the key's scopes grant (the read bucket for any key when None); None when
+    the key may not call it."""
+    if scopes is None:
+        return ANY_KEY_BUCKET
+    return next((s for s in scopes if grants(held, s)), None)
+
+
+def require(scope: str | tuple[str, ...] | None) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency: 401 without a valid key, 403 when the key lacks `scope` (None: any key;
+    a tuple: any one of them, the first one held being the rate's bucket), 429 past the
+    key's rate for the scope, or for an invalid key after too many failed keys from the
+    address (a valid key is never refused for that).
 
     A key this process knows, within a rate it can check in memory, is answered on the
     event loop; anything that may need a query or Redis goes to a worker thread."""
+    scopes = (scope,) if isinstance(scope, str) else scope
 
     async def dependency(request: Request) -> Principal:
         key = _bearer(request)
         if key is not None:
             principal = request.app.state.keys.known(key)
-            if principal is not None and (scope is None or grants(principal.scopes, scope)):
+            bucket = None if principal is None else _bucket(principal.scopes, scopes)
+            if principal is not None and bucket is not None:
                 limiter: RateLimiter = request.app.state.limiter
                 decided, refusal = limiter.check_key_in_memory(
-                    principal.key_id, principal.name, scope or ANY_KEY_BUCKET
+                    principal.key_id, principal.name, bucket
                 )
                 if decided:
                     request.state.key_name = principal.name
@@ -84,13 +96,15 @@ def require(scope: str | None) -> Callable[[Request], Awaitable[Principal]]:
                 401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"}
             )
         request.state.key_name = principal.name
-        if scope is not None and not grants(principal.scopes, scope):
+        bucket = _bucket(principal.scopes, scopes)
+        if bucket is None:
+            wanted = " or ".join(repr(s) for s in scopes or ())
             raise HTTPException(
                 403,
-                f"key {principal.name!r} lacks the {scope!r} scope "
+                f"key {principal.name!r} lacks the {wanted} scope "
                 f"(it has: {', '.join(sorted(principal.scopes))})",
             )
-        refusal = limiter.check_key(principal.key_id, principal.name, scope or ANY_KEY_BUCKET)
+        refusal = limiter.check_key(principal.key_id, principal.name, bucket)
         if refusal is not None:
             raise _too_many(refusal)
         return principal

@@ -1,4 +1,5 @@
-"""Eval set endpoints (thin): backfill, list, items and export, runs."""
+"""Eval set endpoints (thin): backfill, list, items and export (blind to a key without
+`read`), runs (`read`: a run names the model it scored)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
 from controlplane.auth.dependencies import require
+from controlplane.auth.scopes import grants
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
@@ -26,6 +28,8 @@ from controlplane.http import ORJSONResponse
 router = APIRouter(prefix="/v1/evalsets", tags=["evalsets"])
 NDJSON = "application/x-ndjson"
 TaskName = Annotated[str, Path(min_length=1, max_length=100)]
+# Who reads eval sets: reviewers (the blind form) and `read` keys (the full form).
+READERS = ("review", "read")
 
 
 @router.post(
@@ -49,7 +53,7 @@ def backfill(
 
 @router.get("", response_model=EvalSetsOut, responses=error_responses(401, 403, 429, 503))
 def list_sets(
-    request: Request, _: Annotated[Principal, Depends(require("review"))]
+    request: Request, _: Annotated[Principal, Depends(require(READERS))]
 ) -> ORJSONResponse:
     """Every task's eval set layers with counts and content hashes, and the manifest's hash."""
     with session_scope(request.app.state.engine) as session:
@@ -64,7 +68,7 @@ def list_sets(
 def list_runs(
     task: TaskName,
     request: Request,
-    _: Annotated[Principal, Depends(require("review"))],
+    _: Annotated[Principal, Depends(require("read"))],
     model: Annotated[str | None, Query(max_length=200)] = None,
 ) -> ORJSONResponse:
     """Stored runs of the task, newest first; `current` says whether each was on the layer as it is now."""
@@ -82,7 +86,7 @@ def list_runs(
     responses={
         200: {
             "description": "A page of items, or for Accept: application/x-ndjson the layer's "
-            "exported JSONL, byte for byte.",
+            "exported JSONL, byte for byte; to a key without `read` the blind form.",
             "content": {NDJSON: {"schema": {"type": "string"}}},
         },
         **error_responses(401, 403, 404, 422, 429, 503),
@@ -92,17 +96,22 @@ def layer_items(
     task: TaskName,
     layer: Layer,
     request: Request,
-    _: Annotated[Principal, Depends(require("review"))],
+    principal: Annotated[Principal, Depends(require(READERS))],
     after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Cursor from `next`.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
-    """A layer's items in export order, paged (Accept: application/x-ndjson: the whole export)."""
+    """A layer's items in export order, paged (Accept: application/x-ndjson: the whole export); blind without `read`."""
+    # A reviewer never learns which answer was the edge's: without `read` the blind form.
+    blind = not grants(principal.scopes, "read")
     with session_scope(request.app.state.engine) as session:
         try:
             found = service.task_named(session, task)
             if NDJSON in request.headers.get("accept", ""):
-                return Response(service.layer_bytes(session, found, layer), media_type=NDJSON)
-            lines, cursor = service.page(session, found, layer, after=after, limit=limit)
+                data = service.layer_bytes(session, found, layer, blind=blind)
+                return Response(data, media_type=NDJSON)
+            lines, cursor = service.page(
+                session, found, layer, after=after, limit=limit, blind=blind
+            )
         except service.NotFound as exc:
             raise HTTPException(404, str(exc)) from None
     return ORJSONResponse({"items": lines, "next": cursor})
@@ -117,7 +126,7 @@ def store_run(
     task: TaskName,
     body: RunIn,
     request: Request,
-    principal: Annotated[Principal, Depends(require("review"))],
+    principal: Annotated[Principal, Depends(require("read"))],
 ) -> ORJSONResponse:
     """Score and store a run of an edge model version on one layer (every item answered once)."""
     outputs = {}

@@ -1,5 +1,6 @@
-"""What an eval item is (pure): its id, its expected answer, its exported line, the JSONL and
-CSV renderings, the manifest, and the JSON Schema of one line.
+"""What an eval item is (pure): its id, its expected answer, its exported line (the full form,
+and the blind form a `review` key reads), the JSONL and CSV renderings, the manifest, and
+the JSON Schema of one line.
 
 The export is deterministic: canonical JSON (sorted keys, compact, UTF-8, one written form
 per number: see `canonical_number`), items in `seq` order, no clock anywhere, so the same
@@ -18,6 +19,7 @@ from typing import Any
 
 from controlplane.compare.fingerprint import normalise_text as normalise
 from controlplane.compare.jsonutil import dumps
+from controlplane.review.blind import renumber, shown_answer
 
 LAYERS = ("boundary", "anomaly", "regression")
 FORMATS = ("jsonl", "csv")
@@ -110,6 +112,63 @@ def line(item: Any, task: str) -> dict[str, Any]:
     }
 
 
+# Consensus verdicts naming a side (whether it is the edge's), and those naming none.
+_SIDE_VERDICTS = {"edge_correct": True, "cloud_correct": False}
+_NEUTRAL_VERDICTS = ("both_correct", "both_wrong", "unclear", "correct", "wrong")
+
+
+def blind_line(item: Any, task: str, a_is_edge: bool) -> dict[str, Any]:
+    """An eval item as a `review` key reads it (docs/evalsets.md, "Blind form"): the two
+    answers as `a` and `b` in the item's hidden order (`a_is_edge`; a single item's one
+    answer is `a`), each and `expected` in the form a reviewer is shown them
+    (controlplane.review.blind.shown_answer), placeholders renumbered in the order shown
+    under `redacted`, and tags naming no side; nothing naming a model, a side, what was
+    served or what the router decided."""
+    provenance = item.provenance or {}
+    comparator, kind = provenance.get("comparator"), provenance.get("kind")
+    if kind == "single":
+        a, b = item.cloud_output, None
+    elif a_is_edge:
+        a, b = item.edge_output, item.cloud_output
+    else:
+        a, b = item.cloud_output, item.edge_output
+    values = [
+        item.input,
+        shown_answer(comparator, a),
+        None if kind == "single" else shown_answer(comparator, b),
+        shown_answer(comparator, item.expected),
+    ]
+    if provenance.get("policy") == "redacted":
+        values = renumber(values, diff_at=None)
+    return {
+        "id": item.item_id,
+        "task": task,
+        "layer": item.layer,
+        "input": values[0],
+        "a": values[1],
+        "b": values[2],
+        "expected": values[3],
+        "bucket": item.bucket,
+        "failure_class": item.failure_class,
+        "tags": blind_tags(item.tags or [], a_is_edge),
+    }
+
+
+def blind_tags(tags: Iterable[str], a_is_edge: bool) -> list[str]:
+    """The tags that name no side: the item's kind (pair, single) and its consensus in A/B
+    terms (`consensus:edge_correct` is `consensus:a_correct` when A is the edge's answer).
+    The sampling reason is left out, as the review view leaves it out (`cloud_decided`,
+    `edge_error` name a side)."""
+    out = set()
+    for tag in tags:
+        verdict = tag.removeprefix("consensus:")
+        if tag in ("pair", "single") or verdict in _NEUTRAL_VERDICTS and verdict != tag:
+            out.add(tag)
+        elif verdict in _SIDE_VERDICTS and verdict != tag:
+            out.add(f"consensus:{'a' if _SIDE_VERDICTS[verdict] == a_is_edge else 'b'}_correct")
+    return sorted(out)
+
+
 def jsonl(lines: Iterable[Mapping[str, Any]]) -> bytes:
     """Lines as JSONL: one canonical JSON object per line, each ending in a newline."""
     return b"".join(canonical(dict(x)) + b"\n" for x in lines)
@@ -131,16 +190,32 @@ CSV_COLUMNS = (
 _CSV_TEXT = ("id", "task", "layer", "bucket", "failure_class")
 
 
-def csv_bytes(lines: Iterable[Mapping[str, Any]]) -> bytes:
-    """Lines as CSV: plain columns as text, the JSON ones as canonical JSON."""
+# The blind form's columns (`blind_line`).
+BLIND_CSV_COLUMNS = (
+    "id",
+    "task",
+    "layer",
+    "bucket",
+    "failure_class",
+    "tags",
+    "input",
+    "expected",
+    "a",
+    "b",
+)
+
+
+def csv_bytes(lines: Iterable[Mapping[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> bytes:
+    """Lines as CSV: plain columns as text, the JSON ones as canonical JSON; `columns`:
+    BLIND_CSV_COLUMNS for blind lines."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(columns)
     for x in lines:
         writer.writerow(
             [
                 ("" if x[c] is None else str(x[c])) if c in _CSV_TEXT else canonical(x[c]).decode()
-                for c in CSV_COLUMNS
+                for c in columns
             ]
         )
     return out.getvalue().encode()

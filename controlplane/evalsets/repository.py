@@ -179,3 +179,16 @@ def runs(
     if layer is not None:
         query = query.where(EvalRun.layer == layer)
     return list(session.scalars(query))
+
+
+def hidden_orders(session: Session, review_item_ids: Sequence[int]) -> dict[int, bool]:
+    """Review item id → whether its A was the edge's answer (the order its reviewers saw),
+    for the blind form of the eval items that came from them."""
+    out: dict[int, bool] = {}
+    for start in range(0, len(review_item_ids), 1000):
+        chunk = list(review_item_ids[start : start + 1000])
+        rows = session.execute(
+            select(ReviewItem.id, ReviewItem.a_is_edge).where(ReviewItem.id.in_(chunk))
+        )
+        out.update((item_id, a_is_edge) for item_id, a_is_edge in rows)
+    return out

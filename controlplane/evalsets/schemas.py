@@ -47,7 +47,11 @@ class EvalSetsOut(BaseModel):
 
 
 class EvalItemsOut(BaseModel):
-    items: list[dict[str, Any]] = Field(description="Exported lines (evalsets/schema.json).")
+    items: list[dict[str, Any]] = Field(
+        description="Exported lines: to a key with `read`, the full form (evalsets/schema.json); "
+        "to a `review` key without it, the blind form: id, task, layer, input, a, b, expected, "
+        'bucket, failure_class, tags (docs/evalsets.md, "Blind form").'
+    )
     next: int | None = Field(description="Cursor for the next page (`after`); null at the end.")
 
 

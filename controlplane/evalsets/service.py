@@ -262,14 +262,43 @@ def layer_items(session: Session, task: Task, layer: str) -> list[EvalItem]:
     return repository.items(session, task.id, _layer(layer))
 
 
-def layer_lines(session: Session, task: Task, layer: str) -> list[dict[str, Any]]:
-    """The layer's exported lines, in export order."""
-    return [evalitems.line(x, task.name) for x in layer_items(session, task, layer)]
+def lines_of(
+    session: Session, task: Task, found: Sequence[EvalItem], *, blind: bool = False
+) -> list[dict[str, Any]]:
+    """The items as exported lines: the full form, or (`blind`) the form a `review` key
+    reads, each pair's answers in the order its reviewers saw them."""
+    if not blind:
+        return [evalitems.line(x, task.name) for x in found]
+    orders = repository.hidden_orders(
+        session, [x.review_item_id for x in found if x.review_item_id is not None]
+    )
+    return [evalitems.blind_line(x, task.name, _a_is_edge(x, orders)) for x in found]
 
 
-def layer_bytes(session: Session, task: Task, layer: str) -> bytes:
-    """The layer's JSONL export, byte for byte."""
-    return evalitems.jsonl(layer_lines(session, task, layer))
+def _a_is_edge(item: EvalItem, orders: Mapping[int, bool]) -> bool:
+    if item.review_item_id is not None and item.review_item_id in orders:
+        return orders[item.review_item_id]
+    # No review item to read the order from: one drawn from what the blind form never
+    # shows (the result, its labels and times), so it says nothing of the sides either.
+    return int(evalitems.sha256(evalitems.canonical(item.provenance))[-1], 16) % 2 == 0
+
+
+def layer_lines(
+    session: Session, task: Task, layer: str, *, blind: bool = False
+) -> list[dict[str, Any]]:
+    """The layer's exported lines (full, or `blind`), in export order."""
+    return lines_of(session, task, layer_items(session, task, layer), blind=blind)
+
+
+def layer_bytes(session: Session, task: Task, layer: str, *, blind: bool = False) -> bytes:
+    """The layer's JSONL export (full, or `blind`), byte for byte."""
+    return evalitems.jsonl(layer_lines(session, task, layer, blind=blind))
+
+
+def layer_csv(session: Session, task: Task, layer: str, *, blind: bool = False) -> bytes:
+    """The layer's CSV export (full, or `blind` with the blind form's columns)."""
+    columns = evalitems.BLIND_CSV_COLUMNS if blind else evalitems.CSV_COLUMNS
+    return evalitems.csv_bytes(layer_lines(session, task, layer, blind=blind), columns)
 
 
 def layer_hash(session: Session, task: Task, layer: str) -> str:
@@ -278,14 +307,14 @@ def layer_hash(session: Session, task: Task, layer: str) -> str:
 
 
 def page(
-    session: Session, task: Task, layer: str, *, after: int, limit: int
+    session: Session, task: Task, layer: str, *, after: int, limit: int, blind: bool = False
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """One page of a layer's lines after the cursor, and the next cursor (None at the end)."""
+    """One page of a layer's lines (full, or `blind`) after the cursor, and the next cursor
+    (None at the end)."""
     found = repository.items(session, task.id, _layer(layer), after=after, limit=limit + 1)
     more = len(found) > limit
     found = found[:limit]
-    lines = [evalitems.line(x, task.name) for x in found]
-    return lines, (found[-1].seq if more and found else None)
+    return lines_of(session, task, found, blind=blind), (found[-1].seq if more and found else None)
 
 
 def sets(session: Session) -> dict[str, Any]:

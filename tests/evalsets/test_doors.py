@@ -1,5 +1,5 @@
-"""The eval set doors: the endpoints (scope review; the NDJSON answer is the export byte for
-byte) and `shadowplane evalset backfill|export|compare`."""
+"""The eval set doors: the endpoints (scope review; with `read` the NDJSON answer is the
+export byte for byte) and `shadowplane evalset backfill|export|compare`."""
 
 from __future__ import annotations
 
@@ -77,8 +77,10 @@ def test_endpoints_backfill_list_page_and_serve_the_export(api: Api, tmp_path: P
         == hashlib.sha256((tmp_path / "manifest.json").read_bytes()).hexdigest()
     )
 
+    # The full form needs `read` (a review key reads the blind form: test_blind_export).
+    read = api.headers("read")
     raw = api.client.get(
-        f"/v1/evalsets/{TASK}/boundary", headers={**review, "Accept": "application/x-ndjson"}
+        f"/v1/evalsets/{TASK}/boundary", headers={**read, "Accept": "application/x-ndjson"}
     )
     assert raw.status_code == 200 and raw.headers["content-type"].startswith("application/x-ndjson")
     assert raw.content == exported
@@ -86,7 +88,7 @@ def test_endpoints_backfill_list_page_and_serve_the_export(api: Api, tmp_path: P
     seen, after = [], 0
     while True:
         page = api.client.get(
-            f"/v1/evalsets/{TASK}/boundary", params={"after": after, "limit": 3}, headers=review
+            f"/v1/evalsets/{TASK}/boundary", params={"after": after, "limit": 3}, headers=read
         ).json()
         seen.extend(page["items"])
         if page["next"] is None:

@@ -97,7 +97,7 @@ def gate(api: Api) -> str | None:
 
 def post_run(api: Api, outputs: dict[str, Any], **extra: Any) -> Any:
     body = {"model": MODEL, "lines": [{"id": k, "output": v} for k, v in outputs.items()], **extra}
-    return api.client.post(f"/v1/evalsets/{TASK}/runs", json=body, headers=api.headers("review"))
+    return api.client.post(f"/v1/evalsets/{TASK}/runs", json=body, headers=api.headers("read"))
 
 
 def test_the_gate_needs_a_passing_run_on_the_current_regression_set(module_api: Api) -> None:
@@ -134,7 +134,7 @@ def test_the_gate_needs_a_passing_run_on_the_current_regression_set(module_api: 
     regression_items(api, seed=102, n=4)
     why = gate(api)
     assert why is not None and "older set" in why and "24 items" in why
-    runs = api.client.get(f"/v1/evalsets/{TASK}/runs", headers=api.headers("review")).json()
+    runs = api.client.get(f"/v1/evalsets/{TASK}/runs", headers=api.headers("read")).json()
     assert [(r["accuracy"], r["current"]) for r in runs["runs"]] == [(0.95, False), (0.5, False)]
 
     with session_scope(api.engine) as session:
@@ -169,20 +169,22 @@ def test_a_run_must_answer_exactly_the_layer_s_items(module_api: Api) -> None:
         "model": MODEL,
         "lines": [{"id": lines[0]["id"], "output": "a"}, {"id": lines[0]["id"], "output": "b"}],
     }
-    answer = api.client.post(f"/v1/evalsets/{TASK}/runs", json=twice, headers=api.headers("review"))
+    answer = api.client.post(f"/v1/evalsets/{TASK}/runs", json=twice, headers=api.headers("read"))
     assert answer.status_code == 422 and "twice" in answer.json()["detail"]
     assert post_run(api, outputs, layer="anomaly").status_code == 422  # no anomaly items
     nope = api.client.post(
-        "/v1/evalsets/nope/runs", json={"model": MODEL, "lines": []}, headers=api.headers("review")
+        "/v1/evalsets/nope/runs", json={"model": MODEL, "lines": []}, headers=api.headers("read")
     )
     assert nope.status_code == 404
     assert post_run(api, outputs).status_code == 200
-    # `read` does not include `review`.
-    assert (
+    # A run names the model it scored: a review key (no `read`) neither stores nor lists runs.
+    for refused in (
         api.client.post(
             f"/v1/evalsets/{TASK}/runs",
             json={"model": MODEL, "lines": []},
-            headers=api.headers("read"),
-        ).status_code
-        == 403
-    )
+            headers=api.headers("review"),
+        ),
+        api.client.get(f"/v1/evalsets/{TASK}/runs", headers=api.headers("review")),
+    ):
+        assert refused.status_code == 403
+        assert MODEL not in refused.text

@@ -61,7 +61,7 @@ def post_run(api: Api, outputs: dict[str, Any]) -> Any:
     return api.client.post(
         f"/v1/evalsets/{TASK}/runs",
         json={"model": MODEL, "lines": [{"id": k, "output": v} for k, v in outputs.items()]},
-        headers=api.headers("review"),
+        headers=api.headers("read"),
     )
 
 
@@ -102,7 +102,7 @@ def test_a_rollback_s_regression_set_lets_the_blocked_model_back_only_when_it_pa
     added = actions.backfill(api.engine, layer="regression", actor="rev")
     assert added["tasks"] == {TASK: {"regression": n}}
     lines = api.client.get(
-        f"/v1/evalsets/{TASK}/regression", params={"limit": 1000}, headers=api.headers("review")
+        f"/v1/evalsets/{TASK}/regression", params={"limit": 1000}, headers=api.headers("read")
     ).json()["items"]
     assert len(lines) == n and all(x["expected"] == "refund" for x in lines)
     assert {x["provenance"]["regression"]["rule"] for x in lines} == {decision["rule"]}
