@@ -2,9 +2,10 @@
 
 The table lists each layer's items and the sha256 of its JSONL export (and of the
 manifest an export would write). Pick a layer to preview its rows (input, expected answer,
-bucket, failure class; not the two answers the item came from, its tags or provenance,
-which would tell a reviewer which side was which) and download it as JSONL or
-CSV, byte for byte what `shadowplane evalset export` writes. "Backfill now" turns labelled
+bucket, failure class; not the two answers the item came from, its tags or provenance)
+and download it as JSONL or CSV: with a key that holds `read`, byte for byte what
+`shadowplane evalset export` writes; with a review key without `read`, the blind form
+(the answers as A and B, nothing naming a model or a side). "Backfill now" turns labelled
 review items into eval items and says what it added and what still waits. Upload two run
 files (JSONL, one `{"id", "output", "model"}` a line) to compare them per layer and length
 bucket, as `shadowplane evalset compare` does."""
@@ -34,23 +35,24 @@ def load_sets(url: str) -> dict[str, Any]:
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
 def load_rows(
-    url: str, task: str, layer: str, after: int
+    url: str, task: str, layer: str, after: int, blind: bool
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """ROWS lines of the layer after the cursor, and the next cursor."""
+    """ROWS lines of the layer after the cursor (full, or `blind`), and the next cursor."""
     with session_scope(get_engine(url)) as session:
         return service.page(
-            session, service.task_named(session, task), layer, after=after, limit=ROWS
+            session, service.task_named(session, task), layer, after=after, limit=ROWS, blind=blind
         )
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
-def load_export(url: str, task: str, layer: str, fmt: str) -> bytes:
-    """The layer's export file: JSONL (its sha256 is the table's) or CSV."""
+def load_export(url: str, task: str, layer: str, fmt: str, blind: bool) -> bytes:
+    """The layer's export file, JSONL (the full one's sha256 is the table's) or CSV: the
+    full form, or (`blind`) the form a review key without `read` may read."""
     with session_scope(get_engine(url)) as session:
         found = service.task_named(session, task)
         if fmt == "jsonl":
-            return service.layer_bytes(session, found, layer)
-        return evalitems.csv_bytes(service.layer_lines(session, found, layer))
+            return service.layer_bytes(session, found, layer, blind=blind)
+        return service.layer_csv(session, found, layer, blind=blind)
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -112,6 +114,8 @@ def comparison_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 principal = common.require("review")
 url = common.database_url()
+# A reviewer never learns which answer was the edge's: without `read`, the blind form.
+blind = not common.can(principal, "read")
 
 st.title("Eval sets")
 st.caption(
@@ -157,7 +161,7 @@ names = [f"{row['task']}/{row['layer']}" for row in found["sets"]]
 chosen = st.selectbox("Eval set", names, key="evalsets_set")
 task, _, layer = chosen.partition("/")
 cursors: list[int] = st.session_state.setdefault(f"evalsets_cursors_{chosen}", [0])
-lines, next_cursor = load_rows(url, task, layer, cursors[-1])
+lines, next_cursor = load_rows(url, task, layer, cursors[-1], blind)
 st.dataframe(
     pd.DataFrame(
         [
@@ -174,7 +178,15 @@ st.dataframe(
     hide_index=True,
 )
 first_row = (len(cursors) - 1) * ROWS + 1
-st.caption(f"Rows {first_row}–{first_row + len(lines) - 1} of {formats.line(chosen)}.")
+st.caption(
+    f"Rows {first_row}–{first_row + len(lines) - 1} of {formats.line(chosen)}."
+    + (
+        " Downloads are the blind form: the two answers as A and B in the order reviewers "
+        "saw them, nothing naming a model or a side (the full form needs a key with read)."
+        if blind
+        else ""
+    )
+)
 back, more, jsonl, csv = st.columns(4)
 if back.button("First rows", key="evalsets_first", disabled=len(cursors) == 1):
     del cursors[1:]
@@ -186,14 +198,14 @@ if more.button("Next rows", key="evalsets_next", disabled=next_cursor is None) a
     st.rerun()
 jsonl.download_button(
     "Download JSONL",
-    load_export(url, task, layer, "jsonl"),
+    load_export(url, task, layer, "jsonl", blind),
     file_name=f"{task}-{layer}.jsonl",
     mime="application/x-ndjson",
     key="evalsets_jsonl",
 )
 csv.download_button(
     "Download CSV",
-    load_export(url, task, layer, "csv"),
+    load_export(url, task, layer, "csv", blind),
     file_name=f"{task}-{layer}.csv",
     mime="text/csv",
     key="evalsets_csv",

@@ -3,6 +3,7 @@ downloads byte for byte, and two uploaded runs compared per layer and bucket."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from controlplane.evalsets import scoring
 from controlplane.evalsets import service as evalsets
 from controlplane.review import actions
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.review.blind_leaks import csv_leaks, text_leaks
 
 pytestmark = pytest.mark.integration
 
@@ -75,9 +77,8 @@ def test_preview_rows_page_through_a_layer_without_naming_sides_or_models(seeded
     assert list(at.dataframe[1].value["id"]) == [x["id"][:12] for x in lines[:20]]
 
 
-def test_downloads_are_the_layer_exports_byte_for_byte(
-    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _kept_downloads(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """The files the page offers for download, by file name, as the page renders them."""
     stored: dict[str, bytes] = {}
     original = MemoryMediaFileStorage.load_and_get_id
 
@@ -87,8 +88,15 @@ def test_downloads_are_the_layer_exports_byte_for_byte(
         return original(self, path_or_data, mimetype, kind, filename)
 
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", keep)
+    return stored
+
+
+def test_downloads_are_the_layer_exports_byte_for_byte(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = _kept_downloads(monkeypatch)
     row = service_sets(seeded)["sets"][-1]
-    at = evalsets_page(seeded)
+    at = evalsets_page(seeded, "admin")
     at.selectbox(key="evalsets_set").select(f"{row['task']}/{row['layer']}").run()
     assert not at.exception
     with session_scope(seeded.engine) as session:
@@ -99,6 +107,45 @@ def test_downloads_are_the_layer_exports_byte_for_byte(
     assert evalitems.sha256(jsonl) == row["sha256"]
     assert stored[f"{row['task']}-{row['layer']}.csv"] == csv
     assert {b.label for b in at.get("download_button")} == {"Download JSONL", "Download CSV"}
+
+
+def test_a_review_key_downloads_only_the_blind_form(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found on main: the JSONL and CSV open to a review key carried edge_model
+    "small-int4@3", cloud_model "large@7", edge_output, cloud_output and served."""
+    stored = _kept_downloads(monkeypatch)
+    at = evalsets_page(seeded, "review")
+    for row in service_sets(seeded)["sets"]:
+        at.selectbox(key="evalsets_set").select(f"{row['task']}/{row['layer']}").run()
+        assert not at.exception
+        with session_scope(seeded.engine) as session:
+            task = evalsets.task_named(session, row["task"])
+            full = evalsets.layer_lines(session, task, row["layer"])
+            blind = evalsets.layer_bytes(session, task, row["layer"], blind=True)
+            blind_csv = evalsets.layer_csv(session, task, row["layer"], blind=True)
+        jsonl = stored[f"{row['task']}-{row['layer']}.jsonl"]
+        csv = stored[f"{row['task']}-{row['layer']}.csv"]
+        assert (jsonl, csv) == (blind, blind_csv)
+        models = {x["provenance"][k] for x in full for k in ("edge_model", "cloud_model")}
+        assert {"small-int4@3", "large@7"} <= models
+        models -= {None}
+        assert text_leaks(jsonl.decode(), models) == csv_leaks(csv, models) == [], row
+        lines = [json.loads(x) for x in jsonl.decode().splitlines()]
+        assert len(lines) == row["count"]
+        assert {k for x in lines for k in x} == {
+            "id",
+            "task",
+            "layer",
+            "input",
+            "a",
+            "b",
+            "expected",
+            "bucket",
+            "failure_class",
+            "tags",
+        }
+    assert "Downloads are the blind form" in page_text(at)
 
 
 def test_backfill_now_adds_what_reviewers_labelled_and_says_so(seeded: Seeded) -> None:
