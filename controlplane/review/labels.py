@@ -6,6 +6,10 @@ Pair verdicts are given in A/B terms (`a_correct`, `b_correct`, `both_correct`,
 `cloud_correct`, ...) with the item's hidden order; single-answer items ("is this answer
 right?", the answer shown being the cloud's) take `correct`, `wrong`, `unclear`.
 
+A pair verdict may not contradict the task's comparator (`contradiction`): an answer it
+calls invalid is never right, and under an exact comparator two answers it reads as one
+are right or wrong together, two it reads as different are never both right.
+
 Labels are never edited: each reviewer's newest label on an item is their vote. The
 consensus is the verdict most of the votes that are not `unclear` give; none, or a tie,
 is `unclear` (a tie is what sends an item to one more reviewer).
@@ -14,10 +18,13 @@ is `unclear` (a tie is what sends an item to one more reviewer).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
+
+from controlplane.compare.comparators import compare, normalise_label
+from controlplane.compare.jsonutil import short_repr
 
 PAIR_VERDICTS = ("a_correct", "b_correct", "both_correct", "both_wrong", "unclear")
 SINGLE_VERDICTS = ("correct", "wrong", "unclear")
@@ -47,6 +54,107 @@ def resolve(verdict: str, *, kind: str, a_is_edge: bool) -> str:
     if verdict == "b_correct":
         return "cloud_correct" if a_is_edge else "edge_correct"
     return verdict
+
+
+# Comparators that read two answers as one answer or as two different ones (a label
+# normalised, JSON canonical, json_fields on its declared fields). A text rewrite is read
+# by what it conserves: two different rewrites may both be right.
+EXACT_COMPARATORS = ("label", "exact", "json_fields")
+# The answers each pair verdict calls right.
+CALLED_RIGHT = {"a_correct": ("A",), "b_correct": ("B",), "both_correct": ("A", "B")}
+# At most this many differing fields or paths are named in a refusal.
+NAMED = 5
+
+
+def contradiction(verdict: str, spec: Mapping[str, Any] | None, a: Any, b: Any) -> str | None:
+    """Why the pair verdict contradicts how the task's comparator (`spec`) reads answers A
+    and B, as a sentence in A/B terms; None when it may stand (or without a spec).
+
+    The eval set takes the answer called right as the expected one and scores runs with
+    the comparator, so: an answer the comparator calls invalid is never right (no run
+    could agree with it); under an exact comparator `both_correct` needs the two answers
+    equal as it reads them, and `a_correct`/`b_correct` needs them different (one answer
+    cannot be right and wrong at once). Answers too long to compare are not judged."""
+    called = CALLED_RIGHT.get(verdict)
+    if spec is None or called is None:
+        return None
+    kind = spec["kind"]
+    for name, other, answer in (("A", "b", a), ("B", "a", b)):
+        problem = invalid(spec, answer) if name in called else None
+        if problem is not None:
+            return (
+                f"verdict: {verdict} calls {name} right, but {name} is not an answer this "
+                f"task's {kind} comparator accepts ({problem}); choose {other}_correct, or "
+                "both_wrong with the right answer as a correction"
+            )
+    if kind not in EXACT_COMPARATORS:
+        return None
+    found = compare(spec, a, b)
+    if found.outcome is None:
+        return None
+    if verdict == "both_correct" and found.outcome != "agree":
+        return (
+            f"verdict: both_correct calls A and B right, but they are different answers to "
+            f"this task's {kind} comparator ({_how_different(found.diff)}), so at most one "
+            f"of them is right; choose a_correct, b_correct or both_wrong"
+        )
+    if verdict != "both_correct" and found.outcome == "agree":
+        return (
+            f"verdict: {verdict} calls only {called[0]} right, but A and B are the same "
+            f"answer to this task's {kind} comparator ({_how_same(spec, a)}), so they are "
+            "right or wrong together; choose both_correct or both_wrong"
+        )
+    return None
+
+
+def invalid(spec: Mapping[str, Any], answer: Any) -> str | None:
+    """What the task's comparator finds wrong with the answer (it does not agree with
+    itself), or None when it is a valid answer or too long to compare."""
+    found = compare(spec, answer, answer)
+    if found.outcome in (None, "agree"):
+        return None
+    return why_not_accepted(found.diff)
+
+
+def why_not_accepted(diff: Any) -> str:
+    """The problem a comparator's diff of an answer compared with itself names."""
+    if isinstance(diff, dict) and "edge" in diff:
+        problem = diff["edge"]
+        text = "; ".join(map(str, problem)) if isinstance(problem, list) else str(problem)
+    elif isinstance(diff, dict) and isinstance(diff.get("too_long"), dict):
+        text = f"longer than {diff['too_long'].get('max_chars')} characters"
+    else:
+        text = "it does not agree with itself"
+    return text[:300]
+
+
+def _named(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED])
+    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+
+
+def _how_different(diff: Any) -> str:
+    """Where two valid answers differ, from the comparator's diff (of A against B)."""
+    diff = diff if isinstance(diff, dict) else {}
+    if isinstance(diff.get("label"), dict):
+        pair = diff["label"]
+        return f"A reads {short_repr(pair.get('edge'), 60)}, B {short_repr(pair.get('cloud'), 60)}"
+    if isinstance(diff.get("fields"), dict):
+        return f"they differ on {_named(sorted(diff['fields']))}"
+    paths = [p for p in diff.get("paths") or [] if isinstance(p, str)]
+    if paths and paths != ["$"]:
+        return f"they differ at {_named(paths)}"
+    return "they differ as a whole"
+
+
+def _how_same(spec: Mapping[str, Any], a: Any) -> str:
+    """What makes two answers one answer to the comparator."""
+    kind = spec["kind"]
+    if kind == "label":
+        return f"both read {short_repr(normalise_label(a), 60)}"
+    if kind == "json_fields":
+        return f"it compares {_named(sorted(spec['fields']))}, and they hold the same values"
+    return "the same JSON value once keys are sorted and 1.0 is read as 1"
 
 
 class LabelLike(Protocol):

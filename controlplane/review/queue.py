@@ -29,7 +29,14 @@ from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
 from controlplane.review import repository
 from controlplane.review.blind import stored_numbering
-from controlplane.review.labels import LabelError, consensus, resolve, votes
+from controlplane.review.labels import (
+    LabelError,
+    consensus,
+    contradiction,
+    resolve,
+    votes,
+    why_not_accepted,
+)
 
 # Bounds on what a label carries (the API bounds its body the same way).
 MAX_NOTE = 2000
@@ -114,7 +121,8 @@ def label(
     """Store the reviewer's label on the item they hold, free the lease, and mark the item
     done or send it to one more reviewer. `locked`: the item's lease row, if the caller
     locked it (repository.locked_item). `comparator_spec`: the task's comparator, which
-    a correction must be a valid answer of.
+    a correction must be a valid answer of and a pair verdict may not contradict
+    (labels.contradiction: 422 with the reason, a correction of one's label alike).
 
     A reviewer who already labelled the item may label it again without a lease: their
     correction, which supersedes their earlier label (each reviewer's newest label is
@@ -163,14 +171,22 @@ def label(
         if size > MAX_CORRECTED:
             raise ActionError(422, f"corrected: at most {MAX_CORRECTED} bytes of JSON, got {size}")
         check_corrected(corrected, verdict, comparator_spec)
+    pair = item.kind == "pair" and comparator_spec is not None
+    shown = repository.view_row(session, item.id) if pair or corrected is not None else None
+    if pair and shown is not None:
+        a, b = shown.edge_output, shown.cloud_output
+        if not item.a_is_edge:
+            a, b = b, a
+        refused = contradiction(verdict, comparator_spec, a, b)
+        if refused is not None:
+            raise ActionError(422, refused)
+    if corrected is not None and shown is not None:
         # The reviewer wrote it against the blind view, whose placeholders are renumbered:
         # store it with the numbers of the item's stored text, which it is kept beside.
-        shown = repository.view_row(session, item.id)
-        if shown is not None:
-            try:
-                corrected = stored_numbering(shown, corrected)
-            except ValueError as exc:
-                raise ActionError(422, f"corrected: {exc}") from None
+        try:
+            corrected = stored_numbering(shown, corrected)
+        except ValueError as exc:
+            raise ActionError(422, f"corrected: {exc}") from None
     label_id = repository.add_label(
         session,
         item_id=item.id,
@@ -243,19 +259,8 @@ def check_corrected(corrected: Any, verdict: str, spec: Mapping[str, Any] | None
         raise ActionError(
             422,
             f"corrected: not an answer the task's {spec.get('kind')} comparator accepts "
-            f"({_why(found.diff)})",
+            f"({why_not_accepted(found.diff)})",
         )
-
-
-def _why(diff: Any) -> str:
-    if isinstance(diff, dict) and "edge" in diff:
-        problem = diff["edge"]
-        text = "; ".join(map(str, problem)) if isinstance(problem, list) else str(problem)
-    elif isinstance(diff, dict) and isinstance(diff.get("too_long"), dict):
-        text = f"longer than {diff['too_long'].get('max_chars')} characters"
-    else:
-        text = "it does not agree with itself"
-    return text[:300]
 
 
 def release(

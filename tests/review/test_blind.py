@@ -197,6 +197,12 @@ def test_no_review_answer_reveals_the_edge_side(sampled: Api) -> None:
         done = api.client.post(
             f"/v1/review/{view['id']}/label", json={"verdict": verdict}, headers=headers
         )
+        if done.status_code == 422:
+            # A verdict the task's comparator contradicts is refused, its reason as blind.
+            assert done.json()["detail"].startswith("verdict: ") and _clean(done.text) == []
+            done = api.client.post(
+                f"/v1/review/{view['id']}/label", json={"verdict": "unclear"}, headers=headers
+            )
         assert done.status_code == 200, done.text
         assert _clean(done.text) == [], done.text
         if len(seen) % 25 == 0:

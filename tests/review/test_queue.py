@@ -198,7 +198,7 @@ def test_agreeing_reviewers_close_the_item(db_url: str) -> None:
     (item,) = add_items(engine, "ticket_classify", 1, reviews_needed=2)
     for n, reviewer in enumerate(("ann", "bob")):
         assert claim(engine, reviewer, seconds=10 * n)["id"] == item  # type: ignore[index]
-        out = label(engine, item, reviewer, seconds=10 * n + 1, verdict="both_correct")
+        out = label(engine, item, reviewer, seconds=10 * n + 1, verdict="both_wrong")
     assert (out["state"], out["reviews_needed"]) == ("done", 2)
 
 
@@ -247,7 +247,7 @@ def test_concurrent_claimers_never_hold_the_same_item(pg_url: str) -> None:
                 if view is None:
                     return
                 mine.append(view["id"])
-                actions.label(engine, view["id"], name, verdict="both_correct")
+                actions.label(engine, view["id"], name, verdict="both_wrong")
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
