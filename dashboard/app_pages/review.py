@@ -213,7 +213,14 @@ def submit_label(item: dict[str, Any], verdict: str) -> None:
                 f"Your lease on item {item['id']} expired (or another reviewer holds it now), "
                 "so that label was not stored. Here is the next item.",
             )
-        st.error(formats.text(common.detail_text(exc.detail)))
+        refusal = common.detail_text(exc.detail)
+        if refusal.startswith("verdict: "):
+            # A verdict the task's comparator contradicts: said with the buttons' names,
+            # and the item stays for another verdict.
+            refusal = "Not stored: " + refusal.removeprefix("verdict: ")
+            for name, title in PAIR_VERDICTS:
+                refusal = refusal.replace(name, f"“{title}”")
+        st.error(formats.text(refusal))
         return
     done_with_item("success", f"Item {item['id']} labelled {verdict}.")
 

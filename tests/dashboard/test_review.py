@@ -151,7 +151,7 @@ def test_a_verdict_key_labels_the_item_as_the_reviewer_and_the_next_comes_at_onc
 def test_the_progress_line_counts_todays_labels_and_the_queue(seeded: Seeded) -> None:
     at = review_page(seeded)
     for _ in range(2):
-        at.button(key="verdict-both_correct").click().run()
+        at.button(key="verdict-both_wrong").click().run()
     from datetime import UTC, datetime
 
     with session_scope(seeded.engine) as session:
