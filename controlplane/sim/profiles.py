@@ -1,7 +1,9 @@
 """Realistic result generators per example task, and the scenarios that break them
 (docs/architecture.md, "The traffic simulator").
 
-Pure: given a seeded `random.Random` and a clock value, the same results come out.
+Pure: given a seeded `random.Random` and a clock value, the same results come out. Input
+texts (`texts`) and reply wordings are drawn from a generator of the request's own, so the
+rest of a seeded stream does not depend on them.
 `decision` is the simulated router's own eligibility rule (`ELIGIBLE_MAX_TOKENS`), before
 any flag.
 
@@ -22,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from controlplane.client import wants_repeat
+from controlplane.sim import texts
 
 SCENARIOS = (
     "none",
@@ -171,16 +174,9 @@ def ticket_classify(
         scenario=scenario,
         edge_model=edge_model,
     )
+    ticket = texts.ticket(_aside("ticket_classify", i, ts), truth, tokens)
     return _result(
-        "ticket_classify",
-        i,
-        ts,
-        tokens,
-        rng,
-        {"text": f"ticket {i}: ... ({tokens} tokens)"},
-        edge,
-        cloud,
-        edge_serves,
+        "ticket_classify", i, ts, tokens, rng, {"text": ticket.text}, edge, cloud, edge_serves
     )
 
 
@@ -220,6 +216,13 @@ NOTES = [
     ),
 ]
 
+# Each remark as a Chinese invoice prints it (NOTES' order).
+NOTES_ZH = [
+    "自开票之日起30天内付款。",
+    "货物已全部交付，无欠交。",
+    "提前付款已享受2%折扣。",
+    "每月固定服务费。",
+]
 NOTES_ANY = [wording for group in NOTES for wording in group]
 # A wording's group: the other ways to say the same remark.
 NOTE_GROUP = {wording: group for group in NOTES for wording in group}
@@ -238,7 +241,8 @@ def invoice_extract(
     cloud_out = {"amount": amount, "currency": rng.choice(CURRENCIES), "invoice_id": f"INV-{i:06d}"}
     # Drawn aside, so the rest of the stream (and every seeded run before the note existed)
     # is unchanged.
-    cloud_out["note"] = random.Random(f"note:{i}:{amount}").choice(NOTES_ANY)
+    note = random.Random(f"note:{i}:{amount}").choice(NOTES_ANY)
+    cloud_out["note"] = note
     edge_out: Any = dict(cloud_out)
     roll = rng.random()
     slip = 0.03 + 0.03 * min(tokens / LONG_TICKET, 1.0)
@@ -259,17 +263,10 @@ def invoice_extract(
         scenario=scenario,
         edge_model=edge_model,
     )
-    return _result(
-        "invoice_extract",
-        i,
-        ts,
-        tokens,
-        rng,
-        {"text": f"invoice {i} scan text"},
-        edge,
-        cloud,
-        edge_serves,
-    )
+    group = NOTE_GROUP[note]
+    remark = {"en": group[0], "zh": NOTES_ZH[NOTES.index(group)]}
+    scan = texts.invoice(_aside("invoice_extract", i, ts), cloud_out, remark, tokens)
+    return _result("invoice_extract", i, ts, tokens, rng, {"text": scan}, edge, cloud, edge_serves)
 
 
 # (cloud reply, a faithful rewrite, the rewrite with a negation dropped, with a number changed)
@@ -307,6 +304,30 @@ REWRITES = [
 ]
 
 
+# The same two slips on the cloud's wording of each reply (REWRITES' order): (negation
+# dropped, number changed), None where the faithful rewrite has none either.
+CLOUD_SLIPS: list[tuple[str | None, str | None]] = [
+    (None, "您好，您的退款{amount2}元已于今天退回原账户。如有疑问，请拨打 {phone} 联系我们。"),
+    (
+        "抱歉，该商品支持七天无理由退货。我们已将说明发送至 {email}。",
+        "抱歉，该商品不支持三十天无理由退货。我们已将说明发送至 {email}。",
+    ),
+    (None, "Hi, your refund of ${amount2} was sent today. We will email {email} when it arrives."),
+    (
+        "Sorry, we can change the delivery address after shipping. Please call {phone} for help.",
+        None,
+    ),
+    (None, "订单 {order} 预计5天内送达。请保持电话 {phone} 畅通。"),
+]
+
+
+def wordings(reply: int) -> tuple[tuple[str, str | None, str | None], ...]:
+    """The faithful wordings of REWRITES[reply], each with its (negation dropped, number
+    changed) slips. Either side words a reply either way, so its wording tells no side."""
+    cloud, faithful, no_negation, other_number = REWRITES[reply]
+    return ((cloud, *CLOUD_SLIPS[reply]), (faithful, no_negation, other_number))
+
+
 def reply_rewrite(
     rng: random.Random,
     i: int,
@@ -315,7 +336,8 @@ def reply_rewrite(
     edge_serves: bool,
     edge_model: str = EDGE_MODEL,
 ) -> dict[str, Any]:
-    cloud_text, faithful, no_negation, other_number = rng.choice(REWRITES)
+    chosen = rng.choice(REWRITES)
+    reply = REWRITES.index(chosen)
     amount = rng.randrange(20, 900)
     fill = {
         "amount": amount,
@@ -324,36 +346,30 @@ def reply_rewrite(
         "email": f"user{rng.randrange(10**4)}@example.com",
         "order": f"SO-{rng.randrange(10**6, 10**7)}",
     }
+    # Drawn aside, so the rest of the stream is as before the wordings were symmetric.
+    aside = _aside("reply_rewrite", i, ts)
+    cloud_text = aside.choice(wordings(reply))[0]
+    edge_text, no_negation, other_number = aside.choice(wordings(reply))
     roll = rng.random()
-    edge_text = faithful
     if roll < 0.05 and no_negation:
         edge_text = no_negation  # the rewrite that flips the meaning
     elif roll < 0.10 and other_number:
         edge_text = other_number
-    # The reply is the tail of a conversation the router sends along.
-    tokens = _longer(len(cloud_text) * 2 + _tokens(rng, 150, 0.8), scenario)
+    # The reply answers the tail of a conversation the router sends along.
+    tokens = _longer(len(chosen[0]) * 2 + _tokens(rng, 150, 0.8), scenario)
     edge_error = _edge_error(rng, scenario)
     edge, cloud = _sides(
         rng,
         tokens,
         edge_text.format(**fill),
         cloud_text.format(**fill),
-        output_tokens=len(cloud_text) * 2,
+        output_tokens=len(chosen[0]) * 2,
         edge_error=edge_error,
         scenario=scenario,
         edge_model=edge_model,
     )
-    return _result(
-        "reply_rewrite",
-        i,
-        ts,
-        tokens,
-        rng,
-        {"text": cloud_text.format(**fill)},
-        edge,
-        cloud,
-        edge_serves,
-    )
+    context = texts.reply_context(aside, reply, fill, tokens)
+    return _result("reply_rewrite", i, ts, tokens, rng, {"text": context}, edge, cloud, edge_serves)
 
 
 # --- The cloud's own noise: its second answer to the same input (`cloud_repeat`) ---------
@@ -408,11 +424,14 @@ def _template(text: str) -> re.Pattern[str]:
     return re.compile(f"^{pattern}$")
 
 
-_REPLIES = [(_template(cloud), faithful) for cloud, faithful, _, _ in REWRITES]
+_REPLIES = [(_template(cloud), faithful) for cloud, faithful, _, _ in REWRITES] + [
+    (_template(faithful), cloud) for cloud, faithful, _, _ in REWRITES
+]
 
 
 def faithful_reply(cloud_text: str) -> str | None:
-    """The faithful rewrite of a simulated cloud reply (the same fills), None if unknown."""
+    """The other faithful wording of a simulated reply (the same fills), None if unknown:
+    with the reply itself, every faithful answer."""
     for pattern, faithful in _REPLIES:
         match = pattern.match(cloud_text)
         if match:
@@ -486,6 +505,16 @@ def costlier(result: dict[str, Any], seconds: float, seed: int = 0) -> dict[str,
     return result
 
 
+def _request_id(task: str, i: int, ts: datetime) -> str:
+    return f"sim-{task}-{ts:%Y%m%d%H%M%S%f}-{i}"
+
+
+def _aside(task: str, i: int, ts: datetime) -> random.Random:
+    """A generator of the request's own, for what is drawn beside the stream (its input
+    text, its wordings): the stream's other draws stay as they were."""
+    return random.Random(f"aside:{_request_id(task, i, ts)}")
+
+
 def _result(
     task: str,
     i: int,
@@ -498,7 +527,7 @@ def _result(
     edge_serves: bool,
 ) -> dict[str, Any]:
     result = {
-        "request_id": f"sim-{task}-{ts:%Y%m%d%H%M%S%f}-{i}",
+        "request_id": _request_id(task, i, ts),
         "task": task,
         "ts": ts.isoformat(),
         "session_id": f"s-{rng.randrange(5000)}",
