@@ -30,6 +30,7 @@ from controlplane.models import ReviewSkip
 from controlplane.review import repository
 from controlplane.review.blind import stored_numbering
 from controlplane.review.labels import (
+    CALLED_RIGHT,
     LabelError,
     consensus,
     contradiction,
@@ -171,7 +172,7 @@ def label(
         if size > MAX_CORRECTED:
             raise ActionError(422, f"corrected: at most {MAX_CORRECTED} bytes of JSON, got {size}")
         check_corrected(corrected, verdict, comparator_spec)
-    pair = item.kind == "pair" and comparator_spec is not None
+    pair = item.kind == "pair" and comparator_spec is not None and verdict in CALLED_RIGHT
     shown = repository.view_row(session, item.id) if pair or corrected is not None else None
     if pair and shown is not None:
         a, b = shown.edge_output, shown.cloud_output
