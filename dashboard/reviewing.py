@@ -1,22 +1,27 @@
 """How the review page shows a blind item (pure): texts escaped for Streamlit's markdown,
-the words the A/B diff names highlighted where they occur, and the diff itself as short
-lines.
+every difference the A/B diff names highlighted where it is written in each answer (and
+the numbers, names and negations one answer holds in the input), and the diff itself as
+short lines.
 
 It reads only the blind view (`controlplane.review.actions.claim`): sides are A and B,
-and nothing here could name which answer came from where."""
+and nothing here could name which answer came from where: what is highlighted in an
+answer depends on the two answers and the A/B diff alone."""
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dashboard import formats
+from controlplane.compare.comparators import normalise_label
+from dashboard import formats, locate
+from dashboard.locate import Span
 
-# Highlight colour of the words where the answers differ.
+# Highlight colour of the places where the answers differ.
 MARK = "orange-background"
 # Checks of text_conservation whose values are words and numbers found in the texts.
 _WORD_CHECKS = ("numbers", "negations", "spans")
+SIDES = ("a", "b")
 
 
 def escape(text: str) -> str:
@@ -24,21 +29,37 @@ def escape(text: str) -> str:
     return formats.text(text)
 
 
-def highlighted(text: str, words: list[str]) -> str:
-    """The text as markdown with each of the words (whole, where they occur) highlighted."""
-    found = sorted({w for w in words if w and w.strip()}, key=len, reverse=True)
-    if not found:
-        return escape(text)
-    pattern = re.compile(
-        "|".join(rf"(?<!\w){re.escape(w)}(?!\w)" if w[0].isalnum() else re.escape(w) for w in found)
-    )
+def highlighted(text: str, places: Sequence[Span]) -> str:
+    """The text as markdown with the places given highlighted (overlapping places as one;
+    a place over several lines as one highlight per line)."""
     out, at = [], 0
-    for match in pattern.finditer(text):
-        out.append(_piece(text, at, match.start()))
-        out.append(f":{MARK}[{escape(match.group())}]")
-        at = match.end()
+    for start, end in _lines_of(text, places):
+        out.append(_piece(text, at, start))
+        out.append(f":{MARK}[{escape(text[start:end])}]")
+        at = end
     out.append(_piece(text, at, len(text)))
     return "".join(out)
+
+
+def _lines_of(text: str, places: Sequence[Span]) -> Iterator[Span]:
+    """The places within the text, merged where they overlap or touch, cut at line breaks,
+    without the spaces they start or end with; in order."""
+    merged: list[list[int]] = []
+    for start, end in sorted((max(0, s), min(len(text), e)) for s, e in places):
+        if start >= end:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    for start, end in merged:
+        at = start
+        for piece in text[start:end].splitlines(keepends=True):
+            stripped = piece.strip()
+            if stripped:
+                first = at + piece.index(stripped[0])
+                yield first, first + len(stripped)
+            at += len(piece)
 
 
 def _piece(text: str, start: int, end: int) -> str:
@@ -66,35 +87,84 @@ def _words(value: Any) -> list[str]:
     return [] if value is None else [str(value)]
 
 
-def marks(diff: Any, side: str) -> list[str]:
-    """What to highlight in answer `side` ("a" or "b"): the words only it holds, its label
-    or the values of its fields that differ."""
+def marks(item: Mapping[str, Any], side: str) -> list[Span]:
+    """Where answer `side` ("a" or "b") of a blind pair differs from the other, as places
+    in its text as shown (`as_text`): the label it gives; the fields whose values differ
+    (key and value); the numbers, negations and named spans only it holds, and the words
+    its counterpart negates where only the other answer holds a negation."""
+    diff = item.get("diff")
+    if not isinstance(diff, dict) or side not in SIDES:
+        return []
+    other = "b" if side == "a" else "a"
+    text = as_text(item.get(side))
+    out = _label_marks(text, diff.get("label"), side)
+    out += _field_marks(text, diff.get("fields"))
+    out += locate.numbers(text, only_in(diff, "numbers", side))
+    out += locate.names(text, only_in(diff, "spans", side))
+    out += locate.negations(text, only_in(diff, "negations", side))
+    theirs = as_text(item.get(other))
+    negated = locate.negations(theirs, only_in(diff, "negations", other))
+    out += locate.counterparts(text, theirs, negated)
+    return out
+
+
+def input_marks(item: Mapping[str, Any]) -> list[Span]:
+    """Where the input holds what one answer holds and the other lacks: numbers, named
+    spans and negations only one answer holds, and the values of differing fields."""
+    diff = item.get("diff")
     if not isinstance(diff, dict):
         return []
-    out = only_in(diff, side)
-    if isinstance(diff.get("label"), dict):
-        out += _words(diff["label"].get(side))
+    text = as_text(item.get("input"))
+    out: list[Span] = []
+    for side in SIDES:
+        out += locate.numbers(text, only_in(diff, "numbers", side))
+        out += locate.names(text, only_in(diff, "spans", side))
+        out += locate.negations(text, only_in(diff, "negations", side))
     if isinstance(diff.get("fields"), dict):
-        for pair in diff["fields"].values():
-            if isinstance(pair, dict) and isinstance(pair.get(side), str | int | float):
-                out += _words(pair[side])
+        values = [
+            pair.get(side)
+            for pair in diff["fields"].values()
+            if isinstance(pair, dict)
+            for side in SIDES
+        ]
+        numeric = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        out += locate.numbers(text, {_number(v) for v in numeric})
+        out += locate.words(text, [v for v in values if isinstance(v, str) and len(v.strip()) > 1])
     return out
 
 
-def input_marks(diff: Any) -> list[str]:
-    """What to highlight in the input: the words one answer holds and the other lacks."""
-    return only_in(diff, "a") + only_in(diff, "b")
-
-
-def only_in(diff: Any, side: str) -> list[str]:
-    """The words and numbers only answer `side` holds (text checks)."""
-    if not isinstance(diff, dict):
+def _label_marks(text: str, label: Any, side: str) -> list[Span]:
+    """The label this answer gives: the whole answer when it is that label as the
+    comparator reads it, else where the label is written in it."""
+    if not isinstance(label, dict) or not isinstance(label.get(side), str):
         return []
-    out: list[str] = []
-    for check in _WORD_CHECKS:
-        if isinstance(diff.get(check), dict):
-            out += _words(diff[check].get(f"only_in_{side}"))
-    return out
+    if normalise_label(text) == label[side]:
+        start = len(text) - len(text.lstrip())
+        return [(start, len(text.rstrip()))]
+    return locate.words(text, [label[side]])
+
+
+def _field_marks(text: str, fields: Any) -> list[Span]:
+    """Each differing field of a JSON answer, its key and its value."""
+    if not isinstance(fields, dict) or not fields:
+        return []
+    found = locate.fields(text)
+    return [found[name] for name in fields if name in found]
+
+
+def _number(value: float) -> str:
+    """A number spelt as the comparator spells the numbers it reads (2.0 is 2)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+def only_in(diff: Any, check: str, side: str) -> list[str]:
+    """The words or numbers of a text check (numbers, negations, spans) only answer
+    `side` holds."""
+    if not isinstance(diff, dict) or not isinstance(diff.get(check), dict):
+        return []
+    return _words(diff[check].get(f"only_in_{side}"))
 
 
 def _short(value: Any) -> str:
@@ -102,6 +172,10 @@ def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _counted(n: Any, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def differences(diff: Any) -> list[str]:
@@ -124,10 +198,13 @@ def differences(diff: Any) -> list[str]:
         lines.append("differs at " + ", ".join(str(p) for p in diff["paths"][:20]))
     if isinstance(diff.get("sentences"), dict):
         s = diff["sentences"]
-        lines.append(f"sentences: A {s.get('a')}, B {s.get('b')}")
+        lines.append(f"A has {_counted(s.get('a'), 'sentence')}, B has {s.get('b')}")
     if isinstance(diff.get("length_ratio"), dict):
         n = diff["length_ratio"]
-        lines.append(f"length: A {n.get('a')} characters, B {n.get('b')}")
+        lines.append(
+            f"A is {_counted(n.get('a'), 'word')} long, B {n.get('b')} "
+            "(a number or a Chinese character counts as a word)"
+        )
     if isinstance(diff.get("too_long"), dict):
         n = diff["too_long"]
         lines.append(

@@ -183,7 +183,7 @@ def claim_next(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any] 
     return None
 
 
-def answer(title: str, value: Any, marks: list[str]) -> None:
+def answer(title: str, value: Any, marks: list[reviewing.Span]) -> None:
     st.markdown(f"**{title}**")
     with st.container(border=True):
         st.markdown(reviewing.highlighted(reviewing.as_text(value), marks))
@@ -329,7 +329,7 @@ diff = item["diff"]
 st.markdown("**Input**")
 with st.container(border=True):
     st.markdown(
-        reviewing.highlighted(reviewing.as_text(item["input"]), reviewing.input_marks(diff))
+        reviewing.highlighted(reviewing.as_text(item["input"]), reviewing.input_marks(item))
     )
 
 if item["kind"] == "single":
@@ -338,9 +338,9 @@ if item["kind"] == "single":
 else:
     left, right = st.columns(2)
     with left:
-        answer("A", item["a"], reviewing.marks(diff, "a"))
+        answer("A", item["a"], reviewing.marks(item, "a"))
     with right:
-        answer("B", item["b"], reviewing.marks(diff, "b"))
+        answer("B", item["b"], reviewing.marks(item, "b"))
     lines = reviewing.differences(diff)
     if lines:
         st.markdown("**Where they differ**\n\n" + "\n".join(f"- {formats.line(x)}" for x in lines))

@@ -93,7 +93,8 @@ def test_the_diff_is_highlighted_in_a_and_b_terms() -> None:
         "numbers": {"a": ["12", "30"], "b": ["13", "30"], "only_in_a": ["12"], "only_in_b": ["13"]},
         "spans": {"a": ["Berlin"], "b": [], "only_in_a": ["Berlin"], "only_in_b": []},
     }
-    a = reviewing.highlighted("Paid 12 of 30 in Berlin (112 left).", reviewing.marks(diff, "a"))
+    item = {"a": "Paid 12 of 30 in Berlin (112 left).", "b": "Paid 13 of 30.", "diff": diff}
+    a = reviewing.highlighted(item["a"], reviewing.marks(item, "a"))
     assert a == (
         "Paid :orange-background[12] of 30 in :orange-background[Berlin] \\(112 left\\)\\."
     )
