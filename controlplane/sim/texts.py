@@ -393,7 +393,7 @@ SERVICES = {
         "Toner cartridge",
         "Courier service",
         "Desk chair",
-        "Monthly cloud backup",
+        "Monthly data backup",
         "Printing, flyers A5",
         "Cable set",
         "On-site support, hours",
