@@ -6,17 +6,27 @@ wrong (another label, a misplaced decimal point, a dropped field, a dropped nega
 changed number). The reviewer sees what a person sees — the blind item (`input`, `a`,
 `b`), never which side is which — finds the generated result by its input, and judges
 each answer against the truth, naming the failure class of a wrong one.
+
+It can also say what an edge model answers on the tickets of an eval set
+(`ticket_answers`): the simulator knows each model's error profile, so a run of the next
+model on the regression set is drawn from the truth it knows. And `review_over_http` labels through the review API,
+with a `review` key, as a person at the review page would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from controlplane.compare.comparators import normalise_label
 from controlplane.compare.jsonutil import loads
-from controlplane.sim.profiles import faithful_reply
+from controlplane.evalsets.items import item_id
+from controlplane.sim.profiles import LABELS, faithful_reply, ticket_miss_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +67,43 @@ def judge(task: str, truth: Any, answer: Any) -> str | None:
     return None if answer == truth else "wrong"
 
 
-class SimulatedReviewer:
-    """Labels blind items of simulated results; built from the results the simulator sent."""
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the simulator knows of an input: the right answer and the input's tokens."""
 
-    def __init__(self, results: Iterable[Mapping[str, Any]]) -> None:
-        self._truth: dict[tuple[str, str | None], Any] = {}
+    truth: Any
+    input_tokens: int
+
+
+class SimulatedReviewer:
+    """Labels blind items of simulated results; knows the truth of the results it was built
+    from and of those it `learn`s as the simulator reports them, by the input's eval item
+    id (so a review item, an eval item and a result of the same input meet)."""
+
+    def __init__(self, results: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._known: dict[str, Known] = {}
         for r in results:
-            text = (r.get("input") or {}).get("text")
-            cloud = r.get("cloud") or {}
-            if isinstance(text, str) and cloud.get("output") is not None:
-                self._truth[(r["task"], text)] = cloud["output"]
+            self.learn(r)
+
+    def learn(self, result: Mapping[str, Any]) -> None:
+        cloud = result.get("cloud") or {}
+        if result.get("input") is not None and cloud.get("output") is not None:
+            key = item_id(result["task"], result["input"])
+            self._known[key] = Known(cloud["output"], int(result.get("input_tokens") or 0))
+
+    def known(self, task: str, value: Any) -> Known | None:
+        """What is known of the input `value` of `task` (None: a result not seen)."""
+        return self._known.get(item_id(task, value))
 
     def knows(self, task: str, item: Mapping[str, Any]) -> bool:
-        return (task, _text(item)) in self._truth
+        return self.known(task, item.get("input")) is not None
 
     def label(self, task: str, item: Mapping[str, Any]) -> Label:
         """The verdict on a blind item (`kind`, `input`, `a`, `b`) as the truth has it."""
-        truth = self._truth.get((task, _text(item)))
-        if truth is None:
+        found = self.known(task, item.get("input"))
+        if found is None:
             return Label("unclear")
+        truth = found.truth
         a_wrong = judge(task, truth, item.get("a"))
         if item.get("kind") == "single":
             return Label("correct") if a_wrong is None else Label("wrong", a_wrong, truth)
@@ -89,9 +117,72 @@ class SimulatedReviewer:
         return Label("both_wrong", a_wrong, truth)
 
 
-def _text(item: Mapping[str, Any]) -> str | None:
-    value = item.get("input")
-    if isinstance(value, Mapping):
-        text = value.get("text")
-        return text if isinstance(text, str) else None
-    return value if isinstance(value, str) else None
+def ticket_answers(
+    model: str, items: Sequence[tuple[str, Known | None]], scenario: str
+) -> dict[str, str | None]:
+    """What edge model `model` answers on each ticket item (its id, and what is known of its
+    input; None: an input the simulator never sent, which gets no answer). As many answers
+    are wrong as the model's error profile expects over these items (the sum of
+    profiles.ticket_miss_rate, rounded), taken in an order drawn from the model and the ids:
+    a run is the same every time, and a set of 40 items is not judged on a lucky or unlucky
+    draw."""
+    out: dict[str, str | None] = {key: None for key, known in items if known is None}
+    due = 0.5  # rounds the expected number of misses
+    for key, known in sorted(
+        ((k, x) for k, x in items if x is not None), key=lambda kx: _draw(model, kx[0])
+    ):
+        due += ticket_miss_rate(known.input_tokens, scenario, model)
+        right = str(known.truth)
+        if due >= 1:
+            due -= 1
+            rng = random.Random(f"{model}:{key}")
+            out[key] = rng.choice([x for x in LABELS if x != right])
+        else:
+            out[key] = right
+    return out
+
+
+def _draw(model: str, key: str) -> str:
+    return hashlib.sha256(f"{model}:{key}".encode()).hexdigest()
+
+
+@dataclass
+class Reviewed:
+    """What `review_over_http` did: items labelled, and those it could not judge."""
+
+    labelled: int = 0
+    unclear: int = 0
+
+
+def review_over_http(
+    client: httpx.Client,
+    reviewer: SimulatedReviewer,
+    task: str,
+    *,
+    remaining: Callable[[], int],
+    limit: int = 10_000,
+) -> Reviewed:
+    """Claim and label `task`'s items through the review API with the client's `review` key
+    (GET /v1/review/next, POST /v1/review/{id}/label): as many as `remaining()` says are
+    left, then ask it again, until it says none, the queue has nothing more for this
+    reviewer (204) or `limit` items are labelled."""
+    out = Reviewed()
+    while out.labelled < limit and (due := remaining()) > 0:
+        for _ in range(min(due, limit - out.labelled)):
+            claimed = client.get("/v1/review/next", params={"task": task})
+            if claimed.status_code == 204:
+                return out
+            claimed.raise_for_status()
+            item = claimed.json()["item"]
+            verdict = reviewer.label(task, item)
+            client.post(
+                f"/v1/review/{item['id']}/label",
+                json={
+                    "verdict": verdict.verdict,
+                    "failure_class": verdict.failure_class,
+                    "corrected": verdict.corrected,
+                },
+            ).raise_for_status()
+            out.labelled += 1
+            out.unclear += verdict.verdict == "unclear"
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -84,6 +84,7 @@ def stream(
     *,
     rate: float,
     duration: float,
+    rates: Mapping[str, float] | None = None,
     plan: Plan | None = None,
     batch_size: int = 500,
     seed: int = 0,
@@ -91,9 +92,12 @@ def stream(
     every_second: Callable[[float, dict[str, Totals]], None] | None = None,
     flag_stream: bool = True,
     on_flush: Callable[[dict[str, Totals]], None] | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Totals]:
-    """Post `rate` results per second per task for `duration` seconds (until `stop` is set);
-    then deliver what is still queued, for at most FLUSH_SECONDS (`on_flush` hears first)."""
+    """Post `rate` results per second per task (`rates` for the tasks it names) for
+    `duration` seconds (until `stop` is set); then deliver what is still queued, for at most
+    FLUSH_SECONDS (`on_flush` hears first). `on_result` sees each result as it is reported
+    (the demo's simulated reviewers learn the truth from it)."""
     plan = plan or Plan()
     stop = stop or threading.Event()
     totals = {task: Totals() for task in tasks}
@@ -136,7 +140,7 @@ def stream(
                 factor = (
                     0.0 if scenario == "silence" else 5.0 if scenario == "traffic_jump" else 1.0
                 )
-                carry[task] += rate * factor
+                carry[task] += (rates or {}).get(task, rate) * factor
                 n, carry[task] = int(carry[task]), carry[task] % 1
                 rng = rngs[task]
                 make = GENERATORS[task]
@@ -157,6 +161,8 @@ def stream(
                     # flag's repeat_rate, the request picked by its id.
                     if wants_repeat(task, result["request_id"], route.repeat_rate):
                         result = with_repeat(result, seed)
+                    if on_result is not None:
+                        on_result(result)
                     reporters[task].report(result)
                     totals[task].served_edge += result["served"] == "edge"
                     counter[task] += 1
