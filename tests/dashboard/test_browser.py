@@ -28,17 +28,21 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from controlplane.audit.service import entries
+from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
 from controlplane.evalsets.service import sets
 from controlplane.review.repository import has_label
+from controlplane.rollout.configs import apply_tasks
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
+from controlplane.sim.evalset_example import CONFIGS
 from dashboard.formats import money
 from dashboard.task import evidence
 from tests.dashboard.conftest import Seeded
 from tests.dashboard.graded import PER_BUCKET, seed_graded
 from tests.liveapi import free_port, wait_until
+from tests.review.queuedata import add_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -262,6 +266,8 @@ def press_until(driver: WebDriver, key: str, done: Callable[[], bool], attempts:
 def test_every_page_in_chromium(
     seeded: Seeded, dashboard: str, browser: WebDriver, screenshots: Path
 ) -> None:
+    # Before anything is read: its task is one more on the pages and in the audit log.
+    seed_rewrite(seeded)
     # What the pages must show, read from the services they are built on.
     with session_scope(seeded.engine) as session:
         rollback = next(
@@ -336,6 +342,7 @@ def test_every_page_in_chromium(
         [(item, "a_correct")],
         [(item, "correct")],
     ), labels
+    a_rewrite_is_shown_with_its_differences_marked_in_both_answers(browser, screenshots)
 
     # Last (its seed adds windows no check above reads): the grade and the noise floor.
     the_noise_floor_is_drawn_beside_edge_agreement(seeded, dashboard, browser, screenshots)
@@ -449,3 +456,61 @@ def a_link_opened_signed_out_lands_on_its_page_after_sign_in(
     field.send_keys(key + Keys.ENTER)
     wait_for_text(browser, "Signed in as", f"{task} is in", what="the linked task page")
     assert "/task" in browser.current_url and f"task={task}" in browser.current_url
+
+
+REWRITE = "reply_rewrite"
+# The rewrite's answers differ by numbers (7 and 30 in numerals, 90 and 126 next to 元)
+# and a negation (不); A is the edge's.
+EDGE_REPLY, CLOUD_REPLY = "七天内可以退货，退款90元。", "三十天内不可以退货，退款126元。"
+
+
+def seed_rewrite(seeded: Seeded) -> None:
+    """A text_conservation task with one queued pair, its diff the comparator's."""
+    comparator = {"kind": "text_conservation"}
+    config = {**CONFIGS[1], "task": REWRITE, "comparator": comparator}
+    apply_tasks(seeded.engine, [config], actor="test")
+    add_items(
+        seeded.engine,
+        REWRITE,
+        1,
+        comparator="text_conservation",
+        input={"text": "我付了126元，可以退货吗？"},
+        edge_output=EDGE_REPLY,
+        cloud_output=CLOUD_REPLY,
+        diff=compare(comparator, EDGE_REPLY, CLOUD_REPLY).diff,
+        a_is_edge=True,
+    )
+
+
+def a_rewrite_is_shown_with_its_differences_marked_in_both_answers(
+    browser: WebDriver, screenshots: Path
+) -> None:
+    """The reviewer picks the rewrite task: A and B are drawn with the numbers and the
+    negation highlighted in each (in the other, the verb the negation negates), as the
+    browser paints Streamlit's highlight next to Chinese characters."""
+    choose(browser, "Task", REWRITE)
+    wait_for_text(browser, f"· {REWRITE}", what="the rewrite item")
+
+    def marks(d: WebDriver) -> dict[str, list[str]] | Literal[False]:
+        found = {}
+        for column in d.find_elements(By.CSS_SELECTOR, "[data-testid='stColumn']"):
+            title = column.text.splitlines()[:1]
+            if title in (["A"], ["B"]):
+                spans = column.find_elements(By.CSS_SELECTOR, ".stMarkdownColoredBackground")
+                found[title[0]] = [span.text for span in spans]
+        return found if found.get("A") and found.get("B") else False
+
+    try:
+        shown = WebDriverWait(
+            browser,
+            PAGE_SECONDS,
+            poll_frequency=0.5,
+            ignored_exceptions=(StaleElementReferenceException,),
+        ).until(marks)
+    except TimeoutException:
+        raise AssertionError(
+            f"no marks in A and B; the page shows:\n{body_text(browser)}"
+        ) from None
+    screenshot(browser, screenshots, "review_rewrite_marks")
+    # In A the numbers and 可 (of 可以, "can", which B negates); in B 不 and the numbers.
+    assert shown == {"A": ["七", "可", "90"], "B": ["三十", "不", "126"]}, shown
