@@ -20,7 +20,7 @@ from functools import lru_cache
 from itertools import islice
 
 from controlplane.compare import conservation
-from controlplane.compare.redaction import PHONE, find_spans, phone_key
+from controlplane.compare.redaction import PHONE, TYPES, find_spans, phone_key
 
 Span = tuple[int, int]
 
@@ -206,6 +206,7 @@ _SHORTENED = {
 _SHORTENED["Thursday"].append("Thurs")
 # Most names of one answer looked for (each is a pass over the text).
 MAX_NAMES = 200
+_PLACEHOLDER = re.compile(rf"(?:{'|'.join(TYPES)})_[0-9]{{1,6}}")
 
 
 def names(text: str, values: Iterable[str]) -> list[Span]:
@@ -220,7 +221,12 @@ def names(text: str, values: Iterable[str]) -> list[Span]:
         if value.startswith("tel:"):
             phones.add(value)
             continue
-        out += [m.span() for m in _pattern(value, any_case="@" in value).finditer(text)]
+        if _PLACEHOLDER.fullmatch(value):
+            # A masked value: the diff names it bare (EMAIL_1), the text holds <EMAIL_1>.
+            pattern = re.compile(rf"<{value}>|(?<![\w<]){value}(?!\w)")
+        else:
+            pattern = _pattern(value, any_case="@" in value)
+        out += [m.span() for m in pattern.finditer(text)]
     if phones:
         for _, start, end in find_spans(text, _PHONE, False):
             if "tel:" + phone_key(re.sub(r"\D", "", text[start:end])) in phones:

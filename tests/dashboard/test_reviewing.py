@@ -151,6 +151,8 @@ NAMES = [
     # A month shortened is the month: "Dec" is marked for December.
     ("Due on Dec. 5 at noon.", "Due on January 5 at noon.", ["Dec."], ["January"]),
     ("请阅读《三体》一书。", "请阅读《球状闪电》一书。", ["《三体》"], ["《球状闪电》"]),
+    # Masked values (payload_policy redacted): the diff names them bare.
+    ("Write to <EMAIL_1> today.", "Write to <EMAIL_2> today.", ["<EMAIL_1>"], ["<EMAIL_2>"]),
     ("请联系 Anna 处理。", "请联系 Bob 处理。", ["Anna"], ["Bob"]),
 ]
 
