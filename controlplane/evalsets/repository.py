@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert
-from controlplane.models import Task
+from controlplane.models import Result, Task
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.review import ReviewItem, ReviewLabel
-from controlplane.models.rollout import BlockedModel
+from controlplane.models.rollout import BlockedModel, Decision
 
 
 def tasks_by_name(session: Session, name: str | None) -> list[Task]:
@@ -25,11 +26,11 @@ def tasks_by_name(session: Session, name: str | None) -> list[Task]:
 
 
 def done_items_not_backfilled(
-    session: Session, task_id: int, layer: str | None
+    session: Session, task_id: int, layer: str | None, item_ids: Sequence[int] | None = None
 ) -> list[ReviewItem]:
-    """Done review items of the task with no eval item of their own in their layer yet,
-    oldest first (an item a rollback moved to `regression` after it was backfilled into
-    another layer is waiting again: the regression layer must hold it too)."""
+    """Done review items of the task (of those ids) with no eval item of their own in their
+    layer yet, oldest first (an item a rollback moved to `regression` after it was
+    backfilled into another layer is waiting again: the regression layer must hold it too)."""
     query = (
         select(ReviewItem)
         .where(
@@ -44,6 +45,8 @@ def done_items_not_backfilled(
     )
     if layer is not None:
         query = query.where(ReviewItem.layer == layer)
+    if item_ids is not None:
+        query = query.where(ReviewItem.id.in_(list(item_ids)))
     return list(session.scalars(query))
 
 
@@ -61,17 +64,71 @@ def blocking_decision(session: Session, task_id: int, model: str) -> int | None:
     )
 
 
+class Block(NamedTuple):
+    """An active block: the model, the rollback that blocked it, and since when (the
+    decision's time: the clock of the pass that rolled back; else the block's own)."""
+
+    model: str
+    decision_id: int | None
+    since: datetime
+
+
+def active_blocks(session: Session, task_id: int) -> list[Block]:
+    """The task's blocks not lifted, by model."""
+    rows = session.execute(
+        select(
+            BlockedModel.model,
+            BlockedModel.decision_id,
+            func.coalesce(Decision.created_at, BlockedModel.blocked_at),
+        )
+        .outerjoin(Decision, Decision.id == BlockedModel.decision_id)
+        .where(BlockedModel.task_id == task_id, BlockedModel.lifted_at.is_(None))
+        .order_by(BlockedModel.model)
+    )
+    return [Block(model, decision_id, since) for model, decision_id, since in rows]
+
+
+def edge_models_since(session: Session, task_id: int, since: datetime, newest: int) -> set[str]:
+    """The edge models of the task's newest `newest` results at or after `since` (a bounded
+    read through the (task_id, ts) index, however long ago the block was)."""
+    latest = (
+        select(Result.edge_model.label("model"))
+        .where(Result.task_id == task_id, Result.ts >= since)
+        .order_by(Result.ts.desc())
+        .limit(newest)
+        .subquery()
+    )
+    return {m for m in session.scalars(select(latest.c.model).distinct()) if m is not None}
+
+
+def _queued_by(task_id: int, since: int | None) -> list[ColumnElement[bool]]:
+    """The task's regression review items queued by rollback `since` or a later one (every
+    regression review item when `since` is None)."""
+    where = [ReviewItem.task_id == task_id, ReviewItem.layer == "regression"]
+    if since is not None:
+        where.append(ReviewItem.provenance["decision_id"].as_integer() >= since)
+    return where
+
+
 def rollback_items(session: Session, task_id: int, since: int | None) -> list[ReviewItem]:
     """The task's regression review items queued by rollback `since` or a later one (every
     regression review item when `since` is None), oldest first."""
-    query = (
-        select(ReviewItem)
-        .where(ReviewItem.task_id == task_id, ReviewItem.layer == "regression")
-        .order_by(ReviewItem.id)
+    return list(
+        session.scalars(
+            select(ReviewItem).where(*_queued_by(task_id, since)).order_by(ReviewItem.id)
+        )
     )
-    if since is not None:
-        query = query.where(ReviewItem.provenance["decision_id"].as_integer() >= since)
-    return list(session.scalars(query))
+
+
+def rollback_counts(session: Session, task_id: int, since: int | None) -> tuple[int, int]:
+    """(done, all) of the items `rollback_items` reads, counted in SQL."""
+    done, total = session.execute(
+        select(
+            func.count().filter(ReviewItem.state == "done"),
+            func.count(),
+        ).where(*_queued_by(task_id, since))
+    ).one()
+    return int(done or 0), int(total or 0)
 
 
 def layer_ids(session: Session, task_id: int, layer: str) -> set[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.service import no_task, runtimes
+from controlplane.catalog.service import no_task, runtimes, task_runtimes
 from controlplane.evalsets import items as evalitems
 from controlplane.evalsets import repository, scoring
 from controlplane.models import Task
@@ -176,30 +176,58 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
     specs = _specs(session)
     for one in tasks:
         candidates = repository.done_items_not_backfilled(session, one.id, layer)
-        if not candidates:
-            continue
-        labels = repository.labels_of(session, [c.id for c in candidates])
-        values = []
-        for candidate in candidates:
-            v = eval_values(one, candidate, labels.get(candidate.id, []))
-            if v is None:
-                report.needs_correction += 1
-            elif not matchable(specs.get(one.id), v["expected"]):
-                report.invalid_expected += 1
-            else:
-                values.append(v)
-        taken: dict[str, set[str]] = {}
-        for v in values:
-            if v["layer"] not in taken:
-                ids = [x["item_id"] for x in values if x["layer"] == v["layer"]]
-                taken[v["layer"]] = repository.existing_ids(session, ids, v["layer"])
-            held = taken[v["layer"]]
-            if v["item_id"] in held or not repository.insert_item(session, v):
-                report.duplicates += 1
-                continue
-            held.add(v["item_id"])
-            report.added.setdefault(one.name, {}).setdefault(v["layer"], []).append(v["item_id"])
+        _add(session, one, candidates, specs.get(one.id), report)
     return report
+
+
+def fill_regression(session: Session, task: Task, item_ids: Sequence[int]) -> Backfilled:
+    """Backfill those of the review items that are done, in the `regression` layer and not
+    in its eval set yet, as `backfill` does, in the caller's transaction: a label that
+    finishes a regression item (`review.actions.label`), or a rollback moving a labelled
+    item into that layer (`review.regression`), puts it in the set with no backfill run by
+    hand. Reads the task's comparator from its stored config."""
+    report = Backfilled()
+    if not item_ids:
+        return report
+    candidates = repository.done_items_not_backfilled(session, task.id, "regression", item_ids)
+    if candidates:
+        runtime = task_runtimes(session, {task.name}).get(task.name)
+        spec = runtime.comparator_spec if runtime is not None else None
+        _add(session, task, candidates, spec, report)
+    return report
+
+
+def _add(
+    session: Session,
+    task: Task,
+    candidates: Sequence[ReviewItem],
+    spec: Mapping[str, Any] | None,
+    report: Backfilled,
+) -> None:
+    """Add the done review items' eval items to their layers (see `backfill`)."""
+    if not candidates:
+        return
+    labels = repository.labels_of(session, [c.id for c in candidates])
+    values = []
+    for candidate in candidates:
+        v = eval_values(task, candidate, labels.get(candidate.id, []))
+        if v is None:
+            report.needs_correction += 1
+        elif not matchable(spec, v["expected"]):
+            report.invalid_expected += 1
+        else:
+            values.append(v)
+    taken: dict[str, set[str]] = {}
+    for v in values:
+        if v["layer"] not in taken:
+            ids = [x["item_id"] for x in values if x["layer"] == v["layer"]]
+            taken[v["layer"]] = repository.existing_ids(session, ids, v["layer"])
+        held = taken[v["layer"]]
+        if v["item_id"] in held or not repository.insert_item(session, v):
+            report.duplicates += 1
+            continue
+        held.add(v["item_id"])
+        report.added.setdefault(task.name, {}).setdefault(v["layer"], []).append(v["item_id"])
 
 
 @dataclass(frozen=True)

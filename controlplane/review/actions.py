@@ -21,6 +21,8 @@ from controlplane.audit.service import record
 from controlplane.catalog.service import task_or_404, task_runtimes
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import ActionError
+from controlplane.evalsets.gate import blind_counts
+from controlplane.evalsets.service import fill_regression
 from controlplane.models import ReviewItem, Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.review import blind, noise, queue, repository
@@ -131,7 +133,10 @@ def label(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Label the item the reviewer holds (audited). Answers the label's id and where the
-    item stands: `done`, or `queued` when it waits for more reviewers."""
+    item stands: `done`, or `queued` when it waits for more reviewers. A label that leaves
+    a regression item done with a usable expected answer puts it in the task's
+    `regression` eval set in the same transaction (`evalsets.service.fill_regression`):
+    that layer fills from labels alone."""
     check_text("note", note, queue.MAX_NOTE)
     now = now or utcnow()
 
@@ -157,6 +162,9 @@ def label(
             locked=item,
             comparator_spec=spec,
         )
+        found = session.get(Task, item.task_id) if item is not None else None
+        if done.state == "done" and found is not None:
+            fill_regression(session, found, [item_id])
         record(
             session,
             actor=reviewer,
@@ -219,7 +227,9 @@ def queue_overview(
     engine: Engine, task: str | None = None, now: datetime | None = None
 ) -> list[dict[str, Any]]:
     """Per task: items queued (free to claim), claimed (under a lease), labelled today
-    (UTC), done; a task under `payload_policy: none` is listed with why it has no queue."""
+    (UTC), done; with an edge model blocked, `regression` counts the regression items its
+    rollback queued, labelled of needed, naming no model (null without a block); a task
+    under `payload_policy: none` is listed with why it has no queue."""
     now = now or utcnow()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     with session_scope(engine) as session:
@@ -228,6 +238,7 @@ def queue_overview(
             query = query.where(Task.id == task_or_404(session, task).id)
         tasks = list(session.execute(query))
         counts = repository.queue_counts(session, [tid for tid, _ in tasks], now, day_start)
+        regression = blind_counts(session, [tid for tid, _ in tasks])
         configs = task_runtimes(session, {name for _, name in tasks})
     out = []
     for tid, name in tasks:
@@ -237,6 +248,7 @@ def queue_overview(
             {
                 "task": name,
                 **counts[tid],
+                "regression": regression.get(tid),
                 "has_queue": not none,
                 "note": NO_QUEUE if none else None,
             }

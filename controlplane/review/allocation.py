@@ -23,7 +23,7 @@ WEIGHTS = {
 Cell = tuple[str, str]  # (bucket, stratum)
 
 
-def _split(
+def split(
     quota: int, sizes: Mapping[Any, int], weights: Mapping[Any, int], order: list[Any]
 ) -> dict[Any, int]:
     """`quota` over the keys of `sizes` (those with a size): one each in `order` first, then
@@ -93,7 +93,7 @@ def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> 
     sizes: dict[str, int] = {}
     for (_, stratum), n in counts.items():
         sizes[stratum] = sizes.get(stratum, 0) + n
-    per_stratum = _split(quota, sizes, WEIGHTS, list(STRATA))
+    per_stratum = split(quota, sizes, WEIGHTS, list(STRATA))
     cells: dict[Cell, int] = {}
     pooled: dict[str, int] = {}
     for stratum, share in per_stratum.items():
@@ -102,6 +102,6 @@ def allocate(quota: int, counts: Mapping[Cell, int], buckets: Sequence[str]) -> 
         if share < len(present):
             pooled[stratum] = share
             continue
-        for bucket, n in _split(share, members, members, order).items():
+        for bucket, n in split(share, members, members, order).items():
             cells[(bucket, stratum)] = n
     return Allocation(counts=dict(counts), cells=cells, pooled=pooled)

@@ -122,6 +122,7 @@ async def queue(
     _: Annotated[Principal, Depends(require("review"))],
     task: TaskName = None,
 ) -> ORJSONResponse:
-    """Per task: items queued, claimed, labelled today, done; tasks without a queue say why."""
+    """Per task: items queued, claimed, labelled today, done, and with a model blocked its
+    regression items labelled of needed; tasks without a queue say why."""
     rows = await run_in_threadpool(actions.queue_overview, request.app.state.engine, task)
     return ORJSONResponse({"tasks": rows})

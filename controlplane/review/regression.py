@@ -1,24 +1,43 @@
-"""The regression layer: a rollback queues the reviewable results of its breaching windows
-for review, in the firing's own transaction, and moves those already queued to that layer
-(docs/review.md, "Regression").
+"""The regression layer: a rollback queues a stratified sample of the reviewable results of
+its breaching windows for review, the breaching cell first, in the firing's own
+transaction, and moves those already queued to that layer (docs/review.md, "Regression").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import BigInteger, Row, and_, case, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
+from controlplane.evalsets.service import fill_regression
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.repository import bucket_of
 from controlplane.metrics.windows import window_start
 from controlplane.models import Payload, Result, ReviewItem, Task
 from controlplane.models.base import utcnow
-from controlplane.review.sampler import insert_items, item_fields, item_row, stratum_of
+from controlplane.models.review import PRIORITY_BREACHING, PRIORITY_REGRESSION
+from controlplane.review.allocation import STRATA, Cell, split
+from controlplane.review.sampler import (
+    draw_hash,
+    insert_items,
+    item_fields,
+    item_row,
+    register_hash,
+    seed_of,
+    stratum_of,
+)
+
+# The breaching windows' other judged buckets keep `review.regression_items // OTHERS`
+# even when the breaching cell could fill it all: the next model is judged mostly where the
+# last one failed, and a little on what it must not break elsewhere.
+OTHERS = 5
+# Ids per statement when reading the chosen results.
+CHUNK = 1000
 
 
 def judged_bucket_labels(config: TaskConfig) -> list[str]:
@@ -32,6 +51,32 @@ def judged_bucket_labels(config: TaskConfig) -> list[str]:
     return [label for label, lo in zip(labels, starts, strict=True) if lo <= cap]
 
 
+def regression_allocation(
+    n: int, counts: Mapping[Cell, int], breaching: Iterable[str], buckets: Sequence[str]
+) -> dict[Cell, int]:
+    """How many results of each (bucket, stratum) a rollback queues, at most `n` in all
+    (pure). The breaching buckets take all but a fifth of `n` (`n // OTHERS`), or everything
+    the other buckets cannot use; within each group the share is split over its strata in
+    proportion to their candidates, one each first (conflicts first, then STRATA order)
+    where the share allows."""
+    hot = set(breaching)
+    group = {
+        True: {c: k for c, k in counts.items() if c[0] in hot and k > 0},
+        False: {c: k for c, k in counts.items() if c[0] not in hot and k > 0},
+    }
+    available = {g: sum(cells.values()) for g, cells in group.items()}
+    reserved = min(available[False], n // OTHERS)
+    share = {True: min(available[True], n - reserved)}
+    share[False] = min(available[False], n - share[True])
+    order = [
+        (b, s) for s in STRATA for b in [*buckets, *sorted({b for b, _ in counts} - set(buckets))]
+    ]
+    out: dict[Cell, int] = {}
+    for g, cells in group.items():
+        out.update(split(share[g], cells, cells, [c for c in order if c in cells]))
+    return out
+
+
 def queue_regression(
     session: Session,
     task: Task,
@@ -43,74 +88,163 @@ def queue_regression(
     ranges: list[tuple[datetime, datetime]],
     now: datetime | None = None,
 ) -> int:
-    """Queue the results of a rollback's breaching windows (cell `all` = the judged buckets)
-    for the `regression` layer, in the caller's (the firing's) transaction: every result
-    with a kept payload that a reviewer can judge, reason `regression`, inclusion
-    probability its keep probability, provenance naming the decision, rule, cell and
-    window. A result already queued is moved to the `regression` layer with that
-    provenance (it stays one item, with its own reason and probability). Returns how many
-    items were queued or moved. Under `payload_policy: none` there is nothing to queue."""
-    if config.payload_policy == "none":
+    """Queue a rollback's regression sample, in the caller's (the firing's) transaction: at
+    most `review.regression_items` of the reviewable results with a kept payload of its
+    breaching windows, the breaching cell (`all` = the judged buckets) first
+    (`regression_allocation`), the rest from the windows' other judged buckets. Within a
+    (bucket, stratum) the results of smallest draw hash are taken (the sampler's hash of
+    the result id, seeded by the task and the first window), so the same firing draws the
+    same sample.
+
+    A new item has reason `regression`, priority PRIORITY_BREACHING (breaching cell) or
+    PRIORITY_REGRESSION, inclusion probability k/N of its (bucket, stratum) times its keep
+    probability, and a provenance naming the decision, rule, cell and window. A drawn result
+    already queued in another layer is moved to `regression` with that priority and
+    provenance (it stays one item, with its own reason and probability); one already done
+    enters the `regression` eval set now (`fill_regression`). Returns how many items were
+    queued or moved. Nothing is queued under `payload_policy: none` or with
+    `regression_items: 0`."""
+    n = config.review.regression_items
+    ranges = _merged(ranges)
+    if config.payload_policy == "none" or n == 0 or not ranges:
         return 0
     now = now or utcnow()
+    register_hash(session)
+    judged = judged_bucket_labels(config)
+    breaching = judged if cell == ALL else [cell]
+    buckets = [*judged, *([cell] if cell not in judged and cell != ALL else [])]
     bucket = bucket_of(Result.input_tokens, config.length_buckets)
-    in_cell = bucket == cell if cell != ALL else bucket.in_(judged_bucket_labels(config))
     stratum = stratum_of(config.low_confidence)
-    done = 0
-    for start, end in _merged(ranges):
-        provenance = {
-            "decision_id": decision_id,
-            "rule": rule,
-            "cell": cell,
-            "window_start": _iso(start),
-            "window_end": _iso(end),
-        }
-        where = [
-            Result.task_id == task.id,
-            Result.ts >= start,
-            Result.ts < end,
-            in_cell,
-            stratum.is_not(None),
-        ]
-        in_range = select(Result.request_id).join(
-            Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts)
+    in_ranges = or_(*(and_(Result.ts >= start, Result.ts < end) for start, end in ranges))
+    seed = literal(seed_of(task.name, ranges[0][0]), BigInteger)
+    candidates = (
+        select(
+            Result.id.label("id"),
+            bucket.label("bucket"),
+            stratum.label("stratum"),
+            draw_hash(Result.id, seed).label("h"),
         )
-        moved = session.execute(
-            update(ReviewItem)
-            .where(
-                ReviewItem.task_id == task.id,
-                ReviewItem.layer != "regression",
-                ReviewItem.request_id.in_(in_range.where(*where)),
+        .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
+        .where(Result.task_id == task.id, in_ranges, bucket.in_(buckets), stratum.is_not(None))
+        .cte("candidates")
+    )
+    counts: dict[Cell, int] = {
+        (b, s): int(k)
+        for b, s, k in session.execute(
+            select(candidates.c.bucket, candidates.c.stratum, func.count()).group_by(
+                candidates.c.bucket, candidates.c.stratum
             )
-            .values(layer="regression", provenance=provenance)
-            .execution_options(synchronize_session=False)
         )
-        done += moved.rowcount  # type: ignore[attr-defined]
-        found = session.execute(
-            select(*item_fields(), bucket.label("bucket"), stratum.label("stratum"))
+    }
+    wanted = regression_allocation(n, counts, breaching, buckets)
+    if not wanted:
+        return 0
+    ranked = select(
+        candidates.c.id,
+        candidates.c.bucket,
+        candidates.c.stratum,
+        func.row_number()
+        .over(
+            partition_by=(candidates.c.bucket, candidates.c.stratum),
+            order_by=(candidates.c.h, candidates.c.id),
+        )
+        .label("rank"),
+    ).subquery()
+    share = case(
+        *(
+            (and_(ranked.c.bucket == b, ranked.c.stratum == s), literal(k))
+            for (b, s), k in wanted.items()
+        ),
+        else_=literal(0),
+    )
+    chosen: dict[int, Cell] = {
+        int(rid): (b, s)
+        for rid, b, s in session.execute(
+            select(ranked.c.id, ranked.c.bucket, ranked.c.stratum).where(ranked.c.rank <= share)
+        )
+    }
+    found: list[Row[Any]] = []
+    ids = sorted(chosen)
+    for i in range(0, len(ids), CHUNK):
+        found += session.execute(
+            select(*item_fields())
             .join(Payload, (Payload.result_id == Result.id) & (Payload.result_ts == Result.ts))
-            .where(*where)
+            .where(Result.task_id == task.id, in_ranges, Result.id.in_(ids[i : i + CHUNK]))
             .order_by(Result.id)
         ).all()
-        rows = [
+    hot = set(breaching)
+    rows = []
+    moves: dict[tuple[int, int], list[str]] = {}
+    for row in found:
+        b, s = chosen[row.id]
+        priority = PRIORITY_BREACHING if b in hot else PRIORITY_REGRESSION
+        span = next(k for k, (start, end) in enumerate(ranges) if start <= row.ts < end)
+        moves.setdefault((priority, span), []).append(row.request_id)
+        rows.append(
             item_row(
                 row,
                 task_id=task.id,
-                bucket=row.bucket,
-                stratum=row.stratum,
+                bucket=b,
+                stratum=s,
                 window=window_start(row.ts, config.window_seconds),
                 reason="regression",
                 layer="regression",
-                probability=row.keep_probability,
-                provenance=provenance,
+                probability=wanted[(b, s)] / counts[(b, s)] * row.keep_probability,
+                provenance=_provenance(decision_id, rule, cell, ranges[span]),
                 reviews_needed=config.review.reviewers_per_item,
                 now=now,
             )
-            for row in found
-        ]
-        done += insert_items(session, rows)
+            | {"priority": priority}
+        )
+    moved = _move(session, task, moves, decision_id, rule, cell, ranges)
+    done = len(moved) + insert_items(session, rows)
     session.flush()
+    fill_regression(session, task, moved)
     return done
+
+
+def _move(
+    session: Session,
+    task: Task,
+    moves: Mapping[tuple[int, int], list[str]],
+    decision_id: int,
+    rule: str,
+    cell: str,
+    ranges: Sequence[tuple[datetime, datetime]],
+) -> list[int]:
+    """Move the drawn results' items of other layers to `regression`; their ids. An item
+    an earlier rollback put in `regression` keeps that rollback's provenance."""
+    moved: list[int] = []
+    for (priority, span), request_ids in sorted(moves.items()):
+        for i in range(0, len(request_ids), CHUNK):
+            moved += session.scalars(
+                update(ReviewItem)
+                .where(
+                    ReviewItem.task_id == task.id,
+                    ReviewItem.layer != "regression",
+                    ReviewItem.request_id.in_(request_ids[i : i + CHUNK]),
+                )
+                .values(
+                    layer="regression",
+                    priority=priority,
+                    provenance=_provenance(decision_id, rule, cell, ranges[span]),
+                )
+                .returning(ReviewItem.id)
+                .execution_options(synchronize_session=False)
+            ).all()
+    return moved
+
+
+def _provenance(
+    decision_id: int, rule: str, cell: str, span: tuple[datetime, datetime]
+) -> dict[str, Any]:
+    return {
+        "decision_id": decision_id,
+        "rule": rule,
+        "cell": cell,
+        "window_start": _iso(span[0]),
+        "window_end": _iso(span[1]),
+    }
 
 
 def _merged(ranges: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:

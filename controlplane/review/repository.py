@@ -20,6 +20,10 @@ from controlplane.models import (
     WindowMetrics,
 )
 
+# The order the queue hands items out in (the claim indexes' order): by priority
+# (models.review.PRIORITY_*), then oldest first.
+HAND_OUT_ORDER = (ReviewItem.priority, ReviewItem.id)
+
 # What the blind view reads of a claimed item.
 VIEW_COLUMNS = (
     ReviewItem.id,
@@ -61,8 +65,8 @@ def renew_lease(
     exclude: Sequence[int] = (),
 ) -> Row[Any] | None:
     """Extend the unexpired lease the reviewer holds on a queued item, whatever its task
-    (found through the partial index on claimed_by; the oldest should they hold several,
-    and only it); the item, or None when they hold none."""
+    (found through the partial index on claimed_by; the first in hand-out order should they
+    hold several, and only it); the item, or None when they hold none."""
     held = (
         select(ReviewItem.id)
         .where(
@@ -71,7 +75,7 @@ def renew_lease(
             ReviewItem.lease_expires_at > now,
             *_not_in(exclude),
         )
-        .order_by(ReviewItem.id)
+        .order_by(*HAND_OUT_ORDER)
         .limit(1)
         .scalar_subquery()
     )
@@ -123,23 +127,25 @@ def take_next(
     expires: datetime,
     exclude: Sequence[int] = (),
 ) -> Row[Any] | None:
-    """Give the reviewer the lease of the oldest item they may claim, in one statement;
-    the item, or None when there is none.
+    """Give the reviewer the lease of the first item they may claim in hand-out order
+    (HAND_OUT_ORDER: a rollback's regression items before any other, its breaching cell
+    first, then oldest first; across tasks when `task_id` is None), in one statement; the
+    item, or None when there is none.
 
     On PostgreSQL the subquery locks the row FOR UPDATE SKIP LOCKED: concurrent claimers
     skip each other's rows instead of waiting on them or taking the same one. On SQLite
     (one writer at a time) the statement runs alone."""
-    oldest = (
+    first = (
         select(ReviewItem.id)
         .where(*claimable(task_id, reviewer, now, exclude))
-        .order_by(ReviewItem.id)
+        .order_by(*HAND_OUT_ORDER)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()
     )
     rows = session.execute(
         update(ReviewItem)
-        .where(ReviewItem.id == oldest)
+        .where(ReviewItem.id == first)
         .values(claimed_by=reviewer, lease_expires_at=expires)
         .returning(*VIEW_COLUMNS)
         .execution_options(synchronize_session=False)

@@ -77,7 +77,8 @@ def _sqlite_draw_hash(value: int, seed: int) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _register_hash(session: Session) -> None:
+def register_hash(session: Session) -> None:
+    """Give the session's SQLite connection the draw's hash (PostgreSQL has its own)."""
     connection = session.connection()
     if connection.dialect.name == "sqlite":
         raw = connection.connection.driver_connection
@@ -197,7 +198,7 @@ def draw(
     is needed; in the unlikely case a cell returns fewer than its share, the statement is
     run again returning every candidate."""
     quota = config.review.quota_per_window
-    _register_hash(session)
+    register_hash(session)
     if session.get_bind().dialect.name == "postgresql":
         # One statement over up to millions of rows: its hash tables in memory, and no JIT
         # compilation (it costs more than it saves on a single pass).

@@ -69,6 +69,14 @@ class ReleaseOut(BaseModel):
     state: Literal["queued", "done"]
 
 
+class RegressionCountOut(BaseModel):
+    """The regression items the rollback behind the task's blocks (and later ones) queued:
+    labelled (done) of needed. No model is named."""
+
+    labelled: int
+    needed: int
+
+
 class QueueRowOut(BaseModel):
     task: str
     # Free to claim; held under an unexpired lease; labels given today (UTC); finished.
@@ -76,6 +84,8 @@ class QueueRowOut(BaseModel):
     claimed: int
     labelled_today: int
     done: int
+    # With an edge model blocked: its regression items labelled / needed; else null.
+    regression: RegressionCountOut | None
     has_queue: bool
     # Why a task has no queue (payload_policy none), else null.
     note: str | None

@@ -238,9 +238,12 @@ def unblock(
     """Lift the auto-promotion block a rollback put on an edge model version (audited; it
     changes no stage and no flag, so it is no decision; it is announced as a change).
 
-    The model must have a stored run on the task's current `regression` eval set at or above
+    Every regression item the blocking rollback (and later ones) queued must be in the
+    task's `regression` eval set, and a stored run on the current set — of the model or of
+    a later version of its line (`small-int4@4` for `small-int4@3`) — must reach
     `promotion.regression_min_accuracy` (the eval set a rollback produced is what lets the
-    next model back in); `force` lifts it without one, and the audit entry says so."""
+    next model back in); the refusal names the model to run. `force` lifts it without
+    that, and the audit entry says so."""
     check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:

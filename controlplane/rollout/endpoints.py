@@ -19,6 +19,7 @@ from controlplane.catalog.schemas import ConfigError, read_documents
 from controlplane.catalog.service import runtime_or_404, task_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
+from controlplane.evalsets.gate import progress_view
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.rollout import actions, configs, flags, service
@@ -35,6 +36,7 @@ from controlplane.rollout.schemas import (
     GateOut,
     KillIn,
     PromoteIn,
+    RegressionOut,
     TaskDetailOut,
     UnblockIn,
     UnblockOut,
@@ -258,6 +260,21 @@ def get_gate(
     with session_scope(_engine(request)) as session:
         config = runtime_or_404(session, task).config
         return ORJSONResponse(service.gate(session, task_or_404(session, task), config))
+
+
+@tasks_router.get(
+    "/{task}/regression",
+    response_model=RegressionOut,
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
+def get_regression(
+    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> ORJSONResponse:
+    """Per blocked edge model: regression items labelled, needed and in the set, the model
+    to run, and what unblocking still needs."""
+    with session_scope(_engine(request)) as session:
+        config = runtime_or_404(session, task).config
+        return ORJSONResponse(progress_view(session, task_or_404(session, task), config))
 
 
 @tasks_router.post(

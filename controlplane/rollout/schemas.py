@@ -161,6 +161,34 @@ class DecisionsOut(BaseModel):
     decisions: list[DecisionOut]
 
 
+class BlockProgressOut(BaseModel):
+    """Where lifting one blocked edge model's block stands."""
+
+    model: str
+    # The rollback that blocked it (null: a block naming none; every regression item counts).
+    decision_id: int | None
+    # The regression review items that rollback and later ones queued: labelled (done), all
+    # of them, and those in the `regression` eval set.
+    labelled: int
+    needed: int
+    in_set: int
+    # The model whose run would lift the block: the latest later version of its line seen in
+    # the task's traffic since the block, else the model itself.
+    next_model: str
+    # null when unblocking passes now; else what it still needs, e.g. "a run of
+    # small-int4@4 on this set ≥ 95%".
+    unblock: str | None
+
+
+class RegressionOut(BaseModel):
+    """The regression gate per blocked edge model of a task."""
+
+    task: str
+    # promotion.regression_min_accuracy: what a run on the set must reach.
+    min_accuracy: float
+    blocks: list[BlockProgressOut]
+
+
 class UnblockOut(BaseModel):
     task: str
     model: str

@@ -117,28 +117,33 @@ def test_the_gate_waits_for_every_item_of_the_blocking_rollback(api: Api) -> Non
     why = gate(api)
     assert why == (
         f"6 of the 6 items that the rollback that blocked {MODEL} (decision {second}) and any "
-        f"later rollback queued for the regression eval set of {TASK} are not in it yet: "
-        f"6 still to label. A run of {MODEL} counts only on a set that holds them all"
+        f"later rollback queued for the regression eval set of {TASK} are not in it yet "
+        f"(0 labelled). Unblocking {MODEL} still needs: 6 more items labelled, then a run of "
+        f"{MODEL} on this set ≥ 95% (store the run with POST /v1/evalsets/{TASK}/runs)"
     )
 
     # Three labelled with the right answer, one both wrong without a correction, one with
-    # a correction the comparator calls invalid, one still unlabelled.
+    # a correction the comparator calls invalid, one still unlabelled. (Labels written
+    # here, not through the review queue, which would put them in the set at once.)
     label_items(api, items[:3])
     label_items(api, items[3:4], fix=False)
     label_items(api, items[4:5], fix=False, corrected={"label": "refund"})
     why = gate(api) or ""
     assert why.startswith(f"6 of the 6 items that the rollback that blocked {MODEL}")
     assert why.endswith(
-        ": 1 still to label; 2 labelled without a usable expected answer (waiting for a label "
-        "with a valid correction); 3 labelled but not backfilled yet (shadowplane evalset "
-        f"backfill --layer regression). A run of {MODEL} counts only on a set that holds them all"
+        f"are not in it yet (5 labelled). Unblocking {MODEL} still needs: 1 more item "
+        "labelled, then a valid correction on 2 items labelled without a usable expected "
+        "answer, then 3 labelled items backfilled (shadowplane evalset backfill --layer "
+        f"regression), then a run of {MODEL} on this set ≥ 95% (store the run with POST "
+        f"/v1/evalsets/{TASK}/runs)"
     )
 
     report = actions.backfill(api.engine, layer="regression", actor="rev")
     assert report["added"] == 3
     assert report["needs_correction"] == 1 and report["invalid_expected"] == 1
     why = gate(api) or ""
-    assert why.startswith("3 of the 6 items") and ": 1 still to label; 2 labelled without" in why
+    assert why.startswith("3 of the 6 items")
+    assert "still needs: 1 more item labelled, then a valid correction on 2 items" in why
 
     # Corrected and labelled: the items are in; the old run is on an older set now.
     with session_scope(api.engine) as session:
@@ -153,6 +158,9 @@ def test_the_gate_waits_for_every_item_of_the_blocking_rollback(api: Api) -> Non
     assert report["invalid_expected"] == 0 and report["added"] == 3, report
     why = gate(api) or ""
     assert "older set" in why and "10 items now" in why
+    assert why.endswith(
+        f"still needs: a run of {MODEL} on this set ≥ 95% (store the run with POST /v1/evalsets/{TASK}/runs)"
+    )
     pass_run(api)
     assert gate(api) is None
 
@@ -170,15 +178,16 @@ def test_an_earlier_rollback_s_unlabelled_items_do_not_hold_a_later_block(api: A
 def test_with_no_regression_items_the_gate_says_what_the_rollback_queued(api: Api) -> None:
     decision = rollback(api, block=MODEL)
     assert gate(api) == (
-        f"{TASK} has no regression eval items yet. Label the review items its rollback "
-        "queued, backfill them (shadowplane evalset backfill --layer regression), then store "
-        f"a run of {MODEL} on them (POST /v1/evalsets/{TASK}/runs)"
+        f"{TASK} has no regression eval items yet. Unblocking {MODEL} still needs: regression "
+        f"items in the set (none was queued), then a run of {MODEL} on this set ≥ 95% (store "
+        f"the run with POST /v1/evalsets/{TASK}/runs)"
     )
     queued(api, 10, 2, decision)
     why = gate(api) or ""
     assert why.startswith(
-        f"{TASK} has no regression eval items yet; the rollback that blocked {MODEL} "
-        f"(decision {decision}) and any later rollback queued 2 items: 2 still to label. "
+        f"2 of the 2 items that the rollback that blocked {MODEL} (decision {decision}) and "
+        f"any later rollback queued for the regression eval set of {TASK} are not in it yet "
+        f"(0 labelled). Unblocking {MODEL} still needs: 2 more items labelled, then a run of "
     )
 
 

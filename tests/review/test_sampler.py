@@ -1,6 +1,6 @@
 """The review sampler: strata and quotas per bucket, inclusion probabilities (with the
 payload's keep probability), the same draw on a rerun, at most one item per result, no
-queue under `payload_policy: none`, and the regression layer of a rollback's windows."""
+queue under `payload_policy: none`, and the regression sample of a rollback's windows."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from sqlalchemy import delete, func, select, update
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.models import Payload, Result, ReviewItem, Task, Window
+from controlplane.models.review import PRIORITY_BREACHING, PRIORITY_OTHER, PRIORITY_REGRESSION
 from controlplane.review import sampler
 from controlplane.review.allocation import STRATA, WEIGHTS, allocate
-from controlplane.review.regression import queue_regression
+from controlplane.review.regression import queue_regression, regression_allocation
 from controlplane.review.sampler import sample_closed_windows
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import run_pass
@@ -284,26 +285,43 @@ def test_no_queue_without_kept_text(api: Api) -> None:
         assert window.closed_at is not None and window.review_sampled is True
 
 
-def test_regression_queues_every_reviewable_result_once(api: Api) -> None:
-    post_all(api, window_results("review_task", T0))
-    close(api)
-    sampled = {i.request_id: i for i in items(api, "review_task")}
+def _regression(api: Api, decision_id: int, cell: str, k: int = 0, **review: Any) -> int:
+    """queue_regression for window k of review_task (the config's review section changed
+    by `review`)."""
     with session_scope(api.engine) as session:
         task = session.scalars(select(Task).where(Task.name == "review_task")).one()
         cfg = task_runtimes(session, {"review_task"})["review_task"].config
-        done = queue_regression(
+        cfg = cfg.model_copy(update={"review": cfg.review.model_copy(update=review)})
+        start = T0 + timedelta(seconds=k * WINDOW)
+        return queue_regression(
             session,
             task,
             cfg,
-            decision_id=7,
+            decision_id=decision_id,
             rule="agreement >= 0.9 per bucket",
-            cell="128-511",
-            ranges=[(T0, T0 + timedelta(seconds=WINDOW))],
+            cell=cell,
+            ranges=[(start, start + timedelta(seconds=WINDOW))],
         )
+
+
+def test_regression_queues_a_stratified_sample_breaching_cell_first(api: Api) -> None:
+    post_all(api, window_results("review_task", T0))
+    close(api)
+    sampled = {i.request_id: i for i in items(api, "review_task")}
+    assert _regression(api, 7, "128-511", regression_items=0) == 0
+    assert all(i.layer != "regression" for i in items(api, "review_task"))
+
+    done = _regression(api, 7, "128-511")
     got = items(api, "review_task")
-    reviewable = sum(n for s, n in SHAPES.items() if s in STRATA)
-    in_cell = [i for i in got if i.bucket == "128-511"]
-    assert done == reviewable == len(in_cell)
+    regression = [i for i in got if i.layer == "regression"]
+    counts = expected_counts()
+    wanted = regression_allocation(100, counts, ["128-511"], list(BUCKETS))
+    # At most review.regression_items (100) of the 186 reviewable results, as split by
+    # regression_allocation (tests/review/test_regression_sample.py has this split by hand):
+    # 80 of the breaching bucket, 20 of the other.
+    assert done == len(regression) == 100
+    assert Counter(shape_of(i.request_id) for i in regression) == wanted
+    assert sum(1 for i in regression if i.bucket == "128-511") == 80
     assert len({i.request_id for i in got}) == len(got)  # one item per result
     provenance = {
         "decision_id": 7,
@@ -312,43 +330,65 @@ def test_regression_queues_every_reviewable_result_once(api: Api) -> None:
         "window_start": "2026-11-30T03:00:00Z",
         "window_end": "2026-11-30T03:01:00Z",
     }
-    for item in in_cell:
-        assert item.layer == "regression" and item.provenance == provenance
+    for item in regression:
+        assert item.provenance == provenance
+        # The breaching cell first in the queue, then the rest of the sample.
+        assert item.priority == (
+            PRIORITY_BREACHING if item.bucket == "128-511" else PRIORITY_REGRESSION
+        )
         if item.request_id in sampled:
             # Moved, not duplicated: same item, its own reason and probability.
             before = sampled[item.request_id]
             assert (item.id, item.reason) == (before.id, before.reason)
             assert item.inclusion_probability == before.inclusion_probability
         else:
-            assert item.reason == "regression" and item.inclusion_probability == 1.0
-            assert item.kind == (
-                "single" if shape_of(item.request_id)[1] in ("edge_error", "invalid") else "pair"
-            )
-    # The other bucket is untouched.
-    assert all(i.layer != "regression" for i in got if i.bucket == "0-127")
-    # Queuing the same firing again changes nothing.
-    with session_scope(api.engine) as session:
-        task = session.scalars(select(Task).where(Task.name == "review_task")).one()
-        assert (
-            queue_regression(
-                session,
-                task,
-                cfg,
-                decision_id=7,
-                rule="r",
-                cell="all",
-                ranges=[(T0, T0 + timedelta(seconds=WINDOW))],
-            )
-            == reviewable
-        )  # the other bucket's results, now queued
-    again = items(api, "review_task")
-    assert len(again) == 2 * reviewable
-    assert all(i.layer == "regression" for i in again)
-    # Items already in the regression layer keep the first firing's provenance.
+            # k drawn of the N of its (bucket, stratum), times the keep probability (1).
+            cell = shape_of(item.request_id)
+            assert item.reason == "regression"
+            assert item.inclusion_probability == pytest.approx(wanted[cell] / counts[cell])
+            assert item.kind == ("single" if cell[1] in ("edge_error", "invalid") else "pair")
+    # Sampled items the draw did not take stay where the sampler put them.
     assert all(
-        i.provenance["decision_id"] == 7 and i.provenance["cell"] in ("128-511", "all")
-        for i in again
+        i.priority == PRIORITY_OTHER and i.provenance is None
+        for i in got
+        if i.layer != "regression"
     )
+    # The draw is the k smallest hashes of each (bucket, stratum), seeded by task and window.
+    with session_scope(api.engine) as session:
+        sampler.register_hash(session)
+        seed = sampler.seed_of("review_task", T0)
+        hashes = dict(
+            session.execute(
+                select(Result.request_id, sampler.draw_hash(Result.id, seed)).where(
+                    Result.request_id.like("review_task-0-%")
+                )
+            ).all()
+        )
+    for cell, k in wanted.items():
+        in_cell = sorted((h, rid) for rid, h in hashes.items() if _cell(rid) == cell)
+        drawn = {i.request_id for i in regression if shape_of(i.request_id) == cell}
+        assert drawn == {rid for _, rid in in_cell[:k]}
+
+    # The same firing again draws the same results: nothing new, nothing moved.
+    assert _regression(api, 7, "128-511") == 0
+    assert [(i.id, i.layer, i.priority) for i in items(api, "review_task")] == [
+        (i.id, i.layer, i.priority) for i in got
+    ]
+    # A second rollback over another window has a sample of its own, with cell all: every
+    # judged bucket is its breaching cell.
+    post_all(api, window_results("review_task", T0, k=1))
+    close(api, k=1)
+    assert _regression(api, 8, "all", k=1, regression_items=30) == 30
+    second = [
+        i for i in items(api, "review_task") if i.provenance and i.provenance["decision_id"] == 8
+    ]
+    assert len(second) == 30 and {i.priority for i in second} == {PRIORITY_BREACHING}
+    assert {i.bucket for i in second} == set(BUCKETS)
+
+
+def _cell(request_id: str) -> tuple[str, str] | None:
+    cell = shape_of(request_id)
+    return cell if cell[1] in STRATA else None
 
 
 cells = st.dictionaries(

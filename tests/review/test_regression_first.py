@@ -1,0 +1,56 @@
+"""The queue hands items out by priority, then oldest first: a rollback's breaching-cell
+items, then the rest of its regression sample, then every other item — across tasks when
+the claim names none, within the task when it names one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from controlplane.db import get_engine, session_scope
+from controlplane.models.review import PRIORITY_BREACHING, PRIORITY_OTHER, PRIORITY_REGRESSION
+from controlplane.review import actions
+from controlplane.rollout.configs import apply_config
+from tests.conftest import TICKET_TASK
+from tests.review.queuedata import T0, add_items
+
+LEASE = 600.0
+
+
+def test_regression_items_go_first_breaching_cell_first(db_url: str) -> None:
+    engine = get_engine(db_url)
+    with session_scope(engine) as session:
+        apply_config(session, TICKET_TASK, actor="test")
+        apply_config(session, {**TICKET_TASK, "task": "other_task"}, actor="test")
+    regression = {"layer": "regression", "reason": "regression"}
+    old = add_items(engine, "ticket_classify", 2, priority=PRIORITY_OTHER)
+    [other_sample] = add_items(
+        engine, "other_task", 1, start=10, priority=PRIORITY_REGRESSION, **regression
+    )
+    [other_hot] = add_items(
+        engine, "other_task", 1, start=11, priority=PRIORITY_BREACHING, **regression
+    )
+    [sample] = add_items(
+        engine, "ticket_classify", 1, start=2, priority=PRIORITY_REGRESSION, **regression
+    )
+    [hot] = add_items(
+        engine, "ticket_classify", 1, start=3, priority=PRIORITY_BREACHING, **regression
+    )
+
+    def hand_out(task: str | None, at: float, who: str) -> list[int]:
+        """Claims by new reviewers (one lease each) until the queue offers nothing."""
+        out = []
+        for n in range(10):
+            now = T0 + timedelta(seconds=at + n)
+            view = actions.claim(engine, task, f"{who}-{n}", now, lease_seconds=LEASE)
+            if view is None:
+                return out
+            out.append(view["id"])
+        raise AssertionError("the queue never ran dry")
+
+    # Any task: priority first, then the oldest, whichever task.
+    assert hand_out(None, 0, "any") == [other_hot, hot, other_sample, sample, *old]
+    # One task (once the leases above expired): its own items in the same order.
+    assert hand_out("ticket_classify", 2 * LEASE, "one") == [hot, sample, *old]
+    # A reviewer holding a lease gets it back, whatever waits ahead of it now.
+    held = actions.claim(engine, None, "one-0", T0 + timedelta(seconds=2 * LEASE + 20))
+    assert held is not None and held["id"] == hot
