@@ -11,8 +11,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-# A key naming a side or a model (`edge_output`, `cloud_model`, `served`, `a_is_edge`, ...).
-SIDE_KEY = re.compile(r"edge|cloud|served|decision|model", re.IGNORECASE)
+# A key naming a side, a model, what was served or the router's decision (`edge_output`,
+# `cloud_model`, `served`, `a_is_edge`, `decision`).
+SIDE_KEY = re.compile(r"edge|cloud|served|model|^decision$", re.IGNORECASE)
+# What was served, said in words.
+SERVED = re.compile(r"\bserved\b", re.IGNORECASE)
 # A value naming a side: "edge" or "cloud" alone, or a word built on one
 # (`consensus:edge_correct`, `cloud_decided`, `edge_error`).
 SIDE_VALUE = re.compile(r"^\s*(edge|cloud)\s*$|\b(edge|cloud)_[a-z]", re.IGNORECASE)
@@ -34,7 +37,7 @@ def leaks(value: Any, models: Iterable[str], path: str = "$") -> list[str]:
     elif isinstance(value, str):
         low = value.lower()
         found += [f"{path}: model {m!r}" for m in names if m in low]
-        if SIDE_VALUE.search(value):
+        if SIDE_VALUE.search(value) or SERVED.search(value):
             found.append(f"{path}: {value[:80]!r}")
         if value[:1] in "{[":
             try:
@@ -42,6 +45,11 @@ def leaks(value: Any, models: Iterable[str], path: str = "$") -> list[str]:
             except ValueError:
                 pass
     return found
+
+
+def model_leaks(text: str, models: Iterable[str]) -> list[str]:
+    """The model names a text holds."""
+    return [f"model {m!r}" for m in models if m.lower() in text.lower()]
 
 
 def text_leaks(text: str, models: Iterable[str]) -> list[str]:
