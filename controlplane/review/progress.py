@@ -18,31 +18,44 @@ from controlplane.review.agreement import task_agreement
 
 
 def reviewer_progress(
-    session: Session, reviewer: str, now: datetime, task: str | None = None
+    session: Session,
+    reviewer: str,
+    now: datetime,
+    task: str | None = None,
+    since: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Per task (the named one, or every task, by name): `mine_today`, the labels the
-    reviewer gave since midnight UTC, and `agreement`, the task's reviewer agreement."""
+    reviewer gave since midnight UTC, and `agreement`, the task's reviewer agreement; with
+    `since` (the start of a review session), `mine_since`, the labels they gave from then."""
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     query = select(Task.id, Task.name).order_by(Task.name)
     if task is not None:
         query = query.where(Task.name == task)
     tasks = list(session.execute(query))
-    mine = dict(
-        session.execute(
-            select(ReviewLabel.task_id, func.count())
-            .where(
-                ReviewLabel.task_id.in_([tid for tid, _ in tasks]),
-                ReviewLabel.reviewer == reviewer,
-                ReviewLabel.created_at >= day_start,
-            )
-            .group_by(ReviewLabel.task_id)
-        ).all()
-    )
+    ids = [tid for tid, _ in tasks]
+    mine = _labels_by_task(session, ids, reviewer, day_start)
+    mine_since = _labels_by_task(session, ids, reviewer, since) if since is not None else {}
     return [
         {
             "task": name,
-            "mine_today": int(mine.get(tid, 0)),
+            "mine_today": mine.get(tid, 0),
+            **({"mine_since": mine_since.get(tid, 0)} if since is not None else {}),
             "agreement": task_agreement(session, tid),
         }
         for tid, name in tasks
     ]
+
+
+def _labels_by_task(
+    session: Session, task_ids: list[int], reviewer: str, since: datetime
+) -> dict[int, int]:
+    rows = session.execute(
+        select(ReviewLabel.task_id, func.count())
+        .where(
+            ReviewLabel.task_id.in_(task_ids),
+            ReviewLabel.reviewer == reviewer,
+            ReviewLabel.created_at >= since,
+        )
+        .group_by(ReviewLabel.task_id)
+    )
+    return {tid: int(n) for tid, n in rows}

@@ -1,10 +1,13 @@
 """Review: blind comparisons, one item at a time, with the keyboard alone.
 
-Pick a task (or any). The page claims the next item for you and shows its input and the
-two answers side by side as A and B (a single answer asks "is this answer right?"), the
-words where they differ highlighted. A verdict key (1–5 for a pair, 1–3 for a single)
-labels it and the next item comes at once; S skips it (with the reason typed, if any),
-L gives it back. Optional: a failure class, the corrected answer and a note.
+Pick a task (or any). A review-only key's page claims the next item at once; a key that
+can do more (read, admin) claims nothing until "Start reviewing", so looking claims no
+item. The item shows the task's guidelines, its input and the two answers side by side as
+A and B (a single answer asks "is this answer right?"), the words where they differ
+highlighted. A verdict key (1–5 for a pair, 1–3 for a single) labels it and the next item
+comes at once; S skips it (with the reason typed, if any), L gives it back. Optional: a
+failure class, the corrected answer and a note. Above it: what you labelled today and in
+this session, and how far each blocked task's regression set is labelled.
 
 Blind: everything shown comes from the blind view the claim answers (A and B in an order
 drawn per item, the diff in A/B terms); no model, side, sampling reason or routing
@@ -12,11 +15,13 @@ decision is read here. Labels are stored with the signed-in key's name."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import streamlit as st
 
+from controlplane.catalog.service import task_runtimes
 from controlplane.db import StorageError, get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.review import actions
@@ -33,6 +38,10 @@ PAIR_VERDICTS = [
 ]
 SINGLE_VERDICTS = [("correct", "Right"), ("wrong", "Wrong"), ("unclear", "Unclear")]
 HELD, FLASH, PAUSED = "review_item", "review_flash", "review_paused"
+# Pressed "Start reviewing" (a key that can do more than review); the review session per
+# task picked (its start, and the items queued then).
+STARTED, SESSIONS = "review_started", "review_sessions"
+IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]*)\)")
 # The keys that act on the item shown, and what each would have stored.
 PRESSES = {
     **{f"verdict-{v}": "label" for v, _ in PAIR_VERDICTS + SINGLE_VERDICTS},
@@ -48,11 +57,48 @@ def load_queue(url: str) -> list[dict[str, Any]]:
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
-def load_progress(url: str, reviewer: str) -> dict[str, dict[str, Any]]:
-    """Per task: this reviewer's labels today and the task's reviewer agreement."""
+def load_progress(
+    url: str, reviewer: str, since: datetime | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per task: this reviewer's labels today (and since `since`) and the task's reviewer
+    agreement."""
     with session_scope(get_engine(url)) as session:
-        rows = reviewer_progress(session, reviewer, datetime.now(UTC))
+        rows = reviewer_progress(session, reviewer, datetime.now(UTC), since=since)
     return {row["task"]: row for row in rows}
+
+
+@st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
+def load_guidelines(url: str, task: str) -> str | None:
+    """The task's review guidelines (Markdown, from its config), None without."""
+    with session_scope(get_engine(url)) as session:
+        runtime = task_runtimes(session, {task}).get(task)
+    return runtime.config.review.guidelines if runtime is not None else None
+
+
+def claims_at_once(principal: Any) -> bool:
+    """A review-only key opens the page to label: it claims at once. A key that can do
+    more (read, admin) may be only looking, so it claims nothing until Start reviewing."""
+    return not common.can(principal, "read")
+
+
+def scope_name(task: str | None) -> str:
+    return "all tasks" if task is None else task
+
+
+def review_session(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any]:
+    """This page's review session of the task picked (or of all tasks): when it started and
+    how many items were queued then, recorded the first time it is asked for."""
+    sessions = st.session_state.setdefault(SESSIONS, {})
+    name = scope_name(task)
+    if name not in sessions:
+        queued = sum(row["queued"] for row in queue if row["has_queue"])
+        sessions[name] = {"since": datetime.now(UTC).replace(microsecond=0), "queued": queued}
+    return dict(sessions[name])
+
+
+def guidelines_markdown(text: str) -> str:
+    """The guidelines as Markdown, an image written out rather than fetched."""
+    return IMAGE.sub(lambda m: f"{m.group(1)} (image not shown: {m.group(2)})", text)
 
 
 def agreement_text(name: str, found: dict[str, Any]) -> str:
@@ -68,7 +114,10 @@ def agreement_text(name: str, found: dict[str, Any]) -> str:
     return f"{name}: " + ", ".join(parts)
 
 
-def progress_line(queue: list[dict[str, Any]], progress: dict[str, dict[str, Any]]) -> None:
+def progress_line(
+    queue: list[dict[str, Any]], progress: dict[str, dict[str, Any]], task: str | None
+) -> None:
+    """Today's labels, queue and agreement of the task picked (or of all tasks), said so."""
     mine = sum(progress.get(row["task"], {}).get("mine_today", 0) for row in queue)
     everyone = sum(row["labelled_today"] for row in queue)
     left = sum(row["queued"] for row in queue if row["has_queue"])
@@ -79,20 +128,67 @@ def progress_line(queue: list[dict[str, Any]], progress: dict[str, dict[str, Any
         if row["task"] in progress
     )
     st.markdown(
-        f"Labelled today (UTC): **{mine}** by you, **{everyone}** by everyone · "
-        f"left in queue: **{left}** ({held} held by reviewers now) · "
-        f"reviewer agreement: {reviewing.escape(agreement)}"
+        f"Today (UTC), in {reviewing.escape(scope_name(task))}: you labelled **{mine}** "
+        f"{items(mine)}, everyone **{everyone}** · left in queue: **{left}** ({held} held by "
+        f"reviewers now) · reviewer agreement: {reviewing.escape(agreement)}"
     )
 
 
-def show_progress(where: Any, task: str | None) -> None:
-    """The progress line in its place at the top, with the counts as they are after this
-    run's claim."""
-    with where.container():
-        progress_line(
-            [row for row in load_queue(url) if task is None or row["task"] == task],
-            load_progress(url, reviewer),
+def items(n: int) -> str:
+    return "item" if n == 1 else "items"
+
+
+def session_bar(
+    session: dict[str, Any], progress: dict[str, dict[str, Any]], task: str | None
+) -> None:
+    """This session's labels against the items queued when it started."""
+    done = sum(row.get("mine_since", 0) for row in progress.values())
+    queued = session["queued"]
+    since = f"{session['since']:%H:%M} UTC"
+    where = reviewing.escape(scope_name(task))
+    st.progress(
+        min(1.0, done / queued) if queued else 0.0,
+        text=f"This session (since {since}): {done} labelled of the {queued} {items(queued)} "
+        f"queued in {where} when it started",
+    )
+
+
+def regression_bars(queue: list[dict[str, Any]]) -> None:
+    """Per task with a blocked model: its regression set, labelled of needed."""
+    for row in queue:
+        found = row.get("regression")
+        if not found:
+            continue
+        labelled, needed = found["labelled"], found["needed"]
+        st.progress(
+            min(1.0, labelled / needed) if needed else 1.0,
+            text=f"Regression set of {reviewing.escape(row['task'])}: {labelled} of {needed} "
+            "labelled (they are handed out first)",
         )
+
+
+def show_progress(where: Any, task: str | None, session: dict[str, Any] | None = None) -> None:
+    """The progress line and bars in their place at the top, with the counts as they are
+    after this run's claim; the session's bar once it has begun."""
+    shown = [row for row in load_queue(url) if task is None or row["task"] == task]
+    progress = load_progress(url, reviewer, session["since"] if session else None)
+    shown_progress = {k: v for k, v in progress.items() if task is None or k == task}
+    with where.container():
+        progress_line(shown, shown_progress, task)
+        if session is not None:
+            session_bar(session, shown_progress, task)
+        regression_bars(shown)
+
+
+def show_guidelines(item: dict[str, Any], progress: dict[str, dict[str, Any]]) -> None:
+    """The item's task's guidelines, open until the reviewer has labelled one of its items
+    today (then one click away)."""
+    text = load_guidelines(url, item["task"])
+    if not text:
+        return
+    first = progress.get(item["task"], {}).get("mine_today", 0) == 0
+    with st.expander(f"Guidelines for {item['task']}", expanded=first):
+        st.markdown(guidelines_markdown(text))
 
 
 def show_flash() -> None:
@@ -299,7 +395,7 @@ progress = st.empty()
 show_flash()
 
 if st.session_state.get(PAUSED):
-    show_progress(progress, task)
+    show_progress(progress, task, review_session(task, shown_queue))
     st.info("You gave the item back. Take the next one when you are ready.")
     if st.button("Next item", key="review_next", shortcut="N", type="primary"):
         st.session_state.pop(PAUSED)
@@ -311,8 +407,22 @@ if task is not None and not shown_queue[0]["has_queue"]:
     st.info(no_text(task))
     st.stop()
 
+started = st.session_state.get(STARTED) or HELD in st.session_state
+if not (started or claims_at_once(principal)):
+    show_progress(progress, task)
+    st.info(
+        "Opening this page claims nothing. Start reviewing to be handed the next item of "
+        f"{reviewing.escape(scope_name(task))}: you then hold one item at a time, under a "
+        "lease renewed while you are on it."
+    )
+    if st.button("Start reviewing", key="review_start", shortcut="N", type="primary"):
+        st.session_state[STARTED] = True
+        st.rerun()
+    st.stop()
+
+session = review_session(task, shown_queue)
 item = claim_next(task, queue)
-show_progress(progress, task)
+show_progress(progress, task, session)
 if item is None:
     where = "any task" if task is None else task
     st.info(
@@ -325,6 +435,7 @@ if item is None:
     st.stop()
 
 st.subheader(f"Item {item['id']} · {formats.line(item['task'])}")
+show_guidelines(item, load_progress(url, reviewer))
 diff = item["diff"]
 st.markdown("**Input**")
 with st.container(border=True):

@@ -160,7 +160,8 @@ def test_the_progress_line_counts_todays_labels_and_the_queue(seeded: Seeded) ->
     queue = actions.queue_overview(seeded.engine)
     assert mine == 2
     text = page_text(at)
-    assert f"**{mine}** by you, **{sum(r['labelled_today'] for r in queue)}** by everyone" in text
+    everyone = sum(r["labelled_today"] for r in queue)
+    assert f"in all tasks: you labelled **{mine}** items, everyone **{everyone}**" in text
     assert f"left in queue: **{sum(r['queued'] for r in queue)}**" in text
     # No item of the seed has two reviewers: agreement says so instead of a number.
     assert "none yet (no item has two reviewers" in text.replace("\\", "")
