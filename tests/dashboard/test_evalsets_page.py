@@ -116,6 +116,7 @@ def test_a_review_key_downloads_only_the_blind_form(
     "small-int4@3", cloud_model "large@7", edge_output, cloud_output and served."""
     stored = _kept_downloads(monkeypatch)
     at = evalsets_page(seeded, "review")
+    every_model: set[str] = set()
     for row in service_sets(seeded)["sets"]:
         at.selectbox(key="evalsets_set").select(f"{row['task']}/{row['layer']}").run()
         assert not at.exception
@@ -130,6 +131,7 @@ def test_a_review_key_downloads_only_the_blind_form(
         models = {x["provenance"][k] for x in full for k in ("edge_model", "cloud_model")}
         assert {"small-int4@3", "large@7"} <= models
         models -= {None}
+        every_model |= models
         assert text_leaks(jsonl.decode(), models) == csv_leaks(csv, models) == [], row
         lines = [json.loads(x) for x in jsonl.decode().splitlines()]
         assert len(lines) == row["count"]
@@ -145,7 +147,10 @@ def test_a_review_key_downloads_only_the_blind_form(
             "failure_class",
             "tags",
         }
-    assert "Downloads are the blind form" in page_text(at)
+    text = page_text(at)
+    assert "Downloads are the blind form" in text
+    # Nor does anything the page shows a review key (its rows, its sentences).
+    assert [line for line in text.splitlines() if text_leaks(line, every_model)] == []
 
 
 def test_backfill_now_adds_what_reviewers_labelled_and_says_so(seeded: Seeded) -> None:
