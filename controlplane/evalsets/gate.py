@@ -23,6 +23,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
+from controlplane.catalog.service import task_runtimes
 from controlplane.evalsets import repository, service
 from controlplane.models import Task
 from controlplane.models.evalsets import EvalRun
@@ -320,3 +321,24 @@ def progress_view(session: Session, task: Task, config: TaskConfig) -> dict[str,
         "min_accuracy": config.promotion.regression_min_accuracy,
         "blocks": [vars(p) for p in regression_progress(session, task, config)],
     }
+
+
+def blocked_progress(session: Session, task: str | None = None) -> list[dict[str, object]]:
+    """`progress_view` of every task with an edge model blocked (or of the named one, if
+    it has one), by task name; a task whose config does not parse is left out."""
+    out = []
+    for found in repository.tasks_by_name(session, task):
+        if not repository.active_blocks(session, found.id):
+            continue
+        runtime = task_runtimes(session, {found.name}).get(found.name)
+        if runtime is not None:
+            out.append(progress_view(session, found, runtime.config))
+    return out
+
+
+def blind_progress(session: Session, task: str | None = None) -> list[dict[str, object]]:
+    """Per task with an edge model blocked (or the named one, if it has one), by name:
+    `{"task", "labelled", "needed"}` (`blind_counts`: no model named)."""
+    found = repository.tasks_by_name(session, task)
+    counts = blind_counts(session, [t.id for t in found])
+    return [{"task": t.name, **counts[t.id]} for t in found if t.id in counts]
