@@ -1,6 +1,8 @@
 """Eval sets: what reviewers' labels became, per task and layer.
 
-The table lists each layer's items and the sha256 of its JSONL export (and of the
+Above all, per blocked edge model, how far its regression set is: labelled of needed and
+what unblocking still needs (a review key reads the counts alone, no model named). The
+table lists each layer's items and the sha256 of its JSONL export (and of the
 manifest an export would write). Pick a layer to preview its rows (input, expected answer,
 bucket, failure class; not the two answers the item came from, its tags or provenance)
 and download it as JSONL or CSV: with a key that holds `read`, byte for byte what
@@ -20,7 +22,7 @@ import streamlit as st
 from controlplane.db import get_engine, session_scope
 from controlplane.evalsets import actions, scoring, service
 from controlplane.evalsets import items as evalitems
-from dashboard import common, formats
+from dashboard import common, formats, regression
 
 ROWS = 20
 BACKFILLED = "evalsets_backfilled"
@@ -122,6 +124,9 @@ st.caption(
     "Labelled review items become eval items: the test each next model of a task must pass. "
     "Layers: regression (from rollbacks), anomaly (single answers), boundary (the rest)."
 )
+
+# Per blocked edge model, how far its regression set is (a review key: counts only).
+regression.render(principal)
 
 if BACKFILLED in st.session_state:
     st.success(formats.text(backfilled_text(st.session_state.pop(BACKFILLED))))

@@ -13,8 +13,8 @@ from streamlit.testing.v1 import AppTest
 from controlplane.audit.service import entries
 from controlplane.compare.jsonutil import dumps
 from controlplane.db import session_scope
+from controlplane.evalsets import gate, scoring
 from controlplane.evalsets import items as evalitems
-from controlplane.evalsets import scoring
 from controlplane.evalsets import service as evalsets
 from controlplane.review import actions
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
@@ -109,6 +109,23 @@ def test_downloads_are_the_layer_exports_byte_for_byte(
     assert {b.label for b in at.get("download_button")} == {"Download JSONL", "Download CSV"}
 
 
+def blind_progress(seeded: Seeded) -> list[dict[str, Any]]:
+    with session_scope(seeded.engine) as session:
+        return gate.blind_progress(session, None)
+
+
+def test_a_read_key_sees_what_unblocking_still_needs(seeded: Seeded) -> None:
+    with session_scope(seeded.engine) as session:
+        [view] = gate.blocked_progress(session, None)
+    [block] = view["blocks"]
+    at = evalsets_page(seeded, "admin")
+    [bar] = at.get("progress")
+    assert shown(bar.proto.text).startswith(
+        f"Regression set for {block['model']} on {view['task']}: {block['labelled']} of "
+        f"{block['needed']} labelled"
+    )
+
+
 def test_a_review_key_downloads_only_the_blind_form(
     seeded: Seeded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,6 +166,11 @@ def test_a_review_key_downloads_only_the_blind_form(
         }
     text = page_text(at)
     assert "Downloads are the blind form" in text
+    # The regression set's progress, as counts: no model named.
+    assert [shown(b.proto.text) for b in at.get("progress")] == [
+        f"Regression set of ticket_classify: {r['labelled']} of {r['needed']} labelled"
+        for r in blind_progress(seeded)
+    ]
     # Nor does anything the page shows a review key (its rows, its sentences).
     assert [line for line in text.splitlines() if text_leaks(line, every_model)] == []
 
