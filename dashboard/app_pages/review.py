@@ -26,7 +26,7 @@ from controlplane.db import StorageError, get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.review import actions
 from controlplane.review.progress import reviewer_progress
-from dashboard import common, formats, reviewing
+from dashboard import common, formats, regression, reviewing
 
 ANY = "any task"
 PAIR_VERDICTS = [
@@ -153,20 +153,6 @@ def session_bar(
     )
 
 
-def regression_bars(queue: list[dict[str, Any]]) -> None:
-    """Per task with a blocked model: its regression set, labelled of needed."""
-    for row in queue:
-        found = row.get("regression")
-        if not found:
-            continue
-        labelled, needed = found["labelled"], found["needed"]
-        st.progress(
-            min(1.0, labelled / needed) if needed else 1.0,
-            text=f"Regression set of {reviewing.escape(row['task'])}: {labelled} of {needed} "
-            "labelled (they are handed out first)",
-        )
-
-
 def show_progress(where: Any, task: str | None, session: dict[str, Any] | None = None) -> None:
     """The progress line and bars in their place at the top, with the counts as they are
     after this run's claim; the session's bar once it has begun."""
@@ -177,7 +163,7 @@ def show_progress(where: Any, task: str | None, session: dict[str, Any] | None =
         progress_line(shown, shown_progress, task)
         if session is not None:
             session_bar(session, shown_progress, task)
-        regression_bars(shown)
+        regression.render(principal, task)
 
 
 def show_guidelines(item: dict[str, Any], progress: dict[str, dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from streamlit.testing.v1 import AppTest
 
 from controlplane.db import session_scope
+from controlplane.evalsets import gate
 from controlplane.models import ReviewItem
 from controlplane.review import actions
 from controlplane.rollout.configs import apply_tasks
@@ -107,3 +108,23 @@ def test_the_guidelines_counts_and_session_bar_of_the_task_picked(seeded: Seeded
 
     at.selectbox(key="review_task").select("any task").run()
     assert "Today (UTC), in all tasks: you labelled **2** items" in page_text(at)
+
+
+def test_the_regression_set_bar_counts_and_names_no_model(seeded: Seeded) -> None:
+    """The seed's rollback blocked ticket_classify's edge model: a review key's page shows
+    its regression set, labelled of needed, and no model."""
+    with session_scope(seeded.engine) as session:
+        counts = gate.blind_progress(session)
+    assert [row["task"] for row in counts] == ["ticket_classify"]
+    at = open_page(seeded, "review", PAGE)
+    assert not at.exception
+    bars = [(v, t) for v, t in progress_bars(at) if t.startswith("Regression set")]
+    row = counts[0]
+    labelled, needed = int(str(row["labelled"])), int(str(row["needed"]))
+    assert bars == [
+        (
+            pytest.approx(labelled / needed, abs=0.01),
+            f"Regression set of ticket_classify: {labelled} of {needed} labelled",
+        )
+    ]
+    assert not any("@" in t for _, t in progress_bars(at))
