@@ -14,17 +14,19 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from streamlit.testing.v1 import AppTest
 
 from controlplane.db import get_engine, make_engine
 from controlplane.keys.actions import create_key
 from controlplane.migrate import upgrade
-from controlplane.sim.evalset_example import seed
+from controlplane.review import actions as review
+from controlplane.sim.evalset_example import END, REVIEWER, seed
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
@@ -59,12 +61,26 @@ def _seed(url: str) -> dict[str, str]:
     try:
         labelled = seed(engine, labelled=LABELLED)
         assert labelled == LABELLED, "the seed has fewer review items than it labels"
+        _pair_at_the_head(engine)
         return {
             name: create_key(engine, name=name, scopes=scopes, actor="test")[1]
             for name, scopes in KEY_SCOPES.items()
         }
     finally:
         engine.dispose()
+
+
+def _pair_at_the_head(engine: Engine) -> None:
+    """Label the single items at the head of the seeded queue, so the next item any
+    reviewer is handed is a pair (the page tests start at one): the rollback's regression
+    sample, which holds single items too, is handed out first. A single item shows the
+    cloud's answer, the simulator's truth: `correct`."""
+    clock = END + timedelta(minutes=5)
+    while (item := review.claim(engine, None, REVIEWER, clock)) is not None:
+        if item["kind"] == "pair":
+            review.release(engine, item["id"], REVIEWER, now=clock)
+            return
+        review.label(engine, item["id"], REVIEWER, verdict="correct", now=clock)
 
 
 @pytest.fixture(scope="session")
