@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
+from controlplane.catalog.schemas import REGRESSION_ITEMS
 from controlplane.evalsets.items import SCHEMA
 from controlplane.sim.evalset_example import build
 from controlplane.sim.reviewer import SimulatedReviewer, judge
@@ -51,7 +52,7 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
         if name.endswith(".jsonl")
         for line in data.decode().splitlines()
     ]
-    assert len(lines) == 59
+    assert len(lines) == 116
     for line in lines:
         validator.validate(line)
         # The truth of every simulated task is its cloud answer: the reviewer's expected
@@ -67,16 +68,19 @@ def test_the_example_export_is_regenerated_byte_for_byte(tmp_path: Path) -> None
         "invalid",
         "regression",
     }
-    # The canary's rollback queued its breaching windows of long tickets for the regression
-    # layer: every such item names the rule, the cell and the window that fired.
+    # The canary's rollback queued a sample of review.regression_items (100) of its
+    # breaching windows' results for the regression layer, the breaching cell first: all 34
+    # long tickets of those windows, then the other buckets. Every such item names the
+    # rule, the cell and the window that fired.
     regression = [x for x in lines if x["layer"] == "regression"]
-    assert len(regression) == 34
+    assert len(regression) == REGRESSION_ITEMS == 100
     fired = {
         (r["decision_id"], r["rule"], r["cell"])
         for r in (x["provenance"]["regression"] for x in regression)
     }
     assert fired == {(2, "agreement >= 0.9 per bucket", "2048+")}
-    assert all(x["bucket"] == "2048+" for x in regression)
+    assert sum(x["bucket"] == "2048+" for x in regression) == 34
+    assert {x["bucket"] for x in regression} == {"0-127", "128-511", "512-2047", "2048+"}
     assert any(x["provenance"]["consensus"] == "cloud_correct" for x in lines)
 
 
