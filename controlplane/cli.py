@@ -277,8 +277,9 @@ def unblock(
         typer.Option(help="Lift it without a passing run on the regression eval set (audited)."),
     ] = False,
 ) -> None:
-    """Lift the auto-promotion block a rollback put on an edge model version: it needs a
-    stored run of that version on the task's current regression eval set at or above
+    """Lift the auto-promotion block a rollback put on an edge model version: it needs the
+    rollback's regression items in the set and a stored run of that version, or of a later
+    one of its line, on the task's current regression eval set at or above
     promotion.regression_min_accuracy, unless forced."""
     from controlplane.rollout.actions import unblock as run
 
