@@ -637,7 +637,10 @@ def demo(
     ] = 30.0,
     once: Annotated[
         bool,
-        typer.Option(help="Stop at the rollback (or the duration), print, exit; no serving."),
+        typer.Option(
+            help="Stop after the rollback and the loop closed after it (or the duration), "
+            "print, exit; no serving."
+        ),
     ] = False,
     scenario: Annotated[
         str,

@@ -8,8 +8,14 @@ grade every task from it (with the cloud asked a second time on a share of reque
 prints the three grades and why, promotes the ticket classifier to canary by hand past
 its grade, streams simulated traffic routed by the flags, switches the scenario on (by
 default the long-ticket regression; `costly_edge`, `longer_inputs`), and prints the windows
-filling up, the notices of the cost rule, and the rollback when the policy makes it — then
-where to look and keys to look with. The clock is real: nothing is faked.
+filling up, the notices of the cost rule, and the rollback when the policy makes it.
+
+After the long-ticket rollback the loop closes, step by step: the router ships the next
+edge model (`small-int4@4`), simulated reviewers label the rollback's regression sample
+through the review API, the regression eval set fills from their labels, a run of the new
+model is scored on it, the blocked model is unblocked without force, the task is re-armed
+and, once the gate passes on the new model's shadow traffic, promoted to canary again —
+then where to look and keys to look with. The clock is real: nothing is faked.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -47,9 +54,12 @@ from controlplane.sim.profiles import (
     COSTLY_EDGE_DEGRADES,
     COSTLY_EDGE_RAMP_SECONDS,
     EDGE_COST_TOP,
+    EDGE_MODEL,
+    EDGE_MODEL_FIX,
     LONGER_INPUTS,
 )
-from controlplane.sim.runner import Plan, Totals, stream
+from controlplane.sim.reviewer import SimulatedReviewer, review_over_http, ticket_answers
+from controlplane.sim.runner import FLUSH_SECONDS, Plan, Totals, stream
 
 EXAMPLE_TASKS = ROOT / "examples" / "tasks"
 
@@ -95,6 +105,22 @@ COSTLY_EDGE_CANARY_PERCENT = 50
 # How often the in-process scheduler computes and closes windows: a window closes within a
 # second of its lateness running out, and a rollback shows within a second of its verdict.
 DEMO_TICK_SECONDS = 1.0
+# After the long-ticket rollback: the rollback queues this many of its breaching windows'
+# results for the regression set (production: 100), so the simulated reviewers label them
+# within seconds.
+DEMO_REGRESSION_ITEMS = 40
+# The re-armed canary's gate reads two ten-second windows of the new model's shadow traffic
+# (production: 12 windows, 400 pairs per bucket, a lower bound of 95%), and its edge
+# failures against 5% (the examples: 2%), which two windows can show: an upper bound under
+# 2% needs about 600 edge runs per bucket.
+DEMO_PROMOTION = {"min_windows": 2, "min_samples_per_bucket": 100, "agreement_lower_bound": 0.9}
+DEMO_FAIL_LIMIT = 0.05
+# Meanwhile the ticket classifier's traffic runs at this rate, so its 2048+ bucket (about a
+# tenth of its tickets) has some 200 pairs in those two windows.
+FIX_RATE = 100.0
+# How long the loop waits at most for the gate's windows, and for its traffic to flush.
+LOOP_WAIT_SECONDS = 60.0
+FLUSH_WAIT_SECONDS = FLUSH_SECONDS + 5
 # The dashboard's port (a free one if taken), and how long it may take to start answering.
 DASHBOARD_PORT = 8501
 DASHBOARD_START_SECONDS = 30.0
@@ -103,7 +129,8 @@ DASHBOARD_START_SECONDS = 30.0
 def demo_config(raw: dict[str, Any], scenario: str) -> dict[str, Any]:
     """An example task's config as the demo applies it: ten-second windows, grading from
     the first seconds, every task's fixed costs itemised and the two span rules over
-    SPAN_SECONDS; the canary task judges on fewer samples. Its net_savings rule notifies
+    SPAN_SECONDS; the canary task judges on fewer samples, queues DEMO_REGRESSION_ITEMS for
+    its regression set and promotes on DEMO_PROMOTION's gate. Its net_savings rule notifies
     instead of rolling back unless the scenario is `costly_edge`: with shadow_rate 1.0 the
     cloud answers beside every edge answer in canary too, so the canary pays for both and
     cannot save; `costly_edge` checks one answer in ten instead, on a canary of half the
@@ -117,12 +144,15 @@ def demo_config(raw: dict[str, Any], scenario: str) -> dict[str, Any]:
     cost_rule = NET_SAVINGS
     if raw["task"] == CANARY:
         rollback.update(DEMO_ROLLBACK)
+        config["review"] = {**raw.get("review", {}), "regression_items": DEMO_REGRESSION_ITEMS}
+        config["promotion"] = {**raw.get("promotion", {}), **DEMO_PROMOTION}
+        written = [
+            {**r, "threshold": DEMO_FAIL_LIMIT} if r["metric"] == "offload_fail_rate" else r
+            for r in written
+        ]
         if scenario == "costly_edge":
             config["shadow_rate"] = COSTLY_EDGE_SHADOW_RATE
-            config["promotion"] = {
-                **raw.get("promotion", {}),
-                "canary_steps": [COSTLY_EDGE_CANARY_PERCENT],
-            }
+            config["promotion"]["canary_steps"] = [COSTLY_EDGE_CANARY_PERCENT]
         else:
             cost_rule = {**NET_SAVINGS, "mode": "notify"}
     rules = [r for r in written if r["metric"] not in SPAN_METRICS]
@@ -253,8 +283,9 @@ def _demo(
     )
     if dashboard.wait_ready():
         typer.echo(
-            f"Dashboard on {dashboard.url}: Overview and Task show the rollback as it happens. "
-            f"Sign in with a key:\n{keys}"
+            f"Dashboard on {dashboard.url}: Overview and Task show the rollback, the re-arm and "
+            "the promotion as they happen, Eval sets the regression set, Audit the run scored "
+            f"on it and the unblock. Sign in with a key:\n{keys}"
         )
     else:
         typer.echo(f"The dashboard did not start; its log: {dashboard.log_path}")
@@ -264,6 +295,8 @@ def _demo(
     stop = threading.Event()
     seen: set[int] = set()
     noticed = _Notices(engine)
+    # The simulated reviewers know the truth of every result the routers report.
+    reviewer = SimulatedReviewer()
 
     def show(elapsed: float, _totals: dict[str, Totals]) -> None:
         if elapsed - last_print[0] >= 5:
@@ -320,6 +353,7 @@ def _demo(
         seed=int(time.time()),
         stop=stop,
         every_second=show,
+        on_result=reviewer.learn,
     )
     _wait_for_windows(reader, tasks, started, shadow_totals)
     with session_scope(engine) as session:
@@ -367,14 +401,20 @@ def _demo(
         seed=int(time.time()) + 1,
         stop=stop,
         every_second=lambda elapsed, t: show(elapsed + canary_started, t),
+        on_result=reviewer.learn,
     )
-    # Wait (real time) until every window that got traffic has closed: the last one ends,
-    # its lateness runs out, the next pass closes it. Looked at five times a second.
-    deadline = (
-        time.monotonic()
-        + DEMO_WINDOW["window_seconds"]
-        + DEMO_WINDOW["allowed_lateness_seconds"]
-        + 6
+    # After the long-ticket rollback the loop closes (below), and its wait for the gate's
+    # windows closes these too; otherwise wait (real time) until every window that got
+    # traffic has closed: the last one ends, its lateness runs out, the next pass closes
+    # it. Looked at five times a second.
+    closes_loop = (
+        scenario == "long_tickets"
+        and reader.get(f"/v1/tasks/{CANARY}").json()["stage"] == "rolled_back"
+    )
+    deadline = time.monotonic() + (
+        0
+        if closes_loop
+        else DEMO_WINDOW["window_seconds"] + DEMO_WINDOW["allowed_lateness_seconds"] + 6
     )
     while time.monotonic() < deadline and _open_windows(reader, tasks, started):
         time.sleep(0.2)
@@ -389,13 +429,7 @@ def _demo(
 
     typer.echo("\nPosted over HTTP (shadow and canary phases):")
     for task in tasks:
-        t = _sum_totals(shadow_totals[task], totals[task])
-        typer.echo(
-            f"  {task:<18} generated {t.generated}, accepted {t.accepted}, duplicates {t.duplicates}, "
-            f"rejected {t.rejected}, not delivered {t.dropped}"
-        )
-        for error in t.errors[:3]:
-            typer.echo(f"    ! {error}")
+        _print_totals(task, _sum_totals(shadow_totals[task], totals[task]))
     _print_buckets(reader, CANARY, started)
     if reader.get(f"/v1/tasks/{CANARY}").json()["needs_regrade"]:
         _refused_until_regraded(reader)
@@ -403,6 +437,19 @@ def _demo(
     flag = reader.get(f"/v1/flags/{CANARY}").json()
     if stage != "shadow":
         _print_stage(stage, flag, duration)
+    if closes_loop:
+        loop = _Loop(base, router_key, review_key, reader, reviewer)
+        shipped = loop.run(tasks, rate, lambda: time.monotonic() - shadow_started)
+        if shipped:
+            # The windows hold all that was posted; the last ones stay open (the demo ends).
+            posted = {
+                task: _sum_totals(_sum_totals(shadow_totals[task], totals[task]), shipped[task])
+                for task in tasks
+            }
+            _wait_for_windows(reader, tasks, started, posted)
+            typer.echo(f"\nPosted over HTTP while {EDGE_MODEL_FIX} ran:")
+            for task in tasks:
+                _print_totals(task, shipped[task])
     with session_scope(engine) as session:
         runtimes = task_runtimes(session, set(tasks))
         conflicts = {task: conflict_ids(session, runtimes[task].id, limit=1) for task in tasks}
@@ -427,6 +474,8 @@ Where to look (keys below, shown once):
   curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/ticket_classify/windows
   curl -H "Authorization: Bearer $KEY" -H "Accept: text/csv" {base}/v1/tasks/ticket_classify/windows
   curl -H "Authorization: Bearer $KEY" {base}/v1/decisions?task={CANARY}   (with evidence)
+  curl -H "Authorization: Bearer $KEY" {base}/v1/tasks/{CANARY}/regression   (the regression gate)
+  curl -H "Authorization: Bearer $KEY" {base}/v1/evalsets/{CANARY}/runs
   curl -H "Authorization: Bearer $KEY" {base}/v1/flags
   curl -H "Authorization: Bearer $KEY" {base}/v1/alerts
   curl -H "Authorization: Bearer $KEY" {base}/metrics
@@ -448,6 +497,273 @@ KEY={admin_key}""")
     except KeyboardInterrupt:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class _Loop:
+    """After the long-ticket rollback, the loop closed step by step, each printed as it
+    happens: the routers ship the next edge model, the simulated reviewers label the
+    rollback's regression sample through the review API, the regression eval set fills
+    from their labels, a run of the new model is scored on it, the blocked model is
+    unblocked without force, the task is re-armed and promoted again once the gate passes
+    on the new model's shadow traffic."""
+
+    def __init__(
+        self,
+        base: str,
+        router_key: str,
+        review_key: str,
+        reader: httpx.Client,
+        reviewer: SimulatedReviewer,
+    ) -> None:
+        self.base, self.router_key, self.review_key = base, router_key, review_key
+        self.reader, self.reviewer = reader, reviewer
+        self.stop = threading.Event()
+        self.shipped: dict[str, Totals] = {}
+
+    def run(self, tasks: list[str], rate: float, clock: Callable[[], float]) -> dict[str, Totals]:
+        """The steps, with the routers' traffic running beside them; what it posted."""
+        traffic = threading.Thread(target=self._ship, args=(tasks, rate), daemon=True)
+        traffic.start()
+        try:
+            self._steps(clock)
+        finally:
+            self.stop.set()
+            traffic.join(timeout=FLUSH_WAIT_SECONDS)
+        return self.shipped
+
+    def _ship(self, tasks: list[str], rate: float) -> None:
+        """The routers' traffic with the next edge model; the ticket classifier's faster."""
+        self.shipped = stream(
+            self.base,
+            self.router_key,
+            tasks,
+            rate=rate,
+            rates={CANARY: FIX_RATE},
+            duration=float("inf"),
+            plan=Plan("long_tickets", {CANARY}, 0.0, edge_model=EDGE_MODEL_FIX),
+            seed=int(time.time()) + 2,
+            stop=self.stop,
+            on_result=self.reviewer.learn,
+        )
+
+    def _steps(self, clock: Callable[[], float]) -> None:
+        _step(
+            clock(),
+            f"SHIP: the routers now run the next edge model, {EDGE_MODEL_FIX}; on {CANARY} in "
+            f"shadow (rolled back: the cloud serves), its traffic now {FIX_RATE:g} results/s so "
+            "the gate's windows fill within seconds.",
+        )
+        if not self._review(clock):
+            return
+        progress = self._regression(clock)
+        if progress is None:
+            return
+        if not self._run(clock, progress) or not self._unblock(clock):
+            return
+        self._rearm(clock)
+        if self._gate(clock):
+            self._promote(clock)
+
+    def _review(self, clock: Callable[[], float]) -> bool:
+        """The simulated reviewers label until every regression item is labelled."""
+        with httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {self.review_key}"}
+        ) as client:
+
+            def counts() -> dict[str, Any]:
+                answer = client.get("/v1/review/queue", params={"task": CANARY})
+                answer.raise_for_status()
+                return dict(answer.json()["tasks"][0])
+
+            def unlabelled() -> int:
+                found = counts().get("regression") or {"labelled": 0, "needed": 0}
+                return max(0, int(found["needed"]) - int(found["labelled"]))
+
+            done = review_over_http(client, self.reviewer, CANARY, remaining=unlabelled)
+            row = counts()
+        regression = row.get("regression") or {"labelled": 0, "needed": 0}
+        _step(
+            clock(),
+            f"REVIEW: {regression['labelled']} of {regression['needed']} regression items "
+            f"labelled, blind, by the simulated reviewers through the review API (GET "
+            f"/v1/review/next, POST /v1/review/{{id}}/label with a review key): {done.labelled} "
+            f"items handed out, the rollback's regression sample first; {row['queued']} other "
+            f"items of {CANARY} wait.",
+        )
+        return bool(regression["needed"]) and regression["labelled"] >= regression["needed"]
+
+    def _regression(self, clock: Callable[[], float]) -> dict[str, Any] | None:
+        """The blocked model's regression progress, once the set holds every labelled item
+        and the routers' new model is seen (a few seconds at most)."""
+        deadline = time.monotonic() + LOOP_WAIT_SECONDS / 4
+        while True:
+            answer = self.reader.get(f"/v1/tasks/{CANARY}/regression")
+            answer.raise_for_status()
+            blocks = {b["model"]: b for b in answer.json()["blocks"]}
+            block = blocks.get(EDGE_MODEL)
+            if block is None:
+                _step(clock(), f"{EDGE_MODEL} is not blocked on {CANARY}: nothing to close.")
+                return None
+            ready = block["in_set"] >= block["needed"] and block["next_model"] == EDGE_MODEL_FIX
+            if ready or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        _step(
+            clock(),
+            f"REGRESSION SET: {block['in_set']} of {block['needed']} regression items in "
+            f"{CANARY}'s regression eval set, from the labels alone (no backfill). To unblock "
+            f"{EDGE_MODEL} it still needs {block['unblock']}.",
+        )
+        return dict(block) if ready else None
+
+    def _run(self, clock: Callable[[], float], progress: dict[str, Any]) -> bool:
+        """Score a run of the next model on the regression set: its answers on each item's
+        input, as the simulator knows them."""
+        model = progress["next_model"]
+        # One page holds the whole set: the API pages up to 1,000 items, the demo queues 40.
+        answer = self.reader.get(f"/v1/evalsets/{CANARY}/regression", params={"limit": 1000})
+        answer.raise_for_status()
+        lines = answer.json()["items"]
+        outputs = ticket_answers(
+            model,
+            [(line["id"], self.reviewer.known(CANARY, line["input"])) for line in lines],
+            "long_tickets",
+        )
+        stored = self.reader.post(
+            f"/v1/evalsets/{CANARY}/runs",
+            json={
+                "model": model,
+                "layer": "regression",
+                "lines": [{"id": k, "output": v} for k, v in outputs.items()],
+                "note": "demo: the simulator's answers of the next edge model",
+            },
+        )
+        if stored.status_code != 200:
+            _step(clock(), f"RUN {model} refused ({stored.status_code}): {stored.text}")
+            return False
+        run = stored.json()
+        threshold = self.reader.get(f"/v1/tasks/{CANARY}/regression").json()["min_accuracy"]
+        passed = run["accuracy"] is not None and run["accuracy"] >= threshold
+        _step(
+            clock(),
+            f"RUN {model} on the regression set: {run['correct']}/{run['n']} = "
+            f"{run['accuracy'] or 0:.1%} {'≥' if passed else '<'} {threshold:.0%} "
+            f"(promotion.regression_min_accuracy); stored as run {run['id']} on set "
+            f"{run['set_sha256'][:12]}.",
+        )
+        return passed
+
+    def _unblock(self, clock: Callable[[], float]) -> bool:
+        answer = self.reader.post(
+            f"/v1/tasks/{CANARY}/unblock",
+            json={
+                "model": EDGE_MODEL,
+                "reason": f"demo: {EDGE_MODEL_FIX} passed the regression set",
+            },
+        )
+        if answer.status_code != 200:
+            _step(
+                clock(),
+                f"UNBLOCK {EDGE_MODEL} refused ({answer.status_code}): "
+                f"{answer.json().get('detail')}",
+            )
+            return False
+        blocked = answer.json()["blocked"]
+        _step(
+            clock(),
+            f"UNBLOCK {EDGE_MODEL} on {CANARY}: passed without force (the run of "
+            f"{EDGE_MODEL_FIX} on the current regression set); audited. Blocked now: "
+            f"{', '.join(blocked) or 'none'}.",
+        )
+        return True
+
+    def _rearm(self, clock: Callable[[], float]) -> None:
+        answer = self.reader.post(
+            f"/v1/tasks/{CANARY}/rearm",
+            json={"reason": f"demo: {EDGE_MODEL_FIX} fixes the long tickets"},
+        )
+        answer.raise_for_status()
+        decision = answer.json()
+        _step(
+            clock(),
+            f"REARM {CANARY} to shadow (flag v{decision['flag_version_after']}): its evidence "
+            f"starts over; the gate reads the next {DEMO_PROMOTION['min_windows']} windows of "
+            f"{EDGE_MODEL_FIX}'s shadow traffic (this demo's gate: at least "
+            f"{DEMO_PROMOTION['min_samples_per_bucket']} pairs per bucket, agreement's lower "
+            f"bound ≥ {DEMO_PROMOTION['agreement_lower_bound']:.0%}, edge failures ≤ "
+            f"{DEMO_FAIL_LIMIT:.0%}).",
+        )
+
+    def _gate(self, clock: Callable[[], float]) -> bool:
+        """Wait for the gate over the new model's shadow windows; print each window closed."""
+        deadline = time.monotonic() + LOOP_WAIT_SECONDS
+        shown = 0
+        while True:
+            answer = self.reader.get(f"/v1/tasks/{CANARY}/gate")
+            answer.raise_for_status()
+            gate = answer.json()
+            if gate["windows"] > shown:
+                shown = gate["windows"]
+                verdict = "passed" if gate["passed"] else "not yet: " + "; ".join(gate["reasons"])
+                _step(
+                    clock(),
+                    f"GATE on {shown} of the {DEMO_PROMOTION['min_windows']} shadow windows it "
+                    f"reads: {verdict}",
+                )
+            if gate["passed"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        for bucket, view in gate["buckets"].items():
+            if view["agreement"] is not None:
+                typer.echo(
+                    f"    {bucket:>9}  pairs {view['pairs']:>5}  agreement "
+                    f"{view['agreement']:.1%}, lower bound {view['agreement_low']:.1%}  "
+                    f"edge failures {view['edge_fail_rate'] or 0:.1%}"
+                    f"  -> {view['verdict']}"
+                )
+        return bool(gate["passed"])
+
+    def _promote(self, clock: Callable[[], float]) -> None:
+        """Promote as a person would: the gate passed; past a grade that still says
+        `shadow` (the traffic's long tail, not the model) only by hand, as the first time."""
+        reason = f"demo: the gate passed on {EDGE_MODEL_FIX}'s shadow traffic"
+        body = {"reason": reason, "expected_stage": "shadow"}
+        answer = self.reader.post(f"/v1/tasks/{CANARY}/promote", json=body)
+        past = ""
+        detail = answer.json().get("detail") if answer.status_code == 409 else None
+        if isinstance(detail, dict) and set(detail) == {"grade"}:
+            grade = detail["grade"]
+            past = (
+                f"; the grade still says {grade['tier']} ({grade['reason']}), past which a "
+                "person promotes it by hand, as the first time: forced past the grade only, "
+                "audited"
+            )
+            answer = self.reader.post(
+                f"/v1/tasks/{CANARY}/promote",
+                json={**body, "reason": f"{reason}; past the grade", "force": True},
+            )
+        if answer.status_code != 200:
+            _step(clock(), f"PROMOTE refused ({answer.status_code}): {answer.text}")
+            return
+        flag = self.reader.get(f"/v1/flags/{CANARY}").json()
+        _step(
+            clock(),
+            f"PROMOTE {CANARY} to canary {flag['edge_percent']}% (flag v{flag['version']}, "
+            f"edge model {EDGE_MODEL_FIX}): the gate passed on its shadow traffic{past}.",
+        )
+
+
+def _step(elapsed: float, text: str) -> None:
+    typer.echo(f"\n[{elapsed:4.0f} s] {text}")
+
+
+def _print_totals(task: str, t: Totals) -> None:
+    typer.echo(
+        f"  {task:<18} generated {t.generated}, accepted {t.accepted}, duplicates {t.duplicates}, "
+        f"rejected {t.rejected}, not delivered {t.dropped}"
+    )
+    for error in t.errors[:3]:
+        typer.echo(f"    ! {error}")
 
 
 def _print_stage(stage: str, flag: dict[str, Any], duration: float) -> None:

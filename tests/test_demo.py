@@ -1,6 +1,8 @@
 """`shadowplane demo --once` on the embedded default: stored, scored results, closed windows,
-the cost rule's notices in shadow, a real-time rollback, keys that work, and the dashboard
-beside the API while it runs."""
+the cost rule's notices in shadow, a real-time rollback, keys that work, the dashboard
+beside the API while it runs, and the loop closed after the rollback: the regression set
+labelled through the review API, a run of the next edge model scored on it, the block
+lifted without force, the task re-armed and promoted again."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import httpx
 import pandas as pd
 from sqlalchemy import create_engine, text
 
-from controlplane.demo import FIXED_COSTS
+from controlplane.demo import CANARY, DEMO_REGRESSION_ITEMS, FIXED_COSTS
+from controlplane.sim.profiles import EDGE_MODEL, EDGE_MODEL_FIX, FIX_TICKET_MISS
 from tests.liveapi import WAIT, output, start_python, wait_until
 
 DEMO = [
@@ -66,14 +69,19 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     done.returncode = code
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    posted = {}
+    # Posted in the shadow and canary phases, then while the next edge model ran.
+    posted: dict[str, tuple[int, int]] = {}
     for line in out.splitlines():
         found = re.match(
             r"  (\w+) +generated (\d+), accepted (\d+), duplicates 0, rejected 0, not delivered 0$",
             line,
         )
         if found:
-            posted[found.group(1)] = (int(found.group(2)), int(found.group(3)))
+            before = posted.get(found.group(1), (0, 0))
+            posted[found.group(1)] = (
+                before[0] + int(found.group(2)),
+                before[1] + int(found.group(3)),
+            )
     assert set(posted) == {"ticket_classify", "invoice_extract", "reply_rewrite"}, out
     assert all(generated == accepted > 0 for generated, accepted in posted.values())
     # The tasks left in shadow: once their stage holds the cost rule's whole span, the rule
@@ -148,13 +156,15 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     engine.dispose()
     assert sum(outcomes.values()) == sum(accepted for _, accepted in posted.values())
     assert outcomes["agree"] > sum(outcomes.values()) / 2 and outcomes["conflict"] > 0
-    # The in-process scheduler computed the windows and closed every one that got traffic,
-    # with a row for every bucket and `all`.
+    # The in-process scheduler computed the windows, every result in one, and closed every
+    # one that got traffic up to the promotion after the re-arm (the demo ends with the last
+    # ones open), with a row for every bucket and `all`.
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
     with engine.connect() as conn:
         windows = conn.execute(
             text(
-                "SELECT w.closed_at IS NOT NULL, count(m.id), sum(m.n_results) FROM windows w "
+                "SELECT w.closed_at IS NOT NULL, w.window_start < (SELECT min(d.created_at) "
+                "FROM decisions d WHERE d.action = 'rearm'), sum(m.n_results) FROM windows w "
                 "JOIN window_metrics m ON m.window_id = w.id JOIN tasks t ON t.id = w.task_id "
                 "WHERE t.name = 'ticket_classify' AND m.bucket = 'all' GROUP BY w.id"
             )
@@ -168,13 +178,15 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
             ).all()
         )
     engine.dispose()
-    assert windows and all(closed for closed, _, n in windows if n)
+    assert any(before and n for _, before, n in windows)
+    assert all(closed for closed, before, n in windows if n and before)
     assert sum(n for *_, n in windows) == posted["ticket_classify"][1]
     # Three boundaries give four buckets and `all`; reply_rewrite has two boundaries.
     assert buckets == {("ticket_classify", 5), ("invoice_extract", 5), ("reply_rewrite", 4)}
     assert _policy_decisions(tmp_path / "shadowplane.db") == [
-        ("ticket_classify", "rollback", "2048+", "rolled_back")
+        ("ticket_classify", "rollback", "2048+")
     ]
+    _assert_loop_closed(out, tmp_path / "shadowplane.db", key, keys["reviewer"])
     # The notices are in the outbox (what webhooks send): each with its components, which
     # add up by hand — net = savings − fixed costs, the fixed costs prorated from a day.
     engine = create_engine(f"sqlite:///{tmp_path / 'shadowplane.db'}")
@@ -250,14 +262,144 @@ def test_demo_stores_scored_results_without_servers(tmp_path: Path) -> None:
     assert "@example.com" not in joined and "<EMAIL_1>" in joined
 
 
-def _policy_decisions(db: Path) -> list[tuple[str, str, str, str]]:
+def _policy_decisions(db: Path) -> list[tuple[str, str, str]]:
+    rows = _query(
+        db,
+        "SELECT t.name, d.action, d.bucket FROM decisions d "
+        "JOIN tasks t ON t.id = d.task_id WHERE d.actor = 'policy'",
+    )
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def _query(db: Path, sql: str, **params: object) -> list[tuple[object, ...]]:
     engine = create_engine(f"sqlite:///{db}")
     with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT t.name, d.action, d.bucket, t.stage FROM decisions d "
-                "JOIN tasks t ON t.id = d.task_id WHERE d.actor = 'policy'"
-            )
-        ).all()
+        rows = [tuple(r) for r in conn.execute(text(sql), params).all()]
     engine.dispose()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return rows
+
+
+def _json(value: object) -> dict[str, object]:
+    found = json.loads(value) if isinstance(value, str) else value
+    assert isinstance(found, dict)
+    return found
+
+
+def _assert_loop_closed(out: str, db: Path, admin_key: str, review_key: str) -> None:
+    """After the rollback, each step printed in order, and the database holding what it
+    says: the regression items labelled blind through the review API before any other
+    item, the regression layer filled from those labels with no backfill, a stored run of
+    the next edge model on it, the block lifted without force, the task re-armed and
+    promoted to canary again on a gate that passed."""
+    from controlplane.auth.service import hash_key
+
+    steps = [
+        r"\] DECISION by the policy: ticket_classify rolled back",
+        rf"\] SHIP: the routers now run the next edge model, {EDGE_MODEL_FIX}",
+        r"\] REVIEW: (\d+) of (\d+) regression items labelled",
+        r"\] REGRESSION SET: (\d+) of (\d+) regression items in ticket_classify's regression "
+        r"eval set, from the labels alone \(no backfill\)\. To unblock small-int4@3 it still "
+        rf"needs a run of {EDGE_MODEL_FIX} on this set ≥ 95%\.",
+        rf"\] RUN {EDGE_MODEL_FIX} on the regression set: (\d+)/(\d+) = ([\d.]+)% ≥ 95%",
+        rf"\] UNBLOCK {EDGE_MODEL} on ticket_classify: passed without force",
+        r"\] REARM ticket_classify to shadow",
+        r"\] GATE on 2 of the 2 shadow windows it reads: passed",
+        rf"\] PROMOTE ticket_classify to canary 5% \(flag v\d+, edge model {EDGE_MODEL_FIX}\)",
+    ]
+    found = []
+    for step in steps:
+        match = re.search(step, out)
+        assert match is not None, (step, out[out.index("DECISION by the policy") :])
+        found.append(match)
+    assert [m.start() for m in found] == sorted(m.start() for m in found)
+    labelled, needed = int(found[2].group(1)), int(found[2].group(2))
+    assert 0 < labelled == needed <= DEMO_REGRESSION_ITEMS
+    assert (int(found[3].group(1)), int(found[3].group(2))) == (needed, needed)
+    correct, n = int(found[4].group(1)), int(found[4].group(2))
+    # small-int4@4 misses 2% of tickets whatever their length, and a run misses as many as
+    # that share of its items, rounded (40 items: 0.8, so 1 miss: 39/40 = 97.5%).
+    assert n == needed and correct == n - round(n * FIX_TICKET_MISS)
+    assert float(found[4].group(3)) == round(100 * correct / n, 1)
+
+    names = dict(
+        _query(
+            db,
+            "SELECT key_hash, name FROM api_keys WHERE key_hash IN (:a, :r)",
+            a=hash_key(admin_key),
+            r=hash_key(review_key),
+        )
+    )
+    admin, reviewer = names[hash_key(admin_key)], names[hash_key(review_key)]
+    # The reviewer was handed the rollback's regression items and nothing else first: every
+    # item it labelled is one, and every one is labelled.
+    labelled_items = _query(
+        db,
+        "SELECT DISTINCT i.id, i.layer, i.state FROM review_labels l "
+        "JOIN review_items i ON i.id = l.item_id WHERE l.reviewer = :r",
+        r=reviewer,
+    )
+    regression_items = _query(
+        db,
+        "SELECT i.id, i.layer, i.state FROM review_items i JOIN tasks t ON t.id = i.task_id "
+        "WHERE t.name = :t AND i.layer = 'regression'",
+        t=CANARY,
+    )
+    assert len(regression_items) == needed
+    assert sorted(labelled_items) == sorted(regression_items)
+    assert {state for *_, state in regression_items} == {"done"}
+    # The regression layer filled from those labels alone: no backfill was asked.
+    layer = _query(
+        db,
+        "SELECT e.item_id FROM eval_items e JOIN tasks t ON t.id = e.task_id "
+        "WHERE t.name = :t AND e.layer = 'regression'",
+        t=CANARY,
+    )
+    assert len(layer) == needed
+    assert _query(db, "SELECT id FROM audit_log WHERE action = 'evalsets.backfill'") == []
+    # The run, stored as printed, on every item of the set.
+    runs = _query(
+        db,
+        "SELECT r.model, r.layer, r.n_items, r.n_correct, r.accuracy, r.actor FROM eval_runs r "
+        "JOIN tasks t ON t.id = r.task_id WHERE t.name = :t",
+        t=CANARY,
+    )
+    assert runs == [(EDGE_MODEL_FIX, "regression", n, correct, correct / n, admin)]
+    # The block lifted by the admin, audited as not forced.
+    blocks = _query(
+        db,
+        "SELECT b.model, b.lifted_by FROM blocked_models b JOIN tasks t ON t.id = b.task_id "
+        "WHERE t.name = :t",
+        t=CANARY,
+    )
+    assert blocks == [(EDGE_MODEL, admin)]
+    audited = _query(db, "SELECT actor, task, details FROM audit_log WHERE action = 'task.unblock'")
+    assert len(audited) == 1
+    actor, task, details = audited[0]
+    assert (actor, task) == (admin, CANARY)
+    assert _json(details)["model"] == EDGE_MODEL and _json(details)["forced"] is False
+    # Re-armed and promoted again by a person, on a gate that passed: the promotion went
+    # past the grade at most, never past the gate.
+    decisions = _query(
+        db,
+        "SELECT d.action, d.actor, d.stage_before, d.stage_after, d.evidence FROM decisions d "
+        "JOIN tasks t ON t.id = d.task_id WHERE t.name = :t ORDER BY d.id",
+        t=CANARY,
+    )
+    assert [(a, s0, s1) for a, _, s0, s1, _ in decisions] == [
+        ("promote", "shadow", "canary"),
+        ("rollback", "canary", "rolled_back"),
+        ("rearm", "rolled_back", "shadow"),
+        ("promote", "shadow", "canary"),
+    ]
+    assert {actor for _, actor, *_ in decisions[2:]} == {admin}
+    again = _json(decisions[-1][4])
+    gate = again["gate"]
+    assert isinstance(gate, dict) and gate["passed"] is True
+    assert "gate" not in (again.get("forced_past") or {})
+    stage = _query(
+        db,
+        "SELECT t.stage, f.document FROM tasks t JOIN flags f ON f.task_id = t.id "
+        "WHERE t.name = :t",
+        t=CANARY,
+    )
+    assert stage[0][0] == "canary" and _json(stage[0][1])["edge_percent"] == 5
