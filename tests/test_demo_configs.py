@@ -1,6 +1,7 @@
 """The task configs `shadowplane demo` applies (`demo_config`), per scenario: valid, each
 task with the cost rule over a span the demo's minutes hold and its fixed costs itemised;
-the canary's cost rule rolls back only where its canary can save (`costly_edge`)."""
+the canary's cost rule rolls back only where its canary can save (`costly_edge`); every task
+keeps its review guidelines, and the canary queues the demo's small regression sample."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import yaml
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.demo import (
     CANARY,
+    DEMO_REGRESSION_ITEMS,
     EXAMPLE_TASKS,
     FIXED_COSTS,
     SCENARIOS,
@@ -35,6 +37,10 @@ def test_every_scenario_gives_valid_configs_with_the_span_rules() -> None:
             assert 2 <= SPAN_SECONDS // config.window_seconds <= 10
             assert config.fixed_costs == FIXED_COSTS
             assert config.fixed_cost_per_day == sum(FIXED_COSTS.values())
+            # What reviewers read above each item, as the example wrote it.
+            assert config.review.guidelines == raw["review"]["guidelines"]
+            if task == CANARY:
+                assert config.review.regression_items == DEMO_REGRESSION_ITEMS
             # The example's own rules are kept beside them.
             written = raw.get("rollback", {}).get("rules", [])
             assert {r["metric"] for r in written} <= set(rules)
