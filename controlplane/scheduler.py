@@ -23,6 +23,7 @@ from sqlalchemy import Engine, select
 
 from controlplane.alerts.service import AlertEvent, evaluate
 from controlplane.db import in_transaction, session_scope
+from controlplane.evalsets.service import fill_waiting
 from controlplane.grading.service import grade_all
 from controlplane.metrics.service import Computed, TaskFailure, compute_window, plan
 from controlplane.models import Task
@@ -52,6 +53,8 @@ class AfterWindow:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     sampled: int = 0
+    # Labelled regression items put into their eval sets (`fill_regression_sets`).
+    filled: int = 0
     failed: list[TaskFailure] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
 
@@ -114,6 +117,8 @@ class PassReport:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     sampled: int = 0
+    # Labelled regression items put into their eval sets (`fill_regression_sets`).
+    filled: int = 0
     failed: list[TaskFailure] = field(default_factory=list)
     # Tasks whose `after_window` failed: the next pass evaluates them again, window or not.
     unevaluated: set[int] = field(default_factory=set)
@@ -132,7 +137,8 @@ def run_pass(
     """Compute every window that is due or has new results, close those past their lateness,
     then `after_window` (alerts, rollout rules, their outbox events) for each task with a
     window that closed, and for the tasks in `retry` (those whose evaluation failed in the
-    previous pass: `PassReport.unevaluated`).
+    previous pass: `PassReport.unevaluated`); last, labelled regression items into their
+    eval sets (`fill_regression_sets`).
 
     `veto`: the error-cost veto; the caller's settings (default: this process's)."""
     now = now or utcnow()
@@ -174,7 +180,22 @@ def run_pass(
         report.failed.extend(done.failed)
         if done.failed:
             report.unevaluated.add(task_id)
+    filled, failure = fill_regression_sets(engine)
+    report.filled = filled
+    if failure is not None:
+        report.failed.append(failure)
     return report
+
+
+def fill_regression_sets(engine: Engine) -> tuple[int, TaskFailure | None]:
+    """Every task's labelled regression items into its `regression` eval set, in one
+    transaction (each pass: that layer fills from reviewers' labels alone); how many eval
+    items were added, and the failure when it failed (the next pass tries again)."""
+    try:
+        return in_transaction(engine, fill_waiting), None
+    except Exception as exc:  # the windows of this pass stand; the next pass fills
+        log.exception("regression eval sets: fill failed")
+        return 0, TaskFailure("(every task)", "regression_set", _why(exc))
 
 
 def grade_every_task(engine: Engine, now: datetime, *, veto: float) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.notify import delivery
 from controlplane.notify.delivery import DELIVER_JOB
-from controlplane.scheduler import EVALUATED, after_window, grade_every_task
+from controlplane.scheduler import EVALUATED, after_window, fill_regression_sets, grade_every_task
 from controlplane.settings import get_settings
 from workers.app import app
 from workers.schedule import GRADE_JOB, PARTITIONS_JOB, PLAN_JOB
@@ -41,7 +41,8 @@ def _clock(now: str | None) -> datetime:
 
 @app.task(name=PLAN_JOB, **RETRY)
 def plan_windows(now: str | None = None) -> int:
-    """Queue one compute job per (task, window) that is due or has new results."""
+    """Queue one compute job per (task, window) that is due or has new results; put
+    labelled regression items into their eval sets."""
     clock = _clock(now)
     planned = in_transaction(get_engine(), lambda session: plan(session, clock))
     # The tasks that could not be planned are logged by `plan` and tried again next time.
@@ -49,6 +50,9 @@ def plan_windows(now: str | None = None) -> int:
         log.warning("not planned: %s", failure)
     for job in planned.jobs:
         compute_window_job.delay(job.task_id, job.window_start.isoformat(), clock.isoformat())
+    # Labelled regression items into their eval sets, each tick (a failure is logged there
+    # and tried again next tick).
+    fill_regression_sets(get_engine())
     return len(planned.jobs)
 
 

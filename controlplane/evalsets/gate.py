@@ -11,12 +11,12 @@
 `rollout.actions.unblock` asks `check_unblock` in its transaction and refuses (409) with the
 sentence it returns, unless forced (then audited as forced). `regression_progress` says
 where each block stands, naming the model to run next; those sentences name models, so
-they are for `read` keys: a `review` key gets `blind_counts` (labelled of needed, no name).
+they are for `read` keys: a `review` key gets `review.progress.regression_counts` (labelled of needed, no name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,6 +27,8 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.evalsets import repository, service
 from controlplane.models import Task
 from controlplane.models.evalsets import EvalRun
+from controlplane.review import repository as review_repository
+from controlplane.review.progress import regression_counts
 
 LAYER = "regression"
 # How many of the task's newest results since a block are read for a successor of the
@@ -129,8 +131,8 @@ class Standing:
             )
         if p.not_backfilled:
             steps.append(
-                f"{p.not_backfilled} labelled {_noun(p.not_backfilled)} backfilled "
-                "(shadowplane evalset backfill --layer regression)"
+                f"{p.not_backfilled} labelled {_noun(p.not_backfilled)} put in the set "
+                "(the next scheduler pass does it)"
             )
         if not p.total and not self.set_size:
             steps.append("regression items in the set (none was queued)")
@@ -235,7 +237,9 @@ def check_unblock(session: Session, task: Task, config: TaskConfig, model: str) 
     saying why the model may not be unblocked yet and what it still needs."""
     # The rollback behind the model's active block; without one (or without its decision)
     # every regression review item of the task counts.
-    block = next((b for b in repository.active_blocks(session, task.id) if b.model == model), None)
+    block = next(
+        (b for b in review_repository.active_blocks(session, task.id) if b.model == model), None
+    )
     found = standing(
         session,
         task,
@@ -267,7 +271,7 @@ class BlockProgress:
 
 def regression_progress(session: Session, task: Task, config: TaskConfig) -> list[BlockProgress]:
     """Per active block of the task (by model): where lifting it stands."""
-    blocks = repository.active_blocks(session, task.id)
+    blocks = review_repository.active_blocks(session, task.id)
     if not blocks:
         return []
     size = len(service.layer_items(session, task, LAYER))
@@ -298,22 +302,6 @@ def regression_progress(session: Session, task: Task, config: TaskConfig) -> lis
     return out
 
 
-def blind_counts(session: Session, task_ids: Sequence[int]) -> dict[int, dict[str, int]]:
-    """Per task with an active block: `labelled` and `needed` of the regression items the
-    earliest blocking rollback and later ones queued (every regression item when a block
-    names no rollback). No model is named: what a `review` key may read."""
-    out: dict[int, dict[str, int]] = {}
-    for task_id in task_ids:
-        blocks = repository.active_blocks(session, task_id)
-        if not blocks:
-            continue
-        decisions = [b.decision_id for b in blocks]
-        since = None if None in decisions else min(d for d in decisions if d is not None)
-        done, total = repository.rollback_counts(session, task_id, since)
-        out[task_id] = {"labelled": done, "needed": total}
-    return out
-
-
 def progress_view(session: Session, task: Task, config: TaskConfig) -> dict[str, object]:
     """`GET /v1/tasks/{task}/regression`: the threshold and every active block's progress."""
     return {
@@ -328,7 +316,7 @@ def blocked_progress(session: Session, task: str | None = None) -> list[dict[str
     it has one), by task name; a task whose config does not parse is left out."""
     out = []
     for found in repository.tasks_by_name(session, task):
-        if not repository.active_blocks(session, found.id):
+        if not review_repository.active_blocks(session, found.id):
             continue
         runtime = task_runtimes(session, {found.name}).get(found.name)
         if runtime is not None:
@@ -338,7 +326,7 @@ def blocked_progress(session: Session, task: str | None = None) -> list[dict[str
 
 def blind_progress(session: Session, task: str | None = None) -> list[dict[str, object]]:
     """Per task with an edge model blocked (or the named one, if it has one), by name:
-    `{"task", "labelled", "needed"}` (`blind_counts`: no model named)."""
+    `{"task", "labelled", "needed"}` (`review.progress.regression_counts`: no model named)."""
     found = repository.tasks_by_name(session, task)
-    counts = blind_counts(session, [t.id for t in found])
+    counts = regression_counts(session, [t.id for t in found])
     return [{"task": t.name, **counts[t.id]} for t in found if t.id in counts]

@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert
 from controlplane.models import Result, Task
 from controlplane.models.evalsets import EvalItem, EvalRun
-from controlplane.models.review import ReviewItem, ReviewLabel
-from controlplane.models.rollout import BlockedModel, Decision
+from controlplane.models.review import PRIORITY_OTHER, ReviewItem, ReviewLabel
+from controlplane.models.rollout import BlockedModel
 
 
 def tasks_by_name(session: Session, name: str | None) -> list[Task]:
@@ -50,6 +50,26 @@ def done_items_not_backfilled(
     return list(session.scalars(query))
 
 
+def tasks_waiting_for_regression(session: Session) -> list[Task]:
+    """The tasks with a done `regression` review item that their eval set does not hold
+    (it may still wait for a usable expected answer), by id."""
+    waiting = (
+        select(ReviewItem.task_id)
+        .where(
+            ReviewItem.state == "done",
+            # The regression items, read through the (state, priority, id) index.
+            ReviewItem.priority < PRIORITY_OTHER,
+            ReviewItem.layer == "regression",
+            ~select(EvalItem.seq)
+            .where(EvalItem.review_item_id == ReviewItem.id, EvalItem.layer == ReviewItem.layer)
+            .correlate(ReviewItem)
+            .exists(),
+        )
+        .distinct()
+    )
+    return list(session.scalars(select(Task).where(Task.id.in_(waiting)).order_by(Task.id)))
+
+
 def blocking_decision(session: Session, task_id: int, model: str) -> int | None:
     """The decision (rollback) behind the model's active block, when it names one."""
     return session.scalar(
@@ -64,30 +84,6 @@ def blocking_decision(session: Session, task_id: int, model: str) -> int | None:
     )
 
 
-class Block(NamedTuple):
-    """An active block: the model, the rollback that blocked it, and since when (the
-    decision's time: the clock of the pass that rolled back; else the block's own)."""
-
-    model: str
-    decision_id: int | None
-    since: datetime
-
-
-def active_blocks(session: Session, task_id: int) -> list[Block]:
-    """The task's blocks not lifted, by model."""
-    rows = session.execute(
-        select(
-            BlockedModel.model,
-            BlockedModel.decision_id,
-            func.coalesce(Decision.created_at, BlockedModel.blocked_at),
-        )
-        .outerjoin(Decision, Decision.id == BlockedModel.decision_id)
-        .where(BlockedModel.task_id == task_id, BlockedModel.lifted_at.is_(None))
-        .order_by(BlockedModel.model)
-    )
-    return [Block(model, decision_id, since) for model, decision_id, since in rows]
-
-
 def edge_models_since(session: Session, task_id: int, since: datetime, newest: int) -> set[str]:
     """The edge models of the task's newest `newest` results at or after `since` (a bounded
     read through the (task_id, ts) index, however long ago the block was)."""
@@ -99,36 +95,6 @@ def edge_models_since(session: Session, task_id: int, since: datetime, newest: i
         .subquery()
     )
     return {m for m in session.scalars(select(latest.c.model).distinct()) if m is not None}
-
-
-def _queued_by(task_id: int, since: int | None) -> list[ColumnElement[bool]]:
-    """The task's regression review items queued by rollback `since` or a later one (every
-    regression review item when `since` is None)."""
-    where = [ReviewItem.task_id == task_id, ReviewItem.layer == "regression"]
-    if since is not None:
-        where.append(ReviewItem.provenance["decision_id"].as_integer() >= since)
-    return where
-
-
-def rollback_items(session: Session, task_id: int, since: int | None) -> list[ReviewItem]:
-    """The task's regression review items queued by rollback `since` or a later one (every
-    regression review item when `since` is None), oldest first."""
-    return list(
-        session.scalars(
-            select(ReviewItem).where(*_queued_by(task_id, since)).order_by(ReviewItem.id)
-        )
-    )
-
-
-def rollback_counts(session: Session, task_id: int, since: int | None) -> tuple[int, int]:
-    """(done, all) of the items `rollback_items` reads, counted in SQL."""
-    done, total = session.execute(
-        select(
-            func.count().filter(ReviewItem.state == "done"),
-            func.count(),
-        ).where(*_queued_by(task_id, since))
-    ).one()
-    return int(done or 0), int(total or 0)
 
 
 def layer_ids(session: Session, task_id: int, layer: str) -> set[str]:

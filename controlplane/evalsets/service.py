@@ -23,6 +23,7 @@ from controlplane.evalsets import repository, scoring
 from controlplane.models import Task
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.review import ReviewItem, ReviewLabel
+from controlplane.review import repository as review_repository
 from controlplane.review.labels import consensus
 
 
@@ -180,14 +181,16 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
     return report
 
 
-def fill_regression(session: Session, task: Task, item_ids: Sequence[int]) -> Backfilled:
-    """Backfill those of the review items that are done, in the `regression` layer and not
-    in its eval set yet, as `backfill` does, in the caller's transaction: a label that
-    finishes a regression item (`review.actions.label`), or a rollback moving a labelled
-    item into that layer (`review.regression`), puts it in the set with no backfill run by
-    hand. Reads the task's comparator from its stored config."""
+def fill_regression(
+    session: Session, task: Task, item_ids: Sequence[int] | None = None
+) -> Backfilled:
+    """Backfill the task's done review items of the `regression` layer (of those ids; all
+    when None) that its eval set does not hold yet, as `backfill` does, in the caller's
+    transaction: a rollback moving a labelled item into that layer, and each pass
+    (`fill_waiting`), put them in the set with no backfill run by hand. Reads the task's
+    comparator from its stored config."""
     report = Backfilled()
-    if not item_ids:
+    if item_ids is not None and not item_ids:
         return report
     candidates = repository.done_items_not_backfilled(session, task.id, "regression", item_ids)
     if candidates:
@@ -195,6 +198,17 @@ def fill_regression(session: Session, task: Task, item_ids: Sequence[int]) -> Ba
         spec = runtime.comparator_spec if runtime is not None else None
         _add(session, task, candidates, spec, report)
     return report
+
+
+def fill_waiting(session: Session) -> int:
+    """Each pass: every task's labelled regression items into its `regression` eval set
+    (`fill_regression`), so that layer fills from reviewers' labels alone. Returns how many
+    eval items it added."""
+    added = 0
+    for task in repository.tasks_waiting_for_regression(session):
+        report = fill_regression(session, task)
+        added += sum(len(ids) for layers in report.added.values() for ids in layers.values())
+    return added
 
 
 def _add(
@@ -250,7 +264,7 @@ class Pending:
 def pending_regression(session: Session, task: Task, since: int | None) -> Pending:
     """The regression review items rollback `since` or a later one queued (all of them when
     `since` is None) and which of them the regression layer does not hold yet."""
-    found = repository.rollback_items(session, task.id, since)
+    found = review_repository.rollback_items(session, task.id, since)
     held = repository.layer_ids(session, task.id, "regression")
     waiting = [x for x in found if evalitems.item_id(task.name, x.input) not in held]
     done = [x for x in waiting if x.state == "done"]

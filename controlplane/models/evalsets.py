@@ -22,6 +22,9 @@ class EvalItem(Base):
     __table_args__ = (
         UniqueConstraint("item_id", "layer"),
         Index("ix_eval_items_task_id_layer_seq", "task_id", "layer", "seq"),
+        # Whether a review item is in its layer yet (each pass asks it of the labelled
+        # regression items: controlplane.evalsets.service.fill_waiting).
+        Index("ix_eval_items_review_item_id", "review_item_id"),
     )
 
     seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

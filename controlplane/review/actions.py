@@ -21,11 +21,10 @@ from controlplane.audit.service import record
 from controlplane.catalog.service import task_or_404, task_runtimes
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import ActionError
-from controlplane.evalsets.gate import blind_counts
-from controlplane.evalsets.service import fill_regression
 from controlplane.models import ReviewItem, Task, TaskConfigVersion
 from controlplane.models.base import utcnow
 from controlplane.review import blind, noise, queue, repository
+from controlplane.review.progress import regression_counts
 from controlplane.settings import get_settings
 
 # Control characters (C0) a note or a reason may not hold: all but tab and line breaks.
@@ -95,8 +94,9 @@ def claim(
     lease_seconds: float | None = None,
 ) -> dict[str, Any] | None:
     """Claim the next item for the reviewer (of one task, or any) and return its blind
-    view, with a note when its differences are all on fields the task's reference changes
-    between runs (review.noise); None when the queue holds nothing for them."""
+    view, with its task's review guidelines and a note when its differences are all on
+    fields the task's reference changes between runs (review.noise); None when the queue
+    holds nothing for them."""
     now = now or utcnow()
     seconds = lease_seconds if lease_seconds is not None else get_settings().review_lease_seconds
 
@@ -110,10 +110,9 @@ def claim(
             return None
         name = _task_name(session, item.task_id)
         shown = blind.view(item, name)
-        runtime = (
-            task_runtimes(session, {name}).get(name) if blind.differing(shown["diff"]) else None
-        )
-        if runtime is not None:
+        runtime = task_runtimes(session, {name}).get(name)
+        shown["guidelines"] = runtime.config.review.guidelines if runtime is not None else None
+        if runtime is not None and blind.differing(shown["diff"]):
             # Only an item whose differences could all be noise pays for reading the windows.
             shown["note"] = blind.noise_note(shown["diff"], noise.noisy_now(session, runtime, now))
         return shown
@@ -133,10 +132,9 @@ def label(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Label the item the reviewer holds (audited). Answers the label's id and where the
-    item stands: `done`, or `queued` when it waits for more reviewers. A label that leaves
-    a regression item done with a usable expected answer puts it in the task's
-    `regression` eval set in the same transaction (`evalsets.service.fill_regression`):
-    that layer fills from labels alone."""
+    item stands: `done`, or `queued` when it waits for more reviewers. A regression item
+    it leaves done enters the task's `regression` eval set at the next pass
+    (`evalsets.service.fill_waiting`): that layer fills from labels alone."""
     check_text("note", note, queue.MAX_NOTE)
     now = now or utcnow()
 
@@ -162,9 +160,6 @@ def label(
             locked=item,
             comparator_spec=spec,
         )
-        found = session.get(Task, item.task_id) if item is not None else None
-        if done.state == "done" and found is not None:
-            fill_regression(session, found, [item_id])
         record(
             session,
             actor=reviewer,
@@ -238,7 +233,7 @@ def queue_overview(
             query = query.where(Task.id == task_or_404(session, task).id)
         tasks = list(session.execute(query))
         counts = repository.queue_counts(session, [tid for tid, _ in tasks], now, day_start)
-        regression = blind_counts(session, [tid for tid, _ in tasks])
+        regression = regression_counts(session, [tid for tid, _ in tasks])
         configs = task_runtimes(session, {name for _, name in tasks})
     out = []
     for tid, name in tasks:

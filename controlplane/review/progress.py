@@ -7,6 +7,7 @@ alpha, kappa and shares."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.models import ReviewLabel, Task
+from controlplane.review import repository
 from controlplane.review.agreement import task_agreement
 
 
@@ -59,3 +61,19 @@ def _labels_by_task(
         .group_by(ReviewLabel.task_id)
     )
     return {tid: int(n) for tid, n in rows}
+
+
+def regression_counts(session: Session, task_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """Per task with an active block: `labelled` and `needed` of the regression items the
+    earliest blocking rollback and later ones queued (every regression item when a block
+    names no rollback). No model is named: what a `review` key may read."""
+    out: dict[int, dict[str, int]] = {}
+    for task_id in task_ids:
+        blocks = repository.active_blocks(session, task_id)
+        if not blocks:
+            continue
+        decisions = [b.decision_id for b in blocks]
+        since = None if None in decisions else min(d for d in decisions if d is not None)
+        done, total = repository.rollback_counts(session, task_id, since)
+        out[task_id] = {"labelled": done, "needed": total}
+    return out

@@ -13,7 +13,6 @@ from sqlalchemy import BigInteger, Row, and_, case, func, literal, or_, select, 
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.evalsets.service import fill_regression
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.repository import bucket_of
@@ -100,8 +99,9 @@ def queue_regression(
     PRIORITY_REGRESSION, inclusion probability k/N of its (bucket, stratum) times its keep
     probability, and a provenance naming the decision, rule, cell and window. A drawn result
     already queued in another layer is moved to `regression` with that priority and
-    provenance (it stays one item, with its own reason and probability); one already done
-    enters the `regression` eval set now (`fill_regression`). Returns how many items were
+    provenance (it stays one item, with its own reason and probability); the firing puts one
+    already done in the `regression` eval set (`evalsets.service.fill_regression`, called
+    by the rollout above this layer). Returns how many items were
     queued or moved. Nothing is queued under `payload_policy: none` or with
     `regression_items: 0`."""
     n = config.review.regression_items
@@ -199,7 +199,6 @@ def queue_regression(
     moved = _move(session, task, moves, decision_id, rule, cell, ranges)
     done = len(moved) + insert_items(session, rows)
     session.flush()
-    fill_regression(session, task, moved)
     return done
 
 

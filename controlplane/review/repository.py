@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Row, and_, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from controlplane.metrics.fields import ALL
 from controlplane.models import (
+    BlockedModel,
+    Decision,
     ReviewItem,
     ReviewLabel,
     ReviewSkip,
@@ -312,3 +314,61 @@ def version_created(session: Session, task_id: int, version: int) -> datetime | 
             TaskConfigVersion.task_id == task_id, TaskConfigVersion.version == version
         )
     )
+
+
+# --- Rollbacks waiting on their regression items (the blocks they left, the items they
+# queued): what the queue overview counts, and what the eval sets' regression gate reads.
+
+
+class Block(NamedTuple):
+    """An active block: the model, the rollback that blocked it, and since when (the
+    decision's time: the clock of the pass that rolled back; else the block's own)."""
+
+    model: str
+    decision_id: int | None
+    since: datetime
+
+
+def active_blocks(session: Session, task_id: int) -> list[Block]:
+    """The task's blocks not lifted, by model."""
+    rows = session.execute(
+        select(
+            BlockedModel.model,
+            BlockedModel.decision_id,
+            func.coalesce(Decision.created_at, BlockedModel.blocked_at),
+        )
+        .outerjoin(Decision, Decision.id == BlockedModel.decision_id)
+        .where(BlockedModel.task_id == task_id, BlockedModel.lifted_at.is_(None))
+        .order_by(BlockedModel.model)
+    )
+    return [Block(model, decision_id, since) for model, decision_id, since in rows]
+
+
+def _queued_by(task_id: int, since: int | None) -> list[ColumnElement[bool]]:
+    """The task's regression review items queued by rollback `since` or a later one (every
+    regression review item when `since` is None)."""
+    where = [ReviewItem.task_id == task_id, ReviewItem.layer == "regression"]
+    if since is not None:
+        where.append(ReviewItem.provenance["decision_id"].as_integer() >= since)
+    return where
+
+
+def rollback_items(session: Session, task_id: int, since: int | None) -> list[ReviewItem]:
+    """The task's regression review items queued by rollback `since` or a later one (every
+    regression review item when `since` is None), oldest first."""
+    return list(
+        session.scalars(
+            select(ReviewItem).where(*_queued_by(task_id, since)).order_by(ReviewItem.id)
+        )
+    )
+
+
+def rollback_counts(session: Session, task_id: int, since: int | None) -> tuple[int, int]:
+    """(done, all) of the items `rollback_items` reads, counted in SQL."""
+    done, total = session.execute(
+        select(
+            func.count().filter(ReviewItem.state == "done"),
+            func.count(),
+        ).where(*_queued_by(task_id, since))
+    ).one()
+    return int(done or 0), int(total or 0)

@@ -18,6 +18,7 @@ from controlplane.catalog.service import task_or_404
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
 from controlplane.evalsets.gate import check_unblock
+from controlplane.evalsets.service import fill_regression
 from controlplane.grading.service import grade_held
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
@@ -255,6 +256,9 @@ def unblock(
                 f"model: {model!r} is not blocked for {task}; blocked: "
                 f"{', '.join(repository.blocked_models(session, found.id)) or 'none'}",
             )
+        # Labelled regression items the last pass has not put in the set yet go in first:
+        # the gate judges the set as the labels make it.
+        fill_regression(session, found)
         refused = check_unblock(session, found, config, model)
         if refused is not None and not force:
             raise ActionError(409, f"model: {refused} (or unblock with force, audited)")

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import SPAN_METRICS, TaskConfig
 from controlplane.catalog.service import TaskRuntime, runtimes
+from controlplane.evalsets.service import fill_regression
 from controlplane.grading.service import grade_held
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
@@ -306,6 +307,8 @@ def _fire(
         cell=outcome.cell,
         ranges=breach_ranges(outcome, config),
     )
+    # An item it moved that reviewers had already labelled enters the regression set now.
+    fill_regression(session, task)
     return decision
 
 

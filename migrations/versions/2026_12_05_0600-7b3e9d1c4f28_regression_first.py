@@ -6,7 +6,8 @@ config still answers with its version.
 
 A rollback's regression sample is handed out before any other item, the breaching cell's
 results first (controlplane.models.review.PRIORITY_*). Items already in the regression
-layer get the regression priority; the claim indexes order by priority, then id.
+layer get the regression priority; the claim indexes order by priority, then id. Eval
+items are indexed by their review item, which each pass asks of labelled regression items.
 
 Revision ID: 7b3e9d1c4f28
 Revises: 5d8e2f7a9c10
@@ -80,11 +81,14 @@ def upgrade() -> None:
     op.drop_index("ix_review_items_claim", table_name="review_items")
     op.create_index("ix_review_items_claim", "review_items", ["task_id", "state", "priority", "id"])
     op.create_index("ix_review_items_claim_any", "review_items", ["state", "priority", "id"])
+    # Each pass puts labelled regression items into their eval set: is one there yet?
+    op.create_index("ix_eval_items_review_item_id", "eval_items", ["review_item_id"])
     _rewrite_configs(add=True)
 
 
 def downgrade() -> None:
     _rewrite_configs(add=False)
+    op.drop_index("ix_eval_items_review_item_id", table_name="eval_items")
     op.drop_index("ix_review_items_claim_any", table_name="review_items")
     op.drop_index("ix_review_items_claim", table_name="review_items")
     op.create_index("ix_review_items_claim", "review_items", ["task_id", "state", "id"])

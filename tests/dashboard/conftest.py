@@ -26,6 +26,7 @@ from controlplane.db import get_engine, make_engine
 from controlplane.keys.actions import create_key
 from controlplane.migrate import upgrade
 from controlplane.review import actions as review
+from controlplane.scheduler import fill_regression_sets
 from controlplane.sim.evalset_example import END, REVIEWER, seed
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
 
@@ -62,6 +63,7 @@ def _seed(url: str) -> dict[str, str]:
         labelled = seed(engine, labelled=LABELLED)
         assert labelled == LABELLED, "the seed has fewer review items than it labels"
         _pair_at_the_head(engine)
+        fill_regression_sets(engine)  # as the next scheduler pass does
         return {
             name: create_key(engine, name=name, scopes=scopes, actor="test")[1]
             for name, scopes in KEY_SCOPES.items()

@@ -19,6 +19,7 @@ from controlplane.evalsets import actions as evalset_actions
 from controlplane.evalsets import service as evalsets
 from controlplane.models import ReviewItem
 from controlplane.review import actions as review
+from controlplane.scheduler import fill_regression_sets
 from controlplane.sim.profiles import EDGE_MODEL, EDGE_MODEL_FIX
 from tests.dashboard.conftest import Seeded, shown
 
@@ -88,6 +89,7 @@ def test_read_keys_see_the_model_and_what_unblocking_needs_review_keys_the_count
         assert item is not None
         review.label(seeded.engine, item["id"], "finisher", verdict=verdict(item), now=clock)
     assert regression_counts(seeded) == (needed, needed)
+    fill_regression_sets(seeded.engine)  # the next scheduler pass: no backfill by hand
     with session_scope(seeded.engine) as session:
         lines = evalsets.layer_lines(session, evalsets.task_named(session, TASK), "regression")
     assert len(lines) == needed  # from the labels alone

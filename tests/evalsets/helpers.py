@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.db import session_scope
 from controlplane.models import Payload, Result, ReviewItem, ReviewLabel, Task
+from controlplane.models.review import PRIORITY_OTHER, PRIORITY_REGRESSION
 from controlplane.review.labels import resolve
 from tests.conftest import Api, make_result
 
@@ -98,6 +99,8 @@ def queue(
             kind="pair",
             reason="regression" if layer == "regression" else result.outcome or "agree",
             layer=layer,
+            # As a rollback queues them (controlplane.review.regression).
+            priority=PRIORITY_REGRESSION if layer == "regression" else PRIORITY_OTHER,
             inclusion_probability=0.5 * payload.keep_probability,
             a_is_edge=result.id % 2 == 0,
             policy=payload.policy,

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.evalsets import actions, service
+from controlplane.evalsets.service import fill_regression
 from controlplane.models import Task
 from controlplane.review.regression import queue_regression
 from controlplane.rollout.configs import apply_config
@@ -126,6 +127,8 @@ def test_an_item_moved_to_regression_after_its_backfill_enters_regression_with_t
             cell="all",
             ranges=[(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))],
         )
+        # As the firing does next (rollout.evaluation), in the same transaction.
+        fill_regression(session, task)
     assert moved == 1
     # Already labelled: the rollback put it in the regression set itself, in its own
     # transaction (no backfill run by hand).

@@ -19,6 +19,7 @@ from controlplane.evalsets.gate import check_unblock
 from controlplane.models import AuditEntry, OutboxEvent, Task
 from controlplane.review import actions as review
 from controlplane.rollout.configs import apply_config
+from controlplane.scheduler import fill_regression_sets
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import LABELS, T0, TASK, TASK_CONFIG, post_tickets, queue
 
@@ -85,7 +86,8 @@ def regression_items(api: Api, seed: int, n: int) -> list[dict[str, Any]]:
     with session_scope(api.engine) as session:
         before = len(service.layer_lines(session, service.task_named(session, TASK), "regression"))
     assert label_blind(api) == n
-    # The labels put them in the set (review.actions.label): a backfill finds nothing to add.
+    # The next pass puts the labelled items in the set: a backfill finds nothing to add.
+    assert fill_regression_sets(api.engine) == (n, None)
     assert actions.backfill(api.engine, task=TASK, layer="regression", actor="rev")["added"] == 0
     with session_scope(api.engine) as session:
         lines = service.layer_lines(session, service.task_named(session, TASK), "regression")

@@ -23,6 +23,7 @@ from controlplane.models import AuditEntry, Task
 from controlplane.review import actions as review
 from controlplane.rollout import repository
 from controlplane.rollout.configs import apply_config
+from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_api
 from tests.evalsets.helpers import cli_env
 from tests.rollout.test_rollback_e2e import close, config, promote, rewind, window_results
@@ -139,9 +140,11 @@ def test_labels_alone_fill_the_regression_set_and_a_good_run_of_the_successor_un
     [older, blocked] = progress(api).json()["blocks"]
     assert (older["next_model"], blocked["next_model"]) == (SUCCESSOR, SUCCESSOR)
 
-    # The reviewers label the sample; nobody backfills.
+    # The reviewers label the sample; nobody backfills: the next scheduler pass puts the
+    # labelled items in the set.
     assert label_blind(api, start + timedelta(hours=1)) == N
     assert blind_count(api) == {"labelled": N, "needed": N}
+    assert run_pass(api.engine, start + timedelta(hours=1)).filled == N
     lines = api.client.get(
         f"/v1/evalsets/{TASK}/regression", params={"limit": 1000}, headers=api.headers("read")
     ).json()["items"]
