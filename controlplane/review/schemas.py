@@ -28,6 +28,8 @@ class BlindItemOut(BaseModel):
     # Set when every difference shown is on a field or check that varies between two runs
     # of the same model on the same input more often than the task's noisy_field_rate.
     note: str | None = None
+    # The task's review.guidelines (Markdown, written by the team), null without.
+    guidelines: str | None = None
     lease_expires_at: datetime
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import streamlit as st
 
-from controlplane.catalog.service import task_runtimes
 from controlplane.db import StorageError, get_engine, session_scope
 from controlplane.errors import ActionError
 from controlplane.review import actions
@@ -65,14 +64,6 @@ def load_progress(
     with session_scope(get_engine(url)) as session:
         rows = reviewer_progress(session, reviewer, datetime.now(UTC), since=since)
     return {row["task"]: row for row in rows}
-
-
-@st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
-def load_guidelines(url: str, task: str) -> str | None:
-    """The task's review guidelines (Markdown, from its config), None without."""
-    with session_scope(get_engine(url)) as session:
-        runtime = task_runtimes(session, {task}).get(task)
-    return runtime.config.review.guidelines if runtime is not None else None
 
 
 def claims_at_once(principal: Any) -> bool:
@@ -169,7 +160,7 @@ def show_progress(where: Any, task: str | None, session: dict[str, Any] | None =
 def show_guidelines(item: dict[str, Any], progress: dict[str, dict[str, Any]]) -> None:
     """The item's task's guidelines, open until the reviewer has labelled one of its items
     today (then one click away)."""
-    text = load_guidelines(url, item["task"])
+    text = item.get("guidelines")
     if not text:
         return
     first = progress.get(item["task"], {}).get("mine_today", 0) == 0

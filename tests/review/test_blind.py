@@ -176,6 +176,7 @@ def test_no_review_answer_reveals_the_edge_side(sampled: Api) -> None:
             "b",
             "diff",
             "note",
+            "guidelines",
             "lease_expires_at",
         }
         # Each item comes once, but for the one given back, which comes again.
