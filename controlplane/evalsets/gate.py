@@ -48,9 +48,10 @@ def _items(n: int) -> str:
 
 
 def version_of(model: str) -> tuple[str, int] | None:
-    """(line, version) of a model named `<line>@<integer>`, else None."""
+    """(line, version) of a model named `<line>@<integer>` (ASCII digits), else None."""
     line, at, version = model.rpartition("@")
-    if not at or not line or not version.isdigit():
+    # str.isdigit holds for "²" and "٣" too, which int() refuses or reads as another number.
+    if not at or not line or not (version.isascii() and version.isdigit()):
         return None
     return line, int(version)
 
