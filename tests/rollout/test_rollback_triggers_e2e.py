@@ -3,14 +3,13 @@ and windows closed by the pass. net_savings rolls back a canary whose fixed cost
 its savings (evidence that sums by hand from the windows API), leaves one notice per run
 in shadow, and never fires on a saving task; input_shift rolls back a canary whose inputs
 grew and stayed, marks it needs_regrade until a grade over traffic since the shift says
-offload, and only raises an alert for a one-window burst; `shadowplane tick` writes what
-the in-process pass writes for both."""
+offload, and only raises an alert for a one-window burst. (That `shadowplane tick` writes
+what the in-process pass writes for both rules: tests/workers/test_after_window.py.)"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,10 +18,8 @@ from sqlalchemy import select, update
 
 from controlplane.db import session_scope
 from controlplane.models import Decision, OutboxEvent, Task, TaskConfigVersion
-from controlplane.rollout import actions
 from controlplane.rollout.configs import apply_tasks
 from controlplane.scheduler import run_pass
-from tests.actions.test_doors import cli, marks, other_pg_url, written  # noqa: F401
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all
 
@@ -494,91 +491,6 @@ def test_input_shift_rolls_back_marks_needs_regrade_and_a_grade_since_the_shift_
 def needs_regrade(api: Api, task: str) -> bool:
     with session_scope(api.engine) as session:
         return bool(session.scalar(select(Task.needs_regrade).where(Task.name == task)))
-
-
-def fire_both(api: Api, start: datetime) -> datetime:
-    """`costly` (net_savings) and `shifting` (input_shift), both in canary, with every window
-    but the last written and closed: the close of window 6 fires both rules. Returns it."""
-    apply_tasks(
-        api.engine,
-        [
-            config("costly", NET_SAVINGS, fixed_costs=FIXED_COSTS),
-            config("shifting", INPUT_SHIFT),
-        ],
-        actor="test",
-    )
-    earlier = start - timedelta(hours=1)
-    with session_scope(api.engine) as session:
-        session.execute(update(Task).values(created_at=earlier, stage_changed_at=earlier))
-        session.execute(update(TaskConfigVersion).values(created_at=earlier))
-    for k in range(7):
-        if k >= 5:
-            post_all(api, results("costly", start, k, 50, edge=50 - 5 * (k - 5)))
-        post_all(api, results("shifting", start, k, 20, tokens=SHORT if k < 3 else LONG))
-        if k == 3:
-            for name in ("shifting", "costly"):
-                actions.promote(api.engine, name, actor="test", reason="go", force=True, veto=VETO)
-            stage_from(api, "shifting", start + timedelta(seconds=3 * WINDOW))
-            stage_from(api, "costly", start + timedelta(seconds=5 * WINDOW))
-        if k < 6:
-            assert run_pass(api.engine, clock(start, k)).decisions == []
-    return clock(start, 6)
-
-
-def decided_at(api: Api, at: datetime) -> list[tuple[Any, ...]]:
-    with session_scope(api.engine) as session:
-        names = dict(session.execute(select(Task.id, Task.name)).all())
-        return [
-            (names[d.task_id], d.action, d.actor, d.reason, d.rule, d.evidence)
-            for d in session.scalars(
-                select(Decision).where(Decision.created_at == at).order_by(Decision.id)
-            )
-        ]
-
-
-def test_tick_fires_both_span_rules_as_the_in_process_pass_does(
-    pg_url: str,
-    other_pg_url: str,  # noqa: F811
-) -> None:
-    """The same traffic on two databases; the close that fires net_savings and input_shift
-    runs in the in-process pass on one and in `shadowplane tick --now` on the other: the
-    same decisions (the needs_regrade mark too), audit entries and outbox events."""
-    start = first_window(9)
-    with ExitStack() as stack:
-        by_pass, by_tick = (
-            stack.enter_context(contextmanager(make_api)(url)) for url in (pg_url, other_pg_url)
-        )
-        at = fire_both(by_pass, start)
-        assert fire_both(by_tick, start) == at
-
-        before = marks(by_pass)
-        run_pass(by_pass.engine, at)
-        in_process = written(by_pass, before, {})
-
-        before = marks(by_tick)
-        done = cli(by_tick, "tick", "--now", at.isoformat())
-        assert "costly" in done.stdout and "shifting" in done.stdout, done.stdout
-        ticked = written(by_tick, before, {})
-
-        made = decided_at(by_pass, at)
-        assert [(d[0], d[1], d[5].get("how")) for d in made] == [
-            ("costly", "rollback", "net_savings"),
-            ("shifting", "rollback", "input_shift"),
-            ("shifting", "needs_regrade", None),
-        ]
-        assert made == decided_at(by_tick, at)
-        assert [(a["actor"], a["action"], a["task"]) for a in in_process["audit"]] == [
-            ("policy", "task.rollback", "costly"),
-            ("policy", "task.rollback", "shifting"),
-            ("policy", "task.needs_regrade", "shifting"),
-        ]
-        decided = [e for e in in_process["events"] if e["kind"] == "decision"]
-        assert [e["document"]["action"] for e in decided] == [
-            "rollback",
-            "rollback",
-            "needs_regrade",
-        ]
-        assert in_process == ticked
 
 
 def test_the_simulators_scenarios_roll_a_canary_back_end_to_end(api: Api) -> None:

@@ -1,7 +1,9 @@
-"""After a window, once: the in-process pass (`run_pass`) and the Celery path (the plan, then
-`compute_window_job` per window, as a worker runs them) call the same `after_window`, and
-for the same traffic they leave the same rows — alerts, decisions, audit entries, outbox
-events — on two real PostgreSQL databases (ids and processing times set aside)."""
+"""After a window, once: the in-process pass (`run_pass`), the Celery path (the plan, then
+`compute_window_job` per window, as a worker runs them) and `shadowplane tick --now` (a
+process of its own) call the same `after_window`, and for the same traffic they leave the
+same rows — alerts, decisions (span rules and the needs_regrade mark among them), audit
+entries, outbox events — on three real PostgreSQL databases (ids and processing times set
+aside)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from controlplane.rollout import actions
 from controlplane.rollout.configs import apply_tasks
 from controlplane.scheduler import run_pass
 from controlplane.settings import Settings
+from tests.actions.test_doors import cli
 from tests.conftest import Api, cloned_database, make_api
 from tests.grading_support import give_offload_grade
 from tests.test_isolation import LATENESS, WINDOW, config, first_future_window, window_results
@@ -30,10 +33,10 @@ VETO = 0.7
 
 
 @pytest.fixture
-def two_urls(pg_url: str, pg_template: str) -> Iterator[tuple[str, str]]:
-    """Two fresh migrated databases: the conftest's, and a second cloned the same way."""
-    with cloned_database() as second:
-        yield pg_url, second
+def three_urls(pg_url: str, pg_template: str) -> Iterator[tuple[str, str, str]]:
+    """Three fresh migrated databases: the conftest's, and two more cloned the same way."""
+    with cloned_database() as second, cloned_database() as third:
+        yield pg_url, second, third
 
 
 def with_rule(document: dict[str, Any], rule: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -106,6 +109,17 @@ def celery(api: Api, start: datetime, windows: int, monkeypatch: pytest.MonkeyPa
             )
 
 
+def ticked(api: Api, start: datetime, windows: int) -> str:
+    """Each window closed by `shadowplane tick --now` (a process of its own, the default
+    veto: 0.7); what the ticks printed."""
+    printed = []
+    for k in range(windows):
+        traffic(api, start, k)
+        clock = start + timedelta(seconds=(k + 1) * WINDOW + LATENESS)
+        printed.append(cli(api, "tick", "--now", clock.isoformat()).stdout)
+    return "".join(printed)
+
+
 def clockless(evidence: dict[str, Any]) -> dict[str, Any]:
     """A person's promotion out of shadow grades the task at the clock it runs (the setup's,
     seconds apart in the two databases): its grade's times are processing times, and so is
@@ -153,16 +167,17 @@ def rows(api: Api) -> dict[str, Any]:
     return {"alerts": alerts, "decisions": decisions, "audit": audit, "events": events}
 
 
-def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
-    two_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+def test_the_pass_the_celery_jobs_and_the_tick_command_leave_the_same_rows(
+    three_urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    assert VETO == Settings.model_fields["error_cost_veto"].default  # the tick command's
     start = first_future_window()
     windows = 4
-    found = []
-    for url, path in zip(two_urls, ("pass", "celery"), strict=True):
+    found, printed = [], ""
+    for url, path in zip(three_urls, ("pass", "celery", "tick"), strict=True):
         for api in make_api(url):
             setup(api, start)
-            # The two databases are set up seconds apart: pin what the clock decided (the
+            # The databases are set up seconds apart: pin what the clock decided (the
             # stage's start, the tasks' creation) so a minute boundary crossed in between
             # cannot make the second see one window fewer in the stage.
             with session_scope(api.engine) as session:
@@ -174,10 +189,12 @@ def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
                 )
             if path == "pass":
                 in_process(api, start, windows)
-            else:
+            elif path == "celery":
                 celery(api, start, windows, monkeypatch)
+            else:
+                printed = ticked(api, start, windows)
             found.append(rows(api))
-    by_pass, by_celery = found
+    by_pass, by_celery, by_tick = found
     # The traffic did what it is for: a policy rollback, a policy promotion, an alert.
     assert ("breaching", "rollback", "policy") in [d[:3] for d in by_pass["decisions"]]
     assert ("eager", "promote", "policy") in [d[:3] for d in by_pass["decisions"]]
@@ -194,3 +211,13 @@ def test_the_pass_and_the_celery_jobs_leave_the_same_rows(
     )
     assert ("shifting", "input_shift") in [a[:2] for a in by_pass["alerts"]]
     assert by_pass == by_celery
+    assert by_pass == by_tick
+    # The ticks said what they decided.
+    for action, task in [
+        ("rollback", "breaching"),
+        ("promote", "eager"),
+        ("rollback", "costly"),
+        ("rollback", "shifting"),
+        ("needs_regrade", "shifting"),
+    ]:
+        assert f": {action} on {task}" in printed, printed
