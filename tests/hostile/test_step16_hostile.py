@@ -8,7 +8,8 @@ as the edge's answer, and the item whose edge answered y and cloud x, shown with
 cloud's answer, put the same x as A and the same y as B in front of the reviewer. Anything a
 review key reads that differs between the two tells the sides apart.
 
-Pure tests first, then a few on a real (SQLite) database through the API and the actions."""
+Pure tests first, then a few on a real (SQLite) database through the actions the API and the
+dashboard call (their refusals are the API's 422 details)."""
 
 from __future__ import annotations
 
