@@ -3,7 +3,9 @@ trusted?
 
 Per task, comparator and check: the precision of `conflict` (was it a real difference?)
 and the miss rate of `agree` (did it hide one?), weighted by 1/inclusion probability,
-with Wilson intervals on Kish's effective size.
+with Wilson intervals on Kish's effective size. Only the sampler's draws count: a
+rollback's regression sample (reason `regression`) is left out, as route accuracy leaves
+it out (`accuracy.window_accuracy`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from controlplane.models import ReviewItem, ReviewLabel
@@ -81,8 +83,23 @@ def calibrate(judged: Sequence[Judged]) -> list[dict[str, Any]]:
     return out
 
 
+def _drawn_pairs(task_id: int) -> tuple[ColumnElement[bool], ...]:
+    """The items calibration reads: the task's done pairs the sampler drew. A rollback's
+    regression sample (reason `regression`) is a second draw of its breaching windows on
+    top of the sampler's: weighted by its own probability it would count those windows
+    twice. Items the sampler drew there (moved to the regression layer, keeping their
+    reason and probability) still count."""
+    return (
+        ReviewItem.task_id == task_id,
+        ReviewItem.kind == "pair",
+        ReviewItem.state == "done",
+        ReviewItem.reason != "regression",
+    )
+
+
 def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
-    """The task's calibration from its done pair items, as the API answers it."""
+    """The task's calibration from the done pair items the sampler drew, as the API
+    answers it."""
     # What calibration reads of the items: not their payload copies.
     items = {
         item_id: (comparator, outcome, diff, probability)
@@ -93,11 +110,7 @@ def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
                 ReviewItem.outcome,
                 ReviewItem.diff,
                 ReviewItem.inclusion_probability,
-            ).where(
-                ReviewItem.task_id == task_id,
-                ReviewItem.kind == "pair",
-                ReviewItem.state == "done",
-            )
+            ).where(*_drawn_pairs(task_id))
         )
     }
     labels: dict[int, list[ReviewLabel]] = defaultdict(list)
@@ -105,11 +118,7 @@ def task_calibration(session: Session, task_id: int) -> list[dict[str, Any]]:
         for label in session.scalars(
             select(ReviewLabel)
             .join(ReviewItem, ReviewItem.id == ReviewLabel.item_id)
-            .where(
-                ReviewItem.task_id == task_id,
-                ReviewItem.kind == "pair",
-                ReviewItem.state == "done",
-            )
+            .where(*_drawn_pairs(task_id))
             .order_by(ReviewLabel.id)
         ):
             labels[label.item_id].append(label)

@@ -476,13 +476,6 @@ def judged(api: Api, n: int, real: bool, probability: float, **overrides: Any) -
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="comparator calibration weights a rollback's regression items (reason "
-    "`regression`) by 1/(k/N) as if they were the sampler's: a second sample of the breaching "
-    "windows on top of the sampler's, so those windows count twice (route accuracy leaves them "
-    "out for that reason; calibration does not), and the weight grew from 1/keep to N/k here",
-)
 def test_a_rollbacks_regression_sample_does_not_skew_comparator_calibration(api: Api) -> None:
     """Two windows of 20 conflicts each; the sampler drew 2 of each (p = 0.1). Window 1's are
     real differences; window 2's one real, one not. Weighted: (2 x 10 + 1 x 10) / (4 x 10) =
