@@ -14,7 +14,7 @@ import json
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import islice
@@ -57,42 +57,57 @@ def numbers(text: str, values: Collection[str]) -> list[Span]:
     if not values:
         return []
     values = set(values)
-    named = _not_numbers(text)
-    out = []
+    wanted: list[tuple[int, int, Counter[str]]] = []
     for run in islice(_NUMBER_RUN.finditer(text), MAX_PLACES):
-        start, end = run.span()
-        if any(named[start:end]):
-            continue
         written = run.group()
         own = _read(conservation.numbers, written)
         if not own and written in _ZH_DIGIT_VALUES:
             own = Counter([_ZH_DIGIT_VALUES[written]])
-        if not own.keys() & values:
+        if own.keys() & values:
+            wanted.append((run.start(), run.end(), own))
+    named = _not_numbers(text, [(start, end) for start, end, _ in wanted])
+    out = []
+    for start, end, own in wanted:
+        if any(named[start:end]):
             continue
         # Digits are numbers wherever they stand (an ID around them is named); numerals
         # are when the reader counts them there (三天 is 3, 十分 "very" is no 10).
-        if written.isascii() or _read_here(conservation.numbers, text, start, end) & own:
+        if text[start:end].isascii() or _read_here(conservation.numbers, text, start, end) & own:
             out.append((start, end))
     return out
 
 
-def _not_numbers(text: str) -> bytearray:
+def _not_numbers(text: str, places: Sequence[Span]) -> bytearray:
     """Per character, whether the comparator reads no number there whatever digits stand
     there: in an email, a URL, a phone number or an ID-like token (INV-2024-001, A4), which
-    are named spans."""
+    are named spans. Only the tokens at `places` (in text order) are read as spans, none
+    after the last: a text of thousands of IDs costs a reading per number asked about."""
     named = bytearray(len(text))
-    if not _DIGIT.search(text):
+    if not places or not _DIGIT.search(text):
         return named
     urls = "://" in text or "www." in text
     found = [(s, e) for _, s, e in find_spans(text, _PHONE, "@" in text, urls)]
+    at = 0
     for token in _TOKEN.finditer(text):
-        word = token.group().strip("_-")
-        if word and not word.isdigit() and any(c.isdigit() for c in word):
-            if word in conservation.spans(word).named:  # 3pm, 10kg, 5th are numbers
-                found.append(token.span())
+        start, end = token.span()
+        while at < len(places) and places[at][1] <= start:
+            at += 1
+        if at == len(places):
+            break
+        if places[at][0] < end and _id_like(token.group().strip("_-")):
+            found.append((start, end))
     for start, end in found:
         named[start:end] = b"\x01" * (end - start)
     return named
+
+
+@lru_cache(maxsize=4096)
+def _id_like(word: str) -> bool:
+    """Whether the comparator names this token with digits (an ID: INV-7, A4) rather than
+    reading it as a number (3pm, 10kg, 5th); a text repeats its IDs."""
+    if not word or word.isdigit() or not any(c.isdigit() for c in word):
+        return False
+    return word in conservation.spans(word).named
 
 
 def _read_here(

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from controlplane.compare.comparators import normalise_label
+from controlplane.compare.comparators import MAX_CHARS, normalise_label
 from dashboard import formats, locate
 from dashboard.locate import Span
 
@@ -22,6 +22,10 @@ MARK = "orange-background"
 # Checks of text_conservation whose values are words and numbers found in the texts.
 _WORD_CHECKS = ("numbers", "negations", "spans")
 SIDES = ("a", "b")
+# The most characters of an input looked at for marks: the page is drawn on every key, and
+# an input (a long-context task's, or a hostile router's) may hold a megabyte. As much as
+# the comparator reads of an answer.
+MAX_INPUT_READ = MAX_CHARS
 
 
 def escape(text: str) -> str:
@@ -110,11 +114,20 @@ def marks(item: Mapping[str, Any], side: str) -> list[Span]:
 
 def input_marks(item: Mapping[str, Any]) -> list[Span]:
     """Where the input holds what one answer holds and the other lacks: numbers, named
-    spans and negations only one answer holds, and the values of differing fields."""
+    spans and negations only one answer holds, and the values of differing fields; in its
+    first MAX_INPUT_READ characters (a place the cut may split is left out)."""
     diff = item.get("diff")
     if not isinstance(diff, dict):
         return []
-    text = as_text(item.get("input"))
+    whole = as_text(item.get("input"))
+    text = whole[:MAX_INPUT_READ]
+    out = _input_marks(text, diff)
+    if len(whole) > len(text):
+        out = [place for place in out if place[1] < len(text)]
+    return out
+
+
+def _input_marks(text: str, diff: Mapping[str, Any]) -> list[Span]:
     out: list[Span] = []
     for side in SIDES:
         out += locate.numbers(text, only_in(diff, "numbers", side))

@@ -219,6 +219,17 @@ def test_the_input_marks_what_one_answer_holds_and_the_other_lacks() -> None:
     assert input_marked(item) == ["126.50", "90"]
 
 
+def test_a_long_input_is_marked_in_its_first_characters() -> None:
+    cut = reviewing.MAX_INPUT_READ
+    head = "Refund 90 EUR. "
+    # 90 at the start; 900 across the cut (the part read ends "90"); 90 after the cut.
+    source = head + "x" * (cut - len(head) - 3) + " 900 and 90 again."
+    assert source[cut - 3 : cut + 1] == " 900"
+    item = pair("Pay 90 EUR.", "Pay 126 EUR.", source=source)
+    assert input_marked(item) == ["90"]
+    assert reviewing.input_marks(item) == [(7, 9)]
+
+
 # ---- Safe against any text, blind to the sides -----------------------------------------
 
 
