@@ -8,7 +8,9 @@ right?", the answer shown being the cloud's) take `correct`, `wrong`, `unclear`.
 
 A pair verdict may not contradict the task's comparator (`contradiction`): an answer it
 calls invalid is never right, and under an exact comparator two answers it reads as one
-are right or wrong together, two it reads as different are never both right.
+are right or wrong together, two it reads as different are never both right. Nor may a
+correction beside `both_wrong` or `wrong` be, to an exact comparator, an answer the
+verdict calls wrong (`wrong_correction`).
 
 Labels are never edited: each reviewer's newest label on an item is their vote. The
 consensus is the verdict most of the votes that are not `unclear` give; none, or a tie,
@@ -105,6 +107,40 @@ def contradiction(verdict: str, spec: Mapping[str, Any] | None, a: Any, b: Any) 
             "right or wrong together; choose both_correct or both_wrong"
         )
     return None
+
+
+# The answers each verdict that takes a correction calls wrong (a single item's one answer
+# is shown as A).
+CALLED_WRONG = {"both_wrong": ("A", "B"), "wrong": ("A",)}
+
+
+def wrong_correction(
+    verdict: str, spec: Mapping[str, Any] | None, corrected: Any, a: Any, b: Any = None
+) -> str | None:
+    """Why the correction contradicts the verdict beside it, as a sentence in A/B terms;
+    None when it may stand (or without a spec). Under an exact comparator a correction it
+    reads as an answer the verdict calls wrong (`both_wrong`: A or B; `wrong`: the one
+    answer shown, `a`) would make the eval set expect that answer while the label says it
+    is wrong: name the verdict that says what the reviewer means instead."""
+    called = CALLED_WRONG.get(verdict)
+    if spec is None or called is None or spec["kind"] not in EXACT_COMPARATORS:
+        return None
+    answers = {"A": a, "B": b}
+    same = [name for name in called if compare(spec, corrected, answers[name]).outcome == "agree"]
+    if not same:
+        return None
+    kind = spec["kind"]
+    if verdict == "wrong":
+        shown, instead = "the answer shown", "correct"
+    else:
+        shown = " and ".join(same)
+        instead = "both_correct" if len(same) == 2 else f"{same[0].lower()}_correct"
+    # Not quoted: the reviewer wrote it, and under `redacted` the stored form's placeholder
+    # numbers (which it is compared in) are not the ones the reviewer is shown.
+    return (
+        f"corrected: the same answer as {shown} to this task's {kind} comparator, which "
+        f"{verdict} calls wrong; choose {instead}, or give the right answer as the correction"
+    )
 
 
 def invalid(spec: Mapping[str, Any], answer: Any) -> str | None:

@@ -37,6 +37,7 @@ from controlplane.review.labels import (
     resolve,
     votes,
     why_not_accepted,
+    wrong_correction,
 )
 
 # Bounds on what a label carries (the API bounds its body the same way).
@@ -123,7 +124,8 @@ def label(
     done or send it to one more reviewer. `locked`: the item's lease row, if the caller
     locked it (repository.locked_item). `comparator_spec`: the task's comparator, which
     a correction must be a valid answer of and a pair verdict may not contradict
-    (labels.contradiction: 422 with the reason, a correction of one's label alike).
+    (labels.contradiction: 422 with the reason, a correction of one's label alike), nor a
+    correction equal an answer its verdict calls wrong (labels.wrong_correction).
 
     A reviewer who already labelled the item may label it again without a lease: their
     correction, which supersedes their earlier label (each reviewer's newest label is
@@ -175,10 +177,7 @@ def label(
     pair = item.kind == "pair" and comparator_spec is not None and verdict in CALLED_RIGHT
     shown = repository.view_row(session, item.id) if pair or corrected is not None else None
     if pair and shown is not None:
-        a, b = shown.edge_output, shown.cloud_output
-        if not item.a_is_edge:
-            a, b = b, a
-        refused = contradiction(verdict, comparator_spec, a, b)
+        refused = contradiction(verdict, comparator_spec, *shown_answers(item, shown))
         if refused is not None:
             raise ActionError(422, refused)
     if corrected is not None and shown is not None:
@@ -188,6 +187,9 @@ def label(
             corrected = stored_numbering(shown, corrected)
         except ValueError as exc:
             raise ActionError(422, f"corrected: {exc}") from None
+        refused = wrong_correction(verdict, comparator_spec, corrected, *shown_answers(item, shown))
+        if refused is not None:
+            raise ActionError(422, refused)
     label_id = repository.add_label(
         session,
         item_id=item.id,
@@ -230,6 +232,15 @@ def label(
             state, done_at = "done", now
     repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
     return Labelled(label_id, resolved, state, needed, voters, disagreement)
+
+
+def shown_answers(item: Any, shown: Any) -> tuple[Any, Any]:
+    """The stored answers shown as A and B (a single item shows the cloud's as A)."""
+    if item.kind == "single":
+        return shown.cloud_output, None
+    if item.a_is_edge:
+        return shown.edge_output, shown.cloud_output
+    return shown.cloud_output, shown.edge_output
 
 
 def _finite(value: Any) -> bool:

@@ -314,13 +314,6 @@ def test_comparing_runs_of_the_blind_answers_does_not_tell_the_sides_apart(api: 
     assert right[edge_first] == right[cloud_first]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="'Both wrong' (or 'Wrong' on a single answer) with a correction the comparator "
-    "reads as one of the answers shown is stored: the label says that answer is wrong, the "
-    "eval set expects it (route accuracy counts the edge wrong where the set scores its answer "
-    "right); the same contradiction the pair verdicts are refused for",
-)
 @pytest.mark.parametrize(
     ("verdict", "item", "corrected"),
     [

@@ -142,7 +142,7 @@ def test_bad_verdicts_are_422_and_keep_the_lease(engine: Engine) -> None:
         with pytest.raises(ActionError) as err:
             label(engine, pair, "ann", **bad)
         assert err.value.status == 422
-    assert label(engine, pair, "ann", verdict="both_wrong", corrected="refund")["state"] == "done"
+    assert label(engine, pair, "ann", verdict="both_wrong", corrected="inquiry")["state"] == "done"
     assert claim(engine, "ann", seconds=2)["id"] == single  # type: ignore[index]
     with pytest.raises(ActionError) as err:
         label(engine, single, "ann", seconds=3, verdict="a_correct")

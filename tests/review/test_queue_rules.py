@@ -170,7 +170,12 @@ def test_a_correction_must_be_an_answer_of_the_comparator(
     assert str(refused.value).startswith("corrected: ") and reason in str(refused.value)
     # The lease is kept; a correction of the right shape is stored.
     out = actions.label(
-        engine, item, "ann", verdict="both_wrong", corrected="refund", now=T0 + timedelta(seconds=2)
+        engine,
+        item,
+        "ann",
+        verdict="both_wrong",
+        corrected="inquiry",
+        now=T0 + timedelta(seconds=2),
     )
     assert out["state"] == "done"
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.compare.comparators import normalise_label
-from controlplane.review.labels import PAIR_VERDICTS, contradiction
+from controlplane.review.labels import PAIR_VERDICTS, contradiction, wrong_correction
 
 LABEL = {"kind": "label", "labels": ["refund", "exchange", "complaint", "inquiry"]}
 EXACT = {"kind": "exact"}
@@ -116,3 +116,40 @@ def test_under_a_label_comparator_equal_answers_are_right_or_wrong_together(
         assert refused is same
     else:
         assert not refused
+
+
+# (verdict, spec, correction, A, B, (the answer it equals, the verdict to choose); None: it
+# stands)
+WRONG_CASES: list[tuple[str, dict[str, Any], Any, Any, Any, tuple[str, str] | None]] = [
+    ("both_wrong", LABEL, " Refund", "refund", "exchange", ("A", "a_correct")),
+    ("both_wrong", LABEL, "EXCHANGE", "refund", "exchange", ("B", "b_correct")),
+    ("both_wrong", LABEL, "refund", "refund", " refund", ("A and B", "both_correct")),
+    ("both_wrong", LABEL, "inquiry", "refund", "exchange", None),
+    ("wrong", LABEL, "Exchange ", "exchange", None, ("the answer shown", "correct")),
+    ("wrong", LABEL, "refund", "exchange", None, None),
+    ("both_wrong", EXACT, {"a": 1.0}, {"a": 1}, {"a": 2}, ("A", "a_correct")),
+    ("both_wrong", FIELDS, {**INVOICE, "seller": "X"}, INVOICE, "n/a", ("A", "a_correct")),
+    # Verdicts that call nothing wrong, and text rewrites (not an exact comparator).
+    ("unclear", LABEL, "refund", "refund", "exchange", None),
+    ("both_wrong", TEXT, "Your refund was sent.", "Your refund was sent.", "Sent.", None),
+]
+
+
+@pytest.mark.parametrize(("verdict", "spec", "corrected", "a", "b", "refused"), WRONG_CASES)
+def test_a_correction_may_not_be_an_answer_its_verdict_calls_wrong(
+    verdict: str,
+    spec: dict[str, Any],
+    corrected: Any,
+    a: Any,
+    b: Any,
+    refused: tuple[str, str] | None,
+) -> None:
+    reason = wrong_correction(verdict, spec, corrected, a, b)
+    if refused is None:
+        assert reason is None
+        return
+    equals, instead = refused
+    assert reason is not None, (verdict, corrected)
+    assert reason.startswith(f"corrected: the same answer as {equals} to this task's "), reason
+    assert f"which {verdict} calls wrong; choose {instead}," in reason
+    assert not SIDES.search(reason), reason
