@@ -78,6 +78,16 @@ def comparator_version(kind: str) -> int:
     return REGISTRY[kind].version
 
 
+def _invalid(edge_problem: Any, cloud_problem: Any) -> Comparison:
+    """An invalid edge output: its problem, and the cloud's when the reference is unusable
+    too. Both are read, so the diff of two invalid answers names each of them, not only
+    the one read first (a blind diff naming one would tell which was the edge's)."""
+    diff = {"edge": edge_problem}
+    if cloud_problem:
+        diff["cloud"] = cloud_problem
+    return Comparison("invalid", diff, 1)
+
+
 # --- label -------------------------------------------------------------------------
 
 
@@ -107,10 +117,11 @@ def compare_label(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     labels = spec.get("labels")
     allowed = _allowed_labels(tuple(labels)) if labels else None
     e, c = normalise_label(edge), normalise_label(cloud)
-    if problem := _label_problem(edge, e, allowed):
-        return Comparison("invalid", {"edge": problem}, 1)
-    if problem := _label_problem(cloud, c, allowed):
-        return Comparison("conflict", {"cloud": problem}, 1)
+    e_problem, c_problem = _label_problem(edge, e, allowed), _label_problem(cloud, c, allowed)
+    if e_problem:
+        return _invalid(e_problem, c_problem)
+    if c_problem:
+        return Comparison("conflict", {"cloud": c_problem}, 1)
     if e == c:
         return Comparison("agree", None, 1)
     return Comparison("conflict", {"label": {"edge": e, "cloud": c}}, 1)
@@ -195,13 +206,15 @@ def _differing_paths(a: Any, b: Any, path: str, out: list[str], limit: int = 20)
 @register("exact", version=1)
 def compare_exact(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     try:
+        c, c_problem = canonical(cloud), None
+    except ValueError as error:
+        c, c_problem = None, str(error)
+    try:
         e = canonical(edge)
     except ValueError as error:
-        return Comparison("invalid", {"edge": str(error)}, 1)
-    try:
-        c = canonical(cloud)
-    except ValueError as error:
-        return Comparison("conflict", {"cloud": str(error)}, 1)
+        return _invalid(str(error), c_problem)
+    if c_problem:
+        return Comparison("conflict", {"cloud": c_problem}, 1)
     if canonical_json(e) == canonical_json(c):
         return Comparison("agree", None, 1)
     paths: list[str] = []
@@ -276,14 +289,13 @@ def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Compa
     fields: Mapping[str, str] = spec["fields"]
     required: list[str] = list(spec.get("required") or [])
     (e, e_problem), (c, c_problem) = _as_object(edge), _as_object(cloud)
-    if e is None:
-        return Comparison("invalid", {"edge": [e_problem]}, 1)
-    if problems := _schema_problems(e, fields, required):
-        return Comparison("invalid", {"edge": problems}, 1)
-    if c is None:
-        return Comparison("conflict", {"cloud": [c_problem]}, 1)
-    if problems := _schema_problems(c, fields, required):
-        return Comparison("conflict", {"cloud": problems}, 1)
+    e_problems = [e_problem] if e is None else _schema_problems(e, fields, required)
+    c_problems = [c_problem] if c is None else _schema_problems(c, fields, required)
+    if e_problems:
+        return _invalid(e_problems, c_problems)
+    if c_problems:
+        return Comparison("conflict", {"cloud": c_problems}, 1)
+    assert e is not None and c is not None  # else its problems were named above
     differing = {
         name: {"edge": e.get(name), "cloud": c.get(name)}
         for name in fields
@@ -299,13 +311,20 @@ def compare_json_fields(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Compa
 DEFAULT_LENGTH_RATIO = (0.7, 1.4)
 
 
+def _text_problem(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"not a non-empty text: {short_repr(value)}"
+
+
 @register("text_conservation", version=1)
 def compare_text_conservation(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     """A rewrite agrees when it conserves sentences, length, negations, numbers and names."""
-    if not isinstance(edge, str) or not edge.strip():
-        return Comparison("invalid", {"edge": f"not a non-empty text: {short_repr(edge)}"}, 1)
-    if not isinstance(cloud, str) or not cloud.strip():
-        return Comparison("conflict", {"cloud": f"not a non-empty text: {short_repr(cloud)}"}, 1)
+    e_problem, c_problem = _text_problem(edge), _text_problem(cloud)
+    if e_problem:
+        return _invalid(e_problem, c_problem)
+    if c_problem:
+        return Comparison("conflict", {"cloud": c_problem}, 1)
     lo, hi = spec.get("length_ratio") or DEFAULT_LENGTH_RATIO
     e, c = conservation.read(edge), conservation.read(cloud)
     diff: dict[str, Any] = {}

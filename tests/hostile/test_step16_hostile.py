@@ -84,12 +84,6 @@ def both_views(spec: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], di
 # --- blindness ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the comparators check the edge's answer first and stop there: when both answers "
-    "are invalid the blind diff names only the edge's, so 'the one answer the diff calls "
-    "invalid, though the other is visibly invalid too' is the edge's answer, every time",
-)
 @pytest.mark.parametrize(
     ("spec", "x", "y"),
     [
