@@ -123,7 +123,8 @@ def blind_line(item: Any, task: str, a_is_edge: bool) -> dict[str, Any]:
     answer is `a`), each and `expected` in the form a reviewer is shown them
     (controlplane.review.blind.shown_answer), placeholders renumbered in the order shown
     under `redacted`, and tags naming no side; nothing naming a model, a side, what was
-    served or what the router decided."""
+    served or what the router decided. A pair both reviewers called right expects `a`
+    (`blind_expected`)."""
     provenance = item.provenance or {}
     comparator, kind = provenance.get("comparator"), provenance.get("kind")
     if kind == "single":
@@ -136,7 +137,7 @@ def blind_line(item: Any, task: str, a_is_edge: bool) -> dict[str, Any]:
         item.input,
         shown_answer(comparator, a),
         None if kind == "single" else shown_answer(comparator, b),
-        shown_answer(comparator, item.expected),
+        shown_answer(comparator, blind_expected(item, a)),
     ]
     if provenance.get("policy") == "redacted":
         values = renumber(values, diff_at=None)
@@ -152,6 +153,17 @@ def blind_line(item: Any, task: str, a_is_edge: bool) -> dict[str, Any]:
         "failure_class": item.failure_class,
         "tags": blind_tags(item.tags or [], a_is_edge),
     }
+
+
+def blind_expected(item: Any, a: Any) -> Any:
+    """The expected answer of the blind form: the stored one, except where both answers
+    are right and it is the cloud's (consensus both_correct, no correction): then the
+    answer shown as A. Two right answers may still differ (two valid rewrites, JSON equal
+    on the declared fields only), and expecting the cloud's would name it; A, drawn at
+    random per item, names neither. The full form and scoring keep the stored one."""
+    provenance = item.provenance or {}
+    both_right = provenance.get("kind") == "pair" and provenance.get("consensus") == "both_correct"
+    return a if both_right and item.expected == item.cloud_output else item.expected
 
 
 def blind_tags(tags: Iterable[str], a_is_edge: bool) -> list[str]:

@@ -142,12 +142,6 @@ def eval_line(spec: dict[str, Any], edge: Any, cloud: Any, a_is_edge: bool) -> d
     return evalitems.blind_line(SimpleNamespace(**values), "t", a_is_edge)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="both_correct stores the cloud's answer as `expected`; on two different valid "
-    "rewrites (text_conservation), or two JSON answers equal on the declared fields only, "
-    "the blind form's `expected` equals one of `a`/`b` and so names the cloud's answer",
-)
 @pytest.mark.parametrize(
     ("spec", "x", "y"),
     [
