@@ -139,15 +139,26 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+def _as_shown(item: BlindItem) -> list[Any]:
+    """`_shown`, with placeholders of masked values numbered in the order shown, not the
+    order masked. Text stored under `full` was never masked: placeholder-like text in it is
+    the sender's own and is shown as it is."""
+    shown = _shown(item)
+    return renumber(shown) if item.policy == "redacted" else shown
+
+
+def shown_answers(item: BlindItem) -> tuple[Any, Any]:
+    """Answers A and B exactly as the item's view shows them (B None for a single item):
+    what a message to the reviewer may quote, since the stored text's placeholder numbers
+    follow the sides."""
+    shown = _as_shown(item)
+    return shown[1], shown[2]
+
+
 def view(item: BlindItem, task: str, noisy: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The blind view of a claimed item; `noisy`: the task's noisy fields or checks now
     (controlplane.metrics.noise.noisy_fields), for the item's `note`."""
-    shown = _shown(item)
-    if item.policy == "redacted":
-        # Placeholders of masked values are numbered in the order shown, not the order
-        # masked. Text stored under `full` was never masked: placeholder-like text in it is
-        # the sender's own and is shown as it is.
-        shown = renumber(shown)
+    shown = _as_shown(item)
     lease = item.lease_expires_at
     return {
         "id": item.id,

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from controlplane.compare.comparators import compare, normalise_label
+from controlplane.compare.comparators import compare
 from controlplane.compare.jsonutil import short_repr
+from controlplane.review.blind import shown_answer
 
 PAIR_VERDICTS = ("a_correct", "b_correct", "both_correct", "both_wrong", "unclear")
 SINGLE_VERDICTS = ("correct", "wrong", "unclear")
@@ -174,7 +175,8 @@ def _how_different(diff: Any) -> str:
     diff = diff if isinstance(diff, dict) else {}
     if isinstance(diff.get("label"), dict):
         pair = diff["label"]
-        return f"A reads {short_repr(pair.get('edge'), 60)}, B {short_repr(pair.get('cloud'), 60)}"
+        a, b = (short_repr(shown_answer("label", pair.get(side)), 60) for side in ("edge", "cloud"))
+        return f"A reads {a}, B {b}"
     if isinstance(diff.get("fields"), dict):
         return f"they differ on {_named(sorted(diff['fields']))}"
     paths = [p for p in diff.get("paths") or [] if isinstance(p, str)]
@@ -187,7 +189,7 @@ def _how_same(spec: Mapping[str, Any], a: Any) -> str:
     """What makes two answers one answer to the comparator."""
     kind = spec["kind"]
     if kind == "label":
-        return f"both read {short_repr(normalise_label(a), 60)}"
+        return f"both read {short_repr(shown_answer('label', a), 60)}"
     if kind == "json_fields":
         return f"it compares {_named(sorted(spec['fields']))}, and they hold the same values"
     return "the same JSON value once keys are sorted and 1.0 is read as 1"

@@ -28,7 +28,7 @@ from controlplane.compare.jsonutil import dumps
 from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
 from controlplane.review import repository
-from controlplane.review.blind import stored_numbering
+from controlplane.review.blind import shown_answers, stored_numbering
 from controlplane.review.labels import (
     CALLED_RIGHT,
     LabelError,
@@ -176,20 +176,24 @@ def label(
         check_corrected(corrected, verdict, comparator_spec)
     pair = item.kind == "pair" and comparator_spec is not None and verdict in CALLED_RIGHT
     shown = repository.view_row(session, item.id) if pair or corrected is not None else None
+    # The verdict and the correction are judged against the answers as the reviewer saw
+    # them, and a refusal quotes them so: under `redacted` the stored text's placeholder
+    # numbers follow the sides (the masker numbers the edge's answer first).
+    a, b = shown_answers(shown) if shown is not None else (None, None)
     if pair and shown is not None:
-        refused = contradiction(verdict, comparator_spec, *shown_answers(item, shown))
+        refused = contradiction(verdict, comparator_spec, a, b)
         if refused is not None:
             raise ActionError(422, refused)
     if corrected is not None and shown is not None:
+        refused = wrong_correction(verdict, comparator_spec, corrected, a, b)
+        if refused is not None:
+            raise ActionError(422, refused)
         # The reviewer wrote it against the blind view, whose placeholders are renumbered:
         # store it with the numbers of the item's stored text, which it is kept beside.
         try:
             corrected = stored_numbering(shown, corrected)
         except ValueError as exc:
             raise ActionError(422, f"corrected: {exc}") from None
-        refused = wrong_correction(verdict, comparator_spec, corrected, *shown_answers(item, shown))
-        if refused is not None:
-            raise ActionError(422, refused)
     label_id = repository.add_label(
         session,
         item_id=item.id,
@@ -232,15 +236,6 @@ def label(
             state, done_at = "done", now
     repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
     return Labelled(label_id, resolved, state, needed, voters, disagreement)
-
-
-def shown_answers(item: Any, shown: Any) -> tuple[Any, Any]:
-    """The stored answers shown as A and B (a single item shows the cloud's as A)."""
-    if item.kind == "single":
-        return shown.cloud_output, None
-    if item.a_is_edge:
-        return shown.edge_output, shown.cloud_output
-    return shown.cloud_output, shown.edge_output
 
 
 def _finite(value: Any) -> bool:

@@ -240,12 +240,6 @@ def refusal(engine: Any, reviewer: str, item: int) -> str:
     return str(refused.value.detail)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 422 refusing a verdict quotes the answers with the STORED placeholder numbers "
-    "(the masker numbers the edge's answer before the cloud's), not the renumbered ones the "
-    "reviewer is shown: 'A reads call <phone_2>' while A shows <PHONE_1> says A is the cloud's",
-)
 def test_a_refusal_under_redacted_quotes_the_answers_as_shown(api: Api) -> None:
     with session_scope(api.engine) as session:
         apply_config(session, CALLBACK, actor="test")
