@@ -38,9 +38,11 @@ def loaded(db_url: str) -> Iterator[Api]:
         batch: list[dict[str, Any]] = []
         for d, day in enumerate(DAYS):
             for i in range(40):
-                # Spread over the day; every tenth a few seconds before midnight.
+                # At three times of the day (a few windows, each holding several results:
+                # every window is recomputed twice below); every tenth a few seconds before
+                # midnight.
                 ts = (
-                    day + timedelta(seconds=(i * 2161) % 86400)
+                    day + timedelta(hours=8 * (i % 3), seconds=i)
                     if i % 10
                     else day - timedelta(seconds=i + 1)
                 )
