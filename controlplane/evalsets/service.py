@@ -468,6 +468,21 @@ def scoring_items(found: Sequence[EvalItem]) -> list[scoring.Item]:
     return [scoring.Item(x.item_id, x.layer, x.bucket, x.expected) for x in found]
 
 
+def blind_scoring_items(
+    session: Session, task: Task, found: Sequence[EvalItem]
+) -> list[scoring.Item]:
+    """The items as a `review` key's runs are scored on them: each expected answer as the
+    blind form has it (`lines_of(blind=True)`), in the shown form and numbering its runs
+    are written in. Under `redacted` the stored expected answer keeps the masker's
+    placeholder numbers, which follow the sides: a run of the answers shown as A would
+    be right exactly where A was the edge's."""
+    lines = lines_of(session, task, found, blind=True)
+    return [
+        scoring.Item(x.item_id, x.layer, x.bucket, line["expected"])
+        for x, line in zip(found, lines, strict=True)
+    ]
+
+
 def score_run(
     session: Session,
     task: Task,

@@ -58,16 +58,24 @@ def load_export(url: str, task: str, layer: str, fmt: str, blind: bool) -> bytes
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
-def compare(url: str, files: tuple[tuple[str, bytes], tuple[str, bytes]]) -> dict[str, Any]:
+def compare(
+    url: str, files: tuple[tuple[str, bytes], tuple[str, bytes]], blind: bool
+) -> dict[str, Any]:
     """Two runs scored side by side with the task's comparator (as the CLI's compare):
-    rows per layer and bucket, or the sentence saying why they cannot be compared."""
+    rows per layer and bucket, or the sentence saying why they cannot be compared.
+    `blind`: against the blind form's expected answers, the ones a review key reads."""
     try:
         runs = [scoring.read_run(data.splitlines(), source=name) for name, data in files]
         scoring.same_items(runs[0].outputs, runs[1].outputs, what=files[1][0], against=files[0][0])
         with session_scope(get_engine(url)) as session:
             found, items = service.compare_items(session, list(runs[0].outputs))
             spec = service.comparator_spec(session, found)
-            rows = scoring.compare_runs(spec, service.scoring_items(items), *runs)
+            scored = (
+                service.blind_scoring_items(session, found, items)
+                if blind
+                else service.scoring_items(items)
+            )
+            rows = scoring.compare_runs(spec, scored, *runs)
     except (scoring.RunError, service.NotFound, service.Refused) as exc:
         return {"error": str(exc)}
     return {
@@ -220,6 +228,12 @@ st.subheader("Compare two runs")
 st.caption(
     'A run is JSONL, one line per item: {"id": ..., "output": ..., "model": ...}. '
     "Both runs must answer the same items of one task; B − A has a paired 95% interval."
+    + (
+        " Runs are scored against the expected answers as the preview shows them "
+        "(placeholders numbered as shown)."
+        if blind
+        else ""
+    )
 )
 left, right = st.columns(2)
 run_a = left.file_uploader("Run A", type=["jsonl", "json", "txt"], key="evalsets_run_a")
@@ -227,7 +241,7 @@ run_b = right.file_uploader("Run B", type=["jsonl", "json", "txt"], key="evalset
 if run_a is None or run_b is None:
     st.info("Upload run A and run B to see the comparison.")
     st.stop()
-result = compare(url, ((run_a.name, run_a.getvalue()), (run_b.name, run_b.getvalue())))
+result = compare(url, ((run_a.name, run_a.getvalue()), (run_b.name, run_b.getvalue())), blind)
 if "error" in result:
     st.error(formats.text(f"These runs cannot be compared: {result['error']}"))
     st.stop()

@@ -258,13 +258,6 @@ def test_a_refusal_under_redacted_quotes_the_answers_as_shown(api: Api) -> None:
     assert said[edge_first] == said[cloud_first]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="'Compare two runs' on the Eval sets page (open to a review key) scores uploaded "
-    "answers against the STORED expected answer, whose placeholders keep the masker's "
-    "numbering: a run answering each item's blind `a` is right exactly when A was masked "
-    "first, i.e. when A is the edge's answer",
-)
 def test_comparing_runs_of_the_blind_answers_does_not_tell_the_sides_apart(api: Api) -> None:
     with session_scope(api.engine) as session:
         apply_config(session, CALLBACK, actor="test")
@@ -287,10 +280,12 @@ def test_comparing_runs_of_the_blind_answers_does_not_tell_the_sides_apart(api: 
         for review_item in (edge_first, cloud_first):
             [line] = [x for x in lines if x["id"] == by_item[review_item]]
             assert (line["a"], line["expected"]) == ("call <PHONE_1>", "call <PHONE_1>")
-            # What the page does with two uploaded runs: blind `a` against blind `b`.
+            # What the page does for a review key with two uploaded runs: blind `a` against
+            # blind `b`, scored on the blind form's expected answers.
             runs = [scoring.Run({line["id"]: line[k]}, k) for k in ("a", "b")]
-            _, found = evalsets.compare_items(session, [line["id"]])
-            rows = scoring.compare_runs(spec, evalsets.scoring_items(found), *runs)
+            found_task, found = evalsets.compare_items(session, [line["id"]])
+            scored = evalsets.blind_scoring_items(session, found_task, found)
+            rows = scoring.compare_runs(spec, scored, *runs)
             right[review_item] = rows[-1]["a"]
     # Today 1.0 when A is the edge's answer, 0.0 when it is the cloud's.
     assert right[edge_first] == right[cloud_first]
