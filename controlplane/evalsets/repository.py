@@ -26,11 +26,17 @@ def tasks_by_name(session: Session, name: str | None) -> list[Task]:
 
 
 def done_items_not_backfilled(
-    session: Session, task_id: int, layer: str | None, item_ids: Sequence[int] | None = None
+    session: Session,
+    task_id: int,
+    layer: str | None,
+    item_ids: Sequence[int] | None = None,
+    *,
+    waited: bool = False,
 ) -> list[ReviewItem]:
-    """Done review items of the task (of those ids) with no eval item of their own in their
-    layer yet, oldest first (an item a rollback moved to `regression` after it was
-    backfilled into another layer is waiting again: the regression layer must hold it too)."""
+    """Done review items of the task (of those ids; with `waited`, only those a block may
+    wait on: priority below PRIORITY_OTHER) with no eval item of their own in their layer
+    yet, oldest first (an item a rollback moved to `regression` after it was backfilled
+    into another layer is waiting again: the regression layer must hold it too)."""
     query = (
         select(ReviewItem)
         .where(
@@ -47,12 +53,21 @@ def done_items_not_backfilled(
         query = query.where(ReviewItem.layer == layer)
     if item_ids is not None:
         query = query.where(ReviewItem.id.in_(list(item_ids)))
+    if waited:
+        query = query.where(ReviewItem.priority < PRIORITY_OTHER)
     return list(session.scalars(query))
 
 
 def tasks_waiting_for_regression(session: Session) -> list[Task]:
-    """The tasks with a done `regression` review item that their eval set does not hold
-    (it may still wait for a usable expected answer), by id."""
+    """The tasks with an active block and a done `regression` review item a block may wait
+    on (priority below PRIORITY_OTHER) that their eval set does not hold (it may still wait
+    for a usable expected answer), by id. The gate reads the set only for a blocked model."""
+    blocked = (
+        select(BlockedModel.id)
+        .where(BlockedModel.task_id == ReviewItem.task_id, BlockedModel.lifted_at.is_(None))
+        .correlate(ReviewItem)
+        .exists()
+    )
     waiting = (
         select(ReviewItem.task_id)
         .where(
@@ -60,6 +75,7 @@ def tasks_waiting_for_regression(session: Session) -> list[Task]:
             # The regression items, read through the (state, priority, id) index.
             ReviewItem.priority < PRIORITY_OTHER,
             ReviewItem.layer == "regression",
+            blocked,
             ~select(EvalItem.seq)
             .where(EvalItem.review_item_id == ReviewItem.id, EvalItem.layer == ReviewItem.layer)
             .correlate(ReviewItem)

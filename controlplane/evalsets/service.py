@@ -182,7 +182,7 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
 
 
 def fill_regression(
-    session: Session, task: Task, item_ids: Sequence[int] | None = None
+    session: Session, task: Task, item_ids: Sequence[int] | None = None, *, waited: bool = False
 ) -> Backfilled:
     """Backfill the task's done review items of the `regression` layer (of those ids; all
     when None) that its eval set does not hold yet, as `backfill` does, in the caller's
@@ -192,21 +192,31 @@ def fill_regression(
     report = Backfilled()
     if item_ids is not None and not item_ids:
         return report
-    candidates = repository.done_items_not_backfilled(session, task.id, "regression", item_ids)
+    candidates = repository.done_items_not_backfilled(
+        session, task.id, "regression", item_ids, waited=waited
+    )
     if candidates:
         runtime = task_runtimes(session, {task.name}).get(task.name)
         spec = runtime.comparator_spec if runtime is not None else None
         _add(session, task, candidates, spec, report)
+        # Those whose input the set now holds (their own eval item, or another item's with
+        # the same input: a duplicate can never be added) are waited on by no block: the
+        # queue and the next passes treat them as any other item.
+        inputs = {c.id: evalitems.item_id(task.name, c.input) for c in candidates}
+        held = repository.existing_ids(session, sorted(set(inputs.values())), "regression")
+        review_repository.drop_priority(session, [i for i, key in inputs.items() if key in held])
     return report
 
 
 def fill_waiting(session: Session) -> int:
-    """Each pass: every task's labelled regression items into its `regression` eval set
-    (`fill_regression`), so that layer fills from reviewers' labels alone. Returns how many
-    eval items it added."""
+    """Each pass: the labelled regression items an active block waits on into their task's
+    `regression` eval set (`fill_regression`), so that layer fills from reviewers' labels
+    alone for the gate. An item whose input the set holds leaves the regression priority
+    there, so the next passes read only items still waiting for a usable expected answer,
+    and only while a block of their task is active. Returns how many eval items it added."""
     added = 0
     for task in repository.tasks_waiting_for_regression(session):
-        report = fill_regression(session, task)
+        report = fill_regression(session, task, waited=True)
         added += sum(len(ids) for layers in report.added.values() for ids in layers.values())
     return added
 

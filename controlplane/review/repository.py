@@ -21,6 +21,7 @@ from controlplane.models import (
     Window,
     WindowMetrics,
 )
+from controlplane.models.review import PRIORITY_OTHER
 
 # The order the queue hands items out in (the claim indexes' order): by priority
 # (models.review.PRIORITY_*), then oldest first.
@@ -372,3 +373,44 @@ def rollback_counts(session: Session, task_id: int, since: int | None) -> tuple[
         ).where(*_queued_by(task_id, since))
     ).one()
     return int(done or 0), int(total or 0)
+
+
+# --- Regression priority: an item keeps PRIORITY_BREACHING or PRIORITY_REGRESSION while an
+# active block may still wait on it; then it is handed out (and read by each pass) as any
+# other item.
+
+
+def drop_priority(session: Session, item_ids: Sequence[int]) -> int:
+    """Give the items the priority of any other item (PRIORITY_OTHER): no block waits on
+    them any more (the regression set holds their input). How many changed."""
+    changed = 0
+    for start in range(0, len(item_ids), 1000):
+        changed += _lower(session, [ReviewItem.id.in_(list(item_ids[start : start + 1000]))])
+    return changed
+
+
+def drop_unwaited_priority(session: Session, task_id: int) -> int:
+    """Give the task's regression items that no active block of the task waits on the
+    priority of any other item (PRIORITY_OTHER), whatever their state, so a lifted block's
+    leftovers (or a rollback's that blocked no model) never queue before a sample a live
+    block waits on. A block waits on the items of its rollback and of later ones
+    (`_queued_by`); a block naming no rollback on every one. How many changed."""
+    decisions = [b.decision_id for b in active_blocks(session, task_id)]
+    if None in decisions:
+        return 0
+    where = [ReviewItem.task_id == task_id, ReviewItem.layer == "regression"]
+    if decisions:
+        rollback = ReviewItem.provenance["decision_id"].as_integer()
+        earliest = min(d for d in decisions if d is not None)
+        where.append(or_(rollback.is_(None), rollback < earliest))
+    return _lower(session, where)
+
+
+def _lower(session: Session, where: list[ColumnElement[bool]]) -> int:
+    result = session.execute(
+        update(ReviewItem)
+        .where(*where, ReviewItem.priority < PRIORITY_OTHER)
+        .values(priority=PRIORITY_OTHER)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)

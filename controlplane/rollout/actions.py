@@ -24,6 +24,7 @@ from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document
 from controlplane.notify.outbox import add_event
+from controlplane.review import repository as review_repository
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.schemas import REASON_MAX_CHARS
@@ -263,6 +264,10 @@ def unblock(
         if refused is not None and not force:
             raise ActionError(409, f"model: {refused} (or unblock with force, audited)")
         row.lifted_at, row.lifted_by, row.lift_reason = utcnow(), actor, reason
+        session.flush()
+        # The regression items no block of the task waits on now (the lifted one's, unless
+        # an earlier block still does) no longer queue before another rollback's sample.
+        review_repository.drop_unwaited_priority(session, found.id)
         details: dict[str, Any] = {"model": model, "reason": reason, "forced": force}
         if force:
             details["gate"] = refused or "passed"

@@ -21,6 +21,7 @@ from controlplane.models.base import utcnow
 from controlplane.notify.documents import notice_document
 from controlplane.notify.outbox import add_event
 from controlplane.review.regression import queue_regression
+from controlplane.review.repository import drop_unwaited_priority
 from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.explain import (
@@ -309,6 +310,9 @@ def _fire(
     )
     # An item it moved that reviewers had already labelled enters the regression set now.
     fill_regression(session, task)
+    # A rollback that blocked no model (and no earlier block waits on its sample) queues it
+    # as any other item: nothing will wait on it.
+    drop_unwaited_priority(session, task.id)
     return decision
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from controlplane.catalog.schemas import parse_config
 from controlplane.db import session_scope
-from controlplane.evalsets import actions, service
+from controlplane.evalsets import actions, repository, service
 from controlplane.evalsets.gate import check_unblock
 from controlplane.models import Decision, ReviewItem, Task
 from controlplane.rollout import repository as rollout
@@ -189,6 +189,25 @@ def test_with_no_regression_items_the_gate_says_what_the_rollback_queued(api: Ap
         f"any later rollback queued for the regression eval set of {TASK} are not in it yet "
         f"(0 labelled). Unblocking {MODEL} still needs: 2 more items labelled, then a run of "
     )
+
+
+def test_a_pass_fills_the_set_only_while_a_block_waits_on_it(api: Api) -> None:
+    """The gate reads the regression set only for a blocked model: a pass leaves alone the
+    labelled regression items of a task with no active block, and reads them until they
+    are in the set once one blocks."""
+    decision = rollback(api)  # it blocked no model
+    label_items(api, queued(api, 12, 2, decision))
+    with session_scope(api.engine) as session:
+        assert service.fill_waiting(session) == 0
+        assert repository.tasks_waiting_for_regression(session) == []
+    with session_scope(api.engine) as session:
+        task = session.scalars(select(Task).where(Task.name == TASK)).one()
+        rollout.block(session, task, MODEL, decision)
+    with session_scope(api.engine) as session:
+        assert [t.name for t in repository.tasks_waiting_for_regression(session)] == [TASK]
+        assert service.fill_waiting(session) == 2
+    with session_scope(api.engine) as session:
+        assert repository.tasks_waiting_for_regression(session) == []
 
 
 @pytest.mark.parametrize("corrected", [{"label": "refund"}, "Refund!!", ["refund"], 42, None])

@@ -16,7 +16,7 @@ from controlplane.catalog.schemas import parse_config
 from controlplane.db import session_scope
 from controlplane.evalsets import actions, service
 from controlplane.evalsets.gate import check_unblock
-from controlplane.models import AuditEntry, OutboxEvent, Task
+from controlplane.models import AuditEntry, BlockedModel, OutboxEvent, Task
 from controlplane.review import actions as review
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import fill_regression_sets
@@ -42,6 +42,10 @@ def module_api(pg_template: str) -> Iterator[Api]:
         for one in make_api(url):
             with session_scope(one.engine) as session:
                 apply_config(session, TASK_CONFIG, actor="test")
+            with session_scope(one.engine) as session:
+                # The old model stays blocked: each pass fills the set while a block waits.
+                task = session.scalars(select(Task).where(Task.name == TASK)).one()
+                session.add(BlockedModel(task_id=task.id, model="small@3"))
             yield one
 
 
