@@ -73,19 +73,22 @@ def window_results(
     return out
 
 
-def rewind(api: Api, windows: int = 8) -> datetime:
-    """The start of a window `windows` windows ago, with every task's creation and stage
-    change moved an hour before it: results may lie at most 5 minutes ahead of the clock,
-    so the test's windows lie in the past and its passes run at past clocks."""
+def rewind(api: Api, windows: int = 8, tasks: tuple[str, ...] | None = None) -> datetime:
+    """The start of a window `windows` windows ago, with the creation and stage change of
+    `tasks` (every task when None) moved an hour before it: results may lie at most 5
+    minutes ahead of the clock, so the test's windows lie in the past and its passes run at
+    past clocks. A task left out keeps its creation time, later than every clock a pass
+    runs at here, so no pass computes its empty windows."""
     from sqlalchemy import update
 
     from controlplane.models import Task
 
     now = datetime.now(UTC)
     start = now - timedelta(seconds=now.timestamp() % WINDOW) - timedelta(seconds=windows * WINDOW)
+    moved = update(Task) if tasks is None else update(Task).where(Task.name.in_(tasks))
     with session_scope(api.engine) as session:
         earlier = start - timedelta(hours=1)
-        session.execute(update(Task).values(created_at=earlier, stage_changed_at=earlier))
+        session.execute(moved.values(created_at=earlier, stage_changed_at=earlier))
     return start
 
 
@@ -114,7 +117,7 @@ def test_only_the_long_bucket_degrades_and_the_canary_rolls_back_after_exactly_t
         name_detector(api, detector, ("canary_task", "noisy_task", "quiet_task"))
     for task in ("canary_task", "noisy_task", "quiet_task"):
         assert promote(api, task).status_code == 200
-    start = rewind(api)
+    start = rewind(api, tasks=("canary_task", "noisy_task", "quiet_task"))
     flags_before = api.client.get("/v1/flags/canary_task", headers=api.headers("flags:read")).json()
     assert (flags_before["stage"], flags_before["edge_percent"]) == ("canary", 50)
 
@@ -289,7 +292,7 @@ def test_auto_promote_moves_on_when_the_gate_passes_unless_the_model_is_blocked(
     # Both grade `offload` (leaving shadow needs it): only the block tells them apart.
     for name in ("eager_task", "blocked_task"):
         give_offload_grade(api.url, name)
-    start = rewind(api)
+    start = rewind(api, tasks=("eager_task", "blocked_task"))
     promoted = []
     for k in range(3):
         for name in ("eager_task", "blocked_task"):
@@ -314,7 +317,7 @@ def test_an_evaluation_reads_only_the_most_recent_windows(
     from controlplane.models import Task
     from controlplane.rollout import repository
 
-    start = rewind(api)
+    start = rewind(api, tasks=("quiet_task",))
     for k in range(4):
         post_all(api, window_results("quiet_task", start, k, {}, per_bucket=3))
     close(api, start, 3)
@@ -334,7 +337,7 @@ def test_leaving_shadow_keeps_the_shadow_windows_input_lengths_as_the_baseline(a
     from controlplane.metrics import lengths
     from controlplane.models import Decision, Task
 
-    start = rewind(api)
+    start = rewind(api, tasks=("noisy_task",))
     for k in range(3):
         post_all(api, window_results("noisy_task", start, k, {}, per_bucket=10))
         close(api, start, k)
@@ -385,7 +388,7 @@ def test_a_sparse_canary_whose_agreement_drops_to_70_percent_is_rolled_back_with
     with session_scope(api.engine) as session:
         apply_config(session, sparse, actor="test")
     assert promote(api, "sparse_task").status_code == 200
-    start = rewind(api, windows=16)
+    start = rewind(api, windows=16, tasks=("sparse_task",))
     healthy, bad = 4, 8
     fired_at = None
     for k in range(healthy + bad):
@@ -413,7 +416,7 @@ def test_the_evidence_restarts_at_a_stage_change(api: Api) -> None:
     from controlplane.models import Task
 
     assert promote(api, "canary_task").status_code == 200
-    start = rewind(api)
+    start = rewind(api, tasks=("canary_task",))
     for k in range(2):
         post_all(api, single_bucket("canary_task", start, k, 36, 60, tokens=3000))
         assert not close(api, start, k).decisions
