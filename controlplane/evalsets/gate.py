@@ -123,12 +123,22 @@ class Standing:
             return None
         p = self.pending
         steps = []
-        if p.to_label:
-            steps.append(f"{p.to_label} more {_noun(p.to_label)} labelled")
-        if p.needs_correction:
+        fresh = p.to_label - p.unanswered
+        if fresh:
+            steps.append(f"{fresh} more {_noun(fresh)} labelled")
+        if p.unanswered:
             steps.append(
-                f"a valid correction on {p.needs_correction} {_noun(p.needs_correction)} "
-                "labelled without a usable expected answer"
+                f"a valid correction on {_items(p.unanswered)} labelled without a usable "
+                f"expected answer ({'it is' if p.unanswered == 1 else 'they are'} back in the "
+                "queue for another reviewer)"
+            )
+        if p.needs_correction:
+            them = "it" if p.needs_correction == 1 else "them"
+            steps.append(
+                f"a valid correction on {_items(p.needs_correction)} labelled without a "
+                f"usable expected answer (no reviewer is offered {them} again: a reviewer "
+                f"who labelled {them} may correct their label with POST "
+                "/v1/review/{id}/label, else only force lifts the block)"
             )
         if p.not_backfilled:
             steps.append(

@@ -21,6 +21,10 @@ from controlplane.compare.fingerprint import normalise_text as normalise
 from controlplane.compare.jsonutil import dumps
 from controlplane.review.blind import renumber, shown_answer
 
+# What a label gives an eval item is the review's to say (the queue asks it too, to send a
+# regression item without an answer to one more reviewer).
+from controlplane.review.labels import expected_answer as expected_answer
+
 LAYERS = ("boundary", "anomaly", "regression")
 FORMATS = ("jsonl", "csv")
 # Resolved consensus verdicts whose expected answer must come from a reviewer's correction.
@@ -77,22 +81,6 @@ def canonical(value: Any) -> bytes:
     """Canonical JSON: sorted keys, compact, UTF-8, numbers in one form on every backend
     (`canonical_number`)."""
     return dumps(canonical_numbers(value), sort_keys=True)
-
-
-def expected_answer(
-    resolved: str, *, corrected: Any, edge_output: Any, cloud_output: Any
-) -> tuple[bool, Any]:
-    """The answer an eval item expects, from its reviewers' consensus: a reviewer's
-    correction when one was given, else the right side's output (the cloud's, the
-    reference, when both were right; a single item shows the cloud answer). `both_wrong`,
-    `unclear` and `wrong` need a correction: (False, None) without one."""
-    if corrected is not None:
-        return True, corrected
-    if resolved == "edge_correct":
-        return True, edge_output
-    if resolved in ("cloud_correct", "both_correct", "correct"):
-        return True, cloud_output
-    return False, None
 
 
 def line(item: Any, task: str) -> dict[str, Any]:

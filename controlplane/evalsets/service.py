@@ -24,7 +24,7 @@ from controlplane.models import Task
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.review import ReviewItem, ReviewLabel
 from controlplane.review import repository as review_repository
-from controlplane.review.labels import consensus
+from controlplane.review.labels import consensus, usable_answer
 
 
 class NotFound(LookupError):
@@ -262,9 +262,16 @@ class Pending:
 
     decision_id: int | None
     total: int
+    # Not done: no reviewer has finished them yet ...
     to_label: int
+    # ... done, but their labels give no usable expected answer: no reviewer is offered
+    # them any more (review.queue.one_more sent them to as many as it does) ...
     needs_correction: int
+    # ... done with a usable expected answer: the next pass puts them in the set.
     not_backfilled: int
+    # Of `to_label`: labelled, but without a usable expected answer, so back in the queue
+    # for another reviewer.
+    unanswered: int = 0
 
     @property
     def missing(self) -> int:
@@ -277,20 +284,26 @@ def pending_regression(session: Session, task: Task, since: int | None) -> Pendi
     found = review_repository.rollback_items(session, task.id, since)
     held = repository.layer_ids(session, task.id, "regression")
     waiting = [x for x in found if evalitems.item_id(task.name, x.input) not in held]
-    done = [x for x in waiting if x.state == "done"]
-    labels = repository.labels_of(session, [x.id for x in done])
+    labels = repository.labels_of(session, [x.id for x in waiting])
     spec = _specs(session).get(task.id)
-    needs = 0
-    for item in done:
-        v = eval_values(task, item, labels.get(item.id, []))
-        if v is None or not matchable(spec, v["expected"]):
-            needs += 1
+    done = needs = unanswered = 0
+    for item in waiting:
+        mine = labels.get(item.id, [])
+        if item.state != "done" and not mine:
+            continue
+        usable = usable_answer(consensus(mine), spec, item.edge_output, item.cloud_output)
+        if item.state == "done":
+            done += 1
+            needs += not usable
+        else:
+            unanswered += not usable
     return Pending(
         decision_id=since,
         total=len(found),
-        to_label=len(waiting) - len(done),
+        to_label=len(waiting) - done,
         needs_correction=needs,
-        not_backfilled=len(done) - needs,
+        not_backfilled=done - needs,
+        unanswered=unanswered,
     )
 
 

@@ -195,6 +195,40 @@ def _how_same(spec: Mapping[str, Any], a: Any) -> str:
     return "the same JSON value once keys are sorted and 1.0 is read as 1"
 
 
+def expected_answer(
+    resolved: str, *, corrected: Any, edge_output: Any, cloud_output: Any
+) -> tuple[bool, Any]:
+    """The answer an eval item expects, from its reviewers' consensus: a reviewer's
+    correction when one was given, else the right side's output (the cloud's, the
+    reference, when both were right; a single item shows the cloud answer). `both_wrong`,
+    `unclear` and `wrong` need a correction: (False, None) without one."""
+    if corrected is not None:
+        return True, corrected
+    if resolved == "edge_correct":
+        return True, edge_output
+    if resolved in ("cloud_correct", "both_correct", "correct"):
+        return True, cloud_output
+    return False, None
+
+
+def usable_answer(
+    agreed: Consensus | None, spec: Mapping[str, Any] | None, edge_output: Any, cloud_output: Any
+) -> bool:
+    """Whether the consensus gives an expected answer a run could be right on: one at all
+    (`expected_answer`), and one the task's comparator agrees with itself (an answer it
+    calls invalid or too long to compare agrees with nothing). Without a spec there is
+    nothing to judge the answer by: any answer is usable."""
+    if agreed is None:
+        return False
+    ok, expected = expected_answer(
+        agreed.resolved,
+        corrected=agreed.corrected,
+        edge_output=edge_output,
+        cloud_output=cloud_output,
+    )
+    return ok and (spec is None or compare(spec, expected, expected).outcome == "agree")
+
+
 class LabelLike(Protocol):
     id: int
     reviewer: str

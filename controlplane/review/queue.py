@@ -8,8 +8,10 @@ second item). A label needs the reviewer's unexpired lease: a lease that expired
 already be someone else's, so a late label is refused (409) instead of silently counted.
 
 When an item has labels from `reviews_needed` different reviewers it is done — unless
-their votes disagree and it has not had its extra reviewer yet: then it needs one more
-(`reviews_needed` + 1) and goes back to the queue for someone who has not seen it.
+their votes disagree and it has not had its extra reviewer yet, or it is a regression item
+whose votes give no usable expected answer (at most ANSWER_REVIEWERS extra reviewers):
+then it needs one more (`reviews_needed` + 1) and goes back to the queue for someone who
+has not seen it.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from controlplane.compare.comparators import compare
 from controlplane.compare.jsonutil import dumps
 from controlplane.errors import ActionError
 from controlplane.models import ReviewSkip
+from controlplane.models.review import PRIORITY_OTHER
 from controlplane.review import repository
 from controlplane.review.blind import shown_answers, stored_numbering
 from controlplane.review.labels import (
     CALLED_RIGHT,
+    Consensus,
     LabelError,
     consensus,
     contradiction,
     resolve,
+    usable_answer,
     votes,
     why_not_accepted,
     wrong_correction,
@@ -49,6 +54,9 @@ MAX_CORRECTED = 65536
 MAX_CORRECTIONS = 3
 # Verdicts that already name a right answer: a correction beside them would contradict them.
 RIGHT_VERDICTS = ("a_correct", "b_correct", "both_correct", "correct")
+# A regression item whose votes give no usable expected answer goes to at most this many
+# reviewers more than review.reviewers_per_item, one at a time (`one_more`).
+ANSWER_REVIEWERS = 2
 
 
 def claim(
@@ -212,14 +220,17 @@ def label(
         voters = len(votes(labels))
         disagreement = agreed is not None and agreed.disagreement
         state, needed = item.state, item.reviews_needed
-        if state == "done" and disagreement and needed <= reviewers_per_item:
-            # The correction made the votes disagree: one more reviewer, as when the
-            # disagreement came first (the item's own count says it had none yet).
+        if state == "done" and one_more(
+            session, item, agreed, needed, reviewers_per_item, comparator_spec
+        ):
+            # The correction made the votes disagree, or took a regression item's expected
+            # answer away: one more reviewer, as when that came first.
             state, needed = "queued", voters + 1
             repository.reopen(session, item.id, reviews_needed=needed)
         return Labelled(label_id, resolved, state, needed, voters, disagreement, correction=True)
     needed, state, done_at = item.reviews_needed, "queued", None
-    if needed == 1:
+    agreed = None
+    if needed == 1 and not awaited(item):
         # One reviewer needed (never extended): nobody else labelled it, so this one vote
         # decides it.
         voters, disagreement = 1, False
@@ -229,13 +240,42 @@ def label(
         agreed = consensus(labels)
         disagreement = agreed is not None and agreed.disagreement
     if voters >= needed:
-        # One extra reviewer, once: the item's own count says whether it had it.
-        if disagreement and needed <= reviewers_per_item:
+        if one_more(session, item, agreed, needed, reviewers_per_item, comparator_spec):
             needed = voters + 1
         else:
             state, done_at = "done", now
     repository.end_lease(session, item.id, state=state, done_at=done_at, reviews_needed=needed)
     return Labelled(label_id, resolved, state, needed, voters, disagreement)
+
+
+def awaited(item: Any) -> bool:
+    """Whether a block may wait on the item for an expected answer: a regression item that
+    keeps its regression priority (it drops to PRIORITY_OTHER once no block waits on it, or
+    its input is in the regression set already)."""
+    return bool(item.layer == "regression" and item.priority < PRIORITY_OTHER)
+
+
+def one_more(
+    session: Session,
+    item: Any,
+    agreed: Consensus | None,
+    needed: int,
+    reviewers_per_item: int,
+    spec: Mapping[str, Any] | None,
+) -> bool:
+    """Whether an item whose votes (`agreed`) reached `needed` goes back to the queue for
+    one more reviewer. Once when the votes disagree: the item's own count says whether it
+    had its extra reviewer. And a regression item a block waits on for an expected answer
+    (`awaited`), while its votes give no usable one (labels.usable_answer), up to
+    ANSWER_REVIEWERS more than `reviewers_per_item`: then it stays done without one."""
+    if agreed is not None and agreed.disagreement and needed <= reviewers_per_item:
+        return True
+    if not awaited(item) or needed >= reviewers_per_item + ANSWER_REVIEWERS:
+        return False
+    stored = repository.view_row(session, item.id)
+    return stored is not None and not usable_answer(
+        agreed, spec, stored.edge_output, stored.cloud_output
+    )
 
 
 def _finite(value: Any) -> bool:

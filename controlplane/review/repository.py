@@ -166,6 +166,10 @@ LEASE_COLUMNS = (
     ReviewItem.lease_expires_at,
     ReviewItem.reviews_needed,
     ReviewItem.state,
+    # A regression item a block may wait on (regression priority) without a usable
+    # expected answer goes to more reviewers.
+    ReviewItem.layer,
+    ReviewItem.priority,
 )
 
 

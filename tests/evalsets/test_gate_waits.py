@@ -133,7 +133,9 @@ def test_the_gate_waits_for_every_item_of_the_blocking_rollback(api: Api) -> Non
     assert why.endswith(
         f"are not in it yet (5 labelled). Unblocking {MODEL} still needs: 1 more item "
         "labelled, then a valid correction on 2 items labelled without a usable expected "
-        "answer, then 3 labelled items put in the set (the next scheduler pass does it), "
+        "answer (no reviewer is offered them again: a reviewer who labelled them may "
+        "correct their label with POST /v1/review/{id}/label, else only force lifts the "
+        "block), then 3 labelled items put in the set (the next scheduler pass does it), "
         f"then a run of {MODEL} on this set ≥ 95% (store the run with POST "
         f"/v1/evalsets/{TASK}/runs)"
     )

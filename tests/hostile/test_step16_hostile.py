@@ -326,14 +326,6 @@ def regression_items(api: Api, count: int, start: int = 0, **overrides: Any) -> 
     return ids
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a regression item whose one reviewer's label gives no usable expected answer "
-    "(Unclear; Both wrong without a correction; Right on a single answer the comparator "
-    "calls invalid; A is right on an answer too long to compare) is done: no other reviewer "
-    "is ever offered it and the review page cannot correct a past label, yet the gate waits for its correction, so the block can only be "
-    "lifted with force (the blind count meanwhile reads 1 of 1 labelled)",
-)
 @pytest.mark.parametrize(
     ("verdict", "item"),
     [
