@@ -33,7 +33,7 @@ def test_tick_firing_a_rollback_delivers_a_signed_webhook(
         with session_scope(api.engine) as session:
             apply_config(session, config("canary_task"), actor="test")
         assert promote(api, "canary_task").status_code == 200
-        start = rewind(api)
+        start = rewind(api, tasks=("canary_task",))
         for k in range(3):
             post_all(api, window_results("canary_task", start, k, {"2048+": 0.4}))
         # Two breaching windows closed here; the third closes in `tick`, which rolls back.

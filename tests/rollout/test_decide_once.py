@@ -48,7 +48,7 @@ def events(api: Api, kind: str, task: str) -> list[dict[str, Any]]:
 def test_a_notify_rule_announces_its_firing_once_however_many_passes_run(api: Api) -> None:
     for task in ("acting_task", "watching_task"):
         assert promote(api, task).status_code == 200
-    start = rewind(api)
+    start = rewind(api, tasks=("acting_task", "watching_task"))
     for k in range(3):
         for task in ("acting_task", "watching_task"):
             post_all(api, window_results(task, start, k, {"2048+": 0.4}))
@@ -77,7 +77,7 @@ def test_two_evaluations_at_once_make_one_decision(api: Api) -> None:
     with session_scope(api.engine) as session:
         apply_config(session, quiet, actor="test")
     assert promote(api, "acting_task").status_code == 200
-    start = rewind(api)
+    start = rewind(api, tasks=("acting_task",))
     for k in range(3):
         post_all(api, window_results("acting_task", start, k, {"2048+": 0.4}))
         assert not close(api, start, k).decisions
