@@ -135,7 +135,7 @@ def session_bar(
     """This session's labels against the items queued when it started."""
     done = sum(row.get("mine_since", 0) for row in progress.values())
     queued = session["queued"]
-    since = f"{session['since']:%H:%M} UTC"
+    since = f"{formats.clock(session['since'])} UTC"
     where = reviewing.escape(scope_name(task))
     st.progress(
         min(1.0, done / queued) if queued else 0.0,
