@@ -86,20 +86,17 @@ def results(
     return out
 
 
-def rewind(api: Api, windows: int, tasks: tuple[str, ...]) -> datetime:
-    """The start of the window `windows` windows before the current one; `tasks`, their
-    stages and every config version moved an hour before it (the test's windows lie in the
-    past, the passes run at past clocks, and a grade reads them as the current version's).
-    The tasks left out keep their creation time, later than every clock a pass runs at
-    here, so no pass computes their empty windows."""
+def rewind(api: Api, windows: int, tasks: tuple[str, ...] | None = None) -> datetime:
+    """The start of the window `windows` windows before the current one; `tasks` (every
+    task when None), their stages and every config version moved an hour before it (the
+    test's windows lie in the past, the passes run at past clocks, and a grade reads them as
+    the current version's). A task left out keeps its creation time, later than every
+    clock a pass runs at here, so no pass computes its empty windows."""
     start = first_window(windows)
     earlier = start - timedelta(hours=1)
+    moved = update(Task) if tasks is None else update(Task).where(Task.name.in_(tasks))
     with session_scope(api.engine) as session:
-        session.execute(
-            update(Task)
-            .where(Task.name.in_(tasks))
-            .values(created_at=earlier, stage_changed_at=earlier)
-        )
+        session.execute(moved.values(created_at=earlier, stage_changed_at=earlier))
         session.execute(update(TaskConfigVersion).values(created_at=earlier))
     return start
 
