@@ -215,7 +215,7 @@ def test_a_shift_that_holds_through_the_canary_steps_rolls_back_in_canary(pg_api
         [config("stepping", INPUT_SHIFT, promotion={"canary_steps": [5, 25, 50]})],
         actor="test",
     )
-    start = rewind(api, windows=16)
+    start = rewind(api, windows=16, tasks=("stepping",))
     for k in range(3):
         post_all(api, results("stepping", start, k, 20))
         close(api, start, k)
@@ -250,7 +250,7 @@ def test_a_rollback_at_the_close_input_shift_fires_marks_needs_regrade(pg_api: A
     tie = config("tie", net_savings, fixed_costs=FIXED_COSTS)
     tie["rollback"] = {"rules": [net_savings, INPUT_SHIFT]}
     apply_tasks(api.engine, [tie, config("shift_only", INPUT_SHIFT)], actor="test")
-    start = rewind(api, windows=12)
+    start = rewind(api, windows=12, tasks=("tie", "shift_only"))
     for k in range(3):
         for name in ("tie", "shift_only"):
             post_all(api, results(name, start, k, 20))
@@ -280,7 +280,7 @@ def test_a_new_run_of_breaches_after_a_gap_in_the_passes_is_noticed(pg_api: Api)
     judge only closes 29–40, all breaches, take B for A and add no notice)."""
     api = pg_api
     apply_tasks(api.engine, [config("outage", INPUT_SHIFT)], actor="test")
-    start = rewind(api, windows=45)
+    start = rewind(api, windows=45, tasks=("outage",))
     stage_from(api, "outage", start)
     with session_scope(api.engine) as session:
         task = session.scalars(select(Task).where(Task.name == "outage")).one()
