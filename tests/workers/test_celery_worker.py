@@ -79,14 +79,17 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
     assert sum(r["n_results"] for r in rows if r["bucket"] == "all") == 600
     assert_every_field(rows)
     celery.close()
-    # Each worker process says which text reader it runs (this run's, by the same choice).
+    # Each worker process says which text reader it runs at startup (this run's, by the same
+    # choice), in words too: README, "The text reader".
     which = "native" if native.ACTIVE else "python"
     started = [
         line
         for line in worker.log_path.read_text().splitlines()
         if '"event": "worker_startup"' in line
     ]
-    assert started and all(f'"text_reader": "{which}"' in line for line in started), started
+    assert started and all(
+        f'"text_reader": "{which}"' in line and native.reader_name() in line for line in started
+    ), started
 
 
 def test_beat_and_worker_compute_the_current_window_on_their_own(
