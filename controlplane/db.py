@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
@@ -107,14 +108,32 @@ def get_engine(url: str | None = None) -> Engine:
     return _engine(url or get_settings().database_url)
 
 
-@lru_cache(maxsize=8)
+# The process's engines by URL, the most recently used last; at most ENGINES of them.
+ENGINES = 8
+_engines: OrderedDict[str, Engine] = OrderedDict()
+_engines_lock = threading.Lock()
+
+
 def _engine(url: str) -> Engine:
-    return make_engine(url)
+    with _engines_lock:
+        found = _engines.get(url)
+        if found is not None:
+            _engines.move_to_end(url)
+            return found
+        engine = _engines[url] = make_engine(url)
+        while len(_engines) > ENGINES:
+            # The least recently used one goes, its idle connections closed: dropped with
+            # them open, they would close only when collected (and warn then). Anyone still
+            # holding it may go on using it: its pool opens connections anew.
+            _, evicted = _engines.popitem(last=False)
+            evicted.dispose()
+        return engine
 
 
 def forget_engines() -> None:
     """Drop the process's engines (a forked process must not share its parent's pools)."""
-    _engine.cache_clear()
+    with _engines_lock:
+        _engines.clear()
 
 
 def dialect_insert(session: Session, table: Any) -> Any:

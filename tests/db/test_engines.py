@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.db import forget_engines, get_engine
+from controlplane.db import ENGINES, forget_engines, get_engine
 from controlplane.settings import get_settings
 
 
@@ -40,3 +40,19 @@ def test_forgotten_engines_are_made_anew(tmp_path: Path) -> None:
     forget_engines()
     assert get_engine(url) is not before
     before.dispose()
+
+
+def test_an_engine_pushed_out_of_the_cache_closes_its_idle_connections(tmp_path: Path) -> None:
+    """Dropped with idle connections open, an engine would close them only when collected,
+    warning then (in whichever test runs at that moment)."""
+    forget_engines()
+    first = get_engine(f"sqlite:///{tmp_path / 'first.db'}")
+    with first.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    assert first.pool.checkedin() == 1  # type: ignore[attr-defined]
+    others = [get_engine(f"sqlite:///{tmp_path / f'{i}.db'}") for i in range(ENGINES)]
+    assert first.pool.checkedin() == 0  # type: ignore[attr-defined]
+    assert get_engine(f"sqlite:///{tmp_path / 'first.db'}") is not first
+    forget_engines()
+    for engine in [first, *others]:
+        engine.dispose()
