@@ -174,35 +174,14 @@ def jsonl(lines: Iterable[Mapping[str, Any]]) -> bytes:
     return b"".join(canonical(dict(x)) + b"\n" for x in lines)
 
 
-CSV_COLUMNS = (
-    "id",
-    "task",
-    "layer",
-    "bucket",
-    "failure_class",
-    "tags",
-    "input",
-    "expected",
-    "edge_output",
-    "cloud_output",
-    "provenance",
-)
+# The columns both forms share, in export order.
+_COMMON_COLUMNS = ("id", "task", "layer", "bucket", "failure_class", "tags", "input", "expected")
+CSV_COLUMNS = (*_COMMON_COLUMNS, "edge_output", "cloud_output", "provenance")
 _CSV_TEXT = ("id", "task", "layer", "bucket", "failure_class")
 
 
 # The blind form's columns (`blind_line`).
-BLIND_CSV_COLUMNS = (
-    "id",
-    "task",
-    "layer",
-    "bucket",
-    "failure_class",
-    "tags",
-    "input",
-    "expected",
-    "a",
-    "b",
-)
+BLIND_CSV_COLUMNS = (*_COMMON_COLUMNS, "a", "b")
 
 
 def csv_bytes(lines: Iterable[Mapping[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> bytes:

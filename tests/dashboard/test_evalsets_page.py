@@ -18,7 +18,7 @@ from controlplane.evalsets import items as evalitems
 from controlplane.evalsets import service as evalsets
 from controlplane.review import actions
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
-from tests.review.blind_leaks import csv_leaks, text_leaks
+from tests.review.blind_leaks import BLIND_KEYS, csv_leaks, text_leaks
 
 pytestmark = pytest.mark.integration
 
@@ -152,18 +152,7 @@ def test_a_review_key_downloads_only_the_blind_form(
         assert text_leaks(jsonl.decode(), models) == csv_leaks(csv, models) == [], row
         lines = [json.loads(x) for x in jsonl.decode().splitlines()]
         assert len(lines) == row["count"]
-        assert {k for x in lines for k in x} == {
-            "id",
-            "task",
-            "layer",
-            "input",
-            "a",
-            "b",
-            "expected",
-            "bucket",
-            "failure_class",
-            "tags",
-        }
+        assert {k for x in lines for k in x} == BLIND_KEYS
     text = page_text(at)
     assert "Downloads are the blind form" in text
     # The regression set's progress, as counts: no model named.

@@ -32,20 +32,9 @@ from tests.evalsets.helpers import (
     label,
     queue,
 )
+from tests.review.blind_leaks import BLIND_KEYS
 
 EDGE_MODEL, CLOUD_MODEL = "small-int4@3", "large@7"
-BLIND_KEYS = {
-    "id",
-    "task",
-    "layer",
-    "input",
-    "a",
-    "b",
-    "expected",
-    "bucket",
-    "failure_class",
-    "tags",
-}
 NDJSON = {"Accept": "application/x-ndjson"}
 
 

@@ -72,3 +72,18 @@ def csv_leaks(data: bytes, models: Iterable[str]) -> list[str]:
         return []
     header, cells = rows[0], [cell for row in rows[1:] for cell in row]
     return leaks(dict.fromkeys(header, ""), models) + leaks(cells, models)
+
+
+# The keys of a blind eval line: what a review key reads of an eval item.
+BLIND_KEYS = {
+    "id",
+    "task",
+    "layer",
+    "input",
+    "a",
+    "b",
+    "expected",
+    "bucket",
+    "failure_class",
+    "tags",
+}
