@@ -208,3 +208,13 @@ def page_text(at: AppTest) -> str:
     for t in at.table:
         parts.append(t.value.to_string())
     return "\n".join(parts)
+
+
+# The browser fixtures (the dashboard's own process, Chromium), for every test module here.
+from tests.dashboard.browser import (  # noqa: E402, F401
+    browser,
+    browser_once,
+    dashboard,
+    dashboard_once,
+    screenshots,
+)
