@@ -1,7 +1,7 @@
 """ORM tables, grouped by domain. Importing this package registers them all on `Base.metadata`."""
 
 from controlplane.models.audit import AuditEntry
-from controlplane.models.auth import ApiKey
+from controlplane.models.auth import ApiKey, DashboardSession
 from controlplane.models.base import Base
 from controlplane.models.evalsets import EvalItem, EvalRun
 from controlplane.models.metrics import Alert, ScanMark, TaskGrade, Window, WindowMetrics
@@ -18,6 +18,7 @@ __all__ = [
     "AuditEntry",
     "Base",
     "BlockedModel",
+    "DashboardSession",
     "Decision",
     "EvalItem",
     "EvalRun",

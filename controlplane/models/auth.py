@@ -1,10 +1,11 @@
-"""API keys: only the SHA-256 of a key is stored, looked up by a unique index."""
+"""API keys (only the SHA-256 of a key is stored, looked up by a unique index) and the
+dashboard's sessions (only the SHA-256 of a session's token is stored; never the key)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Integer, String
+from sqlalchemy import ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.models.base import Base, JSONType, UTCDateTime, utcnow
@@ -21,3 +22,18 @@ class ApiKey(Base):
     scopes: Mapped[list[str]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class DashboardSession(Base):
+    """A browser signed in to the dashboard with a key, until `expires_at` or sign-out
+    (`ended_at`); the key's revocation ends it too (checked on every use)."""
+
+    __tablename__ = "dashboard_sessions"
+    __table_args__ = (Index("ix_dashboard_sessions_key_id", "key_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -78,8 +78,8 @@ def loaded(db_url: str) -> Iterator[Api]:
         yield api
 
 
-# The result columns the latest migration adds (none: migrations/versions/*_regression_first.py
-# adds to review items only), and the window metric columns it adds (none).
+# The result columns the latest migration adds (none: migrations/versions/*_dashboard_sessions.py
+# adds a table of its own only), and the window metric columns it adds (none).
 ADDED_BY_LATEST: tuple[str, ...] = ()
 WINDOW_FIELDS_ADDED_BY_LATEST: set[str] = set()
 

@@ -19,6 +19,7 @@ TABLES = {
     "api_keys",
     "audit_log",
     "blocked_models",
+    "dashboard_sessions",
     "decisions",
     "eval_items",
     "eval_runs",
