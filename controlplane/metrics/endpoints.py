@@ -86,8 +86,8 @@ def routing_whatif(
     min_confidence: Annotated[float | None, Query(ge=0.0, le=1.0, allow_inf_nan=False)] = None,
 ) -> ORJSONResponse:
     """The period's results replayed under a candidate cap and minimum edge confidence,
-    beside the current setting, per length bucket and `all` (default: the last 24 h;
-    at most 31 days)."""
+    beside what the task's flag does today, per length bucket and `all`, with the curve of
+    agreement and cost as the cap moves (default: the last 24 h; at most 31 days)."""
     with session_scope(request.app.state.engine) as session:
         runtime = runtime_or_404(session, task)
         until = until or utcnow()

@@ -123,10 +123,26 @@ class WhatIfSetting(BaseModel):
     min_confidence: float | None
 
 
+class WhatIfToday(WhatIfSetting):
+    """What the task's flag does now: `edge_percent` of the eligible requests within the
+    cap go to the edge (0 in shadow, rolled back, cloud and under the kill switch)."""
+
+    stage: str | None
+    edge_percent: int
+    killed: bool
+
+
+class WhatIfPoint(WhatIfFigures):
+    """A point of the cost–quality curve: the candidate with this cap."""
+
+    max_input_tokens: int
+
+
 class WhatIfOut(BaseModel):
     task: str
     since: datetime
     until: datetime
     candidate: WhatIfSetting
-    current: WhatIfSetting
+    current: WhatIfToday
     buckets: list[WhatIfBucket]
+    curve: list[WhatIfPoint]

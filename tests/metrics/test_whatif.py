@@ -1,4 +1,6 @@
-"""The routing what-if against a pandas replay of the same stored results."""
+"""The routing what-if against a pandas replay of the same stored results: the candidate,
+today's flag (a canary of 40% of eligible requests, by sticky bucket) and the cost–quality
+curve of the cap."""
 
 from __future__ import annotations
 
@@ -16,11 +18,14 @@ import pytest
 
 from controlplane.catalog.service import apply_config
 from controlplane.db import session_scope
+from controlplane.metrics.whatif import MAX_POINTS
+from controlplane.rollout.actions import promote
 from tests.conftest import Api, cloned_database, make_api
 from tests.windowdata import METRICS_TASK, T0, WINDOW, generated_result, post_all
 
 BUCKETS = ["0-127", "128-511", "512-2047", "2048+"]
 CURRENT_CAP = 1000
+CANARY_PERCENT = 40
 SPAN = 4 * WINDOW
 
 
@@ -45,11 +50,24 @@ def seeded(
 def _seed(url: str) -> Iterator[Api]:
     for api in make_api(url):
         with session_scope(api.engine) as session:
-            apply_config(session, {**METRICS_TASK, "max_input_tokens": CURRENT_CAP}, actor="test")
+            apply_config(
+                session,
+                {
+                    **METRICS_TASK,
+                    "max_input_tokens": CURRENT_CAP,
+                    "promotion": {"canary_steps": [CANARY_PERCENT]},
+                },
+                actor="test",
+            )
+        # Today's flag: a canary, promoted before any traffic (forced past the empty grade).
+        promote(api.engine, "metrics_task", actor="test", reason="canary", veto=0.7, force=True)
         rng = random.Random(11)
         results = []
         for i in range(1200):
             result = generated_result(rng, i, T0, SPAN)
+            # Sticky keys for the canary's split; every 13th request has none (the cloud's).
+            if i % 13:
+                result["session_id"] = f"s-{i % 211}"
             edge = result["edge"]
             if edge is not None and rng.random() < 0.85:
                 edge["confidence"] = round(rng.random(), 3)
@@ -93,10 +111,13 @@ def replayed(
     prices: dict[str, Any],
     cap: int | None,
     min_conf: float | None,
+    canary: int | None = None,
 ) -> pd.DataFrame:
     """The results with the what-if's rule replayed on each row, in pandas: its bucket, and
     whether the edge would serve it (`chosen`), with a pair, an agreement, an edge run, an
-    offload failure; its cost under the setting and its cloud-only `baseline`."""
+    offload failure; its cost under the setting and its cloud-only `baseline`. `canary`: a
+    canary's percent (0: the edge serves nothing), only rows whose sticky bucket is below
+    it (none without a sticky key)."""
     f = f.copy()
     f["bucket"] = pd.cut(
         f["input_tokens"], [0, *boundaries, np.inf], right=False, labels=labels
@@ -106,6 +127,8 @@ def replayed(
         chosen &= f["input_tokens"] <= cap
     if min_conf is not None:
         chosen &= ~f["edge_ran"] | (f["edge_confidence"].fillna(-1.0) >= min_conf)
+    if canary is not None:
+        chosen &= f["sticky_bucket"].fillna(100) < canary
     f["chosen"] = chosen
     f["pair"] = chosen & f["outcome"].isin(["agree", "conflict"])
     f["agree"] = chosen & (f["outcome"] == "agree")
@@ -129,9 +152,9 @@ def replayed(
 
 
 def _reference(
-    f: pd.DataFrame, cap: int | None, min_conf: float | None
+    f: pd.DataFrame, cap: int | None, min_conf: float | None, canary: int | None = None
 ) -> dict[str, dict[str, Any]]:
-    f = replayed(f, [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], cap, min_conf)
+    f = replayed(f, [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], cap, min_conf, canary)
     expected: dict[str, dict[str, Any]] = {}
     for bucket in [*BUCKETS, "all"]:
         g = f if bucket == "all" else f[f["bucket"] == bucket]
@@ -191,10 +214,16 @@ def test_whatif_matches_a_pandas_replay(
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["candidate"] == {"max_input_tokens": cap, "min_confidence": min_conf}
-    assert body["current"] == {"max_input_tokens": CURRENT_CAP, "min_confidence": None}
+    assert body["current"] == {
+        "max_input_tokens": CURRENT_CAP,
+        "min_confidence": None,
+        "stage": "canary",
+        "edge_percent": CANARY_PERCENT,
+        "killed": False,
+    }
     frame = _frame(seeded)
     candidate = _reference(frame, cap, min_conf)
-    current = _reference(frame, CURRENT_CAP, None)
+    current = _reference(frame, CURRENT_CAP, None, CANARY_PERCENT)
     got = {row["bucket"]: row for row in body["buckets"]}
     assert list(got) == [*BUCKETS, "all"]
     assert got["all"]["n_results"] == 1200
@@ -212,6 +241,44 @@ def test_whatif_matches_a_pandas_replay(
             got["all"]["candidate"]["edge_share"]["num"]
             < _reference(frame, None, None)["all"]["edge_share"]["num"]
         )
+    # Today is the canary's share of the eligible requests within the cap, not all of them.
+    within_cap = _reference(frame, CURRENT_CAP, None)["all"]["edge_share"]["num"]
+    assert 0 < got["all"]["current"]["edge_share"]["num"] < within_cap
+
+
+def curve_caps(frame: pd.DataFrame, min_conf: float | None) -> list[int]:
+    """The curve's caps, in pandas: each input length the candidate serves a result of,
+    or past MAX_POINTS of them, for k = 1..MAX_POINTS the shortest length within which
+    it serves at least k/MAX_POINTS of all it serves."""
+    f = replayed(frame, [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], None, min_conf)
+    served = f[f["chosen"]].groupby("input_tokens").size().sort_index()
+    if len(served) <= MAX_POINTS:
+        return [int(length) for length in served.index]
+    reached = served.cumsum() * MAX_POINTS
+    total = int(served.sum())
+    return sorted({int(reached.index[reached >= k * total][0]) for k in range(1, MAX_POINTS + 1)})
+
+
+@pytest.mark.parametrize("min_conf", [None, 0.5])
+def test_the_curve_matches_a_pandas_replay_at_each_cap(seeded: Api, min_conf: float | None) -> None:
+    params = {} if min_conf is None else {"min_confidence": min_conf}
+    response = _get(seeded, max_input_tokens=300, **params)
+    assert response.status_code == 200, response.text
+    points = response.json()["curve"]
+    frame = _frame(seeded)
+    caps = curve_caps(frame, min_conf)
+    # Far more input lengths than points: the caps are thinned, and end at the longest.
+    assert len(caps) == len(points) <= MAX_POINTS < frame["input_tokens"].nunique()
+    assert [p["max_input_tokens"] for p in points] == caps
+    for point in points:
+        want = _reference(frame, point["max_input_tokens"], min_conf)["all"]
+        for name in ("edge_share", "agreement", "offload_fail_rate", "cost", "savings"):
+            _close(point[name], want[name], f"cap {point['max_input_tokens']}.{name}")
+    # The last point is no cap at all; the edge's share grows at every point.
+    no_cap = _reference(frame, None, min_conf)["all"]
+    _close(points[-1]["edge_share"], no_cap["edge_share"], "the last point")
+    shares = [p["edge_share"]["num"] for p in points]
+    assert shares == sorted(shares) and len(set(shares)) == len(shares)
 
 
 @pytest.mark.parametrize(
