@@ -1,19 +1,24 @@
 """The overview of every task at once (the dashboard's first page): one row per task with
-its stage, flag, latest closed window, alerts, last decision and newest grade, trouble on
-top; the kill switch's state and its decisions; the alerts not yet resolved.
+its stage, flag, latest window with traffic, 24 hours of agreement and edge share, alerts,
+last decision and newest grade, trouble on top; the kill switch's state and its
+decisions; the alerts not yet resolved.
 
-A handful of queries for all tasks together, whatever their number: the latest closed
-window of each task is found by a `max(window_start)` per task (a backward scan of the
-(task, window_start) key), not by one query per task."""
+A handful of queries for all tasks together, whatever their number: each task's latest
+closed window with results is found by a backward scan of its (task, window_start,
+bucket) key that stops at the first such window, and the 24 hours before it are summed
+in SQL into at most SERIES_POINTS steps per task in one query, not one per task. A task
+with no results in the windows after its last window with results is quiet: it keeps the
+figures of that window, and says since when it has had none."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from controlplane.alerts.service import active_counts, list_alerts
@@ -21,7 +26,9 @@ from controlplane.catalog.schemas import TaskConfig
 from controlplane.catalog.service import load_runtimes
 from controlplane.grading.service import latest_grades
 from controlplane.metrics.fields import ALL, RATES, metric_fields
+from controlplane.metrics.repository import epoch_seconds
 from controlplane.models import Decision, FlagState, Task, Window, WindowMetrics
+from controlplane.models.base import utcnow
 from controlplane.rollout.flags import flags_document
 from controlplane.rollout.policy import LABEL_METRICS, cell_series, judged_buckets
 from controlplane.rollout.service import decision_view
@@ -29,6 +36,11 @@ from controlplane.rollout.verdicts import judge
 
 # How many kill and lift decisions the overview lists.
 SWITCH_DECISIONS = 10
+# The sparklines: this span before a task's shown window's end, in at most this many points.
+SERIES_SPAN = timedelta(hours=24)
+SERIES_POINTS = 288
+# What they draw, in this order (each a rate of controlplane.metrics.fields.RATES).
+SERIES_RATES = ("agreement", "edge_share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +62,16 @@ class Breach:
 
 
 @dataclass(frozen=True, slots=True)
+class Point:
+    """One step of a sparkline: its first window's start, and the agreement and edge share
+    of its windows' `all` rows pooled (counts summed); None without pairs or results."""
+
+    start: datetime
+    agreement: float | None
+    edge_share: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskRow:
     task: str
     stage: str
@@ -59,7 +81,8 @@ class TaskRow:
     flag_version: int | None
     edge_percent: int | None
     killed: bool
-    # The latest closed window, bucket `all`; None without one.
+    # The latest closed window with results, bucket `all`; None without one. A quiet task
+    # (no results in its newest window) keeps these figures.
     window_start: datetime | None
     window_end: datetime | None
     edge_share: float | None
@@ -86,6 +109,11 @@ class TaskRow:
     trouble: tuple[str, ...]
     # The newest kept grade (docs/grading.md); None: never graded.
     grade: dict[str, Any] | None = None
+    # The end of its last window with results once the window after it should have closed
+    # (quiet: no results since); None while results are recent, or there are none at all.
+    quiet_since: datetime | None = None
+    # Agreement and edge share over the SERIES_SPAN to the shown window's end, oldest first.
+    series: tuple[Point, ...] = ()
 
     @property
     def last_decision_sentence(self) -> str | None:
@@ -108,32 +136,118 @@ class Overview:
         return [row for row in self.rows if row.trouble]
 
 
-def latest_windows(session: Session) -> dict[int, tuple[Window, dict[str, dict[str, Any]]]]:
-    """Each task's latest closed window with its stored metric rows by bucket, in one query:
-    the latest start per task first (one backward scan of the task's windows each), then
-    those windows and their rows by key."""
-    inner = aliased(Window)
-    start = (
-        select(func.max(inner.window_start))
-        .where(inner.task_id == Task.id, inner.closed_at.is_not(None))
-        .correlate(Task)
-        .scalar_subquery()
-    )
-    latest = select(Task.id.label("task_id"), start.label("start")).subquery()
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """A task's latest closed window with results, its stored metric rows by bucket, and
+    the end of its newest window with results (open or closed)."""
+
+    window: Window
+    stored: dict[str, dict[str, Any]]
+    traffic_end: datetime
+
+
+def _with_results(column: Any, *, closed: bool) -> Any:
+    """`column(window)` of the task's newest window whose `all` row counts results (closed
+    ones only when `closed`), in a query over tasks: a backward scan of the task's metric
+    rows by their (task, window_start, bucket) key, stopped at the first with results."""
+    w = aliased(Window)
+    m = aliased(WindowMetrics)
     query = (
-        select(Window, WindowMetrics)
+        select(column(w))
+        .select_from(m)
+        .join(w, w.id == m.window_id)
+        .where(m.task_id == Task.id, m.bucket == ALL, m.n_results > 0)
+    )
+    if closed:
+        query = query.where(w.closed_at.is_not(None))
+    return query.order_by(m.window_start.desc()).limit(1).correlate(Task).scalar_subquery()
+
+
+def latest_windows(session: Session) -> dict[int, Latest]:
+    """Each task's latest closed window with results and its stored rows, with the end of
+    its newest window with results, in one query. Tasks without a closed window with
+    results are left out."""
+    latest = select(
+        Task.id.label("task_id"),
+        _with_results(lambda w: w.window_start, closed=True).label("shown"),
+        _with_results(lambda w: w.window_end, closed=False).label("traffic_end"),
+    ).subquery()
+    query = (
+        select(latest.c.traffic_end, Window, WindowMetrics)
         .join(
-            latest,
-            (Window.task_id == latest.c.task_id) & (Window.window_start == latest.c.start),
+            Window,
+            (Window.task_id == latest.c.task_id) & (Window.window_start == latest.c.shown),
         )
         .join(WindowMetrics, WindowMetrics.window_id == Window.id)
     )
-    out: dict[int, tuple[Window, dict[str, dict[str, Any]]]] = {}
+    out: dict[int, Latest] = {}
     columns = [c.key for c in WindowMetrics.__table__.columns]
-    for window, metrics in session.execute(query):
-        stored = {name: getattr(metrics, name) for name in columns}
-        out.setdefault(window.task_id, (window, {}))[1][metrics.bucket] = stored
+    for traffic_end, window, metrics in session.execute(query):
+        found = out.setdefault(window.task_id, Latest(window, {}, _timestamp(traffic_end)))
+        found.stored[metrics.bucket] = {name: getattr(metrics, name) for name in columns}
     return out
+
+
+def _timestamp(value: datetime | str) -> datetime:
+    """A timestamp a subquery gave (SQLite's as text, naive), in UTC."""
+    found = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return found if found.tzinfo is not None else found.replace(tzinfo=UTC)
+
+
+def quiet_since(
+    traffic_end: datetime, window_seconds: int, lateness_seconds: int, now: datetime
+) -> datetime | None:
+    """`traffic_end` when the window after the task's last window with results should have
+    closed by `now` (it has none: a window with results would be the last one); None while
+    it may still fill."""
+    closes = traffic_end + timedelta(seconds=window_seconds + lateness_seconds)
+    return traffic_end if now >= closes else None
+
+
+def series_step(window_seconds: int) -> int:
+    """The seconds of one sparkline point: whole windows, at most SERIES_POINTS in the span."""
+    windows = math.ceil(SERIES_SPAN.total_seconds() / window_seconds / SERIES_POINTS)
+    return window_seconds * max(1, windows)
+
+
+def series(session: Session, shown: Mapping[int, Window]) -> dict[int, list[Point]]:
+    """For each task, the SERIES_SPAN before the end of its shown window (its latest
+    closed window with results: for a quiet task, the day before it went quiet), its `all`
+    rows summed per step of series_step(window length) into agreement and edge share; a
+    step without pairs (or results) has no agreement (or edge share). One query for every
+    task: each task's range is read by its (task, window_start, bucket) key."""
+    if not shown:
+        return {}
+    steps = {
+        task_id: series_step(int((w.window_end - w.window_start).total_seconds()))
+        for task_id, w in shown.items()
+    }
+    m = WindowMetrics
+    slot = epoch_seconds(m.window_start) // case(steps, value=m.task_id)
+    ranges = or_(
+        *(
+            (m.task_id == task_id)
+            & (m.window_start >= w.window_end - SERIES_SPAN)
+            & (m.window_start < w.window_end)
+            for task_id, w in shown.items()
+        )
+    )
+    counts = [getattr(m, name) for rate in SERIES_RATES for name in RATES[rate]]
+    query = (
+        select(m.task_id, func.min(m.window_start), *(func.sum(c) for c in counts))
+        .where(m.bucket == ALL, ranges)
+        .group_by(m.task_id, slot)
+        .order_by(m.task_id, func.min(m.window_start))
+    )
+    out: dict[int, list[Point]] = {task_id: [] for task_id in shown}
+    for task_id, start, *sums in session.execute(query):
+        agree, pairs, edge, results = sums
+        out[task_id].append(Point(_timestamp(start), _rate(agree, pairs), _rate(edge, results)))
+    return out
+
+
+def _rate(num: int | None, den: int | None) -> float | None:
+    return num / den if num is not None and den else None
 
 
 def last_decisions(session: Session) -> dict[int | None, dict[str, Any]]:
@@ -216,8 +330,10 @@ def _rank(row: TaskRow) -> tuple[int, str]:
     return 4, row.task
 
 
-def overview(session: Session) -> Overview:
-    """Every task's row, trouble on top; the kill switch; the alerts not yet resolved."""
+def overview(session: Session, now: datetime | None = None) -> Overview:
+    """Every task's row, trouble on top; the kill switch; the alerts not yet resolved.
+    `now` (default: the clock) tells a quiet task from one whose next window may fill."""
+    now = now or utcnow()
     parsed, broken = load_runtimes(session)
     tasks = sorted(
         [(task, rt.config, None) for task, rt in parsed.values()]
@@ -228,6 +344,8 @@ def overview(session: Session) -> Overview:
     flags = document["flags"]
     state = session.get(FlagState, 1)
     windows = latest_windows(session)
+    readable = {task.id for task, config, _ in tasks if config is not None}
+    trends = series(session, {t: w.window for t, w in windows.items() if t in readable})
     decisions = last_decisions(session)
     grades = latest_grades(session)
     counts = active_counts(session)
@@ -244,9 +362,16 @@ def overview(session: Session) -> Overview:
         killed = bool(flag and flag.get("killed"))
         derived: dict[str, dict[str, Any]] = {}
         window: Window | None = None
+        quiet: datetime | None = None
         found: list[Breach] = []
         if config is not None and task.id in windows:
-            window, stored = windows[task.id]
+            window, stored = windows[task.id].window, windows[task.id].stored
+            quiet = quiet_since(
+                windows[task.id].traffic_end,
+                config.window_seconds,
+                config.allowed_lateness_seconds,
+                now,
+            )
             seconds = int((window.window_end - window.window_start).total_seconds())
             derived = {
                 bucket: metric_fields(
@@ -289,6 +414,8 @@ def overview(session: Session) -> Overview:
             config_error=config_error,
             trouble=_trouble(task.stage, killed, open_alerts, found, config_error),
             grade=grades.get(task.name),
+            quiet_since=quiet,
+            series=tuple(trends.get(task.id, ())),
         )
         rows.append(row)
     rows.sort(key=_rank)

@@ -1,23 +1,39 @@
-"""Overview: every task in one table, trouble on top — stage, flag, edge share, agreement
-with its interval, the worst bucket, degrade and offload failures, savings per day, open
-alerts, the last decision in its sentence and the grade's tier with why — refreshed every
-few seconds. Below: the alerts not yet resolved (admin: acknowledge) and the kill switch
-(admin: throw or lift, with a reason and a confirmation) with its decisions."""
+"""Overview: every task on one row, trouble on top — stage, grade tier, edge share and
+agreement (with its worst bucket) each with its last 24 hours drawn small, net savings per
+day, open alerts and the last decision; a quiet task says since when it has had no
+traffic and keeps its last figures; admins roll a task back from its row (a reason and a
+confirmation). Refreshed every few seconds. Below: the alerts not yet resolved (admin:
+acknowledge) and the kill switch (admin: throw or lift, with a reason and a confirmation)
+with its decisions. A task's sentences and charts are on its Task page, which its name
+links to."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from controlplane.alerts.actions import acknowledge
+from controlplane.auth.service import Principal
 from controlplane.db import get_engine, session_scope
 from controlplane.rollout.actions import REASON_MAX_CHARS, kill, lift
 from controlplane.rollout.overview import Overview, TaskRow, overview
 from dashboard import common
-from dashboard.formats import count, decimal, interval, line, moment, money, percent
-from dashboard.task.grading import NOT_GRADED, tier_line
+from dashboard.formats import count, line, moment, money, percent, text
+from dashboard.overview import (
+    ACTION_WIDTH,
+    COLUMNS,
+    grade_text,
+    may_roll_back,
+    stage_text,
+    standing,
+    trend,
+    unconfirmed,
+    when,
+)
+from dashboard.task import actions as task_actions
+from dashboard.task.grading import tier_line
 
 NOTICE = "overview_notice"
 
@@ -36,89 +52,83 @@ def done(message: str) -> None:
     st.rerun()
 
 
-def flag_text(row: TaskRow) -> str:
-    if row.flag_version is None:
-        return "no flag"
-    return f"v{row.flag_version} (edge {row.edge_percent}%{', killed' if row.killed else ''})"
+def figure(value: str, drawn: str, note: str = "") -> None:
+    """A figure in bold, a note (Markdown), its sparkline under them: the SVG is this
+    module's own text, and no other HTML can reach the cell (`note` is escaped)."""
+    body = f"**{value}**" + (f" · {note}" if note else "") + (f"\n\n{drawn}" if drawn else "")
+    st.markdown(body, unsafe_allow_html=bool(drawn))
 
 
-def worst_text(row: TaskRow) -> str:
-    if row.worst_bucket is None:
-        return "—"
-    return (
-        f"{row.worst_bucket}: {percent(row.worst_agreement)} "
-        f"(low {percent(row.worst_agreement_low)})"
-    )
-
-
-def grade_text(row: TaskRow) -> str:
-    """The tier and score of the task's newest grade, for the table."""
-    if row.grade is None:
-        return NOT_GRADED
-    score = row.grade.get("score")
-    return row.grade["tier"] + ("" if score is None else f" ({decimal(score)})")
-
-
-def table(rows: list[TaskRow]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "task": row.task,
-                "stage": row.stage,
-                "grade": grade_text(row),
-                "flag": flag_text(row),
-                "edge share": percent(row.edge_share),
-                "agreement": percent(row.agreement),
-                "interval": interval(row.agreement_low, row.agreement_high),
-                "worst bucket": worst_text(row),
-                "degrade": percent(row.degrade_rate),
-                "offload failures": percent(row.offload_fail_rate),
-                "net savings/day": money(row.net_savings_per_day),
-                "open alerts": row.open_alerts,
-                "trouble": "; ".join(row.trouble) or "—",
-                "last decision": row.last_decision_sentence or "—",
-            }
-            for row in rows
-        ]
-    )
-
-
-def task_lines(row: TaskRow, task_page: st.Page) -> None:
-    """The row as text too (a table draws on a canvas; people and browsers read text).
-    Names, buckets, reasons and errors come from task configs and people: escaped."""
-    st.markdown(
-        f"**{line(row.task)}** — {row.stage} · flag {flag_text(row)} · "
-        f"edge share {percent(row.edge_share)} · "
-        f"agreement {percent(row.agreement)} ({interval(row.agreement_low, row.agreement_high)})"
-        f" · worst bucket {line(worst_text(row))} · degrade {percent(row.degrade_rate)} · "
-        f"offload failures {percent(row.offload_fail_rate)} · "
-        f"net savings/day {money(row.net_savings_per_day)} · open alerts {row.open_alerts}"
-    )
-    st.markdown(tier_line(row.grade))
-    notes = []
-    if row.trouble:
-        notes.append("Trouble: " + line("; ".join(row.trouble)) + ".")
-    if row.config_error:
-        notes.append(f"Its stored config cannot be read: {line(row.config_error)}.")
-    elif row.window_start is None:
-        notes.append("No closed window yet: figures appear once its first window closes.")
-    else:
-        notes.append(f"Latest closed window from {moment(row.window_start)}.")
-    if row.last_decision:
-        d = row.last_decision
-        notes.append(
-            f"Last decision ({line(d['action'])} by {line(d['actor'])}, "
-            f"{moment(d['created_at'])}): {line(d['reason'])}"
+def rollback_form(row: TaskRow, principal: Principal) -> None:
+    """Roll the task back to the cloud: a reason and an explicit confirmation, or nothing;
+    through the Task page's action (dashboard.task.actions.apply)."""
+    confirm_text = f"I understand {row.task} goes to the cloud"
+    with st.form(f"rollback_{row.task}", clear_on_submit=True, border=False):
+        st.markdown(
+            f"Roll **{line(row.task)}** back: the cloud serves all of its traffic until it is "
+            "re-armed (its Task page)."
         )
+        reason = st.text_input(
+            "Reason",
+            key=f"rollback_reason_{row.task}",
+            help=f"At most {count(REASON_MAX_CHARS)} characters, on the decision and the "
+            "audit log.",
+        )
+        confirmed = st.checkbox(text(confirm_text), key=f"rollback_confirm_{row.task}")
+        submitted = st.form_submit_button(
+            "Roll back to the cloud", key=f"rollback_submit_{row.task}", type="primary"
+        )
+    if not submitted:
+        return
+    refused = unconfirmed(reason, confirmed, confirm_text)
+    if refused:
+        st.warning(text(refused))
+        return
+    pending = {"kind": "rollback", "task": row.task, "expected_stage": row.stage}
+    found = task_actions.apply(pending, principal, reason.strip())
+    if found is not None:
+        done(text(f"Done: {task_actions.done_text(pending, found)}"))
+
+
+def task_row(
+    row: TaskRow, task_page: st.Page, widths: list[float], admin: Principal | None, now: datetime
+) -> None:
+    """One task's row: every figure in a few words; its sentences are on its Task page."""
+    cells = st.columns(widths, vertical_alignment="top")
+    with cells[0]:
+        st.page_link(task_page, label=line(row.task), query_params={"task": row.task})
+        said = standing(row, now)
+        if said:
+            st.caption(said)
+    cells[1].markdown(line(stage_text(row)))
+    cells[2].markdown(line(grade_text(row)), help=tier_line(row.grade))
+    with cells[3]:
+        figure(percent(row.edge_share), trend(row, "edge_share", now))
+    with cells[4]:
+        worst = (
+            ""
+            if row.worst_bucket is None
+            else f"worst {line(row.worst_bucket)} {percent(row.worst_agreement)}"
+        )
+        figure(percent(row.agreement), trend(row, "agreement", now), worst)
+    cells[5].markdown(money(row.net_savings_per_day))
+    cells[6].markdown(count(row.open_alerts))
+    decision = row.last_decision
+    if decision is None:
+        cells[7].markdown("—")
     else:
-        notes.append("No decision yet.")
-    st.caption(" ".join(notes))
-    st.page_link(
-        task_page, label=f"Evidence of {line(row.task)} →", query_params={"task": row.task}
-    )
+        cells[7].markdown(
+            f"{line(decision['action'])} by {line(decision['actor'])}  \n"
+            f"{when(decision['created_at'], now)}",
+            help=text(decision["reason"]),
+        )
+    if admin is not None:
+        disabled = not may_roll_back(row)
+        with cells[8].popover("Roll back", disabled=disabled, use_container_width=True):
+            rollback_form(row, admin)
 
 
-def tasks_section(view: Overview) -> None:
+def tasks_section(view: Overview, admin: Principal | None) -> None:
     if not view.rows:
         st.info(
             "No tasks yet. Register one with `shadowplane tasks apply -f FILE` (a task config "
@@ -139,12 +149,16 @@ def tasks_section(view: Overview) -> None:
         )
     else:
         st.markdown("No task is in trouble.")
-    st.dataframe(table(view.rows), hide_index=True, width="stretch")
+    widths = [*COLUMNS.values(), *([ACTION_WIDTH] if admin is not None else [])]
+    now = datetime.now(UTC)
     # One page object for every link: a link given as a file path makes Streamlit resolve
     # the path and search every page for it, on each call.
     task_page = st.Page("app_pages/task.py", title="Task", url_path="task")
-    for row in view.rows:
-        task_lines(row, task_page)
+    with st.container(key="overview_table"):
+        for cell, name in zip(st.columns(widths), COLUMNS, strict=False):
+            cell.caption(f"**{name}**")
+        for row in view.rows:
+            task_row(row, task_page, widths, admin, now)
 
 
 def alerts_section(view: Overview, actor: str | None) -> None:
@@ -210,11 +224,9 @@ def switch_form(killed: bool, actor: str) -> None:
         submitted = st.form_submit_button(label, key=f"{name}_submit", type="primary")
     if not submitted:
         return
-    if not confirmed:
-        st.warning(f"Nothing was done: tick “{confirm_text}” to confirm.")
-        return
-    if not reason.strip():
-        st.warning("Nothing was done: say why in Reason (it is kept in the decision).")
+    refused = unconfirmed(reason, confirmed, confirm_text)
+    if refused:
+        st.warning(refused)
         return
     action = lift if killed else kill
     if common.act(action, actor=actor, reason=reason.strip()):
@@ -246,7 +258,8 @@ def switch_section(view: Overview, actor: str | None) -> None:
 
 principal = common.require("read")
 # Only an admin acts here; everyone else reads.
-acting = common.actor(principal) if common.can(principal, "admin") else None
+admin = principal if common.can(principal, "admin") else None
+acting = common.actor(principal) if admin is not None else None
 st.title("Overview")
 
 
@@ -263,7 +276,7 @@ def live() -> None:
                 "Kill switch on: every task is served by the cloud. "
                 f"Reason: {line(view.kill_reason)}"
             )
-        tasks_section(view)
+        tasks_section(view, admin)
         alerts_section(view, acting)
         switch_section(view, acting)
 

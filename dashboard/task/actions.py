@@ -83,11 +83,27 @@ def perform(pending: Mapping[str, Any], principal: Principal) -> None:
     if not reason:
         st.error("Give a reason first: it is recorded with the action and shown in the decision.")
         return
+    done = apply(pending, principal, reason)
+    if done is None:
+        return
+    st.cache_data.clear()
+    st.session_state[FLASH] = done_text(pending, done)
+    st.session_state[REASON] = ""
+    # A forced action is decided each time: the boxes are unticked once it is done.
+    st.session_state[FORCE_PROMOTION] = False
+    if pending["kind"] == "unblock":
+        st.session_state.pop(force_unblock(pending["model"]), None)
+    st.rerun()
+
+
+def apply(pending: Mapping[str, Any], principal: Principal, reason: str) -> Any:
+    """Run the action `pending` names under the key's name with `reason` (any page's
+    button: the Task page's, the Overview's roll back); what it did, or None when it was
+    refused (the refusal is on the page)."""
     who = common.actor(principal)
     kind, task = pending["kind"], pending["task"]
-    done: Any = None
     if kind == "promote":
-        done = common.act(
+        return common.act(
             readable(actions.promote),
             task,
             actor=who,
@@ -96,11 +112,11 @@ def perform(pending: Mapping[str, Any], principal: Principal) -> None:
             force=bool(st.session_state.get(FORCE_PROMOTION)),
             expected_stage=pending["expected_stage"],
         )
-    elif kind in ("rollback", "rearm"):
+    if kind in ("rollback", "rearm"):
         move = actions.rollback if kind == "rollback" else actions.rearm
-        done = common.act(move, task, actor=who, reason=reason)
-    elif kind == "unblock":
-        done = common.act(
+        return common.act(move, task, actor=who, reason=reason)
+    if kind == "unblock":
+        return common.act(
             actions.unblock,
             task,
             model=pending["model"],
@@ -108,13 +124,4 @@ def perform(pending: Mapping[str, Any], principal: Principal) -> None:
             reason=reason,
             force=bool(st.session_state.get(force_unblock(pending["model"]))),
         )
-    if done is None:
-        return
-    st.cache_data.clear()
-    st.session_state[FLASH] = done_text(pending, done)
-    st.session_state[REASON] = ""
-    # A forced action is decided each time: the boxes are unticked once it is done.
-    st.session_state[FORCE_PROMOTION] = False
-    if kind == "unblock":
-        st.session_state.pop(force_unblock(pending["model"]), None)
-    st.rerun()
+    return None

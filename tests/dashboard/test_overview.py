@@ -1,31 +1,38 @@
 """The Overview page and its read model (controlplane.rollout.overview) on the seeded
-rollout: every figure is the one the services compute, trouble on top, the kill switch
-only with a reason and a confirmation (admin), alerts acknowledged under the key's name,
-and a sentence saying what to do when there are no tasks."""
+rollout, whose traffic stopped long ago: every figure of a task's row is the one the
+services compute from its last window with results (kept while the task is quiet, with
+since when), its sparklines are its windows' own rates, trouble on top, a task rolled back
+from its row and the kill switch thrown only with a reason and a confirmation (admin),
+alerts acknowledged under the key's name, and a sentence saying what to do when there are
+no tasks."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 from streamlit.testing.v1 import AppTest
 
 from controlplane.alerts.service import list_alerts
 from controlplane.audit.service import entries
-from controlplane.catalog.service import list_task_views
+from controlplane.catalog.service import list_task_views, runtimes
 from controlplane.db import get_engine, session_scope
 from controlplane.keys.actions import create_key
 from controlplane.metrics.fields import ALL
-from controlplane.metrics.service import latest_closed_rows
+from controlplane.metrics.service import latest_closed_rows, window_rows
 from controlplane.models import Alert, Task
 from controlplane.models.base import utcnow
+from controlplane.rollout import overview as model
 from controlplane.rollout.flags import flags_document
 from controlplane.rollout.overview import overview
 from controlplane.rollout.service import list_decisions
-from dashboard.formats import interval, money, percent
+from controlplane.scheduler import run_pass
+from controlplane.sim.evalset_example import END, START
+from dashboard.formats import count, line, money, percent
+from dashboard.overview import COLUMNS, grade_text, stage_text, when
 from tests.conftest import cloned_database
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
@@ -39,15 +46,19 @@ def read(seeded: Seeded, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(session, *args, **kwargs)
 
 
-def latest_all(seeded: Seeded) -> dict[str, dict[str, Any]]:
-    """The `all` row of each task's latest closed window, as the metrics service gives it."""
-    return {r["task"]: r for r in read(seeded, latest_closed_rows) if r["bucket"] == ALL}
+def closed_all_rows(seeded: Seeded) -> dict[str, list[dict[str, Any]]]:
+    """Each task's closed windows' `all` rows, oldest first, as the metrics service gives
+    them (the windows API's rows)."""
+    with session_scope(seeded.engine) as session:
+        return {
+            task.name: [r for r in window_rows(session, rt, bucket=ALL) if r["closed"]]
+            for task, rt in runtimes(session).values()
+        }
 
 
-def task_line(at: AppTest, task: str) -> str:
-    """The task's line of text, as shown (its name and bucket escaped in the Markdown)."""
-    [line] = [shown(m.value) for m in at.markdown if shown(m.value).startswith(f"**{task}** — ")]
-    return line
+def with_results(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The newest of a task's window rows that counts results."""
+    return [r for r in rows if r["n_results"]][-1]
 
 
 def add_alert(seeded: Seeded, task: str, kind: str = "conflict_jump") -> int:
@@ -80,16 +91,18 @@ def any_seeded(request: pytest.FixtureRequest) -> Seeded:
     return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
 
 
-def test_rows_carry_the_metrics_services_figures(any_seeded: Seeded) -> None:
+def test_rows_carry_the_figures_of_each_tasks_last_window_with_results(
+    any_seeded: Seeded,
+) -> None:
     view = read(any_seeded, overview)
-    latest = latest_all(any_seeded)
+    windows = closed_all_rows(any_seeded)
     buckets: dict[str, list[dict[str, Any]]] = {}
     for r in read(any_seeded, latest_closed_rows):
         if r["bucket"] != ALL and r["agreement_low"] is not None:
             buckets.setdefault(r["task"], []).append(r)
-    assert {row.task for row in view.rows} == set(latest)
+    assert {row.task for row in view.rows} == set(windows)
     for row in view.rows:
-        every = latest[row.task]
+        every = with_results(windows[row.task])
         assert row.window_start == every["window_start"]
         assert row.agreement == every["agreement"]
         assert (row.agreement_low, row.agreement_high) == (
@@ -106,6 +119,65 @@ def test_rows_carry_the_metrics_services_figures(any_seeded: Seeded) -> None:
             worst["bucket"],
             worst["agreement_low"],
         )
+        # The seed's traffic is long past: quiet since its last window with results ended.
+        assert row.quiet_since == every["window_end"]
+
+
+def test_a_quiet_task_keeps_its_last_figures_and_says_since_when(seeded: Seeded) -> None:
+    """The scheduler goes on closing windows after the traffic stops: the latest closed
+    window is empty (its agreement None, what the page used to show), the row keeps the
+    last window with results; quiet once the window after it should have closed."""
+    before = {row.task: row for row in read(seeded, overview).rows}
+    # Registered before the traffic (the seed's tasks carry their real creation time, later
+    # than its clocks), so a pass computes their empty windows after it.
+    with session_scope(seeded.engine) as session:
+        session.execute(update(Task).values(created_at=START - timedelta(hours=1)))
+    run_pass(seeded.engine, END + timedelta(minutes=30))
+    latest = {r["task"]: r for r in read(seeded, latest_closed_rows) if r["bucket"] == ALL}
+    windows = closed_all_rows(seeded)
+    with session_scope(seeded.engine) as session:
+        configs = {task.name: rt.config for task, rt in runtimes(session).values()}
+    for task, row in before.items():
+        assert latest[task]["n_results"] == 0 and latest[task]["agreement"] is None
+        last = with_results(windows[task])
+        ended = last["window_end"]
+        config = configs[task]
+        closes = ended + timedelta(seconds=config.window_seconds + config.allowed_lateness_seconds)
+        [after] = [r for r in read(seeded, overview, closes).rows if r.task == task]
+        assert (after.window_start, after.agreement, after.edge_share) == (
+            last["window_start"],
+            last["agreement"],
+            last["edge_share"],
+        )
+        assert after.agreement == row.agreement and after.series == row.series
+        assert after.quiet_since == ended
+        [early] = [
+            r for r in read(seeded, overview, closes - timedelta(seconds=1)).rows if r.task == task
+        ]
+        assert early.quiet_since is None and early.agreement == row.agreement
+
+
+def test_the_sparklines_are_the_windows_rates_pooled_in_whole_windows(
+    any_seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    windows = closed_all_rows(any_seeded)
+    for row in read(any_seeded, overview).rows:
+        # 5-minute windows: 288 in a day, one point each.
+        assert [(p.start, p.agreement, p.edge_share) for p in row.series] == [
+            (r["window_start"], r["agreement"], r["edge_share"])
+            for r in windows[row.task]
+            if row.window_end - timedelta(hours=24) <= r["window_start"] < row.window_end
+        ]
+    # At most two points a day: a point pools 144 windows (12 hours, from midnight or noon
+    # UTC), here the seed's four: its counts summed, then divided.
+    monkeypatch.setattr(model, "SERIES_POINTS", 2)
+    for row in read(any_seeded, overview).rows:
+        rows = windows[row.task]
+        [point] = row.series
+        assert point.start == rows[0]["window_start"]
+        agree = sum(r["agreement_num"] for r in rows) / sum(r["agreement_den"] for r in rows)
+        edge = sum(r["edge_share_num"] for r in rows) / sum(r["edge_share_den"] for r in rows)
+        assert (point.agreement, point.edge_share) == (pytest.approx(agree), pytest.approx(edge))
 
 
 def test_stage_flag_and_last_decision_come_from_catalog_flags_and_decisions(
@@ -149,7 +221,7 @@ def test_open_alerts_put_a_task_above_the_quiet_ones(any_seeded: Seeded) -> None
     assert [a["task"] for a in view.alerts] == ["invoice_extract"]
 
 
-def test_the_latest_windows_of_every_task_are_read_in_one_query(seeded: Seeded) -> None:
+def test_every_tasks_windows_and_day_of_trend_are_read_in_two_queries(seeded: Seeded) -> None:
     statements: list[str] = []
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -161,8 +233,9 @@ def test_the_latest_windows_of_every_task_are_read_in_one_query(seeded: Seeded) 
         view = read(seeded, overview)
     finally:
         event.remove(engine, "before_cursor_execute", seen)
-    assert len([r for r in view.rows if r.window_start is not None]) == 2
-    assert len([s for s in statements if "window_metrics" in s]) == 1
+    assert len([r for r in view.rows if r.window_start is not None and r.series]) == 2
+    # One for the windows with results and their rows, one for the sparklines.
+    assert len([s for s in statements if "window_metrics" in s]) == 2
 
 
 # --- the page ---------------------------------------------------------------------------
@@ -175,47 +248,138 @@ def as_read(seeded_once: Seeded) -> AppTest:
     return open_page(seeded_once, "read", PAGE)
 
 
-def test_the_page_shows_each_task_with_the_services_figures(
+def table(at: AppTest) -> dict[str, dict[str, Any]]:
+    """Each task's row as shown, by task: each column's element (by COLUMNS' names), in
+    the page's order. A row starts at the column holding the link to the task's page."""
+    columns = list(at.columns)
+    out = {}
+    for i, column in enumerate(columns):
+        links = [e for e in column.children.values() if type(e).__name__ == "PageLink"]
+        if links:
+            task = shown(links[0].proto.label)
+            out[task] = dict(zip(COLUMNS, columns[i : i + len(COLUMNS)], strict=True))
+    return out
+
+
+def texts(column: Any) -> list[str]:
+    """What a cell writes, element by element (a link's label, Markdown as shown)."""
+    return [
+        shown(e.proto.label if type(e).__name__ == "PageLink" else str(e.value))
+        for e in column.children.values()
+    ]
+
+
+def test_each_row_shows_its_figures_in_a_few_words_and_quiet_since_when(
     seeded_once: Seeded, as_read: AppTest
 ) -> None:
     at = as_read
     assert not at.exception
-    latest = latest_all(seeded_once)
-    for task, every in latest.items():
-        line = task_line(at, task)
-        assert f"agreement {percent(every['agreement'])} " in line
-        assert interval(every["agreement_low"], every["agreement_high"]) in line
+    now = datetime.now(UTC)
+    rows = table(at)
+    view = {row.task: row for row in read(seeded_once, overview).rows}
+    windows = closed_all_rows(seeded_once)
+    assert list(rows) == list(view) == ["ticket_classify", "invoice_extract"]
+    for task, cells in rows.items():
+        row, every = view[task], with_results(windows[task])
+        # Quiet: since the end of its last window with results; its figures are that
+        # window's (the read model's figures are checked against the services above).
+        assert texts(cells["task"]) == [task, f"no traffic since {when(every['window_end'], now)}"]
+        assert texts(cells["stage"]) == [shown(line(stage_text(row)))]
+        assert texts(cells["grade"]) == [shown(line(grade_text(row)))]
+        [edge] = texts(cells["edge share, 24 h"])
+        assert edge.startswith(f"**{percent(every['edge_share'])}**\n\n<svg")
+        [agreement] = texts(cells["agreement, worst bucket, 24 h"])
+        worst = f"worst {row.worst_bucket} {percent(row.worst_agreement)}"
+        assert agreement.startswith(f"**{percent(every['agreement'])}** · {worst}\n\n<svg")
+        # One point a window of the day to its last window with results.
+        n = len([r for r in windows[task] if r["window_start"] < every["window_end"]])
+        assert f'data-points="{n}"' in edge and f'data-points="{n}"' in agreement
         seconds = (every["window_end"] - every["window_start"]).total_seconds()
-        assert f"net savings/day {money(every['net_savings'] * 86400 / seconds)}" in line
-    assert task_line(at, "ticket_classify").startswith("**ticket_classify** — rolled_back ·")
+        assert texts(cells["net savings/day"]) == [money(every["net_savings"] * 86400 / seconds)]
+        assert texts(cells["open alerts"]) == [count(row.open_alerts)]
     [rollback] = read(seeded_once, list_decisions, "ticket_classify", 1)
-    assert rollback["reason"] in page_text(at)
-    # The table (drawn on a canvas in a browser) holds the same rows, trouble first.
-    [frame] = at.dataframe
-    assert list(frame.value["task"]) == ["ticket_classify", "invoice_extract"]
-    assert frame.value["last decision"][0] == rollback["reason"]
-
-
-def test_trouble_on_top_in_the_text_too(as_read: AppTest) -> None:
-    at = as_read
-    lines = [shown(m.value) for m in at.markdown if " — " in m.value and m.value.startswith("**")]
-    assert [line.split("**")[1] for line in lines] == ["ticket_classify", "invoice_extract"]
+    [decision] = rows["ticket_classify"]["last decision"].children.values()
+    assert shown(decision.value) == f"rollback by policy\n{when(rollback['created_at'], now)}"
+    # The decision's sentence is its help, and on the Task page: not written out here.
+    assert shown(decision.proto.help) == rollback["reason"]
+    assert rollback["reason"] not in page_text(at)
+    assert texts(rows["invoice_extract"]["last decision"]) == ["—"]
+    assert not at.dataframe
     assert "In trouble: **ticket_classify** (rolled back" in page_text(at)
 
 
-def test_admin_sees_kill_and_acknowledge_and_a_read_key_does_not(seeded: Seeded) -> None:
+def test_admin_sees_kill_acknowledge_and_roll_back_and_a_read_key_does_not(
+    seeded: Seeded,
+) -> None:
     alert_id = add_alert(seeded, "invoice_extract")
     admin = open_page(seeded, "admin", PAGE)
     assert not admin.exception
     assert admin.button(key="kill_submit").label == "Throw the kill switch"
     assert admin.checkbox(key="kill_confirm")
     assert admin.button(key=f"ack_{alert_id}")
+    for task in ("ticket_classify", "invoice_extract"):
+        assert admin.button(key=f"rollback_submit_{task}").label == "Roll back to the cloud"
+        assert admin.checkbox(key=f"rollback_confirm_{task}")
     reader = open_page(seeded, "read", PAGE)
     assert not reader.exception
     keys = {b.key for b in reader.button} | {c.key for c in reader.checkbox}
-    assert not {"kill_submit", "kill_confirm", f"ack_{alert_id}"} & keys
+    assert not {k for k in keys if k and k.startswith(("kill_", "ack_", "rollback_"))}, keys
+    assert len(table(reader)["invoice_extract"]) == len(COLUMNS)
+    assert not popovers(reader) and len(popovers(admin)) == 2
     # The reader still sees the alert.
     assert "conflict rate jumped to 30%" in page_text(reader)
+
+
+def popovers(at: AppTest) -> list[Any]:
+    """The page's popovers (an admin's Roll back, one per row)."""
+    found, todo = [], [at._tree]
+    while todo:
+        node = todo.pop()
+        if getattr(node, "type", None) == "popover":
+            found.append(node)
+        todo.extend(getattr(node, "children", {}).values())
+    return found
+
+
+def roll_back(at: AppTest, task: str, reason: str, *, confirm: bool) -> None:
+    at.text_input(key=f"rollback_reason_{task}").input(reason)
+    if confirm:
+        at.checkbox(key=f"rollback_confirm_{task}").check()
+    at.button(key=f"rollback_submit_{task}").click()
+    at.run()
+
+
+def test_roll_back_from_the_row_only_with_a_reason_and_a_confirmation(seeded: Seeded) -> None:
+    task = "invoice_extract"
+    flags_before = read(seeded, flags_document)
+    at = open_page(seeded, "admin", PAGE)
+    roll_back(at, task, "edge answers drift", confirm=False)
+    assert not at.exception
+    assert [shown(w.value) for w in at.warning] == [
+        f"Nothing was done: tick “I understand {task} goes to the cloud” to confirm."
+    ]
+    roll_back(at, task, "  ", confirm=True)
+    assert [shown(w.value) for w in at.warning] == [
+        "Nothing was done: say why in Reason (it is kept in the decision)."
+    ]
+    assert read(seeded, flags_document) == flags_before
+    assert read(seeded, list_decisions, task) == []
+
+    roll_back(at, task, "edge answers drift", confirm=True)
+    assert not at.exception
+    [decision] = read(seeded, list_decisions, task)
+    # The Task page's action (controlplane.rollout.actions.rollback), under the key's name.
+    assert (decision["action"], decision["actor"], decision["stage_after"]) == (
+        "rollback",
+        "admin",
+        "rolled_back",
+    )
+    assert decision["reason"].endswith("edge answers drift")
+    assert not read(seeded, flags_document)["flags"][task]["edge_percent"]
+    [notice] = [shown(s.value) for s in at.success]
+    assert notice == f"Done: {decision['reason']}"
+    cells = table(at)[task]
+    assert texts(cells["stage"]) == ["rolled back"]
 
 
 def kill_form(at: AppTest, reason: str, *, confirm: bool, name: str = "kill") -> None:

@@ -1,0 +1,91 @@
+"""What the Overview writes in a task's row, as plain functions of its TaskRow (the page
+draws them; tests read them): its columns, times, the quiet task's sentence, the grade,
+the sparklines, and when an action with a reason and a confirmation may run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from controlplane.rollout.overview import TaskRow
+from dashboard.formats import clock, decimal, moment, percent
+from dashboard.sparklines import sparkline
+from dashboard.task import views
+from dashboard.task.grading import NOT_GRADED
+
+# The table's columns and their relative widths (an admin's last one holds Roll back).
+COLUMNS = {
+    "task": 1.4,
+    "stage": 1.0,
+    "grade": 1.0,
+    "edge share, 24 h": 1.2,
+    "agreement, worst bucket, 24 h": 1.7,
+    "net savings/day": 0.9,
+    "open alerts": 0.6,
+    "last decision": 1.5,
+}
+ACTION_WIDTH = 1.2
+
+
+def when(value: datetime | str, now: datetime) -> str:
+    """A time of today (UTC) as its clock ("20:33 UTC"), an older one with its date; a
+    naive time is UTC already (as stored)."""
+    at = datetime.fromisoformat(value) if isinstance(value, str) else value
+    day = at.date() if at.tzinfo is None else at.astimezone(UTC).date()
+    return f"{clock(at)} UTC" if day == now.astimezone(UTC).date() else moment(at)
+
+
+def unconfirmed(reason: str, confirmed: bool, confirm_text: str) -> str | None:
+    """Why an action with a reason and a confirmation does nothing; None when it may run."""
+    if not confirmed:
+        return f"Nothing was done: tick “{confirm_text}” to confirm."
+    if not reason.strip():
+        return "Nothing was done: say why in Reason (it is kept in the decision)."
+    return None
+
+
+def stage_text(row: TaskRow) -> str:
+    """The stage in words, a canary with the share its flag sends to the edge, and whether
+    the kill switch holds it ("canary 10% · killed")."""
+    words = row.stage.replace("_", " ")
+    if row.stage == "canary" and row.edge_percent is not None:
+        words += f" {row.edge_percent}%"
+    return words + (" · killed" if row.killed else "")
+
+
+def grade_text(row: TaskRow) -> str:
+    """The tier and score of the task's newest grade, for the table."""
+    if row.grade is None:
+        return NOT_GRADED
+    score = row.grade.get("score")
+    return row.grade["tier"] + ("" if score is None else f" ({decimal(score)})")
+
+
+def standing(row: TaskRow, now: datetime) -> str | None:
+    """Under the task's name: why its figures are old or missing (None: they are fresh)."""
+    if row.config_error:
+        return "its stored config cannot be read"
+    if row.window_start is None:
+        return "no closed window with results yet"
+    if row.quiet_since is not None:
+        return f"no traffic since {when(row.quiet_since, now)}"
+    return None
+
+
+def trend(row: TaskRow, name: str, now: datetime) -> str:
+    """A sparkline of the task's `name` rate (agreement or edge_share) over its 24 hours."""
+    values = [(p.start, getattr(p, name)) for p in row.series]
+    known = [v for _, v in values if v is not None]
+    if not known or row.window_end is None:
+        return ""
+    words = name.replace("_", " ")
+    label = (
+        f"{words} over the 24 hours to {when(row.window_end, now)}: "
+        f"{percent(min(known))} to {percent(max(known))}, last {percent(known[-1])}"
+    )
+    return sparkline(values, name=name, label=label)
+
+
+def may_roll_back(row: TaskRow) -> bool:
+    """Whether the task's stage may be rolled back (as the Task page's button decides)."""
+    moves = views.moves({"stage": row.stage, "stage_words": row.stage})
+    return not next(disabled for kind, _, disabled in moves if kind == "rollback")
