@@ -1,5 +1,5 @@
 """The grade on the dashboard (AppTest, PostgreSQL): the Overview gives each task's tier and
-score with why, or "not graded yet"; the Task page's Grade section draws the four
+score with why (its help), or "not graded yet"; the Task page's Grade section draws the four
 dimensions (and the weighted score) as bars against the tiers' thresholds with the veto
 marked on the error cost's bar, and writes each dimension's sentence, what would change
 the tier, the noisy fields and, for an insufficient grade, what is missing. The agreement
@@ -112,22 +112,27 @@ def test_the_overview_gives_each_tasks_tier_or_not_graded_yet(
     tier, score = found.grade["tier"], found.grade["score"]
     assert tier in ("offload", "shadow", "keep_cloud") and score is not None
 
-    [table] = [df.value for df in overview_page.dataframe if "grade" in df.value]
-    shown_grades = dict(zip(table["task"], table["grade"], strict=True))
-    assert shown_grades[TASK] == f"{tier} ({score:.2f})"
-    assert shown_grades[THIN] == "insufficient"
-    assert shown_grades[NEVER] == "not graded yet"
-
-    text = page_text(overview_page)
+    # Each row's grade cell, in the rows' order: the tier and score, and why as its help.
+    cells = [m for m in overview_page.markdown if m.proto.help.startswith("grade: ")]
+    shown_grades = {
+        row: (shown(cell.value), shown(cell.proto.help))
+        for row, cell in zip(rows, cells, strict=True)
+    }
     reasons = "; ".join(found.grade["reasons"])
-    assert reasons and f"grade: {tier} ({score:.2f}) — {reasons}" in text
+    assert reasons and shown_grades[TASK] == (
+        f"{tier} ({score:.2f})",
+        f"grade: {tier} ({score:.2f}) — {reasons}",
+    )
     # The long tail the windows hold is named.
     ratio = INPUT_P95 / INPUT_P50
     assert any(
         r.startswith(f"input length: P95 is {ratio:.1f}x P50") for r in found.grade["reasons"]
     )
-    assert f"grade: insufficient — missing {'; '.join(thin['missing'])}" in text
-    assert "grade: not graded yet" in text
+    assert shown_grades[THIN] == (
+        "insufficient",
+        f"grade: insufficient — missing {'; '.join(thin['missing'])}",
+    )
+    assert shown_grades[NEVER] == ("not graded yet", "grade: not graded yet")
 
 
 # --- the Task page's Grade section --------------------------------------------------------
