@@ -77,7 +77,10 @@ def test_every_page_in_chromium(
     sign_in(browser, dashboard, seeded.keys["admin"])
     assert list(nav_links(browser)) == ["Overview", "Task", "Review", "Eval sets", "Audit"]
     open_page(browser, "Overview")
-    wait_for_text(browser, "Overview", OTHER_TASK, ROLLED_BACK, rollback, what="Overview")
+    # Its row names the rollback; the decision's sentence is on the Task page.
+    wait_for_text(
+        browser, "Overview", OTHER_TASK, ROLLED_BACK, "rollback by policy", what="Overview"
+    )
     screenshot(browser, screenshots, "overview")
 
     open_page(browser, "Task")
