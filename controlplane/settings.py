@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     # Seconds a reviewer holds a claimed review item; past it the item returns to the queue
     # and a label from them is refused (409).
     review_lease_seconds: float = Field(600.0, gt=0, le=7 * 86400)
+    # Hours a dashboard sign-in lasts (reloads and links opened in new tabs keep it);
+    # signing out or revoking the key ends it sooner.
+    dashboard_session_hours: float = Field(8.0, gt=0, le=30 * 24)
 
     @field_validator("max_backfill", mode="before")
     @classmethod
