@@ -537,13 +537,20 @@ def render_page(url: str, key: str, page: str, reps: int, profile: bool = False)
     from streamlit import logger
     from streamlit.testing.v1 import AppTest
 
+    from controlplane.keys import sessions
+    from dashboard.common import SESSION_TOKEN
+
     logger.set_log_level("ERROR")  # AppTest runs without a server, and says so on each run
 
     recorder = Recorder(ROOT / "dashboard" / page)
     profiled = ""
     try:
         at = AppTest.from_file(APP, default_timeout=600)
-        at.session_state["api_key"] = key
+        # Signed in as the sign-in page does it: a session, its token where a cookie would be.
+        token, _ = sessions.start(
+            get_engine(url), key, now=datetime.now(UTC), lasts=timedelta(hours=1)
+        )
+        at.session_state[SESSION_TOKEN] = token
         at.run()
         at.switch_page(page)
         at.run()  # the first render imports what the page needs

@@ -126,7 +126,9 @@ def dashboard(
     spec = importlib.util.find_spec("dashboard")
     if spec is None or spec.origin is None:
         raise _fail("the dashboard package is not installed with this copy of shadowplane")
-    script = Path(spec.origin).with_name("streamlit_app.py")
+    # The Streamlit app behind its sign-in door (one ASGI app, `st.App`): `streamlit run`
+    # finds the app in the file and serves it with uvicorn.
+    script = Path(spec.origin).with_name("server.py")
     command = [
         sys.executable,
         "-m",

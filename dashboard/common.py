@@ -1,36 +1,48 @@
 """What every page shares: the database, the signed-in key, cached loaders, and errors
 shown as sentences.
 
-The key itself is kept in the session and checked again on every run (through the same
-hashed-key cache as the API), so a revoked key stops working within seconds."""
+Signing in happens on the server's own sign-in page (dashboard/signin.py), which keeps a
+session on the server and gives the browser its token in an HttpOnly cookie; the key is
+never kept here. Every run reads the session again with its key, so signing out (in any
+tab) or revoking the key signs this session out at its next run."""
 
 from __future__ import annotations
 
+import html
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
+import orjson
 import streamlit as st
 
 from controlplane.auth.scopes import grants
-from controlplane.auth.service import KeyCache, Principal
-from controlplane.db import StorageError, get_engine, make_sessionmaker
+from controlplane.auth.service import Principal
+from controlplane.db import StorageError, get_engine
 from controlplane.errors import ActionError
+from controlplane.keys import sessions
 from controlplane.settings import Settings
 from dashboard import formats
 
 T = TypeVar("T")
+log = logging.getLogger("shadowplane.dashboard")
 
 # Cached loaders live this long: pages refresh within it, and 50 SREs looking at once cost
 # one query per loader and interval.
 TTL_SECONDS = 10
 
-# The scopes people sign in with, and what each shows.
-PEOPLE_SCOPES = ("read", "review", "admin")
-REFUSED = {
-    "ingest": "it is a routing service's key for posting results",
-    "flags:read": "it is a routing service's key for reading flags",
-}
+# Every page's address, so a link to one (e.g. /task?task=NAME) opened before signing in
+# comes back to that page, with its query, once the key is accepted.
+PATHS = ("overview", "task", "review", "evalsets", "audit")
+# The cookie holding a signed-in browser's session token (HttpOnly: no script reads it).
+COOKIE = "shadowplane_session"
+# Where a session's token is kept when no cookie can carry it: AppTest runs the app with no
+# browser. Only the server writes session state, so a browser cannot put one there.
+SESSION_TOKEN = "session_token"
+NO_DATABASE = "The database cannot be reached, so the session cannot be checked. Try again soon."
 
 
 def database_url() -> str:
@@ -42,65 +54,68 @@ def engine() -> Any:
     return get_engine(database_url())
 
 
-@st.cache_resource(show_spinner=False)
-def _keys(url: str) -> KeyCache:
-    return KeyCache(make_sessionmaker(get_engine(url)))
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
-def authenticate(key: str) -> Principal | None:
-    return _keys(database_url()).authenticate(key.strip())
-
-
-def refusal(principal: Principal) -> str | None:
-    """Why this key cannot sign in to the dashboard, or None when it can."""
-    if any(s in principal.scopes for s in PEOPLE_SCOPES):
-        return None
-    held = sorted(principal.scopes)
-    why = "; ".join(f"{s}: {REFUSED[s]}" for s in held if s in REFUSED) or "no scope"
-    return formats.text(
-        f"The key {principal.name!r} cannot sign in to the dashboard ({why}). "
-        "Sign in with a key of scope read, review or admin."
-    )
+def session_token() -> str | None:
+    """This browser's session token: its cookie, as sent when the page was loaded."""
+    # Copied whole: AppTest's stand-in for the browser answers any single lookup.
+    cookies = dict(st.context.cookies)
+    return cookies.get(COOKIE) or st.session_state.get(SESSION_TOKEN)
 
 
 def signed_in() -> Principal | None:
-    """The principal of the key in this session, or None (signed out, revoked, refused)."""
-    key = st.session_state.get("api_key")
-    if not key:
+    """The principal of this browser's live session, or None (signed out, expired, the key
+    revoked)."""
+    token = session_token()
+    if not token:
         return None
     try:
-        principal = authenticate(key)
+        return sessions.principal(engine(), token, now=now())
     except StorageError:
-        st.error("The database cannot be reached, so the key cannot be checked. Try again soon.")
+        st.error(NO_DATABASE)
         st.stop()
-    if principal is None or refusal(principal) is not None:
-        return None
-    return principal
 
 
-def sign_in_form() -> None:
-    """A password field in a form: Enter signs in."""
-    st.title("Shadowplane")
-    with st.form("sign-in"):
-        key = st.text_input("API key", type="password", key="sign_in_key")
-        submitted = st.form_submit_button("Sign in")
-    if not submitted:
-        st.caption("Sign in with a Shadowplane API key of scope read, review or admin.")
+def sign_out(principal: Principal) -> None:
+    """End this browser's session: every tab holding it is signed out at its next run."""
+    token = session_token()
+    st.session_state.pop(SESSION_TOKEN, None)
+    if not token:
         return
     try:
-        principal = authenticate(key or "")
+        sessions.end(engine(), token, now=now())
     except StorageError:
-        st.error("The database cannot be reached, so the key cannot be checked. Try again soon.")
-        return
-    if principal is None:
-        st.error("That key is not known, or it was revoked.")
-        return
-    why = refusal(principal)
-    if why is not None:
-        st.error(why)
-        return
-    st.session_state["api_key"] = key.strip()
-    st.rerun()
+        st.error("The database cannot be reached, so the session was not ended. Try again soon.")
+        st.stop()
+    log_session("dashboard.sign_out", principal)
+
+
+def log_session(event: str, principal: Principal) -> None:
+    """One log line per sign-in and sign-out, naming the key (never the key itself)."""
+    line = {"ts": now().isoformat(timespec="milliseconds"), "event": event, "key": principal.name}
+    log.info(orjson.dumps(line).decode())
+
+
+def sign_in_link(path: str) -> str:
+    """The sign-in page's address, bringing the browser back to this page and its query."""
+    here = f"/{path}"
+    query = st.query_params.to_dict()
+    if query:
+        here += "?" + urlencode(query)
+    return "/signin?" + urlencode({"next": here})
+
+
+def signed_out(path: str) -> None:
+    """What a browser without a live session sees on the page at `path`: a link to sign in
+    that brings it back here."""
+    st.title("Shadowplane")
+    st.info("You are signed out.")
+    # In this tab (a Markdown link opens a new one): the page comes back once signed in.
+    link = html.escape(sign_in_link(path), quote=True)
+    st.markdown(f'<a href="{link}" target="_self">Sign in</a>', unsafe_allow_html=True)
+    st.caption("Sign in with a Shadowplane API key of scope read, review or admin.")
 
 
 def can(principal: Principal, scope: str) -> bool:

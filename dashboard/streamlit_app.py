@@ -1,4 +1,5 @@
-"""Shadowplane's dashboard: sign in with an API key; the pages shown follow its scopes.
+"""Shadowplane's dashboard: signed in with an API key (on the server's sign-in page,
+dashboard/signin.py), the pages shown follow its scopes.
 
 `read` sees Overview, Task and Audit; `review` sees Review and Eval sets (blind: nothing
 there names the edge or the cloud side); `admin` sees everything and may act."""
@@ -11,19 +12,18 @@ from dashboard import common, formats
 
 st.set_page_config(page_title="Shadowplane", layout="wide")
 
-# Every page's address, so a link to one (e.g. /task?task=NAME) opened before signing in
-# comes back to that page, with its query, once the key is accepted.
-PATHS = ("overview", "task", "review", "evalsets", "audit")
-
 principal = common.signed_in()
 if principal is None:
-    st.navigation(
+    # Every page's address answers, so the sign-in link brings the browser back to it. The
+    # page is drawn here, knowing its address (a page's function is not told it).
+    signed_out = st.navigation(
         [
-            st.Page(common.sign_in_form, title="Sign in", url_path=path, default=path == "overview")
-            for path in PATHS
+            st.Page(common.signed_out, title="Sign in", url_path=path, default=path == "overview")
+            for path in common.PATHS
         ],
         position="hidden",
-    ).run()
+    )
+    common.signed_out(signed_out.url_path)
     st.stop()
 
 pages: list[st.Page] = []
@@ -44,7 +44,7 @@ with st.sidebar:
     scopes = ", ".join(sorted(principal.scopes))
     st.markdown(f"Signed in as **{formats.text(principal.name)}** ({scopes})")
     if st.button("Sign out"):
-        st.session_state.pop("api_key", None)
+        common.sign_out(principal)
         st.rerun()
 
 page = st.navigation(pages)

@@ -186,7 +186,10 @@ def wait_for_text(driver: WebDriver, *texts: str, what: str) -> str:
 
 
 def sign_in(driver: WebDriver, base: str, key: str) -> None:
-    """A new session (a fresh load of the app): type the key in the password field, Enter."""
+    """Sign in afresh, this browser's earlier sign-in forgotten: the app's address leads to
+    the sign-in page; type the key in its password field, Enter."""
+    driver.get(f"{base}/_stcore/health")  # the dashboard's site, without starting the app
+    driver.delete_all_cookies()
     driver.get(base)
     field = WebDriverWait(driver, PAGE_SECONDS).until(
         lambda d: d.find_element(By.CSS_SELECTOR, "input[type='password']")

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,11 +23,13 @@ from sqlalchemy.engine import make_url
 from streamlit.testing.v1 import AppTest
 
 from controlplane.db import get_engine, make_engine
+from controlplane.keys import sessions
 from controlplane.keys.actions import create_key
 from controlplane.migrate import upgrade
 from controlplane.review import actions as review
 from controlplane.scheduler import fill_regression_sets
 from controlplane.sim.evalset_example import END, REVIEWER, seed
+from dashboard.common import SESSION_TOKEN
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
@@ -156,15 +158,24 @@ def seeded_sqlite(
     get_engine(url).dispose()
 
 
+def session_of(seeded: Seeded, key: str) -> str:
+    """A real dashboard session of the named key (as the sign-in page starts one): the
+    token AppTest holds where a browser's cookie would (AppTest sends no cookies)."""
+    token, _ = sessions.start(
+        seeded.engine, seeded.keys[key], now=datetime.now(UTC), lasts=timedelta(hours=1)
+    )
+    return token
+
+
 def open_page(
     seeded: Seeded, key: str | None, page: str | None = None, *, task: str | None = None
 ) -> AppTest:
-    """The app signed in with the named key (None: signed out), on `page` (a path under
-    dashboard/, e.g. "app_pages/task.py"; None: the default page), after one run that
-    renders that page only; `task` opens it as a link with `?task=` does."""
+    """The app signed in with the named key by a real session (None: signed out), on `page`
+    (a path under dashboard/, e.g. "app_pages/task.py"; None: the default page), after one
+    run that renders that page only; `task` opens it as a link with `?task=` does."""
     at = AppTest.from_file(APP, default_timeout=60)
     if key is not None:
-        at.session_state["api_key"] = seeded.keys[key]
+        at.session_state[SESSION_TOKEN] = session_of(seeded, key)
     if task is not None:
         at.query_params["task"] = task
     if page is not None:

@@ -22,7 +22,8 @@ from controlplane.review.repository import item_labels
 from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
 from dashboard import reviewing
-from tests.dashboard.conftest import APP, Seeded, open_page, page_text, shown
+from dashboard.common import SESSION_TOKEN
+from tests.dashboard.conftest import APP, Seeded, open_page, page_text, session_of, shown
 
 pytestmark = pytest.mark.integration
 
@@ -308,7 +309,7 @@ def test_a_review_key_sees_only_review_and_eval_sets(seeded: Seeded) -> None:
     page = AppTest.from_file(
         APP.replace("streamlit_app.py", "app_pages/overview.py"), default_timeout=60
     )
-    page.session_state["api_key"] = seeded.keys["review"]
+    page.session_state[SESSION_TOKEN] = session_of(seeded, "review")
     page.run()
     assert "needs a key of scope read" in page.error[0].value
 
@@ -318,7 +319,7 @@ def test_a_read_key_has_no_review_page(seeded: Seeded) -> None:
     with pytest.raises(ValueError, match="Could not find a navigation page"):
         at.switch_page(PAGE)
     page = AppTest.from_file(APP.replace("streamlit_app.py", PAGE), default_timeout=60)
-    page.session_state["api_key"] = seeded.keys["read"]
+    page.session_state[SESSION_TOKEN] = session_of(seeded, "read")
     page.run()
     assert "needs a key of scope review" in page.error[0].value
     with session_scope(seeded.engine) as session:
