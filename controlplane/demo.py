@@ -16,10 +16,14 @@ through the review API, the regression eval set fills from their labels, a run o
 model is scored on it, the blocked model is unblocked without force, the task is re-armed
 and, once the gate passes on the new model's shadow traffic, promoted to canary again —
 then where to look and keys to look with. The clock is real: nothing is faked.
+
+Then (unless `--once`) the traffic goes on at a steady, modest rate until Ctrl-C, as the
+scenario left it, so the windows keep closing with figures and the dashboard stays live.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -124,9 +128,16 @@ FLUSH_WAIT_SECONDS = FLUSH_SECONDS + 5
 # The dashboard's port (a free one if taken), and how long it may take to start answering.
 DASHBOARD_PORT = 8501
 DASHBOARD_START_SECONDS = 30.0
+# After the scenario the demo keeps sending traffic until Ctrl-C, at most this many results a
+# second per task (half the default rate: every ten-second window closes with about a
+# hundred results, few enough to run for hours), with a line every STEADY_PRINT_SECONDS.
+STEADY_RATE = 10.0
+STEADY_PRINT_SECONDS = 60.0
 
 
-def demo_config(raw: dict[str, Any], scenario: str) -> dict[str, Any]:
+def demo_config(
+    raw: dict[str, Any], scenario: str, window: Mapping[str, int] = DEMO_WINDOW
+) -> dict[str, Any]:
     """An example task's config as the demo applies it: ten-second windows, grading from
     the first seconds, every task's fixed costs itemised and the two span rules over
     SPAN_SECONDS; the canary task judges on fewer samples, queues DEMO_REGRESSION_ITEMS for
@@ -135,7 +146,7 @@ def demo_config(raw: dict[str, Any], scenario: str) -> dict[str, Any]:
     cloud answers beside every edge answer in canary too, so the canary pays for both and
     cannot save; `costly_edge` checks one answer in ten instead, on a canary of half the
     sessions."""
-    config = {**raw, **DEMO_WINDOW, "fixed_costs": FIXED_COSTS}
+    config = {**raw, **window, "fixed_costs": FIXED_COSTS}
     config["grading"] = {**raw.get("grading", {}), **DEMO_GRADING}
     rollback = dict(raw.get("rollback", {}))
     written = rollback.get("rules") or [
@@ -159,6 +170,60 @@ def demo_config(raw: dict[str, Any], scenario: str) -> dict[str, Any]:
     rollback["rules"] = [*rules, cost_rule, INPUT_SHIFT]
     config["rollback"] = rollback
     return config
+
+
+def register(
+    engine: Engine, scenario: str, window: Mapping[str, int] = DEMO_WINDOW
+) -> tuple[list[str], dict[str, str]]:
+    """The example tasks applied as the demo runs them (`demo_config`, windows of `window`)
+    and three new keys; the tasks' names, and the keys by role: `admin`, `review` and
+    `router` (ingest and flags:read)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    scopes = {"admin": ["admin"], "review": ["review"], "router": ["ingest", "flags:read"]}
+    names = {"admin": "admin", "review": "reviewer", "router": "router"}
+    with session_scope(engine) as session:
+        applied = []
+        for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            config = demo_config(raw, scenario, window)
+            applied.append(apply_config(session, config, actor="demo"))
+        keys = {
+            role: create_key(
+                session, name=f"demo-{names[role]}-{stamp}", scopes=scopes[role], actor="demo"
+            )[1]
+            for role in scopes
+        }
+    return [a.task for a in applied], keys
+
+
+class EmbeddedApi:
+    """The API in this process (uvicorn in a thread) with its in-process scheduler, which
+    computes and closes windows every DEMO_TICK_SECONDS (no Redis, no Celery)."""
+
+    def __init__(self, settings: Settings, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        # Request log lines would bury the summary; the demo's API logs warnings only.
+        app = create_app(
+            settings.model_copy(update={"log_level": "WARNING", "tick_seconds": DEMO_TICK_SECONDS})
+        )
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> bool:
+        """Whether it serves (False: it ended while starting, e.g. on a port taken since)."""
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
 
 
 class Dashboard:
@@ -210,18 +275,29 @@ def run_demo(
     once: bool,
     scenario_after: float,
     scenario: str = "long_tickets",
+    *,
+    steady_only: bool = False,
 ) -> None:
+    """The demo; after its scenario (unless `once`) traffic at a steady rate until Ctrl-C,
+    which ends it with exit code 0 (its usual end, as a server's); a Ctrl-C during the
+    scenario ends it with 130. `steady_only` skips the scenario (for a test of the steady
+    phase; no option names it)."""
     settings = get_settings()
     upgrade(settings.database_url)
     # Started first: it imports Streamlit while the API starts; stopped however the demo ends
     # (Ctrl-C, an error, or a SIGTERM, which would otherwise end this process at once and
     # leave the dashboard running without it).
     dashboard = Dashboard(settings.database_url, Path("dashboard.log").resolve())
+    api = EmbeddedApi(settings, _free_port(port))
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main else None
     try:
-        _demo(settings, dashboard, port, rate, duration, once, scenario_after, scenario)
+        _demo(settings, dashboard, api, rate, duration, once, scenario_after, scenario, steady_only)
+    except KeyboardInterrupt:
+        typer.echo("\nCtrl-C before the scenario finished: the API and the dashboard stop.")
+        raise typer.Exit(130) from None
     finally:
+        api.stop()
         dashboard.stop()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
@@ -234,48 +310,20 @@ def _exit_on_sigterm(signum: int, _frame: Any) -> None:
 def _demo(
     settings: Settings,
     dashboard: Dashboard,
-    port: int,
+    api: EmbeddedApi,
     rate: float,
     duration: float,
     once: bool,
     scenario_after: float,
     scenario: str,
+    steady_only: bool,
 ) -> None:
     engine = get_engine(settings.database_url)
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    with session_scope(engine) as session:
-        applied = []
-        for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
-            # Ten-second windows, so they fill and close while you watch.
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-            applied.append(apply_config(session, demo_config(raw, scenario), actor="demo"))
-        _, admin_key = create_key(
-            session, name=f"demo-admin-{stamp}", scopes=["admin"], actor="demo"
-        )
-        _, review_key = create_key(
-            session, name=f"demo-reviewer-{stamp}", scopes=["review"], actor="demo"
-        )
-        _, router_key = create_key(
-            session, name=f"demo-router-{stamp}", scopes=["ingest", "flags:read"], actor="demo"
-        )
-    tasks = [a.task for a in applied]
-
-    port = _free_port(port)
-    # Request log lines would bury the summary; the demo's API logs warnings only. The
-    # in-process scheduler computes and closes windows every second (no Redis, no Celery).
-    app = create_app(
-        settings.model_copy(update={"log_level": "WARNING", "tick_seconds": DEMO_TICK_SECONDS})
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise typer.Exit(1)
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
+    tasks, demo_keys = register(engine, scenario)
+    admin_key, review_key, router_key = (demo_keys[k] for k in ("admin", "review", "router"))
+    if not api.start():
+        raise typer.Exit(1)
+    base = api.base
     typer.echo(f"API on {base} (database: {settings.database_url})")
     keys = (
         f"  reviewer key (Review, Eval sets; blind): {review_key}\n"
@@ -289,6 +337,9 @@ def _demo(
         )
     else:
         typer.echo(f"The dashboard did not start; its log: {dashboard.log_path}")
+    if steady_only:
+        _keep_going(api, router_key, tasks, rate, Plan(), dashboard, time.monotonic())
+        return
     reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
     started = datetime.now(UTC)
     last_print = [0.0]
@@ -437,9 +488,12 @@ def _demo(
     flag = reader.get(f"/v1/flags/{CANARY}").json()
     if stage != "shadow":
         _print_stage(stage, flag, duration)
+    # What the traffic does after the scenario: what it did last.
+    plan_after = Plan(scenario if duration >= scenario_after else "none", {CANARY})
     if closes_loop:
         loop = _Loop(base, router_key, review_key, reader, reviewer)
         shipped = loop.run(tasks, rate, lambda: time.monotonic() - shadow_started)
+        plan_after = _fixed_plan()
         if shipped:
             # The windows hold all that was posted; the last ones stay open (the demo ends).
             posted = {
@@ -485,18 +539,110 @@ Where to look (keys below, shown once):
 KEY={admin_key}""")
     reader.close()
     if once:
-        server.should_exit = True
-        thread.join(timeout=10)
         return
-    typer.echo(
-        "\nServing until Ctrl-C (no more simulated traffic; `shadowplane simulate` sends more)."
+    _keep_going(api, router_key, tasks, rate, plan_after, dashboard, shadow_started)
+
+
+def _fixed_plan() -> Plan:
+    """The long-ticket scenario with the next edge model, which reads long tickets well."""
+    return Plan("long_tickets", {CANARY}, 0.0, edge_model=EDGE_MODEL_FIX)
+
+
+def keep_going(
+    base: str,
+    router_key: str,
+    tasks: list[str],
+    *,
+    rate: float,
+    plan: Plan,
+    stop: threading.Event,
+    where: str,
+    clock: Callable[[], float],
+    say: Callable[[str], None] = typer.echo,
+    every: float = STEADY_PRINT_SECONDS,
+) -> dict[str, Totals]:
+    """Simulated traffic at `rate` results a second per task on `plan`, routed by the flags,
+    until `stop` is set: what the demo sends once its scenario is over, so windows keep
+    closing with figures. Every `every` seconds a line says how many results were sent and
+    `where` to look; a line too whenever a task's flag changes. What it posted."""
+    printed = [0.0]
+    flags: dict[str, str] = {}
+
+    def now_and_then(elapsed: float, totals: dict[str, Totals]) -> None:
+        for task, t in totals.items():
+            if task in flags and flags[task] != t.flag:
+                say(f"[{clock():4.0f} s] {task}: the routers' flag is now {t.flag}")
+            flags[task] = t.flag
+        if elapsed - printed[0] >= every:
+            printed[0] = elapsed
+            sent = sum(t.generated for t in totals.values())
+            accepted = sum(t.accepted for t in totals.values())
+            say(
+                f"[{clock():4.0f} s] still sending: {sent:,} results since the scenario "
+                f"({accepted:,} accepted); {where}"
+            )
+
+    return stream(
+        base,
+        router_key,
+        tasks,
+        rate=rate,
+        duration=math.inf,
+        plan=plan,
+        seed=int(time.time()) + 3,
+        stop=stop,
+        every_second=now_and_then,
     )
+
+
+def _keep_going(
+    api: EmbeddedApi,
+    router_key: str,
+    tasks: list[str],
+    rate: float,
+    plan: Plan,
+    dashboard: Dashboard,
+    since: float,
+) -> None:
+    """After the scenario: steady traffic (`keep_going`, at most STEADY_RATE) until Ctrl-C,
+    then the traffic and the API stopped (the dashboard next, by run_demo)."""
+    rate = min(rate, STEADY_RATE)
+    where = f"dashboard {dashboard.url}" if dashboard.ready else f"API {api.base}"
+    typer.echo(
+        f"\nThe demo keeps going until Ctrl-C: {rate:g} results/s per task, routed by the "
+        f"flags{_plan_words(plan)}, so windows keep closing with figures on the dashboard; "
+        f"a line every {STEADY_PRINT_SECONDS:g} s, and one whenever a task's flag changes."
+    )
+    stop = threading.Event()
+    sent: dict[str, Totals] = {}
+
+    def traffic() -> None:
+        sent.update(
+            keep_going(
+                api.base,
+                router_key,
+                tasks,
+                rate=rate,
+                plan=plan,
+                stop=stop,
+                where=where,
+                clock=lambda: time.monotonic() - since,
+            )
+        )
+
+    sender = threading.Thread(target=traffic, name="demo-steady-traffic", daemon=True)
+    sender.start()
     try:
-        while thread.is_alive():
-            thread.join(timeout=0.5)
+        while sender.is_alive():
+            sender.join(timeout=0.5)
     except KeyboardInterrupt:
-        server.should_exit = True
-        thread.join(timeout=10)
+        typer.echo("\nCtrl-C: the traffic, the API and the dashboard stop.")
+    finally:
+        stop.set()
+        sender.join(timeout=FLUSH_WAIT_SECONDS)
+        api.stop()
+    total = sum(t.accepted for t in sent.values())
+    typer.echo(f"Stopped; {total:,} results of steady traffic stored.")
 
 
 class _Loop:
@@ -540,7 +686,7 @@ class _Loop:
             rate=rate,
             rates={CANARY: FIX_RATE},
             duration=float("inf"),
-            plan=Plan("long_tickets", {CANARY}, 0.0, edge_model=EDGE_MODEL_FIX),
+            plan=_fixed_plan(),
             seed=int(time.time()) + 2,
             stop=self.stop,
             on_result=self.reviewer.learn,
@@ -751,6 +897,15 @@ class _Loop:
             f"PROMOTE {CANARY} to canary {flag['edge_percent']}% (flag v{flag['version']}, "
             f"edge model {EDGE_MODEL_FIX}): the gate passed on its shadow traffic{past}.",
         )
+
+
+def _plan_words(plan: Plan) -> str:
+    """What the steady traffic keeps of the scenario, for the line that starts it."""
+    if plan.edge_model == EDGE_MODEL_FIX:
+        return f" (the edge model now {EDGE_MODEL_FIX}, which reads long tickets as well as short)"
+    if plan.scenario != "none":
+        return f" ({plan.scenario} still on {CANARY}, as the scenario left it)"
+    return ""
 
 
 def _step(elapsed: float, text: str) -> None:

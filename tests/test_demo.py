@@ -2,7 +2,11 @@
 the cost rule's notices in shadow, a real-time rollback, keys that work, the dashboard
 beside the API while it runs, and the loop closed after the rollback: the regression set
 labelled through the review API, a run of the next edge model scored on it, the block
-lifted without force, the task re-armed and promoted again."""
+lifted without force, the task re-armed and promoted again.
+
+Without `--once` the demo keeps sending traffic after its scenario until Ctrl-C: that phase
+is tested on its own (the scenario is the run above), in this process and as a process
+stopped by SIGINT."""
 
 from __future__ import annotations
 
@@ -10,15 +14,28 @@ import json
 import os
 import re
 import signal
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
 from sqlalchemy import create_engine, text
 
-from controlplane.demo import CANARY, DEMO_REGRESSION_ITEMS, FIXED_COSTS
+from controlplane.db import get_engine
+from controlplane.demo import (
+    CANARY,
+    DEMO_REGRESSION_ITEMS,
+    FIXED_COSTS,
+    EmbeddedApi,
+    keep_going,
+    register,
+)
+from controlplane.settings import Settings
 from controlplane.sim.profiles import EDGE_MODEL, EDGE_MODEL_FIX, FIX_TICKET_MISS
-from tests.liveapi import WAIT, output, start_python, wait_until
+from controlplane.sim.runner import Plan, Totals
+from tests.liveapi import WAIT, free_port, output, start_python, wait_until
 
 DEMO = [
     "demo",
@@ -403,3 +420,145 @@ def _assert_loop_closed(out: str, db: Path, admin_key: str, review_key: str) -> 
         t=CANARY,
     )
     assert stage[0][0] == "canary" and _json(stage[0][1])["edge_percent"] == 5
+
+
+# --- after the scenario: traffic until Ctrl-C ---------------------------------------------
+
+# The steady phase's line now and then: results sent, results accepted, where to look.
+STILL_SENDING = re.compile(
+    r"^\[ *\d+ s\] still sending: ([\d,]+) results since the scenario \(([\d,]+) accepted\); (.+)$"
+)
+
+
+def _stored(url: str) -> int:
+    with get_engine(url).connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM results")).scalar_one())
+
+
+def _closed_windows(base: str, key: str, task: str) -> list[dict[str, Any]]:
+    answer = httpx.get(
+        f"{base}/v1/tasks/{task}/windows",
+        params={"bucket": "all"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+    answer.raise_for_status()
+    return [w for w in answer.json()["windows"] if w["closed"] and w["n_results"]]
+
+
+def test_steady_traffic_keeps_results_arriving_and_windows_closing_with_figures(
+    sqlite_url: str,
+) -> None:
+    # The demo's tasks and keys; windows closed as soon as they end (the demo waits 5 s).
+    tasks, keys = register(
+        get_engine(sqlite_url),
+        "long_tickets",
+        {"window_seconds": 10, "allowed_lateness_seconds": 0},
+    )
+    api = EmbeddedApi(Settings(database_url=sqlite_url), free_port())
+    assert api.start()
+    stop = threading.Event()
+    lines: list[str] = []
+    sent: dict[str, Totals] = {}
+
+    def traffic() -> None:
+        sent.update(
+            keep_going(
+                api.base,
+                keys["router"],
+                tasks,
+                rate=10,
+                plan=Plan(),
+                stop=stop,
+                where="dashboard http://dashboard.example",
+                clock=time.monotonic,
+                say=lines.append,
+                every=1.0,
+            )
+        )
+
+    sender = threading.Thread(target=traffic)
+    sender.start()
+    try:
+        # Every task's window closes with figures, and results keep arriving after it.
+        for task in tasks:
+            wait_until(
+                lambda task=task: _closed_windows(api.base, keys["admin"], task),
+                f"a closed window of {task} with results",
+                30,
+                0.5,
+            )
+        arrived = _stored(sqlite_url)
+        wait_until(lambda: _stored(sqlite_url) > arrived, "more results after the windows", 10, 0.2)
+    finally:
+        stop.set()
+        sender.join(WAIT)
+    try:
+        for task in tasks:
+            for window in _closed_windows(api.base, keys["admin"], task):
+                assert window["agreement"] is not None and window["n_pairs"] > 0, window
+    finally:
+        api.stop()
+    assert not sender.is_alive()
+    # Everything sent was stored, and the lines now and then counted it as it went.
+    assert set(sent) == set(tasks)
+    generated = sum(t.generated for t in sent.values())
+    assert sum(t.accepted for t in sent.values()) == generated == _stored(sqlite_url) > 0
+    counts = [STILL_SENDING.match(line) for line in lines]
+    assert counts and all(counts), lines
+    said = [int(m.group(1).replace(",", "")) for m in counts if m]
+    assert said == sorted(said) and 0 < said[-1] <= generated
+    assert {m.group(3) for m in counts if m} == {"dashboard http://dashboard.example"}
+
+
+def test_ctrl_c_after_the_scenario_stops_the_demo_cleanly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    # The steady phase alone (the scenario is the --once run above), in a process of its own
+    # that takes SIGINT as Python started from a terminal does (the forker's children take
+    # it as SIG_DFL, which would end them at once).
+    demo = start_python(
+        "import signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from controlplane.demo import run_demo\n"
+        "run_demo(0, 10, 0, False, 0, steady_only=True)\n",
+        env,
+        tmp_path,
+    )
+    database = f"sqlite:///{tmp_path / 'shadowplane.db'}"
+
+    def sending() -> bool:
+        if demo.poll() is not None:
+            raise AssertionError(f"the demo ended before Ctrl-C:\n{output(tmp_path)}")
+        out = output(tmp_path).stdout
+        return "The demo keeps going until Ctrl-C" in out and _stored(database) > 0
+
+    try:
+        wait_until(sending, "the demo to send steady traffic", 120, 0.2)
+        out = output(tmp_path).stdout
+        api = re.search(r"^API on (http://127\.0\.0\.1:\d+) ", out, re.MULTILINE)
+        dashboard = DASHBOARD_LINE.search(out)
+        assert api and dashboard, out
+        assert _health(dashboard.group(1)) == "ok"
+        demo.signal(signal.SIGINT)
+        code = demo.wait(WAIT)
+    finally:
+        if demo.poll() is None:
+            demo.signal(signal.SIGKILL)
+            demo.wait(WAIT)
+    done = output(tmp_path)
+    # Ctrl-C is the demo's usual end once its scenario has run: exit 0, no traceback.
+    assert code == 0, done
+    assert "Traceback" not in done.stderr, done.stderr
+    stopped = re.search(
+        r"^Stopped; ([\d,]+) results of steady traffic stored\.$", done.stdout, re.M
+    )
+    assert stopped is not None, done.stdout
+    # What was sent before Ctrl-C was delivered before the API stopped; both servers are gone.
+    assert int(stopped.group(1).replace(",", "")) == _stored(database) > 0
+    assert _health(dashboard.group(1)) is None
+    try:
+        httpx.get(f"{api.group(1)}/healthz", timeout=2)
+        answered = True
+    except httpx.HTTPError:
+        answered = False
+    assert not answered
