@@ -1,5 +1,6 @@
 """`/metrics` in the Prometheus text format: the latest closed window per task and bucket,
-window lag, active alerts, published flags, webhook deliveries and ingest counters.
+window lag, active alerts, decisions, published flags, webhook deliveries, ingest counters
+and ingest request times.
 
 A door at the top: it reads every domain, so none of them needs to know it exists.
 """
@@ -12,7 +13,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from controlplane.alerts.service import active_counts
@@ -26,6 +32,7 @@ from controlplane.metrics.service import lag, latest_closed_rows
 from controlplane.models.base import utcnow
 from controlplane.notify.repository import delivery_counts
 from controlplane.rollout.flags import flags_document
+from controlplane.rollout.repository import decision_counts
 
 router = APIRouter(tags=["metrics"])
 
@@ -69,6 +76,7 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
         rows = latest_closed_rows(session)
         lags = lag(session, now)
         alerts = active_counts(session)
+        decided = decision_counts(session)
         published = flags_document(session)
         deliveries = delivery_counts(session)
     families: list[Metric] = []
@@ -116,6 +124,14 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
     for (task, kind), n in sorted(alerts.items()):
         active.add_metric([task, kind], n)
     families.append(active)
+    decisions = CounterMetricFamily(
+        "shadowplane_decisions",
+        "Rollout decisions recorded, per task and action (kill and lift: task empty).",
+        labels=["task", "action"],
+    )
+    for (task, action), n in sorted(decided.items()):
+        decisions.add_metric([task, action], n)
+    families.append(decisions)
     stage = GaugeMetricFamily(
         "shadowplane_task_stage",
         "1 for the stage each task's flag publishes (cloud, shadow, canary, full, rolled_back).",
@@ -144,7 +160,7 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
         "shadowplane_ingest_counters_up", "1 when the shared ingest counters could be read."
     )
     try:
-        totals = request.app.state.counters.totals()
+        ingest = request.app.state.counters.read()
     except Exception:  # any client failure: the shared counters are not readable
         up.add_metric([], 0)
     else:
@@ -154,9 +170,16 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
             "Results answered by POST /v1/results, by outcome.",
             labels=["outcome"],
         )
-        for outcome, n in totals.items():
+        for outcome, n in ingest.results.items():
             counter.add_metric([outcome], n)
-        families.append(counter)
+        durations = HistogramMetricFamily(
+            "shadowplane_ingest_request_duration_seconds",
+            "Seconds POST /v1/results took to answer, by status code (422: refused whole).",
+            labels=["code"],
+        )
+        for code, times in ingest.durations.items():
+            durations.add_metric([code], times.buckets(), times.sum_us / 1_000_000)
+        families += [counter, durations]
     families.append(up)
     reader = GaugeMetricFamily(
         "shadowplane_native_reader",

@@ -46,7 +46,11 @@ def test_a_flag_revision_not_published_is_said_not_raised() -> None:
 
 def test_ingest_counts_are_kept_in_memory() -> None:
     counters = IngestCounters("redis://127.0.0.1:1/0")
-    counters.add(accepted=3, duplicate=1, rejected=0)
-    counters.add(accepted=2, duplicate=0, rejected=1)
+    counters.add(accepted=3, duplicate=1, rejected=0, seconds=0.02)
+    counters.add(accepted=2, duplicate=0, rejected=1, seconds=0.3)
     counters._redis = None  # read what this process holds
-    assert counters.totals() == {"accepted": 5, "duplicate": 1, "rejected": 1}
+    held = counters.read()
+    assert held.results == {"accepted": 5, "duplicate": 1, "rejected": 1}
+    times = dict(held.durations["200"].buckets())
+    assert (times["0.025"], times["0.25"], times["0.5"], times["+Inf"]) == (1, 1, 2, 2)
+    assert held.durations["200"].sum_us == 20_000 + 300_000

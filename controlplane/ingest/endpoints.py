@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -64,12 +65,19 @@ async def post_results(
     request: Request, _: Annotated[Principal, Depends(require("ingest"))]
 ) -> ORJSONResponse:
     """Ingest one result or {"results": [...]} (at most 1000); every item is answered."""
+    started = time.perf_counter()
     settings = request.app.state.settings
+    counters = request.app.state.counters
     body = await read_body(request, settings.max_body_bytes)
 
-    def store() -> IngestReport:
+    def store() -> ORJSONResponse:
         received_at = utcnow()  # the `ts` bounds hold relative to this
-        valid, rejected = validation.validate_body(body, settings.max_batch_items)
+        try:
+            valid, rejected = validation.validate_body(body, settings.max_batch_items)
+        except validation.BodyError:
+            seconds = time.perf_counter() - started
+            counters.add(accepted=0, duplicate=0, rejected=0, seconds=seconds, code="422")
+            raise
         context = scoring.IngestContext(
             id_hash_key=_id_hash_key(request.app),
             max_backfill=settings.max_backfill,
@@ -79,18 +87,22 @@ async def post_results(
             request.app.state.engine,
             lambda session: service.ingest(session, valid, list(rejected), received_at, context),
         )
-        request.app.state.counters.add(
-            accepted=report.accepted, duplicate=report.duplicates, rejected=len(report.rejected)
+        # `altered` is answered only when an item was stored otherwise than posted.
+        response = ORJSONResponse(
+            report.model_dump(exclude=None if report.altered else {"altered"})
         )
-        return report
+        counters.add(
+            accepted=report.accepted,
+            duplicate=report.duplicates,
+            rejected=len(report.rejected),
+            seconds=time.perf_counter() - started,
+        )
+        return response
 
     try:
-        report = await run_in_threadpool(store)
+        return await run_in_threadpool(store)
     except validation.BodyError as exc:
         raise HTTPException(422, str(exc)) from None
-
-    # `altered` is answered only when an item was stored otherwise than posted.
-    return ORJSONResponse(report.model_dump(exclude=None if report.altered else {"altered"}))
 
 
 def _id_hash_key(app: FastAPI) -> bytes:

@@ -323,6 +323,29 @@ def decisions(session: Session, task: str | None, limit: int) -> list[tuple[Deci
     return [(d, name) for d, name in session.execute(query)]
 
 
+# The actions a decision records for one task, and those for every task at once (no task).
+TASK_ACTIONS = ("promote", "rollback", "rearm", "needs_regrade", "regraded")
+EVERY_TASK_ACTIONS = ("kill", "lift")
+
+
+def decision_counts(session: Session) -> dict[tuple[str, str], int]:
+    """Decisions per (task, action) for /metrics, kill and lift under the task "": zero for
+    every action a task has not had yet, so a counter's first decision is an increase."""
+    counts = {
+        (name, action): 0 for name in session.scalars(select(Task.name)) for action in TASK_ACTIONS
+    }
+    counts |= {("", action): 0 for action in EVERY_TASK_ACTIONS}
+    rows = session.execute(
+        select(Task.name, Decision.action, func.count())
+        .select_from(Decision)
+        .outerjoin(Task, Task.id == Decision.task_id)
+        .group_by(Task.name, Decision.action)
+    )
+    for task, action, n in rows:
+        counts[(task or "", action)] = int(n)
+    return counts
+
+
 def tasks_in_order(session: Session, *, for_update: bool) -> list[Task]:
     """Every task, by id (the lock order among tasks)."""
     query = select(Task).order_by(Task.id)
