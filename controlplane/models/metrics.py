@@ -52,9 +52,27 @@ class Window(Base):
     review_sampled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+# A window's `all` row that counts results: what the Overview looks for (a task's last
+# window with traffic, however long it has been quiet) and sums for its sparklines.
+WITH_RESULTS = "bucket = 'all' AND n_results > 0"
+
+
 class WindowMetrics(Base):
     __tablename__ = "window_metrics"
-    __table_args__ = (UniqueConstraint("task_id", "window_start", "bucket"),)
+    __table_args__ = (
+        UniqueConstraint("task_id", "window_start", "bucket"),
+        # Without it, finding the last window with results scans every empty window the
+        # scheduler closed since (a day of 10 s windows: 8,640 rows a task, each refresh).
+        # PostgreSQL answers the sparklines from the index alone (its included counts).
+        Index(
+            "ix_window_metrics_with_results",
+            "task_id",
+            "window_start",
+            postgresql_include=["n_results", "n_pairs", "n_agree", "n_served_edge"],
+            postgresql_where=text(WITH_RESULTS),
+            sqlite_where=text(WITH_RESULTS),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     window_id: Mapped[int] = mapped_column(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import and_, func, literal_column, select, union_all
 from sqlalchemy.orm import Session, aliased
 
 from controlplane.alerts.service import active_counts, list_alerts
@@ -64,7 +64,8 @@ class Breach:
 @dataclass(frozen=True, slots=True)
 class Point:
     """One step of a sparkline: its first window's start, and the agreement and edge share
-    of its windows' `all` rows pooled (counts summed); None without pairs or results."""
+    of its windows' `all` rows pooled (counts summed); None without pairs, or (both) at a
+    gap: steps without results between two with."""
 
     start: datetime
     agreement: float | None
@@ -146,17 +147,24 @@ class Latest:
     traffic_end: datetime
 
 
+def _counts_results(m: Any) -> Any:
+    """`m` is a window's `all` row that counts results: written with literals, not bound
+    parameters, so PostgreSQL may read ix_window_metrics_with_results, an index of those
+    rows alone (a plan made for any parameter could not)."""
+    return and_(m.bucket == literal_column(f"'{ALL}'"), m.n_results > literal_column("0"))
+
+
 def _with_results(column: Any, *, closed: bool) -> Any:
     """`column(window)` of the task's newest window whose `all` row counts results (closed
-    ones only when `closed`), in a query over tasks: a backward scan of the task's metric
-    rows by their (task, window_start, bucket) key, stopped at the first with results."""
+    ones only when `closed`), in a query over tasks: the newest entry of the task in the
+    index of such rows (the newest one or two may be open)."""
     w = aliased(Window)
     m = aliased(WindowMetrics)
     query = (
         select(column(w))
         .select_from(m)
         .join(w, w.id == m.window_id)
-        .where(m.task_id == Task.id, m.bucket == ALL, m.n_results > 0)
+        .where(m.task_id == Task.id, _counts_results(m))
     )
     if closed:
         query = query.where(w.closed_at.is_not(None))
@@ -213,9 +221,10 @@ def series_step(window_seconds: int) -> int:
 def series(session: Session, shown: Mapping[int, Window]) -> dict[int, list[Point]]:
     """For each task, the SERIES_SPAN before the end of its shown window (its latest
     closed window with results: for a quiet task, the day before it went quiet), its `all`
-    rows summed per step of series_step(window length) into agreement and edge share; a
-    step without pairs (or results) has no agreement (or edge share). One query for every
-    task: each task's range is read by its (task, window_start, bucket) key."""
+    rows with results summed per step of series_step(window length) into agreement and
+    edge share (None without pairs); a step without results is a gap, marked by one point
+    without values. One query for every task, each task's range read from the index of
+    rows with results."""
     if not shown:
         return {}
     steps = {
@@ -223,26 +232,38 @@ def series(session: Session, shown: Mapping[int, Window]) -> dict[int, list[Poin
         for task_id, w in shown.items()
     }
     m = WindowMetrics
-    slot = epoch_seconds(m.window_start) // case(steps, value=m.task_id)
-    ranges = or_(
-        *(
-            (m.task_id == task_id)
-            & (m.window_start >= w.window_end - SERIES_SPAN)
-            & (m.window_start < w.window_end)
-            for task_id, w in shown.items()
-        )
-    )
     counts = [getattr(m, name) for rate in SERIES_RATES for name in RATES[rate]]
-    query = (
-        select(m.task_id, func.min(m.window_start), *(func.sum(c) for c in counts))
-        .where(m.bucket == ALL, ranges)
-        .group_by(m.task_id, slot)
-        .order_by(m.task_id, func.min(m.window_start))
-    )
+    # A part per task (each its own range scan of the index, which on PostgreSQL holds the
+    # counts: read without the table), in one statement.
+    parts = []
+    for task_id, w in shown.items():
+        slot = epoch_seconds(m.window_start) // steps[task_id]
+        parts.append(
+            select(
+                m.task_id.label("task_id"),
+                slot.label("slot"),
+                func.min(m.window_start).label("start"),
+                *(func.sum(c).label(c.key) for c in counts),
+            )
+            .where(
+                m.task_id == task_id,
+                m.window_start >= w.window_end - SERIES_SPAN,
+                m.window_start < w.window_end,
+                _counts_results(m),
+            )
+            .group_by(m.task_id, slot)
+        )
+    found = union_all(*parts).subquery()
+    query = select(found).order_by(found.c.task_id, found.c.slot)
     out: dict[int, list[Point]] = {task_id: [] for task_id in shown}
-    for task_id, start, *sums in session.execute(query):
-        agree, pairs, edge, results = sums
-        out[task_id].append(Point(_timestamp(start), _rate(agree, pairs), _rate(edge, results)))
+    last: dict[int, int] = {}
+    for task_id, index, start, agree, pairs, edge, results in session.execute(query):
+        points = out[task_id]
+        if task_id in last and index > last[task_id] + 1:
+            gap = (last[task_id] + 1) * steps[task_id]
+            points.append(Point(datetime.fromtimestamp(gap, UTC), None, None))
+        last[task_id] = index
+        points.append(Point(_timestamp(start), _rate(agree, pairs), _rate(edge, results)))
     return out
 
 

@@ -23,11 +23,11 @@ from controlplane.db import get_engine, session_scope
 from controlplane.keys.actions import create_key
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.service import latest_closed_rows, window_rows
-from controlplane.models import Alert, Task
+from controlplane.models import Alert, Task, WindowMetrics
 from controlplane.models.base import utcnow
 from controlplane.rollout import overview as model
 from controlplane.rollout.flags import flags_document
-from controlplane.rollout.overview import overview
+from controlplane.rollout.overview import Point, overview
 from controlplane.rollout.service import list_decisions
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import END, START
@@ -168,6 +168,22 @@ def test_the_sparklines_are_the_windows_rates_pooled_in_whole_windows(
             for r in windows[row.task]
             if row.window_end - timedelta(hours=24) <= r["window_start"] < row.window_end
         ]
+    # A window without results (here the second, its results taken away) is a gap: one
+    # point without values where its step starts.
+    second = windows["ticket_classify"][1]
+    its_row = update(WindowMetrics).where(
+        WindowMetrics.task_id
+        == select(Task.id).where(Task.name == "ticket_classify").scalar_subquery(),
+        WindowMetrics.window_start == second["window_start"],
+        WindowMetrics.bucket == ALL,
+    )
+    with session_scope(any_seeded.engine) as session:
+        session.execute(its_row.values(n_results=0))
+    [ticket] = [r for r in read(any_seeded, overview).rows if r.task == "ticket_classify"]
+    assert ticket.series[1] == Point(second["window_start"], None, None)
+    assert [p.start for p in ticket.series] == [r["window_start"] for r in windows[ticket.task]]
+    with session_scope(any_seeded.engine) as session:
+        session.execute(its_row.values(n_results=second["n_results"]))
     # At most two points a day: a point pools 144 windows (12 hours, from midnight or noon
     # UTC), here the seed's four: its counts summed, then divided.
     monkeypatch.setattr(model, "SERIES_POINTS", 2)

@@ -78,8 +78,9 @@ def loaded(db_url: str) -> Iterator[Api]:
         yield api
 
 
-# The result columns the latest migration adds (none: migrations/versions/*_dashboard_sessions.py
-# adds a table of its own only), and the window metric columns it adds (none).
+# The result columns the latest migration adds (none: migrations/versions/
+# *_overview_traffic_index.py adds an index of window metrics only), and the window metric
+# columns it adds (none).
 ADDED_BY_LATEST: tuple[str, ...] = ()
 WINDOW_FIELDS_ADDED_BY_LATEST: set[str] = set()
 
