@@ -1,7 +1,7 @@
 """deploy/grafana/shadowplane.json imports into any Grafana (its data source is a variable,
 never a fixed uid), has a `task` variable from the metrics, one row repeated per task, and
-charts what an SRE watches: per task stage, agreement, edge share and alerts; ingest, window
-lag and webhook deliveries."""
+charts what an SRE watches: per task stage, decisions, agreement, edge share and alerts;
+ingest rate and latency, window lag and webhook deliveries."""
 
 from __future__ import annotations
 
@@ -90,9 +90,29 @@ def test_the_dashboard_charts_what_the_sre_watches() -> None:
         "shadowplane_window_edge_share",
         "shadowplane_alerts_active",
         "shadowplane_ingest_results_total",
+        "shadowplane_ingest_request_duration_seconds_bucket",  # ingest latency
+        "shadowplane_decisions_total",
         "shadowplane_window_edge_latency_ms_p95",
         "shadowplane_window_cloud_latency_ms_p95",
         "shadowplane_window_close_lag_seconds",
         "shadowplane_webhook_deliveries",
     }
     assert watched - named == set()
+
+
+def test_ingest_latency_is_one_replicas_histogram_of_answered_batches() -> None:
+    """Every replica exports the same shared histogram, so a sum over replicas counts each
+    request once per replica: every query of it takes one replica's (the max), as the
+    counters' do; p50, p95 and p99 of answered batches (422s, answered at once, left out)."""
+    histogram = "shadowplane_ingest_request_duration_seconds"
+    queries = [q for _, q in dashboard_queries(load()) if histogram in q]
+    quantiles = [q for q in queries if "histogram_quantile" in q]
+    assert re.findall(r"histogram_quantile\((0\.\d+),", " ".join(quantiles)) == [
+        "0.5",
+        "0.95",
+        "0.99",
+    ]
+    for query in quantiles:
+        assert re.search(rf"max by \(le\) \(rate\({histogram}_bucket\{{[^}}]*code=\"200\"", query)
+    assert len(queries) > len(quantiles)  # the mean and the rate of refused bodies
+    assert all(re.search(r"\bsum\b", q) is None for q in queries), queries

@@ -69,6 +69,8 @@ def exposition(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) 
             'shadowplane_alerts_active{kind="no_traffic",task="ticket_classify"} 1.0',
             'shadowplane_window_self_agreement{bucket="all",task="metrics_task"}',
             'shadowplane_ingest_results_total{outcome="accepted"} 60.0',
+            'shadowplane_ingest_request_duration_seconds_bucket{code="200",le="+Inf"}',
+            'shadowplane_decisions_total{action="rollback",task="metrics_task"} 0.0',
         ):
             assert series in text, series
         yield text
