@@ -166,6 +166,18 @@ def today_flag(session: Session, task_id: int) -> Today:
     return today_of(session.scalar(select(Flag.document).where(Flag.task_id == task_id)))
 
 
+def reports_confidence(session: Session, task_id: int, since: datetime, until: datetime) -> bool:
+    """Whether any edge answer of the period reported a confidence (a minimum means
+    nothing for a task whose edge never reports one)."""
+    found = select(Result.id).where(
+        Result.task_id == task_id,
+        Result.ts >= since,
+        Result.ts < until,
+        Result.edge_confidence.is_not(None),
+    )
+    return session.scalar(found.limit(1)) is not None
+
+
 def length_rows(
     session: Session,
     runtime: TaskRuntime,

@@ -16,7 +16,7 @@ from controlplane.db import get_engine, session_scope
 from controlplane.ingest.examples import has_results, results_in
 from controlplane.metrics.period import window_span
 from controlplane.metrics.service import window_rows
-from controlplane.metrics.whatif import whatif
+from controlplane.metrics.whatif import reports_confidence, whatif
 from controlplane.review.accuracy import list_windows
 from controlplane.review.calibration import task_calibration
 from controlplane.rollout.service import list_decisions
@@ -140,6 +140,12 @@ def load_whatif(
 def load_has_results(url: str, task: str, since: dt.datetime, until: dt.datetime) -> bool:
     with session_scope(get_engine(url)) as session:
         return has_results(session, task, since=since, until=until)
+
+
+@st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
+def load_reports_confidence(url: str, task_id: int, since: dt.datetime, until: dt.datetime) -> bool:
+    with session_scope(get_engine(url)) as session:
+        return reports_confidence(session, task_id, since, until)
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)

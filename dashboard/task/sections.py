@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from controlplane.auth.service import Principal
+from controlplane.catalog.schemas import INT32_MAX
 from controlplane.catalog.versions import config_diff
 from controlplane.settings import Settings
 from dashboard import charts, formats
@@ -529,36 +530,17 @@ def alerts(shown: Shown) -> None:
 
 
 def routing_whatif(shown: Shown) -> None:
-    """Another input-length cap and minimum edge confidence replayed over a period of
-    stored results, beside today's setting; a replay runs when asked."""
+    """Another input-length cap and confidence floor replayed over a period of stored
+    results, beside what the flag does today, with the curve of agreement and cost as the
+    cap moves; a replay runs when asked."""
     st.header("Routing what-if")
     st.markdown(
-        "Replays the stored results of a period under another input-length cap and a minimum "
-        "edge confidence, beside today's setting: what the edge would have served, its "
-        "agreement, offload failures and cost."
+        "Replays the stored results of a period under another input-length cap (and, for a "
+        "task whose edge reports a confidence, a confidence floor), beside what the task's "
+        "flag does today: what the edge would have served, its agreement, offload failures "
+        "and cost, and how agreement and cost move with the edge's share as the cap moves."
     )
     config = shown.config
-    current_cap = config["max_input_tokens"]
-    top, start = whatif.cap_range(shown.boundaries, current_cap)
-    no_cap = st.checkbox("No input-length cap", value=current_cap is None, key="whatif_no_cap")
-    cap = st.slider(
-        "max_input_tokens",
-        min_value=1,
-        max_value=top,
-        value=start,
-        key="whatif_cap",
-        disabled=no_cap,
-    )
-    use_confidence = st.checkbox("Require a minimum edge confidence", key="whatif_use_confidence")
-    confidence = st.slider(
-        "Minimum edge confidence",
-        min_value=0.0,
-        max_value=1.0,
-        value=float(config.get("low_confidence", 0.6)),
-        step=0.05,
-        key="whatif_confidence",
-        disabled=not use_confidence,
-    )
     day = whatif.default_day(loaders.load_span(shown.url, config["id"]), dt.datetime.now(dt.UTC))
     from_col, to_col = st.columns(2)
     with from_col:
@@ -569,12 +551,40 @@ def routing_whatif(shown: Shown) -> None:
     if problem is not None:
         st.warning(problem)
         return
+    cap_col, floor_col = st.columns(2)
+    with cap_col:
+        cap = st.number_input(
+            "Cap: the most input tokens the edge may serve",
+            min_value=1,
+            max_value=INT32_MAX,
+            value=config["max_input_tokens"],
+            step=1,
+            placeholder="no cap",
+            help="Leave empty for no cap. Starts at the task's cap of today.",
+            key="whatif_cap",
+        )
+    floor = None
+    with floor_col:
+        if loaders.load_reports_confidence(shown.url, config["id"], since, until):
+            floor = st.number_input(
+                "Confidence floor: the least edge confidence served",
+                min_value=0.0,
+                max_value=1.0,
+                value=None,
+                step=0.01,
+                format="%.2f",
+                placeholder="no floor",
+                help="Leave empty for no floor. An edge answer reporting less goes to the cloud.",
+                key="whatif_confidence",
+            )
+        else:
+            st.caption("The edge reported no confidence in this period: there is no floor to set.")
     setting: whatif.Setting = (
         shown.task,
         since,
         until,
-        None if no_cap else int(cap),
-        float(confidence) if use_confidence else None,
+        None if cap is None else int(cap),
+        None if floor is None else float(floor),
     )
     # Replays are asked for (a busy day is hundreds of thousands of results): each is kept
     # in the session for its setting, so it shows again until the setting changes.
@@ -598,6 +608,17 @@ def routing_whatif(shown: Shown) -> None:
         st.info(whatif.no_results(since, until))
         return
     st.markdown(whatif.summary(replay, since, until))
+    if replay["curve"]:
+        agreement_col, cost_col = st.columns(2)
+        agreement_chart, cost_chart = whatif.curve_charts(whatif.curve_frame(replay))
+        with agreement_col:
+            st.altair_chart(agreement_chart, width="stretch")
+        with cost_col:
+            st.altair_chart(cost_chart, width="stretch")
+    st.markdown(whatif.curve_words(replay))
+    if replay["curve"]:
+        with st.expander("The curve's points"):
+            st.dataframe(pd.DataFrame(whatif.curve_rows(replay)), hide_index=True)
     st.dataframe(pd.DataFrame(whatif.rows(replay)), hide_index=True)
     st.markdown(whatif.bucket_lines(replay))
 

@@ -1,5 +1,6 @@
-"""The Task page's routing what-if as data: the period asked for, the slider's range, the
-replays kept per setting, and a replay's figures in sentences and table rows."""
+"""The Task page's routing what-if as data: the period asked for, the replays kept per
+setting, a replay's figures in sentences and table rows (percentages, as everywhere on the
+page), what today's flag does in words, and the cost–quality curve of the cap as charts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,19 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from dashboard.formats import estimate, moment, money, number, percent
+import altair as alt
+import pandas as pd
+
+from dashboard.formats import (
+    axis_format,
+    count,
+    estimate,
+    moment,
+    money,
+    number,
+    percent,
+    tooltip_format,
+)
 
 # The what-if replays at most this long a period (as GET /v1/tasks/{task}/whatif).
 MAX_DAYS = 31
@@ -15,13 +28,6 @@ MAX_DAYS = 31
 KEPT = 5
 
 Setting = tuple[str, dt.datetime, dt.datetime, int | None, float | None]
-
-
-def cap_range(boundaries: tuple[int, ...], current_cap: int | None) -> tuple[int, int]:
-    """The input-length slider's top, and where it starts: today's cap, or the last bucket
-    boundary without one."""
-    top = max(max(boundaries, default=0) * 2, current_cap or 0, 4096)
-    return top, current_cap or max(boundaries, default=top)
 
 
 def default_day(span: tuple[dt.datetime, dt.datetime] | None, now: dt.datetime) -> dt.date:
@@ -65,11 +71,33 @@ def total(replay: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if found is None or found["n_results"] == 0 else found
 
 
+def _cap_words(cap: int | None) -> str:
+    return f"cap {count(cap)} tokens" if cap is not None else "no cap"
+
+
 def setting_words(setting: Mapping[str, Any]) -> str:
-    limit, minimum = setting["max_input_tokens"], setting["min_confidence"]
-    return (f"cap {limit} tokens" if limit is not None else "no cap") + (
+    minimum = setting["min_confidence"]
+    return _cap_words(setting["max_input_tokens"]) + (
         f", edge confidence at least {number(minimum)}" if minimum is not None else ""
     )
+
+
+def today_words(today: Mapping[str, Any]) -> str:
+    """What the task's flag does now, in words: the what-if's "today"."""
+    stage, share = today.get("stage"), today.get("edge_percent", 0)
+    if today.get("killed"):
+        return "kill switch on: every request goes to the cloud"
+    if stage is None:
+        return "no flag: every request goes to the cloud"
+    if stage == "shadow":
+        return "in shadow: the cloud serves every request, the edge only runs beside it"
+    if stage in ("canary", "full") and share:
+        return (
+            f"{stage}: the edge serves {percent(share / 100)} of the requests the router "
+            f"finds eligible, {_cap_words(today['max_input_tokens'])}"
+        )
+    said = "rolled back" if stage == "rolled_back" else stage
+    return f"{said}: every request goes to the cloud"
 
 
 def figures(row: Mapping[str, Any], setting: str) -> str:
@@ -92,33 +120,33 @@ def summary(replay: Mapping[str, Any], since: dt.datetime, until: dt.datetime) -
         f"From {moment(since)} to {moment(until)}, {everything['n_results']} results.  \n"
         f"**Candidate** ({setting_words(replay['candidate'])}): "
         f"{figures(everything, 'candidate')}.  \n"
-        f"**Today** ({setting_words(replay['current'])}): {figures(everything, 'current')}."
+        f"**Today** ({today_words(replay['current'])}): {figures(everything, 'current')}."
     )
 
 
 def rows(replay: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The table: per bucket, the candidate's figures and today's."""
+    """The table: per bucket, the candidate's figures and today's, rates in percent (the
+    edge runs and the cloud-only cost are in the sentences)."""
     table = []
     for row in replay["buckets"]:
         for setting, label in (("candidate", "candidate"), ("current", "today")):
             f = row[setting]
+            agreement, fails = f["agreement"], f["offload_fail_rate"]
             table.append(
                 {
                     "bucket": row["bucket"],
                     "setting": label,
                     "results": row["n_results"],
                     "edge served": f["edge_share"]["num"],
-                    "edge share": f["edge_share"]["value"],
-                    "pairs": f["agreement"]["den"],
-                    "agreement": f["agreement"]["value"],
-                    "agreement low": f["agreement"]["low"],
-                    "agreement high": f["agreement"]["high"],
-                    "edge runs": f["offload_fail_rate"]["den"],
-                    "offload failures": f["offload_fail_rate"]["num"],
-                    "offload-failure rate": f["offload_fail_rate"]["value"],
-                    "cost": f["cost"],
-                    "cloud-only cost": row["baseline_cost"],
-                    "savings": f["savings"],
+                    "edge share": percent(f["edge_share"]["value"]),
+                    "pairs": agreement["den"],
+                    "agreement (95% interval)": estimate(
+                        agreement["value"], agreement["low"], agreement["high"]
+                    ),
+                    "offload failures": fails["num"],
+                    "offload-failure rate": percent(fails["value"]),
+                    "cost": money(f["cost"]),
+                    "savings": money(f["savings"]),
                 }
             )
     return table
@@ -131,3 +159,170 @@ def bucket_lines(replay: Mapping[str, Any]) -> str:
         for row in replay["buckets"]
         if row["bucket"] != "all"
     )
+
+
+# --- the cost–quality curve ------------------------------------------------------------
+
+SERIES = "setting"
+CURVE, CANDIDATE, TODAY = "cap moving", "your setting", "today"
+# Fixed colours for every layer and both charts, so each legend is the same three entries.
+COLOURS = alt.Scale(domain=[CURVE, CANDIDATE, TODAY], range=["#4c78a8", "#2ca02c", "#d62728"])
+AGREEMENT_TITLE = "Agreement as the cap moves"
+COST_TITLE = "Cost as the cap moves"
+
+
+def _point(setting: str, cap: str, figures: Mapping[str, Any]) -> dict[str, Any]:
+    agreement = figures["agreement"]
+    return {
+        SERIES: setting,
+        "cap": cap,
+        "edge_share": figures["edge_share"]["value"],
+        "agreement": agreement["value"],
+        "agreement_low": agreement["low"],
+        "agreement_high": agreement["high"],
+        "cost": figures["cost"],
+    }
+
+
+def curve_frame(replay: Mapping[str, Any]) -> pd.DataFrame:
+    """The curve's points, then the candidate's and today's figures over the period, one
+    row each: `setting`, `cap` (in words), `edge_share`, `agreement` with its interval,
+    `cost`. A figure without data is missing (NaN), never zero."""
+    everything = total(replay)
+    assert everything is not None, "a replay without results has no curve"
+    # The curve starts where the edge serves nothing: every result at its cloud-only cost.
+    origin = {SERIES: CURVE, "cap": "below every input", "edge_share": 0.0}
+    origin["cost"] = everything["baseline_cost"]
+    points = [origin] + [
+        _point(CURVE, f"≤ {count(p['max_input_tokens'])} tokens", p) for p in replay["curve"]
+    ]
+    markers = [
+        _point(
+            CANDIDATE, _cap_words(replay["candidate"]["max_input_tokens"]), everything["candidate"]
+        ),
+        _point(TODAY, today_words(replay["current"]), everything["current"]),
+    ]
+    return pd.DataFrame([*points, *markers]).astype(
+        {c: float for c in ("edge_share", "agreement", "agreement_low", "agreement_high", "cost")}
+    )
+
+
+def _colour() -> alt.Color:
+    return alt.Color(
+        f"{SERIES}:N",
+        scale=COLOURS,
+        # Full colour in the legend, whichever layer (the light band) it takes its symbols from.
+        legend=alt.Legend(title=SERIES, orient="bottom", symbolOpacity=1),
+    )
+
+
+def _x() -> alt.X:
+    return alt.X(
+        "edge_share:Q", title="edge share of all results", axis=alt.Axis(format=axis_format(True))
+    )
+
+
+def _tooltip(y: str, rate: bool) -> list[alt.Tooltip]:
+    return [
+        alt.Tooltip(f"{SERIES}:N"),
+        alt.Tooltip("cap:N"),
+        alt.Tooltip("edge_share:Q", title="edge share", format=tooltip_format(True)),
+        alt.Tooltip(f"{y}:Q", format=tooltip_format(rate)),
+    ]
+
+
+def _chart(frame: pd.DataFrame, y: str, title: str, *, rate: bool) -> alt.LayerChart:
+    """`y` against the edge's share: the curve as a line (with its interval as a light
+    band when there is one), the candidate and today as rules at their share with a point
+    where they have the figure. Layers with nothing to draw are left out."""
+    y_axis = alt.Y(
+        f"{y}:Q", title=y, axis=alt.Axis(format=axis_format(rate)), scale=alt.Scale(zero=not rate)
+    )
+    drawn = frame[frame[y].notna()]
+    on_curve, markers = drawn[drawn[SERIES] == CURVE], frame[frame[SERIES] != CURVE]
+    layers: list[alt.Chart] = []
+    band = on_curve.dropna(subset=[f"{y}_low", f"{y}_high"]) if rate else on_curve.iloc[:0]
+    if not band.empty:
+        layers.append(
+            alt.Chart(band[[SERIES, "edge_share", f"{y}_low", f"{y}_high"]])
+            .mark_area(opacity=0.15, clip=True)
+            .encode(x=_x(), y=alt.Y(f"{y}_low:Q", title=y), y2=f"{y}_high:Q", color=_colour())
+        )
+    columns = [SERIES, "cap", "edge_share", y]
+    if not on_curve.empty:
+        layers.append(
+            alt.Chart(on_curve[columns])
+            .mark_line(point=True)
+            .encode(x=_x(), y=y_axis, color=_colour(), tooltip=_tooltip(y, rate))
+        )
+    layers.append(
+        alt.Chart(markers[[SERIES, "cap", "edge_share"]])
+        .mark_rule(strokeDash=[4, 3], strokeWidth=2)
+        .encode(
+            x=_x(),
+            color=_colour(),
+            tooltip=[alt.Tooltip(f"{SERIES}:N"), alt.Tooltip("cap:N"), _tooltip(y, rate)[2]],
+        )
+    )
+    marked = markers[markers[y].notna()]
+    if not marked.empty:
+        layers.append(
+            alt.Chart(marked[columns])
+            .mark_point(filled=True, size=120, shape="diamond", opacity=1)
+            .encode(x=_x(), y=y_axis, color=_colour(), tooltip=_tooltip(y, rate))
+        )
+    # Fit the width only: with Streamlit's default ("fit") the height would hold the axis
+    # and the legend too, leaving the plot a strip.
+    return alt.layer(*layers).properties(
+        title=title, height=240, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")
+    )
+
+
+def curve_charts(frame: pd.DataFrame) -> tuple[alt.LayerChart, alt.LayerChart]:
+    """Agreement, and cost, against the edge's share as the cap moves."""
+    return (
+        _chart(frame, "agreement", AGREEMENT_TITLE, rate=True),
+        _chart(frame, "cost", COST_TITLE, rate=False),
+    )
+
+
+def curve_words(replay: Mapping[str, Any]) -> str:
+    """The curve read in a sentence: from its shortest cap to no cap at all."""
+    points = replay["curve"]
+    minimum = replay["candidate"]["min_confidence"]
+    floor = f" whose edge confidence reaches {number(minimum)}" if minimum is not None else ""
+    if not points:
+        return f"No result the router found eligible{floor}: the edge would serve nothing."
+    first, last = points[0], points[-1]
+    everything = total(replay)
+    assert everything is not None
+    return (
+        "Each point of the curve is a cap: the edge serves every request the router finds "
+        f"eligible{floor} up to that many input tokens, the cloud the rest. From a cap of "
+        f"{count(first['max_input_tokens'])} to {count(last['max_input_tokens'])} tokens (the "
+        f"longest such input), the edge's share goes from {percent(first['edge_share']['value'])} "
+        f"to {percent(last['edge_share']['value'])}, agreement from "
+        f"{percent(first['agreement']['value'])} to {percent(last['agreement']['value'])}, and "
+        f"the cost from {money(first['cost'])} to {money(last['cost'])} against "
+        f"{money(everything['baseline_cost'])} cloud-only. Today "
+        f"({today_words(replay['current'])}) the edge serves "
+        f"{percent(everything['current']['edge_share']['value'])}."
+    )
+
+
+def curve_rows(replay: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The curve's points as a table, rates in percent."""
+    return [
+        {
+            "cap (tokens)": p["max_input_tokens"],
+            "edge served": p["edge_share"]["num"],
+            "edge share": percent(p["edge_share"]["value"]),
+            "agreement": estimate(
+                p["agreement"]["value"], p["agreement"]["low"], p["agreement"]["high"]
+            ),
+            "offload-failure rate": percent(p["offload_fail_rate"]["value"]),
+            "cost": money(p["cost"]),
+            "savings": money(p["savings"]),
+        }
+        for p in replay["curve"]
+    ]

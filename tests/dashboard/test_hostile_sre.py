@@ -342,19 +342,15 @@ def test_the_audit_csv_has_no_cell_a_spreadsheet_runs_as_a_formula(seeded: Seede
 # ---- What-if ----------------------------------------------------------------------------------
 
 
-def test_whatif_at_the_sliders_extremes_renders(seeded: Seeded) -> None:
+def test_whatif_at_the_inputs_extremes_renders(seeded: Seeded) -> None:
     at = on_task(seeded, "read", ROLLED_BACK)
-    at.checkbox(key="whatif_no_cap").uncheck().run()
-    cap = at.slider(key="whatif_cap")
-    for value in (cap.min, cap.max):
-        at.slider(key="whatif_cap").set_value(value).run()
+    cap = at.number_input(key="whatif_cap")
+    for value in (cap.min, cap.max, None):
+        at.number_input(key="whatif_cap").set_value(value).run()
         assert not at.exception, at.exception
-    at.checkbox(key="whatif_use_confidence").check().run()
-    for value in (0.0, 1.0):
-        at.slider(key="whatif_confidence").set_value(value).run()
+    for value in (0.0, 1.0, None):
+        at.number_input(key="whatif_confidence").set_value(value).run()
         assert not at.exception, at.exception
-    at.checkbox(key="whatif_no_cap").check().run()
-    assert not at.exception
 
 
 def test_whatif_periods_without_results_too_long_or_backwards_are_sentences(seeded: Seeded) -> None:

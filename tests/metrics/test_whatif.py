@@ -246,11 +246,11 @@ def test_whatif_matches_a_pandas_replay(
     assert 0 < got["all"]["current"]["edge_share"]["num"] < within_cap
 
 
-def curve_caps(frame: pd.DataFrame, min_conf: float | None) -> list[int]:
-    """The curve's caps, in pandas: each input length the candidate serves a result of,
-    or past MAX_POINTS of them, for k = 1..MAX_POINTS the shortest length within which
-    it serves at least k/MAX_POINTS of all it serves."""
-    f = replayed(frame, [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], None, min_conf)
+def curve_caps(f: pd.DataFrame) -> list[int]:
+    """The curve's caps, in pandas, from results `replayed` without a cap: each input
+    length the candidate serves a result of, or past MAX_POINTS of them, for
+    k = 1..MAX_POINTS the shortest length within which it serves at least k/MAX_POINTS
+    of all it serves."""
     served = f[f["chosen"]].groupby("input_tokens").size().sort_index()
     if len(served) <= MAX_POINTS:
         return [int(length) for length in served.index]
@@ -259,24 +259,47 @@ def curve_caps(frame: pd.DataFrame, min_conf: float | None) -> list[int]:
     return sorted({int(reached.index[reached >= k * total][0]) for k in range(1, MAX_POINTS + 1)})
 
 
+def _rate(k: int, n: int) -> dict[str, Any]:
+    low, high = _wilson(k, n)
+    return {"value": k / n if n else None, "num": k, "den": n, "low": low, "high": high}
+
+
+def curve_point(f: pd.DataFrame, cap: int) -> dict[str, Any]:
+    """The candidate's figures over all of `f` (results `replayed` without a cap) when the
+    edge serves only inputs within `cap`: what it serves beyond the cap costs the baseline."""
+    g = f[f["input_tokens"] <= cap]
+    cost = f["baseline"].sum() + (g["cost"] - g["baseline"]).sum()
+    return {
+        "edge_share": _rate(int(g["chosen"].sum()), len(f)),
+        "agreement": _rate(int(g["agree"].sum()), int(g["pair"].sum())),
+        "offload_fail_rate": _rate(int(g["fail"].sum()), int(g["run"].sum())),
+        "cost": cost,
+        "savings": f["baseline"].sum() - cost,
+    }
+
+
 @pytest.mark.parametrize("min_conf", [None, 0.5])
 def test_the_curve_matches_a_pandas_replay_at_each_cap(seeded: Api, min_conf: float | None) -> None:
     params = {} if min_conf is None else {"min_confidence": min_conf}
     response = _get(seeded, max_input_tokens=300, **params)
     assert response.status_code == 200, response.text
     points = response.json()["curve"]
-    frame = _frame(seeded)
-    caps = curve_caps(frame, min_conf)
+    frame = replayed(
+        _frame(seeded), [128, 512, 2048], BUCKETS, METRICS_TASK["prices"], None, min_conf
+    )
+    caps = curve_caps(frame)
     # Far more input lengths than points: the caps are thinned, and end at the longest.
     assert len(caps) == len(points) <= MAX_POINTS < frame["input_tokens"].nunique()
     assert [p["max_input_tokens"] for p in points] == caps
     for point in points:
-        want = _reference(frame, point["max_input_tokens"], min_conf)["all"]
-        for name in ("edge_share", "agreement", "offload_fail_rate", "cost", "savings"):
-            _close(point[name], want[name], f"cap {point['max_input_tokens']}.{name}")
-    # The last point is no cap at all; the edge's share grows at every point.
-    no_cap = _reference(frame, None, min_conf)["all"]
-    _close(points[-1]["edge_share"], no_cap["edge_share"], "the last point")
+        want = curve_point(frame, point["max_input_tokens"])
+        for name, value in want.items():
+            _close(point[name], value, f"cap {point['max_input_tokens']}.{name}")
+    # The last point is no cap at all (as a replay with no cap); the edge's share grows at
+    # every point.
+    no_cap = _reference(_frame(seeded), None, min_conf)["all"]
+    for name in ("edge_share", "agreement", "cost"):
+        _close(points[-1][name], no_cap[name], f"the last point.{name}")
     shares = [p["edge_share"]["num"] for p in points]
     assert shares == sorted(shares) and len(set(shares)) == len(shares)
 
