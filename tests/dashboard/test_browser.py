@@ -27,12 +27,10 @@ from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
 from controlplane.sim.evalset_example import CONFIGS
 from dashboard.formats import money
-from dashboard.task import evidence
 from tests.dashboard.browser import (
     PAGE_SECONDS,
     as_shown,
     body_text,
-    chart_labels,
     choose,
     nav_links,
     open_page,
@@ -42,7 +40,6 @@ from tests.dashboard.browser import (
     wait_for_text,
 )
 from tests.dashboard.conftest import Seeded
-from tests.dashboard.graded import PER_BUCKET, seed_graded
 from tests.review.queuedata import add_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -135,9 +132,6 @@ def test_every_page_in_chromium(
     ), labels
     a_rewrite_is_shown_with_its_differences_marked_in_both_answers(browser, screenshots)
 
-    # Last (its seed adds windows no check above reads): the grade and the noise floor.
-    the_noise_floor_is_drawn_beside_edge_agreement(seeded, dashboard, browser, screenshots)
-
 
 def _labels_by(seeded: Seeded, reviewer: str) -> list[dict[str, Any]]:
     """The audit log's label entries recorded with `reviewer` as the actor."""
@@ -155,55 +149,6 @@ def _has_label(seeded: Seeded, item: int, reviewer: str) -> bool:
 
 
 # --- checks inside the one browser session (each session costs seconds to start) ---
-
-
-GRADED = "invoice_extract"
-FLOOR, EDGE = evidence.NOISE_FLOOR.label, evidence.NOISE_FLOOR.main
-
-
-def the_noise_floor_is_drawn_beside_edge_agreement(
-    seeded: Seeded, dashboard: str, browser: WebDriver, screenshots: Path
-) -> None:
-    """The grade and the cloud's noise floor: against a graded task's windows
-    (tests/dashboard/graded.py), the Task page shows the tier, and its agreement chart, as
-    Vega draws it, has the "cloud vs itself" series in its legend and points of it at the
-    self-agreement the stored counts give, in the buckets with repeat pairs only."""
-    found = seed_graded(seeded.engine, GRADED)
-    document = found.grade
-    sign_in(browser, dashboard, seeded.keys["read"])
-    open_page(browser, "Task")
-    wait_for_text(browser, "Decisions", what="the Task page")
-    choose(browser, "Task", GRADED)
-    tier = f"grade: {document['tier']} ({document['score']:.2f})"
-    wait_for_text(browser, f"{GRADED} is in", "Grade", tier, what="the Task page's grade")
-
-    shown = chart_labels(browser, evidence.AGREEMENT.title)
-    screenshot(browser, screenshots, "task_grade_noise")
-    # The legend of the dashed lines names both series.
-    assert (
-        f"Symbol legend titled 'series' for strokeDash with 2 values: {EDGE}, {FLOOR}" in shown
-    ), shown
-    # Vega describes each point: its window, value (as the axis writes it), bucket, series.
-    points: dict[str, dict[str, set[float]]] = {EDGE: {}, FLOOR: {}}
-    for label in shown:
-        point = POINT.search(label)
-        if point:
-            by_bucket = points[point["series"]].setdefault(point["bucket"], set())
-            by_bucket.add(float(point["value"]) / 100)
-    assert set(points[EDGE]) == {*found.buckets, "all"}, points
-    drawn = points[FLOOR]
-    # The stored counts' self-agreement per bucket with repeat pairs; none elsewhere.
-    expected = {b: n[3] / n[2] for b, n in zip(found.buckets, PER_BUCKET, strict=True) if n[2]}
-    expected["all"] = sum(n[3] for n in PER_BUCKET) / sum(n[2] for n in PER_BUCKET)
-    assert set(drawn) == set(expected), drawn
-    for bucket, values in drawn.items():
-        # One value per bucket (every window holds the same counts), to the axis's 0.1%.
-        assert len(values) == 1 and abs(values.pop() - expected[bucket]) <= 0.0005, bucket
-
-
-POINT = re.compile(
-    r"agreement: (?P<value>[\d.]+)%; bucket: (?P<bucket>[^;]+); series: (?P<series>[^;]+);"
-)
 
 
 def a_link_opened_signed_out_lands_on_its_page_after_sign_in(
