@@ -12,16 +12,17 @@ from dashboard.sparklines import sparkline
 from dashboard.task import views
 from dashboard.task.grading import NOT_GRADED
 
-# The table's columns and their relative widths (an admin's last one holds Roll back).
+# The table's columns: their headers and relative widths (an admin's last one holds Roll
+# back). No-break spaces keep "24 h" on one line.
 COLUMNS = {
-    "task": 1.4,
-    "stage": 1.0,
-    "grade": 1.0,
-    "edge share, 24 h": 1.2,
-    "agreement, worst bucket, 24 h": 1.7,
-    "net savings/day": 0.9,
-    "open alerts": 0.6,
-    "last decision": 1.5,
+    "task": ("task", 1.4),
+    "stage": ("stage", 0.9),
+    "grade": ("grade", 1.0),
+    "edge_share": ("edge share, 24\u00a0h", 1.2),
+    "agreement": ("agreement, worst bucket, 24\u00a0h", 1.7),
+    "net_savings": ("net savings / day", 1.0),
+    "open_alerts": ("open alerts", 0.6),
+    "last_decision": ("last decision", 1.3),
 }
 ACTION_WIDTH = 1.2
 

@@ -36,6 +36,15 @@ from dashboard.task import actions as task_actions
 from dashboard.task.grading import tier_line
 
 NOTICE = "overview_notice"
+# A task's name may be 100 characters without a space: its link wraps in its cell (a page
+# link's label is kept on one line and cut where the cell ends otherwise).
+TABLE_STYLE = """<style>
+.st-key-overview_table [data-testid="stPageLink-NavLink"] span,
+.st-key-overview_table [data-testid="stPageLink-NavLink"] p {
+  white-space: normal;
+  overflow-wrap: anywhere;
+}
+</style>"""
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -149,14 +158,16 @@ def tasks_section(view: Overview, admin: Principal | None) -> None:
         )
     else:
         st.markdown("No task is in trouble.")
-    widths = [*COLUMNS.values(), *([ACTION_WIDTH] if admin is not None else [])]
+    widths = [width for _, width in COLUMNS.values()]
+    widths += [ACTION_WIDTH] if admin is not None else []
     now = datetime.now(UTC)
     # One page object for every link: a link given as a file path makes Streamlit resolve
     # the path and search every page for it, on each call.
     task_page = st.Page("app_pages/task.py", title="Task", url_path="task")
+    st.html(TABLE_STYLE)
     with st.container(key="overview_table"):
-        for cell, name in zip(st.columns(widths), COLUMNS, strict=False):
-            cell.caption(f"**{name}**")
+        for cell, (header, _) in zip(st.columns(widths), COLUMNS.values(), strict=False):
+            cell.caption(f"**{header}**")
         for row in view.rows:
             task_row(row, task_page, widths, admin, now)
 

@@ -265,7 +265,7 @@ def as_read(seeded_once: Seeded) -> AppTest:
 
 
 def table(at: AppTest) -> dict[str, dict[str, Any]]:
-    """Each task's row as shown, by task: each column's element (by COLUMNS' names), in
+    """Each task's row as shown, by task: each column's element (by COLUMNS' keys), in
     the page's order. A row starts at the column holding the link to the task's page."""
     columns = list(at.columns)
     out = {}
@@ -302,24 +302,24 @@ def test_each_row_shows_its_figures_in_a_few_words_and_quiet_since_when(
         assert texts(cells["task"]) == [task, f"no traffic since {when(every['window_end'], now)}"]
         assert texts(cells["stage"]) == [shown(line(stage_text(row)))]
         assert texts(cells["grade"]) == [shown(line(grade_text(row)))]
-        [edge] = texts(cells["edge share, 24 h"])
+        [edge] = texts(cells["edge_share"])
         assert edge.startswith(f"**{percent(every['edge_share'])}**\n\n<svg")
-        [agreement] = texts(cells["agreement, worst bucket, 24 h"])
+        [agreement] = texts(cells["agreement"])
         worst = f"worst {row.worst_bucket} {percent(row.worst_agreement)}"
         assert agreement.startswith(f"**{percent(every['agreement'])}** · {worst}\n\n<svg")
         # One point a window of the day to its last window with results.
         n = len([r for r in windows[task] if r["window_start"] < every["window_end"]])
         assert f'data-points="{n}"' in edge and f'data-points="{n}"' in agreement
         seconds = (every["window_end"] - every["window_start"]).total_seconds()
-        assert texts(cells["net savings/day"]) == [money(every["net_savings"] * 86400 / seconds)]
-        assert texts(cells["open alerts"]) == [count(row.open_alerts)]
+        assert texts(cells["net_savings"]) == [money(every["net_savings"] * 86400 / seconds)]
+        assert texts(cells["open_alerts"]) == [count(row.open_alerts)]
     [rollback] = read(seeded_once, list_decisions, "ticket_classify", 1)
-    [decision] = rows["ticket_classify"]["last decision"].children.values()
+    [decision] = rows["ticket_classify"]["last_decision"].children.values()
     assert shown(decision.value) == f"rollback by policy\n{when(rollback['created_at'], now)}"
     # The decision's sentence is its help, and on the Task page: not written out here.
     assert shown(decision.proto.help) == rollback["reason"]
     assert rollback["reason"] not in page_text(at)
-    assert texts(rows["invoice_extract"]["last decision"]) == ["—"]
+    assert texts(rows["invoice_extract"]["last_decision"]) == ["—"]
     assert not at.dataframe
     assert "In trouble: **ticket_classify** (rolled back" in page_text(at)
 
