@@ -1,14 +1,15 @@
 """The overview of every task at once (the dashboard's first page): one row per task with
-its stage, flag, latest window with traffic, 24 hours of agreement and edge share, alerts,
-last decision and newest grade, trouble on top; the kill switch's state and its
+its stage, flag, latest closed window with results, 24 hours of agreement and edge share,
+alerts, last decision and newest grade, trouble on top; the kill switch's state and its
 decisions; the alerts not yet resolved.
 
 A handful of queries for all tasks together, whatever their number: each task's latest
-closed window with results is found by a backward scan of its (task, window_start,
-bucket) key that stops at the first such window, and the 24 hours before it are summed
-in SQL into at most SERIES_POINTS steps per task in one query, not one per task. A task
-with no results in the windows after its last window with results is quiet: it keeps the
-figures of that window, and says since when it has had none."""
+closed window with results is the newest entry of the task in ix_window_metrics_with_results
+(an index of the `all` rows that count results, so the empty windows closed since a task
+went quiet are never read), and the 24 hours before it are summed in SQL into at most
+SERIES_POINTS steps per task, in one statement for every task. A task with no results
+in the windows after its last window with results is quiet: it keeps the figures of that
+window, and says since when it has had none."""
 
 from __future__ import annotations
 
