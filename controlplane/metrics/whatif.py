@@ -134,6 +134,16 @@ def _served_columns(
     ]
 
 
+def _nothing_served(route: Route) -> list[Any]:
+    """The columns of a routing that serves the edge nothing, as constants: no aggregate
+    to evaluate per result (today's, most of the time a what-if is asked)."""
+    counts = ("n", "pairs", "agree", "edge_runs", "offload_fails")
+    return [
+        *(literal(0).label(f"{route}_{name}") for name in counts),
+        literal(0.0, Float).label(f"{route}_saved"),
+    ]
+
+
 def _candidate_served(min_confidence: float | None) -> ColumnElement[bool]:
     """Served by the edge under the candidate, before its cap: the router found it
     eligible and, with a minimum, an edge run reported a confidence reaching it."""
@@ -197,7 +207,11 @@ def length_rows(
             func.count().label("n_results"),
             func.coalesce(func.sum(baseline), literal(0.0, Float)).label("baseline_cost"),
             *_served_columns("candidate", _candidate_served(min_confidence), edge_cost, baseline),
-            *_served_columns("today", _today_served(today), edge_cost, baseline),
+            *(
+                _served_columns("today", _today_served(today), edge_cost, baseline)
+                if today.edge_percent
+                else _nothing_served("today")
+            ),
         )
         .where(Result.task_id == runtime.id, Result.ts >= since, Result.ts < until)
         .group_by(Result.input_tokens)
