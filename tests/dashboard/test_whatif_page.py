@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 from streamlit.testing.v1 import AppTest
 
+from controlplane.catalog.schemas import INT32_MAX
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.ingest.buckets import bucket_labels
@@ -139,13 +140,13 @@ def page(seeded_once: Seeded) -> Iterator[tuple[AppTest, pd.DataFrame, Any]]:
 
 
 def test_the_cap_and_the_floor_are_number_inputs(page: tuple[AppTest, pd.DataFrame, Any]) -> None:
-    at, _, config = page
+    at, _, _ = page
     assert not [s for s in at.slider if str(s.key).startswith("whatif")]
     cap, floor = at.number_input(key="whatif_cap"), at.number_input(key="whatif_confidence")
-    assert (cap.value, cap.min, cap.step) == (CAP, 1, 1)
+    # Whole tokens, exactly as typed, up to the API's bound (the old slider stopped at 4096).
+    assert (cap.value, cap.min, cap.max, cap.step) == (CAP, 1, INT32_MAX, 1)
     assert (floor.value, floor.min, floor.max) == (FLOOR, 0.0, 1.0)
-    # An exact value that no slider step of the old 1-4096 range could hit stays exact.
-    assert config.max_input_tokens is None
+    assert "**Candidate** (cap 2,047 tokens, edge confidence at least 0.5):" in page_text(at)
 
 
 def test_the_curve_equals_a_pandas_computation(page: tuple[AppTest, pd.DataFrame, Any]) -> None:
