@@ -1,32 +1,20 @@
 """Audit: one timeline of flag changes, decisions, config versions and the audit log's
-entries, newest first; filter by task, actor and days; download what is shown as CSV."""
+entries, newest first; filter by task, actor and days; read each event whole (its time to
+the second, its actor and detail wrapped, never cut); download what is shown as CSV."""
 
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 
-import pandas as pd
 import streamlit as st
 
 from controlplane.catalog.service import list_task_views
 from controlplane.db import get_engine, session_scope
-from controlplane.rollout.timeline import (
-    COLUMNS,
-    KINDS,
-    Event,
-    Filters,
-    actors,
-    csv_text,
-    rows,
-    timeline,
-)
+from controlplane.rollout.timeline import KINDS, Event, Filters, actors, csv_text, timeline
 from dashboard import common
-from dashboard.formats import line, moment
+from dashboard.auditing import PAGE_EVENTS, TABLE_STYLE, page_label, table_rows
 
 EVERY = "(all)"
-# How many events the page also writes out as text under the table.
-TEXT_EVENTS = 20
-DETAIL_CHARS = 160
 KIND_NAMES = {
     "flag": "flag changes",
     "decision": "decisions",
@@ -52,18 +40,6 @@ def load_events(url: str, filters: Filters) -> list[Event]:
 
 def day_start(day: date | None) -> datetime | None:
     return None if day is None else datetime.combine(day, time(), tzinfo=UTC)
-
-
-def event_line(event: Event) -> str:
-    """One event as a line of Markdown; its task, actor, what and detail (written by people,
-    keys and task authors) escaped."""
-    detail = event.detail
-    if len(detail) > DETAIL_CHARS:
-        detail = detail[:DETAIL_CHARS] + "…"
-    return (
-        f"{moment(event.at)} · {event.kind} · {line(event.task or 'every task')} · "
-        f"{line(event.actor or '—')} · **{line(event.what)}**: {line(detail)}"
-    )
 
 
 principal = common.require("read")
@@ -120,9 +96,16 @@ st.download_button(
     mime="text/csv",
     key="audit_csv",
 )
-table = pd.DataFrame(rows(events), columns=list(COLUMNS))
-table["task"] = table["task"].fillna("every task")
-st.dataframe(table, hide_index=True, width="stretch")
-st.subheader("Latest events")
-for event in events[:TEXT_EVENTS]:
-    st.markdown(event_line(event))
+page = 0
+if len(events) > PAGE_EVENTS:
+    pages = range((len(events) + PAGE_EVENTS - 1) // PAGE_EVENTS)
+    page = st.selectbox(
+        f"Events, {PAGE_EVENTS} at a time (the CSV holds all {len(events)})",
+        pages,
+        format_func=lambda p: page_label(p, len(events)),
+        key="audit_page",
+    )
+st.html(TABLE_STYLE)
+with st.container(key="audit_events"):
+    shown = events[page * PAGE_EVENTS : (page + 1) * PAGE_EVENTS]
+    st.table(table_rows(shown), hide_index=True)
