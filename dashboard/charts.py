@@ -1,11 +1,14 @@
 """Altair charts of metrics over time, from pandas frames with a `window_start` column.
 
-Every chart shares the time axis, so rules for events (alerts, decisions) can be layered
-over any of them; `draw` makes each chart a page shows from its `Chart` description."""
+Every chart shares the time axis (UTC, 24-hour), so rules for events (alerts, decisions)
+can be layered over any of them; every chart has a legend; `draw` makes each chart a page
+shows from its `Chart` description. A chart draws only columns holding a value (a
+column of gaps would give Vega an infinite extent): `drawable` says whether there is
+anything to draw at all."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,46 +20,112 @@ from dashboard import formats
 # A page draws a few months of windows per bucket: more than Altair's default of 5,000 rows.
 alt.data_transformers.disable_max_rows()
 
-TIME = alt.X("window_start:T", title=None)
 EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
+# The lines' colours, in order: none is an event's.
+PALETTE = ["#4c78a8", "#54a24b", "#b279a2", "#72b7b2", "#9d755d", "#eeca3b", "#bab0ac"]
+ALL_COLOUR = "#333333"
+EVENT = "event"
+HEIGHT = 240
+# A chart fits its column's width, and its plot keeps its height under the legends and
+# axes (Streamlit's default fits the whole chart, legends included, into the height).
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+# How light an interval's band is beside its line.
+BAND_OPACITY = 0.08
 
 
-def _y(field: str, title: str, percent: bool) -> alt.Y:
-    return alt.Y(f"{field}:Q", title=title, axis=alt.Axis(format=formats.axis_format(percent)))
-
-
-def _colour(field: str, order: list[str] | None, legend: bool = True) -> alt.Color:
-    return alt.Color(
-        f"{field}:N",
-        sort=order,
-        legend=alt.Legend(title=field, orient="bottom") if legend else None,
+def time_x(field: str = "window_start") -> alt.X:
+    """The time axis: a UTC scale, labelled in UTC 24-hour time (Vega's own labels are the
+    browser's local time in 12 hours)."""
+    return alt.X(
+        f"{field}:T",
+        title="UTC",
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(labelExpr=formats.TIME_AXIS_LABEL),
     )
 
 
-def events_layer(events: pd.DataFrame) -> list[alt.Chart]:
-    """Vertical rules at events, one colour per kind (red decisions, orange alerts):
-    columns `at` (time), `kind` (decision | alert), `text`. Fixed colours, so the rules
-    never join the lines' colour legend."""
-    layers = []
-    for kind, colour in EVENT_COLOURS.items():
-        some = events[events["kind"] == kind]
-        if some.empty:
-            continue
-        layers.append(
-            alt.Chart(some)
-            .mark_rule(strokeWidth=2, opacity=0.7, color=colour)
-            .encode(
-                x=alt.X("at:T", title=None),
-                tooltip=[alt.Tooltip("at:T", format=formats.MINUTE), "kind:N", "text:N"],
-            )
+def time_tooltip(field: str, title: str, *, seconds: bool) -> alt.Tooltip:
+    """A time in a tooltip, in UTC 24-hour time (to the second when `seconds`)."""
+    return alt.Tooltip(
+        f"{field}:T", title=title, format=formats.time_tooltip(seconds=seconds), formatType="utc"
+    )
+
+
+def legend(title: str) -> alt.Legend:
+    """Every legend alike (the same object on each layer encoding a channel, so Vega-Lite
+    merges them without a conflict)."""
+    return alt.Legend(title=title, orient="right", symbolOpacity=1)
+
+
+def _y(field: str, title: str, percent: bool, *, signed: bool = False, domain: Any = None) -> alt.Y:
+    directive = formats.DIFFERENCE_AXIS if signed else formats.axis_format(percent)
+    scale = alt.Scale(domain=domain) if domain is not None else alt.Undefined
+    return alt.Y(
+        f"{field}:Q", title=title, axis=alt.Axis(format=directive), scale=scale, stack=None
+    )
+
+
+def _dash(field: str, order: Sequence[str] | None = None) -> alt.StrokeDash:
+    """Dashes by `field` (in `order` when given), its legend showing each dash as a line."""
+    scale = alt.Scale(domain=list(order)) if order else alt.Undefined
+    return alt.StrokeDash(
+        f"{field}:N",
+        sort=list(order) if order else alt.Undefined,
+        scale=scale,
+        legend=alt.Legend(
+            title=field, orient="right", symbolType="stroke", symbolSize=400, symbolStrokeWidth=2
+        ),
+    )
+
+
+def _colour(field: str, order: Sequence[str] | None) -> alt.Color:
+    """Colour by `field`; with an `order`, the colours follow it (a bucket keeps its colour
+    on every chart of the page, whichever buckets a chart has values for), none of them
+    the events' red or orange, and "all" dark."""
+    scale: Any = alt.Undefined
+    if order:
+        palette = iter(PALETTE * (len(order) // len(PALETTE) + 1))
+        colours = [ALL_COLOUR if v == "all" else next(palette) for v in order]
+        scale = alt.Scale(domain=list(order), range=colours)
+    return alt.Color(f"{field}:N", sort=order, scale=scale, legend=legend(field))
+
+
+def _value(rate: bool, signed: bool, *, fine: bool = False) -> str:
+    return formats.DIFFERENCE_TOOLTIP if signed else formats.tooltip_format(rate, fine=fine)
+
+
+def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> alt.Chart | None:
+    """Vertical rules at events, one colour per kind (red decisions, orange alerts) with
+    their own legend: columns `at` (time), `kind` (decision | alert), `text`. None without
+    an event."""
+    if events.empty:
+        return None
+    kinds = [k for k in EVENT_COLOURS if k in set(events["kind"])]
+    return (
+        alt.Chart(events[["at", "kind", "text"]])
+        .mark_rule(strokeWidth=2, opacity=0.7)
+        .encode(
+            x=time_x("at"),
+            color=alt.Color(
+                "kind:N",
+                scale=alt.Scale(domain=kinds, range=[EVENT_COLOURS[k] for k in kinds]),
+                legend=legend(EVENT),
+            ),
+            tooltip=[time_tooltip("at", "at", seconds=seconds), "kind:N", "text:N"],
         )
-    return layers
+    )
 
 
-def _layered(layers: list[Any], events: pd.DataFrame | None, title: str) -> alt.LayerChart:
-    if events is not None and not events.empty:
-        layers += events_layer(events)
-    return cast(alt.LayerChart, alt.layer(*layers).properties(title=title, height=240))
+def _layered(
+    layers: list[Any], events: pd.DataFrame | None, title: str, *, seconds: bool
+) -> alt.LayerChart:
+    """The layers with the events' rules over them: the events' colours are a scale of
+    their own (a legend of their own), apart from the lines'."""
+    chart = alt.layer(*layers)
+    marks = events_layer(events, seconds=seconds) if events is not None else None
+    if marks is not None:
+        chart = alt.layer(chart, marks).resolve_scale(color="independent")
+    return cast(alt.LayerChart, chart.properties(title=title, height=HEIGHT, autosize=FIT_WIDTH))
 
 
 def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
@@ -66,137 +135,135 @@ def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
     return frame[[c for c in dict.fromkeys(wanted) if c in frame.columns]]
 
 
-@dataclass(frozen=True)
-class Beside:
-    """A second figure drawn beside a band chart's lines, dashed, one line per `color`
-    value: the figure it is read against (the cloud's agreement with itself beside edge
-    agreement). `y` is its column (`{y}_low`, `{y}_high` its interval when the frame has
-    them); `label` names it and `main` the chart's own lines in the `series` legend. A
-    window where the figure is missing has no point: a gap, never a zero."""
-
-    y: str
-    label: str
-    main: str
+def _held(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows holding a value in each of `columns` (a window without one is a gap)."""
+    return frame.dropna(subset=list(columns))
 
 
-SERIES = "series"
-
-
-def beside_frame(
-    frame: pd.DataFrame, *, y: str, low: str, high: str, color: str, beside: Beside
-) -> pd.DataFrame:
-    """The chart's own lines and the `beside` figure in one long frame: per window and
-    `color` value a `series` row of each (`beside.main`, `beside.label`), the value under
-    `y` and its interval under `low`/`high`. Rows of the beside figure without a value
-    are left out."""
-    own = frame[["window_start", color, y, low, high]].copy()
-    own[SERIES] = beside.main
-    other = pd.DataFrame(
-        {
-            "window_start": frame["window_start"],
-            color: frame[color],
-            y: frame[beside.y] if beside.y in frame.columns else pd.NA,
-            low: frame.get(f"{beside.y}_low", pd.NA),
-            high: frame.get(f"{beside.y}_high", pd.NA),
-        }
-    )
-    other[SERIES] = beside.label
-    other = other[other[y].notna()]
-    return pd.concat([own, other], ignore_index=True) if not other.empty else own
+def value_domain(
+    values: Iterable[float], *, rule: float | None, percent: bool, signed: bool
+) -> list[float]:
+    """The y axis's range: the lines' values and the rule's, with a margin; a rate's kept
+    within 0–100%. Intervals are drawn within it, cut at its edge: a window of three edge
+    attempts has an interval of 0–70%, which would flatten every line to the bottom."""
+    held = [float(v) for v in values if not formats.missing(v)]
+    if rule is not None:
+        held.append(rule)
+    if signed:
+        held.append(0.0)
+    low, high = min(held), max(held)
+    margin = max((high - low) * 0.1, 0.01 if percent or signed else abs(high) * 0.05 or 1.0)
+    low, high = low - margin, high + margin
+    if percent and not signed:
+        low, high = max(low, 0.0), min(high, 1.0)
+    return [low, high]
 
 
 def band_lines(
     frame: pd.DataFrame,
+    chart: Chart,
     *,
-    y: str,
-    low: str,
-    high: str,
-    title: str,
-    y_title: str,
-    color: str = "bucket",
-    order: list[str] | None = None,
-    percent: bool = True,
+    order: Sequence[str] | None = None,
     threshold: float | None = None,
-    threshold_label: str = "threshold",
+    rule_label: str | None = None,
     events: pd.DataFrame | None = None,
-    beside: Beside | None = None,
+    seconds: bool = False,
 ) -> alt.LayerChart:
-    """A line per `color` value with its interval shaded, a dashed rule at `threshold`, and
-    the `beside` figure as a dashed line per `color` value."""
-    base = alt.Chart(_only(frame, color, y, low, high)).encode(x=TIME)
-    # The band's colour stays out of the legend: the legend shows the lines' colours.
-    band = base.mark_area(opacity=0.15).encode(
-        y=_y(low, y_title, percent), y2=f"{high}:Q", color=_colour(color, order, legend=False)
-    )
+    """A line per `color` (and `dash`) value with its interval as a light band behind it
+    (never stacked), a dashed rule at `threshold` labelled `rule_label` (else the chart's
+    `rule`), and the `events` marked."""
+    assert chart.band is not None
+    low, high = chart.band
+    y, percent, signed = chart.y, chart.percent, chart.signed
+    drawn = _held(_only(frame, chart.color, chart.dash, y, low, high, *chart.extra), y)
+    domain = value_domain(drawn[y], rule=threshold, percent=percent, signed=signed)
+    axis = _y(y, chart.y_title, percent, signed=signed, domain=domain)
+    time = time_tooltip("window_start", "window from", seconds=seconds)
+    keys = [f"{chart.color}:N", *([f"{chart.dash}:N"] if chart.dash else [])]
     tooltip: list[Any] = [
-        alt.Tooltip("window_start:T", format=formats.MINUTE),
-        f"{color}:N",
-        alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent)),
-        alt.Tooltip(f"{low}:Q", format=formats.tooltip_format(percent)),
-        alt.Tooltip(f"{high}:Q", format=formats.tooltip_format(percent)),
+        time,
+        *keys,
+        *(alt.Tooltip(f"{c}:Q", format=formats.tooltip_format(True)) for c in chart.extra),
+        alt.Tooltip(f"{y}:Q", format=_value(percent, signed)),
+        alt.Tooltip(f"{low}:Q", format=_value(percent, signed)),
+        alt.Tooltip(f"{high}:Q", format=_value(percent, signed)),
     ]
-    if beside is None:
-        line = base.mark_line(point=True).encode(
-            y=_y(y, y_title, percent), color=_colour(color, order), tooltip=tooltip
-        )
-    else:
-        both = beside_frame(frame, y=y, low=low, high=high, color=color, beside=beside)
-        line = (
-            alt.Chart(both)
-            .mark_line(point=True)
+    colour = _colour(chart.color, order)
+    layers: list[Any] = []
+    bands = _held(drawn, low, high)
+    if not bands.empty:
+        layers.append(
+            alt.Chart(bands)
+            .mark_area(opacity=BAND_OPACITY, clip=True)
             .encode(
-                x=TIME,
-                y=_y(y, y_title, percent),
-                color=_colour(color, order),
-                strokeDash=alt.StrokeDash(
-                    f"{SERIES}:N",
-                    sort=[beside.main, beside.label],
-                    legend=alt.Legend(title=SERIES, orient="bottom"),
-                ),
-                tooltip=[*tooltip[:2], f"{SERIES}:N", *tooltip[2:]],
+                x=time_x(),
+                y=_y(low, chart.y_title, percent, signed=signed, domain=domain),
+                y2=f"{high}:Q",
+                color=colour,
+                **({"detail": f"{chart.dash}:N"} if chart.dash else {}),
             )
         )
-    layers: list[Any] = [band, line]
+    encoding: dict[str, Any] = {"x": time_x(), "y": axis, "color": colour, "tooltip": tooltip}
+    if chart.dash is None:
+        layers.append(alt.Chart(drawn).mark_line(point=True, clip=True).encode(**encoding))
+    else:
+        # The first dash value is the chart's own figure, drawn with its points (a layer of
+        # their own: points on the dashed lines would make the dash legend's symbols
+        # filled dots); the others are levels it is read against, lines alone.
+        held = set(drawn[chart.dash])
+        dashes = [d for d in chart.dashes or sorted(held) if d in held]
+        encoding["strokeDash"] = _dash(chart.dash, dashes)
+        layers.append(alt.Chart(drawn).mark_line(clip=True).encode(**encoding))
+        own = drawn[drawn[chart.dash] == dashes[0]]
+        points = {k: v for k, v in encoding.items() if k != "strokeDash"}
+        layers.append(alt.Chart(own).mark_point(filled=True, clip=True).encode(**points))
     if threshold is not None:
-        rule = pd.DataFrame({"threshold": [threshold], "label": [threshold_label]})
-        layers.append(
-            alt.Chart(rule)
-            .mark_rule(strokeDash=[6, 4], color="#d62728")
-            .encode(y="threshold:Q", tooltip=["label:N", "threshold:Q"])
-        )
-    return _layered(layers, events, title)
+        axis = _y("threshold", chart.y_title, percent, signed=signed, domain=domain)
+        at = formats.percent(threshold) if percent else formats.number(threshold)
+        layers += threshold_rule(threshold, rule_label or f"{chart.rule}: {at}", axis)
+    return _layered(layers, events, chart.title, seconds=seconds)
+
+
+def threshold_rule(at: float, label: str, y: alt.Y) -> list[alt.Chart]:
+    """A dashed rule across the chart at `at` (on the chart's axis `y`, of a `threshold`
+    column), its label, which says where it is, written on it at the left."""
+    rule = alt.Chart(pd.DataFrame({"threshold": [at], "label": [label]})).encode(
+        y=y, tooltip=["label:N"]
+    )
+    return [
+        rule.mark_rule(strokeDash=[6, 4], color="#333333"),
+        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#333333").encode(
+            x=alt.value(0), text="label:N"
+        ),
+    ]
 
 
 def lines(
     frame: pd.DataFrame,
+    chart: Chart,
     *,
-    y: str,
-    title: str,
-    y_title: str,
-    color: str = "bucket",
-    order: list[str] | None = None,
-    dash: str | None = None,
-    percent: bool = False,
+    order: Sequence[str] | None = None,
     events: pd.DataFrame | None = None,
+    seconds: bool = False,
 ) -> alt.LayerChart:
     """A line per `color` (and `dash`) value."""
+    y, dash, percent = chart.y, chart.dash, chart.percent
     encoding: dict[str, Any] = {
-        "x": TIME,
-        "y": _y(y, y_title, percent),
-        "color": _colour(color, order),
+        "x": time_x(),
+        "y": _y(y, chart.y_title, percent),
+        "color": _colour(chart.color, order),
         "tooltip": [
-            alt.Tooltip("window_start:T", format=formats.MINUTE),
-            f"{color}:N",
+            time_tooltip("window_start", "window from", seconds=seconds),
+            f"{chart.color}:N",
             *([f"{dash}:N"] if dash else []),
             alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent, fine=True)),
         ],
     }
     if dash is not None:
-        encoding["strokeDash"] = alt.StrokeDash(
-            f"{dash}:N", legend=alt.Legend(title=dash, orient="bottom")
-        )
-    line = alt.Chart(_only(frame, color, dash, y)).mark_line(point=True).encode(**encoding)
-    return _layered([line], events, title)
+        encoding["strokeDash"] = _dash(dash)
+    drawn = _held(_only(frame, chart.color, dash, y), y)
+    line = alt.Chart(drawn).mark_line(point=True).encode(**encoding)
+    return _layered([line], events, chart.title, seconds=seconds)
 
 
 def long_form(frame: pd.DataFrame, columns: dict[str, dict[str, str]], value: str) -> pd.DataFrame:
@@ -214,8 +281,9 @@ def long_form(frame: pd.DataFrame, columns: dict[str, dict[str, str]], value: st
 
 @dataclass(frozen=True)
 class Chart:
-    """One chart of a metric over time: a line per `color` value (and `dash` value), with
-    its interval shaded when `band` names the interval's (low, high) columns."""
+    """One chart of a metric over time: a line per `color` value (and `dash` value, in the
+    order of `dashes` when given), with its interval as a light band when `band` names the
+    interval's (low, high) columns."""
 
     y: str
     title: str
@@ -226,11 +294,22 @@ class Chart:
     dash: str | None = None
     # The label of the dashed threshold rule drawn when a threshold is given.
     rule: str = "threshold"
-    # A figure drawn beside a band chart's lines (the floor they are read against).
-    beside: Beside | None = None
+    # A difference of rates: signed on the axis and in tooltips ("+2.5%").
+    signed: bool = False
+    # The dash values in the legend's order.
+    dashes: tuple[str, ...] = ()
+    # Rates shown in the tooltip besides the drawn figure (e.g. the agreement a
+    # difference is of).
+    extra: tuple[str, ...] = ()
 
 
-BAR_STEP = alt.Step(32)
+def drawable(chart: Chart, frame: pd.DataFrame) -> bool:
+    """Whether `frame` holds anything for `chart` to draw: a value of its figure."""
+    return chart.y in frame.columns and bool(frame[chart.y].notna().any())
+
+
+# Each bar's band, in pixels.
+BAR_STEP = 32
 
 
 @dataclass(frozen=True)
@@ -299,18 +378,27 @@ def bars(
             .mark_tick(color=EVENT_COLOURS["decision"], thickness=3)
             .encode(x=alt.X("at:Q", scale=scale), y=y, tooltip=["label:N", "at:Q"])
         )
-    # A step per bar (a fixed height would squeeze the bars on a page's discrete axis).
-    return cast(alt.LayerChart, alt.layer(*layers).properties(title=chart.title, height=BAR_STEP))
+    # A band per bar (a fixed height would squeeze the bars when there are many). Not a
+    # Vega-Lite step: Streamlit's frontend fits a chart's height, which a step height
+    # cannot (Vega warns it drops "fit-y").
+    return cast(
+        alt.LayerChart,
+        alt.layer(*layers).properties(
+            title=chart.title, height=BAR_STEP * len(order), autosize=FIT_WIDTH
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class Histogram:
     """Shares per bin as vertical bars in the frame's order (columns `bin`, `share`,
-    `count`), one colour: one of two histograms drawn side by side on the same scale."""
+    `count`), one colour named `label` in its legend: one of two histograms drawn side by
+    side on the same scale."""
 
     title: str
     x_title: str
     colour: str
+    label: str
 
 
 def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart:
@@ -318,8 +406,8 @@ def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart
     histograms' tallest bar, so side by side they read on one scale)."""
     return cast(
         alt.Chart,
-        alt.Chart(frame)
-        .mark_bar(color=chart.colour)
+        alt.Chart(frame.assign(inputs=chart.label))
+        .mark_bar()
         .encode(
             x=alt.X("bin:N", sort=list(frame["bin"]), title=chart.x_title),
             y=alt.Y(
@@ -328,13 +416,18 @@ def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart
                 scale=alt.Scale(domain=[0, top]),
                 axis=alt.Axis(format=formats.axis_format(True)),
             ),
+            color=alt.Color(
+                "inputs:N",
+                scale=alt.Scale(domain=[chart.label], range=[chart.colour]),
+                legend=legend("inputs"),
+            ),
             tooltip=[
                 "bin:N",
                 alt.Tooltip("share:Q", format=formats.tooltip_format(True)),
                 alt.Tooltip("count:Q", format=","),
             ],
         )
-        .properties(title=chart.title, height=240),
+        .properties(title=chart.title, height=HEIGHT, autosize=FIT_WIDTH),
     )
 
 
@@ -342,45 +435,30 @@ def draw(
     chart: Chart | Bars,
     frame: pd.DataFrame,
     *,
-    order: list[str] | None = None,
+    order: Sequence[str] | None = None,
     threshold: float | None = None,
+    rule_label: str | None = None,
     events: pd.DataFrame | None = None,
     rules: Mapping[str, float] | None = None,
     ticks: pd.DataFrame | None = None,
+    seconds: bool = False,
 ) -> alt.LayerChart:
     """The chart `chart` describes, of `frame`: for a line chart with a rule at
-    `threshold` (a band chart's only) and the `events` marked; for bars with the `rules`
-    and `ticks` (`bars`)."""
+    `threshold` (a band chart's only) and the `events` marked, times to the second when
+    `seconds`; for bars with the `rules` and `ticks` (`bars`)."""
     if isinstance(chart, Bars):
         return bars(chart, frame, rules=rules, ticks=ticks)
     if chart.band is not None:
-        low, high = chart.band
         return band_lines(
             frame,
-            y=chart.y,
-            low=low,
-            high=high,
-            title=chart.title,
-            y_title=chart.y_title,
-            color=chart.color,
+            chart,
             order=order,
-            percent=chart.percent,
             threshold=threshold,
-            threshold_label=chart.rule,
+            rule_label=rule_label,
             events=events,
-            beside=chart.beside,
+            seconds=seconds,
         )
-    return lines(
-        frame,
-        y=chart.y,
-        title=chart.title,
-        y_title=chart.y_title,
-        color=chart.color,
-        order=order,
-        dash=chart.dash,
-        percent=chart.percent,
-        events=events,
-    )
+    return lines(frame, chart, order=order, events=events, seconds=seconds)
 
 
 EVENT_COLUMNS = ["at", "kind", "text"]

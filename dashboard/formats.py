@@ -7,7 +7,7 @@ so it is shown as written: never as a link, an image, a colour, maths or code.""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 # Every character Streamlit's Markdown gives a meaning to.
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&=^])")
@@ -29,14 +29,44 @@ def line(value: object) -> str:
 
 
 NONE = "—"
-# A time to the minute: Python's strftime and Vega's tooltips read the same directives.
+# A time to the minute and to the second: Python's strftime and Vega's (d3's) time formats
+# read the same directives, so the page's text and its charts' tooltips agree.
 MINUTE = "%Y-%m-%d %H:%M"
+SECOND = "%Y-%m-%d %H:%M:%S"
+
+
+def seconds_shown(window_seconds: float) -> bool:
+    """Whether times about windows this long are written to the second: windows shorter
+    than a minute, or of minutes and seconds (a 90 s window may start at :30)."""
+    return window_seconds % 60 != 0
 
 
 def axis_format(rate: bool) -> str:
     """A chart axis's d3-format directive (Vega draws it): a rate as a percentage, any
     other figure to three significant digits, trailing zeros trimmed."""
     return ".1~%" if rate else ",.3~r"
+
+
+# A difference of two rates on an axis, signed ("+5%", "−2.5%").
+DIFFERENCE_AXIS = "+.1~%"
+# ... and in a tooltip, to one decimal of a percent.
+DIFFERENCE_TOOLTIP = "+.1%"
+
+
+def time_tooltip(*, seconds: bool) -> str:
+    """A chart tooltip's time directive, read in UTC (`formatType="utc"`): the date and the
+    24-hour time, to the second when `seconds`, and "UTC" ("2026-11-30 20:29:10 UTC")."""
+    return f"{SECOND if seconds else MINUTE} UTC"
+
+
+# A time axis's labels, as a Vega expression read in UTC: the date at midnight ("Nov 30"),
+# else the 24-hour time, with its seconds when a tick has any ("20:29", "20:29:10"). Vega's
+# own labels are the browser's local time, in 12 hours ("08 PM").
+TIME_AXIS_LABEL = (
+    "utchours(datum.value) + utcminutes(datum.value) + utcseconds(datum.value) == 0"
+    " ? utcFormat(datum.value, '%b %d')"
+    " : utcFormat(datum.value, utcseconds(datum.value) ? '%H:%M:%S' : '%H:%M')"
+)
 
 
 def tooltip_format(rate: bool, *, fine: bool = False) -> str:
@@ -148,16 +178,31 @@ def _utc(value: datetime | str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def moment(value: datetime | str | None) -> str:
-    """A time in UTC to the minute ("2026-11-30 02:57 UTC"); "—" without one."""
-    return NONE if value is None or missing(value) else f"{_utc(value):{MINUTE}} UTC"
+def moment(value: datetime | str | None, *, seconds: bool = False) -> str:
+    """A time in UTC, 24-hour, to the minute ("2026-11-30 02:57 UTC"), to the second when
+    `seconds` ("2026-11-30 02:57:31 UTC"); "—" without one."""
+    if value is None or missing(value):
+        return NONE
+    return f"{_utc(value):{SECOND if seconds else MINUTE}} UTC"
 
 
-def clock(value: datetime | str) -> str:
-    """The UTC time of day ("03:00"), e.g. the end of a window whose start is a moment."""
-    return f"{_utc(value):%H:%M}"
+def clock(value: datetime | str, *, seconds: bool = False) -> str:
+    """The UTC time of day, 24-hour ("03:00"; "03:00:10" when `seconds`)."""
+    return f"{_utc(value):{'%H:%M:%S' if seconds else '%H:%M'}}"
 
 
-def span(start: datetime | str, end: datetime | str) -> str:
-    """A window as its start and the time it ends ("2026-11-30 02:55 UTC – 03:00")."""
-    return f"{moment(start)} – {clock(end)}"
+def span(start: datetime | str, end: datetime | str, *, seconds: bool | None = None) -> str:
+    """A window or a period: its date, its start and end times, then "UTC"
+    ("2026-11-30 02:55 – 03:00 UTC"). Seconds are shown when `seconds`, or (None) when
+    either end has any ("2026-11-30 20:29:10 – 20:29:20 UTC"); the end's date too when it
+    falls on a later day, unless it is the midnight closing a span shorter than a day
+    ("2026-11-30 23:55 – 00:00 UTC")."""
+    first, last = _utc(start), _utc(end)
+    if seconds is None:
+        seconds = bool(first.second or last.second)
+    directive = SECOND if seconds else MINUTE
+    to = clock(last, seconds=seconds)
+    closes_the_day = last - first < timedelta(days=1) and to.strip(":0") == ""
+    if last.date() != first.date() and not closes_the_day:
+        to = f"{last:{directive}}"
+    return f"{first:{directive}} – {to} UTC"

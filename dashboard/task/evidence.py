@@ -29,16 +29,21 @@ def _banded(metric: str, title: str, y_title: str) -> charts.Chart:
     )
 
 
-# The cloud's agreement with itself (repeat pairs), drawn dashed beside edge agreement per
-# bucket: the floor edge agreement is read against (a bucket without repeat pairs has none).
-NOISE_FLOOR = charts.Beside("self_agreement", label="cloud vs itself", main="edge vs cloud")
-AGREEMENT = charts.Chart(
-    "agreement",
-    "Agreement (95% interval), the rule's threshold, and the cloud against itself",
-    "agreement",
-    band=("agreement_low", "agreement_high"),
-    rule="agreement rule",
-    beside=NOISE_FLOOR,
+# Edge agreement read against the task's threshold, LaunchDarkly's way: per window and
+# bucket the difference with its interval, 0 being the threshold; dashed beside it, the
+# cloud's agreement with itself on its repeat pairs less the same threshold (the floor
+# edge agreement is read against; a bucket without repeat pairs has none).
+EDGE, FLOOR = "edge vs cloud", "cloud vs itself"
+SERIES = "series"
+DIFFERENCE = charts.Chart(
+    "difference",
+    "Agreement minus its threshold (95% interval), and the cloud against itself",
+    "agreement − threshold",
+    band=("difference_low", "difference_high"),
+    dash=SERIES,
+    dashes=(EDGE, FLOOR),
+    signed=True,
+    extra=("agreement",),
 )
 CONFLICTS = charts.Chart("conflict_rate", "Conflict rate", "conflicts / pairs")
 EDGE_ERRORS = charts.Chart("edge_error_rate", "Edge error rate", "errors / edge runs")
@@ -96,6 +101,82 @@ def threshold(config: Mapping[str, Any], chart: charts.Chart) -> float | None:
     return rule_threshold(config, RULE_METRICS.get(chart.y, chart.y))
 
 
+def agreement_threshold(config: Mapping[str, Any]) -> tuple[float, str]:
+    """The threshold edge agreement is read against, and where it comes from in words: the
+    agreement rule's (the first not off), else the promotion gate's lower bound."""
+    found = rule_threshold(config, "agreement")
+    if found is not None:
+        return found, "the agreement rule's"
+    return float(config["promotion"]["agreement_lower_bound"]), "the promotion gate's"
+
+
+def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as floats, gaps as NaN; all gaps when the frame has no such column."""
+    if column not in frame.columns:
+        return pd.Series(float("nan"), index=frame.index)
+    return pd.to_numeric(frame[column], errors="coerce").astype(float)
+
+
+def difference_frame(frame: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """What the difference chart draws, per window and bucket with a value: edge agreement
+    less `threshold` with its interval ("edge vs cloud"), and the cloud's agreement with
+    itself less the same threshold where the bucket had repeat pairs ("cloud vs itself",
+    a line without a band: the floor is read as a level); `agreement` keeps the rate
+    itself for the tooltip."""
+    parts = []
+    for series, rate, interval in ((EDGE, "agreement", True), (FLOOR, "self_agreement", False)):
+        value = _numbers(frame, rate)
+        held = value.notna()
+        if not held.any():
+            continue
+        gaps = pd.Series(float("nan"), index=frame.index)
+        low = _numbers(frame, f"{rate}_low") if interval else gaps
+        high = _numbers(frame, f"{rate}_high") if interval else gaps
+        parts.append(
+            pd.DataFrame(
+                {
+                    "window_start": frame.loc[held, "window_start"],
+                    "bucket": frame.loc[held, "bucket"],
+                    SERIES: series,
+                    "agreement": value[held],
+                    "difference": value[held] - threshold,
+                    "difference_low": low[held] - threshold,
+                    "difference_high": high[held] - threshold,
+                }
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+DIFFERENCE_COLUMNS = [
+    "window_start",
+    "bucket",
+    SERIES,
+    "agreement",
+    "difference",
+    "difference_low",
+    "difference_high",
+]
+
+
+def zero_label(threshold: float, source: str) -> str:
+    """What the difference chart's 0 is."""
+    return f"0 = {percent(threshold)} agreement ({source} threshold)"
+
+
+def difference_words(threshold: float, source: str) -> str:
+    """How to read the difference chart, under it."""
+    return (
+        f"Above 0, edge agreement is above {source} threshold ({percent(threshold)}); "
+        "the light band is its 95% interval (cut at the chart's edge when wider). Dashed, "
+        "the cloud's agreement with itself on its repeat pairs, less the same threshold: "
+        "the most agreement can be expected to reach. A floor below 0 means the threshold "
+        "asks more of the edge than the cloud gives itself."
+    )
+
+
 def since(span: tuple[dt.datetime, dt.datetime], period: str) -> dt.datetime:
     """The start of the windows shown: `period` back from the newest, not before the first."""
     first, last = span
@@ -109,15 +190,23 @@ def no_edge_attempts(chart: charts.Chart) -> str:
     )
 
 
-def latest_line(frame: pd.DataFrame) -> str | None:
+def nothing_to_draw(chart: charts.Chart) -> str:
+    """What the page says in place of a chart without a value to draw."""
+    if chart in PER_EDGE_ATTEMPT:
+        return no_edge_attempts(chart)
+    return f"{chart.title}: no value in these windows, so there is nothing to draw."
+
+
+def latest_line(frame: pd.DataFrame, *, seconds: bool = False) -> str | None:
     """The figures of the newest closed window, per bucket (None: no window closed): edge
-    agreement, and beside it the cloud's agreement with itself on its repeat pairs."""
+    agreement, and beside it the cloud's agreement with itself on its repeat pairs; its
+    time to the second when `seconds`."""
     latest_start = frame.loc[frame["closed"], "window_start"].max()
     if pd.isna(latest_start):
         return None
     latest = frame[frame["window_start"] == latest_start]
     return (
-        f"Latest closed window ({moment(latest_start)}): "
+        f"Latest closed window ({moment(latest_start, seconds=seconds)}): "
         + "; ".join(
             f"{line(row['bucket'])}: agreement "
             f"{estimate(row['agreement'], row['agreement_low'], row['agreement_high'])} "
@@ -208,9 +297,9 @@ def misses(routes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def newest_accuracy(newest: Mapping[str, Any]) -> str:
+def newest_accuracy(newest: Mapping[str, Any], *, seconds: bool = False) -> str:
     return (
-        f"Newest estimate ({moment(newest['window_start'])}): route accuracy "
+        f"Newest estimate ({moment(newest['window_start'], seconds=seconds)}): route accuracy "
         f"{estimate(newest['estimate'], newest['low'], newest['high'])} from "
         f"{newest['n_labels']} labels; missed_offload {percent(newest['missed_offload'])}, "
         f"wrong_offload {percent(newest['wrong_offload'])}."

@@ -27,8 +27,14 @@ def draw(
     *,
     events: pd.DataFrame | None = None,
     order: list[str] | None = None,
+    seconds: bool | None = None,
 ) -> None:
-    """One chart across its column, with its rule's threshold from the task's config."""
+    """One chart across its column, with its rule's threshold from the task's config, its
+    times to the second when the task's windows are not whole minutes (or `seconds`); in
+    its place a sentence when there is nothing to draw."""
+    if not charts.drawable(chart, frame):
+        st.caption(evidence.nothing_to_draw(chart))
+        return
     st.altair_chart(
         charts.draw(
             chart,
@@ -36,6 +42,7 @@ def draw(
             order=order,
             threshold=evidence.threshold(shown.config, chart),
             events=events,
+            seconds=shown.seconds if seconds is None else seconds,
         ),
         width="stretch",
     )
@@ -84,7 +91,8 @@ def standing(url: str, task: str) -> Shown:
             "Pick another."
         )
         st.stop()
-    st.markdown(views.stage_line(task, state))
+    seconds = config is not None and formats.seconds_shown(config["window_seconds"])
+    st.markdown(views.stage_line(task, state, seconds=seconds))
     banner = spans.regrade_banner(task, state)
     if banner is not None:
         st.error(banner)
@@ -121,7 +129,7 @@ def decisions(shown: Shown) -> None:
         )
     for decision in shown.decisions:
         with st.container(border=True):
-            st.markdown(views.decision_heading(decision))
+            st.markdown(views.decision_heading(decision, seconds=shown.seconds))
             st.markdown(formats.text(decision["reason"]))
             decision_evidence(shown, decision)
 
@@ -183,7 +191,7 @@ def example_results(
         st.markdown("No conflicting, invalid, failed or degraded result is stored for this window.")
         return
     for result in found:
-        st.markdown(views.example_line(result))
+        st.markdown(views.example_line(result, seconds=shown.seconds))
         payload = result["payload"]
         if payload is None:
             st.caption(
@@ -310,12 +318,7 @@ def blocked_models(shown: Shown) -> None:
             if not runs:
                 st.markdown(views.no_runs(shown.state["regression_min_accuracy"]))
             else:
-                st.dataframe(
-                    pd.DataFrame(runs)[
-                        ["layer", "accuracy", "n", "correct", "current", "actor", "created_at"]
-                    ],
-                    hide_index=True,
-                )
+                st.dataframe(views.run_rows(runs), hide_index=True)
                 st.markdown(views.run_lines(runs))
             st.checkbox(
                 "Unblock without a passing regression run (audited)",
@@ -352,7 +355,11 @@ def evidence_over_time(shown: Shown) -> None:
     )
     since = evidence.since(span, period)
     frame = loaders.load_windows(shown.url, shown.task, since, span[1])
-    st.caption(f"Windows from {formats.moment(since)} to {formats.moment(span[1])}.")
+    seconds = shown.seconds
+    st.caption(
+        f"Windows from {formats.moment(since, seconds=seconds)} to "
+        f"{formats.moment(span[1], seconds=seconds)}."
+    )
     if frame.empty:
         return
     frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
@@ -369,10 +376,10 @@ def evidence_over_time(shown: Shown) -> None:
 
     agreement_col, calibration_col = st.columns([3, 2])
     with agreement_col:
-        draw(evidence.AGREEMENT, rates, shown, events=events, order=order)
+        agreement_difference(shown, rates, events, order)
     with calibration_col:
         calibration(shown)
-    latest = evidence.latest_line(frame)
+    latest = evidence.latest_line(frame, seconds=seconds)
     if latest is not None:
         st.markdown(latest)
 
@@ -382,8 +389,6 @@ def evidence_over_time(shown: Shown) -> None:
     ):
         for column, chart in zip(st.columns(2), pair, strict=True):
             with column:
-                if chart in evidence.PER_EDGE_ATTEMPT and rates[chart.y].isna().all():
-                    st.caption(evidence.no_edge_attempts(chart))
                 draw(chart, rates, shown, events=events, order=order)
 
     one = st.selectbox(
@@ -402,6 +407,34 @@ def evidence_over_time(shown: Shown) -> None:
     with cost_col:
         draw(evidence.of_bucket("cost", one), evidence.costs(detail), shown, events=events)
     st.markdown(evidence.savings_line(detail, one))
+
+
+def agreement_difference(
+    shown: Shown, rates: pd.DataFrame, events: pd.DataFrame, order: list[str]
+) -> None:
+    """Edge agreement against the task's threshold, with the cloud's noise floor, the
+    decisions and the alerts; how to read it under it."""
+    threshold, source = evidence.agreement_threshold(shown.config)
+    chart = evidence.DIFFERENCE
+    frame = evidence.difference_frame(rates, threshold)
+    if not charts.drawable(chart, frame):
+        st.caption(
+            f"{chart.title}: no pairs compared in these windows, so there is nothing to draw."
+        )
+        return
+    st.altair_chart(
+        charts.draw(
+            chart,
+            frame,
+            order=order,
+            threshold=0.0,
+            rule_label=evidence.zero_label(threshold, source),
+            events=events,
+            seconds=shown.seconds,
+        ),
+        width="stretch",
+    )
+    st.caption(evidence.difference_words(threshold, source))
 
 
 def cost(shown: Shown) -> None:
@@ -501,16 +534,17 @@ def route_accuracy(shown: Shown) -> None:
     events = charts.events_within(
         shown.events, routes["window_start"].min(), routes["window_start"].max(), seconds
     )
+    fine = formats.seconds_shown(seconds)
     accuracy_col, miss_col = st.columns(2)
     with accuracy_col:
-        draw(evidence.ROUTE_ACCURACY, routes, shown, events=events)
+        draw(evidence.ROUTE_ACCURACY, routes, shown, events=events, seconds=fine)
     with miss_col:
-        draw(evidence.MISSES, evidence.misses(routes), shown)
+        draw(evidence.MISSES, evidence.misses(routes), shown, seconds=fine)
     st.caption(
         "missed_offload: sent to the cloud while the edge was right (money left on the "
         "table); wrong_offload: served by the edge, which was wrong (users got a wrong answer)."
     )
-    st.markdown(evidence.newest_accuracy(accuracy[0]))
+    st.markdown(evidence.newest_accuracy(accuracy[0], seconds=fine))
 
 
 # --- alerts, the what-if, config versions -------------------------------------------------
@@ -522,11 +556,8 @@ def alerts(shown: Shown) -> None:
         st.markdown("No alerts were raised for this task.")
         return
     st.markdown("Alerts are drawn as orange rules on the charts' time axis.")
-    st.dataframe(
-        pd.DataFrame(shown.alerts)[["opened_at", "kind", "state", "message", "acknowledged_by"]],
-        hide_index=True,
-    )
-    st.markdown(views.alert_lines(shown.alerts))
+    st.dataframe(views.alert_rows(shown.alerts, seconds=shown.seconds), hide_index=True)
+    st.markdown(views.alert_lines(shown.alerts, seconds=shown.seconds))
 
 
 def routing_whatif(shown: Shown) -> None:

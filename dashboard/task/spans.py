@@ -31,8 +31,8 @@ COST = charts.Chart(
     color="component",
     percent=False,
 )
-BASELINE_BARS = charts.Histogram("Baseline input lengths", "input tokens", "#7f7f7f")
-NOW_BARS = charts.Histogram("Input lengths now", "input tokens", "#1f77b4")
+BASELINE_BARS = charts.Histogram("Baseline input lengths", "input tokens", "#7f7f7f", "baseline")
+NOW_BARS = charts.Histogram("Input lengths now", "input tokens", "#1f77b4", "now")
 
 
 # --- cost ---------------------------------------------------------------------------------

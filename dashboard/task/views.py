@@ -13,7 +13,17 @@ import pandas as pd
 
 from controlplane.ingest.buckets import bucket_labels
 from dashboard import charts
-from dashboard.formats import count, decimal, level, line, moment, number, percent, span
+from dashboard.formats import (
+    count,
+    decimal,
+    level,
+    line,
+    moment,
+    number,
+    percent,
+    seconds_shown,
+    span,
+)
 
 # How much of an unknown `?task=` the page echoes.
 ASKED_SHOWN = 100
@@ -38,6 +48,11 @@ class Shown:
     @property
     def boundaries(self) -> tuple[int, ...]:
         return tuple(self.config["length_buckets"])
+
+    @property
+    def seconds(self) -> bool:
+        """Whether the page writes times to the second (windows not whole minutes)."""
+        return seconds_shown(self.config["window_seconds"])
 
     @property
     def buckets(self) -> list[str]:
@@ -82,10 +97,11 @@ def unknown_task(asked: str, names: list[str]) -> str:
     return f"There is no task named {line(repr(echo))}. Pick one of the {len(names)} tasks below."
 
 
-def stage_line(task: str, state: Row) -> str:
+def stage_line(task: str, state: Row, *, seconds: bool = False) -> str:
     return (
         f"**{line(task)}** is in **{line(state['stage_words'])}** since "
-        f"{moment(state['stage_changed_at'])}, config version {state['config_version']}."
+        f"{moment(state['stage_changed_at'], seconds=seconds)}, config version "
+        f"{state['config_version']}."
     )
 
 
@@ -98,7 +114,7 @@ SPAN_RULES = ("net_savings", "input_shift")
 ACTION_WORDS = {"needs_regrade": "re-grade needed", "regraded": "re-graded"}
 
 
-def decision_heading(decision: Row) -> str:
+def decision_heading(decision: Row, *, seconds: bool = False) -> str:
     before, after = decision["stage_before"], decision["stage_after"]
     stages = f"stays {after}" if before and before == after else f"{before or '—'} → {after or '—'}"
     action = ACTION_WORDS.get(decision["action"], decision["action"])
@@ -108,7 +124,7 @@ def decision_heading(decision: Row) -> str:
         else ""
     )
     return (
-        f"**{moment(decision['created_at'])}** · {line(action)} by "
+        f"**{moment(decision['created_at'], seconds=seconds)}** · {line(action)} by "
         f"**{line(decision['actor'])}** ({line(stages)}){rule}"
     )
 
@@ -231,14 +247,14 @@ def example_heading(window: Row, cell: str) -> str:
     return f"Example results of {span(window['window_start'], window['window_end'])} ({line(cell)})"
 
 
-def example_line(result: Row) -> str:
+def example_line(result: Row, *, seconds: bool = False) -> str:
     degraded = (
         f", degraded ({line(result['degrade_reason'] or 'no reason given')})"
         if result["degraded"]
         else ""
     )
     return (
-        f"Request {line(result['request_id'])} at {moment(result['ts'])}: "
+        f"Request {line(result['request_id'])} at {moment(result['ts'], seconds=seconds)}: "
         f"{result['input_tokens']} input tokens, "
         f"outcome **{line(result['comparison']['outcome'] or 'none')}**, "
         f"served by {line(result['served'])}{degraded}"
@@ -312,10 +328,34 @@ def run_lines(runs: Sequence[Row]) -> str:
     )
 
 
-def alert_lines(alerts: Sequence[Row]) -> str:
+ALERT_COLUMNS = ["opened", "kind", "state", "message", "acknowledged_by"]
+
+
+def alert_rows(alerts: Sequence[Row], *, seconds: bool = False) -> pd.DataFrame:
+    """The alerts' table: when each opened (as every time on the page), kind, state,
+    message and who acknowledged it."""
+    return pd.DataFrame(
+        [{"opened": moment(a["opened_at"], seconds=seconds), **a} for a in alerts],
+        columns=ALERT_COLUMNS,
+    )
+
+
+def alert_lines(alerts: Sequence[Row], *, seconds: bool = False) -> str:
     return "\n".join(
-        f"- {moment(a['opened_at'])} · {line(a['kind'])} ({line(a['state'])}): {line(a['message'])}"
+        f"- {moment(a['opened_at'], seconds=seconds)} · {line(a['kind'])} ({line(a['state'])}): "
+        f"{line(a['message'])}"
         for a in alerts[:ALERTS_AS_TEXT]
+    )
+
+
+RUN_COLUMNS = ["layer", "accuracy", "n", "correct", "current", "actor", "run at"]
+
+
+def run_rows(runs: Sequence[Row]) -> pd.DataFrame:
+    """A blocked model's eval runs as a table, each with when it ran (as every time on the
+    page)."""
+    return pd.DataFrame(
+        [{**r, "run at": moment(r["created_at"])} for r in runs], columns=RUN_COLUMNS
     )
 
 

@@ -62,7 +62,40 @@ def test_times_are_written_in_utc() -> None:
     assert formats.moment(pd.Timestamp(at)) == "2026-11-30 02:57 UTC"
     assert formats.moment(None) == formats.moment(pd.NaT) == "—"
     assert formats.clock("2026-11-30T03:00:00+01:00") == "02:00"
-    assert formats.span(at, at + timedelta(minutes=3)) == "2026-11-30 02:57 UTC – 03:00"
+    # 24-hour: an evening reads 20:29, never 08:29 or 08 PM.
+    evening = datetime(2026, 11, 30, 20, 29, 10, tzinfo=UTC)
+    assert formats.moment(evening) == "2026-11-30 20:29 UTC"
+    assert formats.moment(evening, seconds=True) == "2026-11-30 20:29:10 UTC"
+    assert formats.clock(evening) == "20:29" and formats.clock(evening, seconds=True) == "20:29:10"
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "shown"),
+    [
+        # Windows of whole minutes: to the minute, "UTC" once at the end.
+        ("2026-11-30T02:55:00", "2026-11-30T03:00:00", "2026-11-30 02:55 – 03:00 UTC"),
+        # Ten-second windows: the seconds tell them apart (to the minute both read 20:29).
+        ("2026-11-30T20:29:10", "2026-11-30T20:29:20", "2026-11-30 20:29:10 – 20:29:20 UTC"),
+        ("2026-11-30T20:29:50", "2026-11-30T20:30:00", "2026-11-30 20:29:50 – 20:30:00 UTC"),
+        # A window closing the day ends at 00:00; a longer span names its last day.
+        ("2026-11-30T23:55:00", "2026-12-01T00:00:00", "2026-11-30 23:55 – 00:00 UTC"),
+        ("2026-11-30T00:00:00", "2026-12-01T00:00:00", "2026-11-30 00:00 – 2026-12-01 00:00 UTC"),
+        ("2026-11-30T23:50:00", "2026-12-01T00:10:00", "2026-11-30 23:50 – 2026-12-01 00:10 UTC"),
+    ],
+)
+def test_a_span_reads_its_date_once_and_seconds_when_it_has_any(
+    start: str, end: str, shown: str
+) -> None:
+    assert formats.span(start, end) == shown
+
+
+def test_seconds_are_shown_for_windows_that_are_not_whole_minutes() -> None:
+    assert formats.seconds_shown(10) and formats.seconds_shown(90)
+    assert not formats.seconds_shown(60) and not formats.seconds_shown(300)
+    at = datetime(2026, 11, 30, 2, 55, tzinfo=UTC)
+    assert formats.span(at, at + timedelta(minutes=5), seconds=True) == (
+        "2026-11-30 02:55:00 – 03:00:00 UTC"
+    )
 
 
 def test_untrusted_text_is_literal() -> None:
@@ -100,6 +133,16 @@ def test_chart_directives() -> None:
     assert formats.tooltip_format(True) == ".1%" and formats.tooltip_format(False) == ",.4g"
     assert formats.tooltip_format(True, fine=True) == ".2%"
     assert formats.tooltip_format(False, fine=True) == ",.6g"
+    # A chart's times: the directives Python writes the page's text with.
+    at = datetime(2026, 11, 30, 20, 29, 10, tzinfo=UTC)
+    for seconds in (False, True):
+        assert f"{at:{formats.time_tooltip(seconds=seconds)}}" == formats.moment(
+            at, seconds=seconds
+        )
+    # The axis reads UTC alone, in 24 hours: no local time, no AM/PM.
+    label = formats.TIME_AXIS_LABEL
+    assert "utcFormat" in label and "timeFormat" not in label and "%I" not in label
+    assert "%p" not in label
 
 
 def _formatting(path: Path) -> list[str]:

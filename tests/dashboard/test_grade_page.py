@@ -2,26 +2,30 @@
 score with why (its help), or "not graded yet"; the Task page's Grade section draws the four
 dimensions (and the weighted score) as bars against the tiers' thresholds with the veto
 marked on the error cost's bar, and writes each dimension's sentence, what would change
-the tier, the noisy fields and, for an insufficient grade, what is missing. The agreement
-chart draws the cloud's agreement with itself beside edge agreement per bucket, and a
-bucket without repeat pairs has no floor drawn (not a zero).
+the tier, the noisy fields and, for an insufficient grade, what is missing. The
+difference chart draws edge agreement less its threshold and the cloud's agreement with
+itself less the same per bucket; a bucket without repeat pairs has no floor drawn (not a
+zero).
 
 The grade is the grading service's, from window rows stored for the test; every figure
 asserted is read from the kept grade, or computed here from the stored counts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pytest
+from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
+from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.grading.service import grade_task, latest_grades
+from controlplane.metrics.stats import wilson
+from controlplane.models import Task, WindowMetrics
 from controlplane.rollout.configs import apply_tasks
 from controlplane.rollout.overview import overview
 from controlplane.settings import Settings
@@ -37,6 +41,7 @@ from tests.dashboard.graded import (
     diffs,
     seed_graded,
 )
+from tests.dashboard.vega import charts_on, layer_data, problems
 
 pytestmark = pytest.mark.integration
 
@@ -75,26 +80,6 @@ def task_page(graded: tuple[Seeded, Graded, dict[str, Any]]) -> AppTest:
     at = open_page(graded[0], "read", "app_pages/task.py", task=TASK)
     assert not at.exception, at.exception
     return at
-
-
-def charts_on(at: AppTest) -> dict[str, tuple[dict[str, Any], dict[str, pd.DataFrame]]]:
-    """Every Vega-Lite chart the page drew, by title: its spec and its datasets by name."""
-    out = {}
-    for element in at.get("vega_lite_chart"):
-        proto: Any = element.proto
-        spec = json.loads(proto.spec)
-        data = {d.name: pa.ipc.open_stream(d.data.data).read_pandas() for d in proto.datasets}
-        out[spec.get("title")] = (spec, data)
-    return out
-
-
-def layer_data(
-    chart: tuple[dict[str, Any], dict[str, pd.DataFrame]], mark: str
-) -> list[pd.DataFrame]:
-    """The data of the chart's layers drawn with `mark`."""
-    spec, data = chart
-    marks = [layer for layer in spec["layer"] if layer["mark"]["type"] == mark]
-    return [data[layer["data"]["name"]] for layer in marks]
 
 
 # --- the Overview -------------------------------------------------------------------------
@@ -235,40 +220,94 @@ def test_a_task_never_graded_says_so_on_its_page(
     assert grading.BARS.title not in charts_on(at)
 
 
-# --- the noise floor beside edge agreement ------------------------------------------------
+# --- the difference chart and its noise floor ----------------------------------------------
 
 
-def test_the_agreement_chart_draws_the_cloud_against_itself_per_bucket(
+def stored_counts(seeded: Seeded, task: str, since: datetime) -> pd.DataFrame:
+    """The stored counts of the task's windows from `since`, per window and bucket."""
+    with session_scope(seeded.engine) as session:
+        task_id = session.scalar(select(Task.id).where(Task.name == task))
+        rows = session.execute(
+            select(
+                WindowMetrics.window_start,
+                WindowMetrics.bucket,
+                WindowMetrics.n_pairs,
+                WindowMetrics.n_agree,
+                WindowMetrics.n_repeat_pairs,
+                WindowMetrics.n_repeat_agree,
+            ).where(WindowMetrics.task_id == task_id, WindowMetrics.window_start >= since)
+        ).all()
+    frame = pd.DataFrame(rows, columns=["window_start", "bucket", "n", "agree", "rn", "ragree"])
+    frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
+    return frame
+
+
+def test_the_difference_chart_is_what_the_stored_windows_give(
     graded: tuple[Seeded, Graded, dict[str, Any]], task_page: AppTest
 ) -> None:
-    _, found, _ = graded
-    chart = charts_on(task_page)[evidence.AGREEMENT.title]
-    [lines] = layer_data(chart, "line")
-    floor = lines[lines["series"] == "cloud vs itself"]
-    edge = lines[lines["series"] == "edge vs cloud"]
+    """Per window and bucket, edge agreement less the agreement rule's threshold, its
+    Wilson interval less the same, and the cloud's agreement with itself less it where the
+    bucket had repeat pairs (the noise floor, none elsewhere: not a zero), as computed
+    here from the stored counts; a 0 rule labelled with the threshold; a sentence per
+    bucket names the floor or its absence."""
+    seeded, found, _ = graded
+    threshold = agreement_rule_threshold(seeded)
+    chart = charts_on(task_page)[evidence.DIFFERENCE.title]
+    assert problems(*chart) == []
     # The default period: the last 24 hours up to the newest window.
-    windows = 24
-    # Per bucket, the stored counts' self-agreement; buckets without repeat pairs: none.
-    expected = {
-        bucket: n[3] / n[2] for bucket, n in zip(found.buckets, PER_BUCKET, strict=True) if n[2]
-    }
-    expected["all"] = sum(n[3] for n in PER_BUCKET) / sum(n[2] for n in PER_BUCKET)
-    drawn = floor.groupby("bucket")["agreement"]
-    assert drawn.size().to_dict() == {bucket: windows for bucket in expected}
-    assert drawn.min().to_dict() == pytest.approx(expected)
-    assert drawn.max().to_dict() == pytest.approx(expected)
-    assert set(edge["bucket"]) == {*found.buckets, "all"}
-    assert set(floor["bucket"]).isdisjoint(
-        b for b, n in zip(found.buckets, PER_BUCKET, strict=True) if not n[2]
+    stored = stored_counts(seeded, TASK, found.last - timedelta(hours=23))
+    assert len(stored["window_start"].unique()) == 24
+    [area] = layer_data(chart, "area")
+    [lines] = layer_data(chart, "line")
+    key = ["window_start", "bucket"]
+
+    edge = lines[lines["series"] == evidence.EDGE].set_index(key).sort_index()
+    expected = stored.set_index(key).sort_index()
+    assert list(edge.index) == list(expected.index)
+    assert list(edge["difference"]) == pytest.approx(
+        list(expected["agree"] / expected["n"] - threshold)
     )
-    # The legend names both series.
-    [layer] = [layer for layer in chart[0]["layer"] if layer["mark"]["type"] == "line"]
-    assert layer["encoding"]["strokeDash"]["sort"] == ["edge vs cloud", "cloud vs itself"]
+    band = area.set_index(key).sort_index()
+    intervals = [wilson(a, n) for a, n in zip(expected["agree"], expected["n"], strict=True)]
+    assert list(band["difference_low"]) == pytest.approx([lo - threshold for lo, _ in intervals])
+    assert list(band["difference_high"]) == pytest.approx([hi - threshold for _, hi in intervals])
+
+    floor = lines[lines["series"] == evidence.FLOOR].set_index(key).sort_index()
+    repeats = expected[expected["rn"] > 0]
+    assert list(floor.index) == list(repeats.index)
+    assert list(floor["difference"]) == pytest.approx(
+        list(repeats["ragree"] / repeats["rn"] - threshold)
+    )
+    # The buckets without repeat pairs have edge agreement and no floor.
+    bare = set(expected[expected["rn"] == 0].index.get_level_values("bucket"))
+    assert bare and bare <= set(edge.index.get_level_values("bucket"))
+    assert bare.isdisjoint(floor.index.get_level_values("bucket"))
+    # Its 0 is the threshold, said on the rule.
+    [label] = layer_data(chart, "text")
+    assert list(label["label"]) == [evidence.zero_label(threshold, "the agreement rule's")]
 
     text = page_text(task_page)
     no_pairs = next(b for b, n in zip(found.buckets, PER_BUCKET, strict=True) if not n[2])
-    assert f"{no_pairs}: agreement" in text
     assert any(
         f"{no_pairs}: agreement" in shown(m.value) and "cloud vs itself: no repeat pairs" in m.value
         for m in task_page.markdown
     )
+    assert evidence.difference_words(threshold, "the agreement rule's") in text
+
+
+def agreement_rule_threshold(seeded: Seeded) -> float:
+    """The threshold of the task's first agreement rule not off, from its stored config."""
+    with session_scope(seeded.engine) as session:
+        runtime = task_runtimes(session, {TASK})[TASK]
+    rules = runtime.config.rollback.rules
+    return next(r.threshold for r in rules if r.metric == "agreement" and r.mode != "off")
+
+
+def test_every_chart_of_a_graded_task_draws_without_a_warning(task_page: AppTest) -> None:
+    """Vega warns of nothing on any chart (no field without a value, no legends at odds),
+    every chart has a legend and reads time in UTC, every area is a light band."""
+    drawn = charts_on(task_page)
+    assert grading.BARS.title in drawn and evidence.DIFFERENCE.title in drawn
+    assert {title: problems(*chart) for title, chart in drawn.items()} == {
+        title: [] for title in drawn
+    }

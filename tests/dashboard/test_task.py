@@ -24,7 +24,9 @@ from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import CONFIGS, END
+from dashboard.task import evidence
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.dashboard.vega import charts_on, layer_data, problems
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +62,35 @@ def test_picking_a_task_shows_it_and_puts_it_in_the_address(seeded: Seeded) -> N
     assert not at.exception, at.exception
     assert at.query_params.get("task") == IN_SHADOW
     assert f"**{IN_SHADOW}** is in **shadow**" in page_text(at)
+
+
+def test_every_chart_draws_with_a_legend_in_utc_and_none_is_empty(
+    seeded_once: Seeded, rolled_back_read: AppTest
+) -> None:
+    """The rolled-back task's charts as Vega would draw them: each has a legend, reads its
+    times in UTC, has a value in every field it scales (no infinite extent), gives each
+    legend one set of properties, and draws intervals as light bands, never stacked. The
+    seed's traffic made no edge attempt, so the degrade and offload-failure charts are
+    not drawn: a sentence says there is nothing to draw."""
+    at = rolled_back_read
+    drawn = charts_on(at)
+    assert evidence.DIFFERENCE.title in drawn and evidence.CONFLICTS.title in drawn
+    assert {title: problems(*chart) for title, chart in drawn.items()} == {
+        title: [] for title in drawn
+    }
+    captions = [c.value for c in at.caption]
+    for chart in evidence.PER_EDGE_ATTEMPT:
+        assert chart.title not in drawn
+        assert evidence.no_edge_attempts(chart) in captions
+    # The rollback is marked on the difference chart, at its time, with its sentence.
+    rollback = next(d for d in decisions(seeded_once, ROLLED_BACK) if d["action"] == "rollback")
+    [marks] = [
+        data
+        for data in layer_data(drawn[evidence.DIFFERENCE.title], "rule")
+        if "kind" in data.columns
+    ]
+    decided = marks[marks["kind"] == "decision"]
+    assert rollback["reason"] in list(decided["text"])
 
 
 def test_the_rollback_decision_shows_its_sentence_and_the_cusum_run(

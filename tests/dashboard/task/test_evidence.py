@@ -9,6 +9,7 @@ import pytest
 
 from dashboard import charts
 from dashboard.task import evidence
+from tests.dashboard.vega import problems
 
 CONFIG = {
     "rollback": {
@@ -42,24 +43,106 @@ def windows() -> pd.DataFrame:
 def test_the_rule_drawn_is_the_first_that_is_not_off() -> None:
     assert evidence.rule_threshold(CONFIG, "agreement") == 0.85
     assert evidence.rule_threshold(CONFIG, "degrade_rate") is None
-    assert evidence.threshold(CONFIG, evidence.AGREEMENT) == 0.85
+    assert evidence.threshold(CONFIG, evidence.DEGRADES) is None
     assert evidence.threshold(CONFIG, evidence.ROUTE_ACCURACY) == 0.8
     # Lines without an interval draw no rule.
     assert evidence.threshold(CONFIG, evidence.CONFLICTS) is None
 
 
-def test_every_chart_draws_with_its_threshold_and_events() -> None:
-    frame = windows()
-    events = charts.events(
+def the_events() -> pd.DataFrame:
+    return charts.events(
         [{"created_at": START, "reason": "rolled back"}],
         [{"window_start": None, "opened_at": START.isoformat(), "message": "jump"}],
     )
-    drawn = charts.draw(
-        evidence.AGREEMENT, frame, order=["0-511", "all"], threshold=0.85, events=events
+
+
+def test_the_difference_chart_is_agreement_less_the_threshold_with_the_floor() -> None:
+    """Per window and bucket, agreement and its interval less the threshold; the cloud
+    against itself less the same threshold where there were repeat pairs, without a band;
+    a window without pairs draws nothing."""
+    frame = windows().assign(
+        self_agreement=[0.97, None, None],
+        self_agreement_low=[0.9, None, None],
+        self_agreement_high=[0.99, None, None],
+    )
+    frame.loc[2, "agreement"] = None  # no pair compared in the open window
+    drawn = evidence.difference_frame(frame, 0.85)
+    edge = drawn[drawn["series"] == evidence.EDGE]
+    assert list(edge["bucket"]) == ["0-511", "all"]
+    assert list(edge["agreement"]) == [0.9, 0.95]
+    assert list(edge["difference"]) == pytest.approx([0.9 - 0.85, 0.95 - 0.85])
+    # The all bucket's window has no interval: no band there.
+    assert edge["difference_low"].isna().tolist() == [False, True]
+    assert list(edge["difference_low"].dropna()) == pytest.approx([0.8 - 0.85])
+    assert list(edge["difference_high"].dropna()) == pytest.approx([0.95 - 0.85])
+    floor = drawn[drawn["series"] == evidence.FLOOR]
+    assert list(floor["bucket"]) == ["0-511"]
+    assert list(floor["difference"]) == pytest.approx([0.97 - 0.85])
+    assert floor["difference_low"].isna().all() and floor["difference_high"].isna().all()
+    # Windows from before repeat pairs were counted have no such column: no floor at all.
+    older = evidence.difference_frame(windows(), 0.85)
+    assert set(older["series"]) == {evidence.EDGE}
+    # No pair in any window: nothing to draw, said in words instead.
+    empty = evidence.difference_frame(windows().assign(agreement=None), 0.85)
+    assert empty.empty and not charts.drawable(evidence.DIFFERENCE, empty)
+
+
+def test_the_threshold_agreement_is_read_against() -> None:
+    """The agreement rule's (the first not off), else the promotion gate's lower bound."""
+    assert evidence.agreement_threshold(CONFIG) == (0.85, "the agreement rule's")
+    gate = {"rollback": {"rules": []}, "promotion": {"agreement_lower_bound": 0.95}}
+    assert evidence.agreement_threshold(gate) == (0.95, "the promotion gate's")
+    assert evidence.zero_label(0.85, "the agreement rule's") == (
+        "0 = 85.0% agreement (the agreement rule's threshold)"
+    )
+
+
+def test_every_chart_draws_with_its_threshold_and_events_and_nothing_vega_warns_of() -> None:
+    """The difference chart: a light band, the edge's line and points, the floor's line,
+    the zero rule and its label, and the events' rules in a legend of their own; a rate
+    chart: a light band (never stacked) under its line, cut at a y range fitting the
+    lines; none reads a time in local time or has a field without a value."""
+    frame = windows().assign(
+        self_agreement=[0.97, None, None],
+        degrade_rate=[0.01, None, 0.02],
+        degrade_rate_low=[0.0, None, 0.0],
+        degrade_rate_high=[0.7, None, 0.8],
+    )
+    order = ["0-511", "all"]
+    difference = charts.draw(
+        evidence.DIFFERENCE,
+        evidence.difference_frame(frame, 0.85),
+        order=order,
+        threshold=0.0,
+        rule_label=evidence.zero_label(0.85, "the agreement rule's"),
+        events=the_events(),
+        seconds=True,
     ).to_dict()
-    marks = [layer["mark"]["type"] for layer in drawn["layer"]]
-    assert marks == ["area", "line", "rule", "rule", "rule"]
-    assert drawn["title"] == evidence.AGREEMENT.title
+    [drawn, marked] = difference["layer"]
+    assert [layer["mark"]["type"] for layer in drawn["layer"]] == [
+        "area",
+        "line",
+        "point",
+        "rule",
+        "text",
+    ]
+    assert marked["mark"]["type"] == "rule" and difference["resolve"]["scale"]["color"] == (
+        "independent"
+    )
+    assert difference["title"] == evidence.DIFFERENCE.title
+    assert problems(difference, difference["datasets"]) == []
+
+    degrades = charts.draw(evidence.DEGRADES, frame, order=order, threshold=0.05).to_dict()
+    assert [layer["mark"]["type"] for layer in degrades["layer"]] == [
+        "area",
+        "line",
+        "rule",
+        "text",
+    ]
+    assert problems(degrades, degrades["datasets"]) == []
+    # The y range fits the lines (1%, 2%) and the rule (5%), not the bands (up to 80%).
+    low, high = degrades["layer"][1]["encoding"]["y"]["scale"]["domain"]
+    assert low == 0.0 and 0.05 < high < 0.1
     latency = charts.draw(
         evidence.of_bucket("latency", "all"),
         evidence.latencies(
@@ -71,8 +154,24 @@ def test_every_chart_draws_with_its_threshold_and_events() -> None:
                 }
             )
         ),
+        events=the_events(),
     ).to_dict()
-    assert latency["layer"][0]["encoding"]["strokeDash"]["field"] == "percentile"
+    assert latency["layer"][0]["layer"][0]["encoding"]["strokeDash"]["field"] == "percentile"
+    assert problems(latency, latency["datasets"]) == []
+
+
+def test_a_chart_with_no_value_is_not_drawn() -> None:
+    """A rate of edge attempts in windows with none (every value a gap) is said in words;
+    Vega would draw an empty chart and warn of an infinite extent."""
+    frame = windows().assign(degrade_rate=None)
+    assert not charts.drawable(evidence.DEGRADES, frame)
+    assert charts.drawable(evidence.CONFLICTS, windows().assign(conflict_rate=0.0))
+    assert evidence.nothing_to_draw(evidence.DEGRADES) == evidence.no_edge_attempts(
+        evidence.DEGRADES
+    )
+    assert evidence.nothing_to_draw(evidence.CONFLICTS) == (
+        "Conflict rate: no value in these windows, so there is nothing to draw."
+    )
 
 
 def test_the_period_shown_starts_no_earlier_than_the_first_window() -> None:

@@ -1,6 +1,7 @@
-"""dashboard.task.grading and the noise floor's frame: what the dashboard shows of a grade
-made by the real `grade()` from traffic built here, and the edge and cloud-vs-itself
-series of the agreement chart, without a render."""
+"""dashboard.task.grading and the noise floor in words: what the dashboard shows of a grade
+made by the real `grade()` from traffic built here, and the cloud against itself in the
+latest window's sentence, without a render (the difference chart's floor:
+test_evidence)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.grading.grade import Traffic, grade
-from dashboard import charts
 from dashboard.task import evidence, grading
 from tests.dashboard.conftest import shown
 
@@ -121,48 +121,6 @@ def test_thresholds_noisy_fields_and_what_is_missing() -> None:
     assert shown(grading.to_change_lines(thin)).splitlines() == [
         f"- {s}" for s in thin["to_change"]
     ]
-
-
-def test_the_noise_floor_frame_leaves_a_bucket_without_repeat_pairs_empty() -> None:
-    start = pd.Timestamp("2026-11-30 02:00", tz="UTC")
-    frame = pd.DataFrame(
-        {
-            "window_start": [start, start, start + pd.Timedelta(minutes=5)],
-            "bucket": ["0-511", "512+", "0-511"],
-            "agreement": [0.9, 0.6, 0.8],
-            "agreement_low": [0.8, 0.4, 0.7],
-            "agreement_high": [0.95, 0.75, 0.9],
-            "self_agreement": [0.98, None, None],
-            "self_agreement_low": [0.9, None, None],
-            "self_agreement_high": [0.99, None, None],
-        }
-    )
-    both = charts.beside_frame(
-        frame,
-        y="agreement",
-        low="agreement_low",
-        high="agreement_high",
-        color="bucket",
-        beside=evidence.NOISE_FLOOR,
-    )
-    floor = both[both["series"] == "cloud vs itself"]
-    assert floor[["bucket", "agreement", "agreement_low"]].to_dict("records") == [
-        {"bucket": "0-511", "agreement": 0.98, "agreement_low": 0.9}
-    ]
-    assert (both["series"] == "edge vs cloud").sum() == len(frame)
-    # Windows from before repeat pairs were counted have no such column: no floor at all.
-    older = charts.beside_frame(
-        frame.drop(columns=["self_agreement"]),
-        y="agreement",
-        low="agreement_low",
-        high="agreement_high",
-        color="bucket",
-        beside=evidence.NOISE_FLOOR,
-    )
-    assert set(older["series"]) == {"edge vs cloud"}
-    drawn = charts.draw(evidence.AGREEMENT, frame, threshold=0.9).to_dict()
-    [line] = [layer for layer in drawn["layer"] if layer["mark"]["type"] == "line"]
-    assert line["encoding"]["strokeDash"]["field"] == "series"
 
 
 def test_the_latest_window_says_the_floor_or_that_there_is_none() -> None:

@@ -67,7 +67,7 @@ def test_a_cusum_run_as_table_and_text() -> None:
     decision = {"evidence": evidence}
     assert views.evidence_kind(decision) == "steps"
     table = views.step_rows(evidence)
-    assert list(table["window"]) == ["2026-11-30 02:55 UTC – 03:00"] * 2
+    assert list(table["window"]) == ["2026-11-30 02:55 – 03:00 UTC"] * 2
     assert list(table["counts"]) == ["12/40"] * 2
     assert "12/40 = 30.0%, evidence +1.23, counted +1.00, sum **5.50**" in views.step_lines(
         evidence
@@ -78,6 +78,25 @@ def test_a_cusum_run_as_table_and_text() -> None:
     assert "began 1,200 windows" in str(views.omitted_steps({**evidence, "steps_omitted": 1200}))
     # Only the windows that added to the sum get example results.
     assert views.bad_windows(decision) == [STEP]
+
+
+def test_windows_of_ten_seconds_are_written_to_the_second() -> None:
+    """A task with 10-second windows: each window reads with its seconds, in the table and
+    the text (to the minute, two windows read "20:29 UTC – 20:29")."""
+    ten = {
+        **WINDOW,
+        "window_start": "2026-11-30T20:29:10+00:00",
+        "window_end": "2026-11-30T20:29:20+00:00",
+    }
+    assert list(views.window_rows({"windows": [ten]})["window"]) == [
+        "2026-11-30 20:29:10 – 20:29:20 UTC"
+    ]
+    assert views.window_lines({"windows": [ten]}).startswith(
+        "- 2026-11-30 20:29:10 – 20:29:20 UTC: 12/40"
+    )
+    assert views.example_heading(ten, "all") == (
+        "Example results of 2026-11-30 20:29:10 – 20:29:20 UTC (all)"
+    )
 
 
 def test_verdicts_per_window_as_table_and_text() -> None:
@@ -123,6 +142,34 @@ def test_the_decision_heading() -> None:
     assert views.decision_heading({**decision, "rule": None, "stage_before": None}).endswith(
         r"(— → rolled\_back)"
     )
+    # On the page of a task whose windows are shorter than a minute: to the second.
+    assert views.decision_heading(decision, seconds=True).startswith("**2026-11-30 03:01:00 UTC**")
+
+
+def test_alerts_and_eval_runs_read_their_times_as_the_page_does() -> None:
+    """The alerts' and a blocked model's runs' tables give times as every sentence does
+    (they were raw stored values, microseconds and +00:00)."""
+    opened = datetime(2026, 11, 30, 20, 29, 14, 123456, tzinfo=UTC)
+    alert = {
+        "opened_at": opened,
+        "kind": "no_traffic",
+        "state": "open",
+        "message": "m",
+        "acknowledged_by": None,
+    }
+    assert views.alert_rows([alert], seconds=True).to_dict("records") == [
+        {
+            "opened": "2026-11-30 20:29:14 UTC",
+            "kind": "no_traffic",
+            "state": "open",
+            "message": "m",
+            "acknowledged_by": None,
+        }
+    ]
+    assert views.alert_lines([alert]) == "- 2026-11-30 20:29 UTC · no\\_traffic (open): m"
+    run = {"layer": "l", "accuracy": 0.9, "n": 10, "correct": 9, "current": True, "actor": "a"}
+    [row] = views.run_rows([{**run, "created_at": opened.isoformat()}]).to_dict("records")
+    assert row == {**run, "run at": "2026-11-30 20:29 UTC"}
 
 
 def test_the_gate_and_its_buckets() -> None:
