@@ -4,32 +4,24 @@ a time; the CSV download is the read model's own (`controlplane.rollout.timeline
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pandas as pd
 
 from controlplane.rollout.timeline import Event
-from dashboard.formats import text
+from dashboard.formats import moment, text
 
 # The table shows this many events at a time (a wrapped table of a thousand rows is slow to
 # draw); the CSV holds every event shown.
 PAGE_EVENTS = 100
 
 
-def to_the_second(at: datetime) -> str:
-    """An event's time in UTC, 24-hour, to the second ("2026-12-04 20:33:05 UTC"): events
-    come seconds apart. A naive time is UTC already, as stored."""
-    utc = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
-
-
 def table_rows(events: list[Event]) -> pd.DataFrame:
-    """The events as the page's table shows them: the time for people, every text whole and
-    as written (the table reads its cells as Markdown, so task, actor, what and detail,
-    written by people, keys and task authors, are escaped)."""
+    """The events as the page's table shows them: the time in UTC to the second (events come
+    seconds apart), every text whole and as written (the table reads its cells as Markdown,
+    so task, actor, what and detail, written by people, keys and task authors, are
+    escaped)."""
     return pd.DataFrame(
         {
-            "time": [to_the_second(e.at) for e in events],
+            "time": [moment(e.at, seconds=True) for e in events],
             "kind": [e.kind for e in events],
             "task": [text(e.task or "every task") for e in events],
             "actor": [text(e.actor or "—") for e in events],

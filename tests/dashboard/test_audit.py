@@ -24,7 +24,7 @@ from controlplane.models import Task
 from controlplane.rollout import flags
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.timeline import COLUMNS, Event, Filters, actors, csv_text, rows, timeline
-from dashboard.auditing import PAGE_EVENTS, page_label, to_the_second
+from dashboard.auditing import PAGE_EVENTS, page_label, table_rows
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
@@ -241,9 +241,12 @@ def test_a_csv_cell_starting_like_a_formula_keeps_its_text_after_a_quote(seeded:
 def test_a_time_is_written_in_utc_to_the_second() -> None:
     # 22:33:05.123456 at UTC+2 is 20:33:05 UTC; a naive time is UTC as stored.
     east = datetime(2026, 12, 4, 22, 33, 5, 123456, tzinfo=timezone(timedelta(hours=2)))
-    assert to_the_second(east) == "2026-12-04 20:33:05 UTC"
-    assert to_the_second(datetime(2026, 12, 4, 0, 0, 59, 999999)) == "2026-12-04 00:00:59 UTC"
-    assert to_the_second(datetime(2026, 12, 31, 23, 59, 1, tzinfo=UTC)) == "2026-12-31 23:59:01 UTC"
+    naive = datetime(2026, 12, 4, 0, 0, 59, 999999)
+    events = [Event(at, "flag", None, None, "version 1", "") for at in (east, naive)]
+    assert list(table_rows(events)["time"]) == [
+        "2026-12-04 20:33:05 UTC",
+        "2026-12-04 00:00:59 UTC",
+    ]
     # Pages of the table: the first holds the newest; the last ends with the last event.
     assert page_label(0, 250) == f"1–{PAGE_EVENTS} (newest)"
     assert page_label(2, 250) == f"{2 * PAGE_EVENTS + 1}–250"
