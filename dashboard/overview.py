@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from controlplane.rollout.overview import TaskRow
-from dashboard.formats import clock, decimal, moment, percent
+from dashboard.formats import clock, decimal, moment, percent, seconds_shown
 from dashboard.sparklines import sparkline
 from dashboard.task import views
 from dashboard.task.grading import NOT_GRADED
@@ -27,12 +27,22 @@ COLUMNS = {
 ACTION_WIDTH = 1.2
 
 
-def when(value: datetime | str, now: datetime) -> str:
-    """A time of today (UTC) as its clock ("20:33 UTC"), an older one with its date; a
-    naive time is UTC already (as stored)."""
+def when(value: datetime | str, now: datetime, *, seconds: bool = False) -> str:
+    """A time of today (UTC) as its clock ("20:33 UTC"), an older one with its date; to
+    the second when `seconds`. A naive time is UTC already (as stored)."""
     at = datetime.fromisoformat(value) if isinstance(value, str) else value
     day = at.date() if at.tzinfo is None else at.astimezone(UTC).date()
-    return f"{clock(at)} UTC" if day == now.astimezone(UTC).date() else moment(at)
+    if day == now.astimezone(UTC).date():
+        return f"{clock(at, seconds=seconds)} UTC"
+    return moment(at, seconds=seconds)
+
+
+def to_the_second(row: TaskRow) -> bool:
+    """Whether the row's times are written to the second: its windows are (shorter than a
+    minute, or of minutes and seconds), as everywhere on the dashboard."""
+    if row.window_start is None or row.window_end is None:
+        return False
+    return seconds_shown((row.window_end - row.window_start).total_seconds())
 
 
 def unconfirmed(reason: str, confirmed: bool, confirm_text: str) -> str | None:
@@ -68,7 +78,7 @@ def standing(row: TaskRow, now: datetime) -> str | None:
     if row.window_start is None:
         return "no closed window with results yet"
     if row.quiet_since is not None:
-        return f"no traffic since {when(row.quiet_since, now)}"
+        return f"no traffic since {when(row.quiet_since, now, seconds=to_the_second(row))}"
     return None
 
 
@@ -79,8 +89,9 @@ def trend(row: TaskRow, name: str, now: datetime) -> str:
     if not known or row.window_end is None:
         return ""
     words = name.replace("_", " ")
+    end = when(row.window_end, now, seconds=to_the_second(row))
     label = (
-        f"{words} over the 24 hours to {when(row.window_end, now)}: "
+        f"{words} over the 24 hours to {end}: "
         f"{percent(min(known))} to {percent(max(known))}, last {percent(known[-1])}"
     )
     return sparkline(values, name=name, label=label)

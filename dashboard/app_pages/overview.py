@@ -28,6 +28,7 @@ from dashboard.overview import (
     may_roll_back,
     stage_text,
     standing,
+    to_the_second,
     trend,
     unconfirmed,
     when,
@@ -128,7 +129,7 @@ def task_row(
     else:
         cells[7].markdown(
             f"{line(decision['action'])} by {line(decision['actor'])}  \n"
-            f"{when(decision['created_at'], now)}",
+            f"{when(decision['created_at'], now, seconds=to_the_second(row))}",
             help=text(decision["reason"]),
         )
     if admin is not None:

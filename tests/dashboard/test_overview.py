@@ -9,6 +9,7 @@ no tasks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,7 +33,7 @@ from controlplane.rollout.service import list_decisions
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import END, START
 from dashboard.formats import count, line, money, percent
-from dashboard.overview import COLUMNS, grade_text, stage_text, when
+from dashboard.overview import COLUMNS, grade_text, stage_text, standing, when
 from tests.conftest import cloned_database
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
@@ -322,6 +323,21 @@ def test_each_row_shows_its_figures_in_a_few_words_and_quiet_since_when(
     assert texts(rows["invoice_extract"]["last_decision"]) == ["—"]
     assert not at.dataframe
     assert "In trouble: **ticket_classify** (rolled back" in page_text(at)
+
+
+def test_a_row_of_windows_shorter_than_a_minute_gives_its_times_to_the_second(
+    seeded_once: Seeded,
+) -> None:
+    [row, *_] = read(seeded_once, overview).rows
+    assert row.quiet_since is not None and row.window_start is not None
+    ended = row.quiet_since + timedelta(seconds=10)
+    short = replace(row, window_end=row.window_start + timedelta(seconds=10), quiet_since=ended)
+    # The seed's windows are of 5 minutes; its quiet day is not today.
+    assert standing(row, ended) == f"no traffic since {ended - timedelta(seconds=10):%H:%M} UTC"
+    assert standing(short, ended) == f"no traffic since {ended:%H:%M:%S} UTC"
+    assert standing(short, ended + timedelta(days=1)) == (
+        f"no traffic since {ended:%Y-%m-%d %H:%M:%S} UTC"
+    )
 
 
 def test_admin_sees_kill_acknowledge_and_roll_back_and_a_read_key_does_not(
