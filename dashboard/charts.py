@@ -45,9 +45,12 @@ def time_x(field: str = "window_start") -> alt.X:
 
 
 def time_tooltip(field: str, title: str, *, seconds: bool) -> alt.Tooltip:
-    """A time in a tooltip, in UTC 24-hour time (to the second when `seconds`)."""
+    """A time in a tooltip, in UTC 24-hour time (to the second when `seconds`). A UTC time
+    unit makes Vega-Lite format it with utcFormat (its `formatType="utc"` is taken for a
+    custom format and writes NaN); the unit truncates nothing finer than the format."""
+    unit = "utcyearmonthdatehoursminutes" + ("seconds" if seconds else "")
     return alt.Tooltip(
-        f"{field}:T", title=title, format=formats.time_tooltip(seconds=seconds), formatType="utc"
+        f"{field}:T", title=title, timeUnit=unit, format=formats.time_tooltip(seconds=seconds)
     )
 
 

@@ -56,7 +56,12 @@ def _fields(encoding: Mapping[str, Any], channel: str) -> list[Mapping[str, Any]
 
 
 def _is_utc(definition: Mapping[str, Any], *, axis: bool) -> bool:
-    if definition.get("formatType") == "utc":
+    """Whether a time is written in UTC: a UTC time unit (Vega-Lite then formats with
+    utcFormat), or on an axis a UTC scale labelled with utcFormat. Vega-Lite takes
+    `formatType: "utc"` for a custom format and writes NaN: never UTC."""
+    if definition.get("formatType") is not None:
+        return False
+    if str(definition.get("timeUnit", "")).startswith("utc"):
         return True
     if axis:
         label = (definition.get("axis") or {}).get("labelExpr", "")
