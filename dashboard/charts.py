@@ -192,11 +192,12 @@ def band_lines(
         alt.Tooltip(f"{high}:Q", format=_value(percent, signed)),
     ]
     colour = _colour(chart.color, order)
+    # Every layer reads the one frame (sent once), each filtering the rows it draws.
+    base = alt.Chart(drawn)
     layers: list[Any] = []
-    bands = _held(drawn, low, high)
-    if not bands.empty:
+    if not _held(drawn, low, high).empty:
         layers.append(
-            alt.Chart(bands)
+            base.transform_filter(f"isValid(datum['{low}']) && isValid(datum['{high}'])")
             .mark_area(opacity=BAND_OPACITY, clip=True)
             .encode(
                 x=time_x(),
@@ -208,7 +209,7 @@ def band_lines(
         )
     encoding: dict[str, Any] = {"x": time_x(), "y": axis, "color": colour, "tooltip": tooltip}
     if chart.dash is None:
-        layers.append(alt.Chart(drawn).mark_line(point=True, clip=True).encode(**encoding))
+        layers.append(base.mark_line(point=True, clip=True).encode(**encoding))
     else:
         # The first dash value is the chart's own figure, drawn with its points (a layer of
         # their own: points on the dashed lines would make the dash legend's symbols
@@ -216,10 +217,13 @@ def band_lines(
         held = set(drawn[chart.dash])
         dashes = [d for d in chart.dashes or sorted(held) if d in held]
         encoding["strokeDash"] = _dash(chart.dash, dashes)
-        layers.append(alt.Chart(drawn).mark_line(clip=True).encode(**encoding))
-        own = drawn[drawn[chart.dash] == dashes[0]]
+        layers.append(base.mark_line(clip=True).encode(**encoding))
         points = {k: v for k, v in encoding.items() if k != "strokeDash"}
-        layers.append(alt.Chart(own).mark_point(filled=True, clip=True).encode(**points))
+        layers.append(
+            base.transform_filter(alt.datum[chart.dash] == dashes[0])
+            .mark_point(filled=True, clip=True)
+            .encode(**points)
+        )
     if threshold is not None:
         axis = _y("threshold", chart.y_title, percent, signed=signed, domain=domain)
         at = formats.percent(threshold) if percent else formats.number(threshold)

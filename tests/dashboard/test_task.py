@@ -368,6 +368,13 @@ def test_route_accuracy_apart_and_alerts_once_labels_close_a_window(seeded: Seed
     ) in text
     for alert in alerts:
         assert f"{alert['kind']} ({alert['state']}): {alert['message']}" in text
+    # The route-accuracy charts (a band under its line, the rule) and the alerts' rules
+    # draw as every other chart: nothing Vega warns of.
+    drawn = charts_on(at)
+    assert evidence.ROUTE_ACCURACY.title in drawn and evidence.MISSES.title in drawn
+    assert {title: problems(*chart) for title, chart in drawn.items()} == {
+        title: [] for title in drawn
+    }
 
 
 def test_a_task_without_results_says_what_to_expect_in_sentences(seeded: Seeded) -> None:
