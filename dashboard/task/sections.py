@@ -445,7 +445,7 @@ def cost(shown: Shown) -> None:
     if found is None:
         st.info("No closed window yet: cost against the cloud baseline shows once one closes.")
         return
-    st.markdown(spans.cost_sentence(found))
+    st.markdown(spans.cost_sentence(found, seconds=shown.seconds))
     st.markdown(
         spans.cost_rule_sentence(
             found,
@@ -479,7 +479,7 @@ def input_lengths(shown: Shown) -> None:
     if found is None:
         st.info("No closed window yet: input lengths show once one closes.")
         return
-    st.markdown(spans.lengths_sentence(shown.task, found))
+    st.markdown(spans.lengths_sentence(shown.task, found, seconds=shown.seconds))
     baseline, now = spans.histogram_frames(found)
     top = spans.histogram_top(baseline, now)
     baseline_col, now_col = st.columns(2)

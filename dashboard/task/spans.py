@@ -49,8 +49,8 @@ def cost_frame(cost: Row) -> pd.DataFrame:
     )
 
 
-def _over(cost: Row) -> str:
-    """The span the figures cover, in words."""
+def _over(cost: Row, seconds: bool) -> str:
+    """The span the figures cover, in words (its ends to the second when `seconds`)."""
     terms = cost["terms"]
     elapsed = duration(int(terms["span_seconds"]))
     since = {
@@ -59,7 +59,8 @@ def _over(cost: Row) -> str:
         "first_window": f"Over the {elapsed} since the task's first window",
     }[cost["cut"]]
     return (
-        f"{since} (from {moment(cost['since'])} to {moment(cost['until'])}: "
+        f"{since} (from {moment(cost['since'], seconds=seconds)} to "
+        f"{moment(cost['until'], seconds=seconds)}: "
         f"{count(terms['windows'])} windows with results, {count(terms['results'])} results)"
     )
 
@@ -80,7 +81,7 @@ def _itemised(terms: Row) -> str:
     return " (" + ", ".join(f"{line(k)} {money(v)}" for k, v in largest) + ")"
 
 
-def cost_sentence(cost: Row) -> str:
+def cost_sentence(cost: Row, *, seconds: bool = False) -> str:
     """What offloading saved over the span against the cloud alone, the fixed costs of the
     same span, and the net with its interval and per day: the net_savings rule's sum."""
     terms = cost["terms"]
@@ -92,7 +93,7 @@ def cost_sentence(cost: Row) -> str:
     )
     per_day = terms["net_savings"] * 86400 / terms["span_seconds"]
     return (
-        f"{_over(cost)} offloading {_saved(terms['savings'])}: paid {money(terms['paid'])} "
+        f"{_over(cost, seconds)} offloading {_saved(terms['savings'])}: paid {money(terms['paid'])} "
         f"(edge {money(terms['edge_cost'])}, cloud {money(terms['cloud_cost'])}) against "
         f"{money(terms['baseline_cost'])} for the cloud alone. Fixed costs "
         f"{money(terms['fixed_cost'])} for those {duration(int(terms['span_seconds']))}"
@@ -179,22 +180,24 @@ def _tokens(value: float | None) -> str:
     return "no data" if value is None else f"about {whole(value)} tokens"
 
 
-def baseline_words(baseline: Row) -> str:
+def baseline_words(baseline: Row, *, seconds: bool = False) -> str:
     """Where the baseline came from and what it holds."""
     since = (
-        f", {moment(baseline['start'])} to {moment(baseline['end'])}"
+        f", {moment(baseline['start'], seconds=seconds)} to "
+        f"{moment(baseline['end'], seconds=seconds)}"
         if baseline.get("start") and baseline.get("end")
         else ""
     )
     return f"{line(baseline['source'])} ({count(baseline['n'])} results{since})"
 
 
-def lengths_sentence(task: str, lengths: Row) -> str:
+def lengths_sentence(task: str, lengths: Row, *, seconds: bool = False) -> str:
     """The span's input lengths against the baseline: medians, the index, the share over
     the cap; or that there is no baseline, and what makes one."""
     span = duration(int(lengths["span_seconds"]))
     now = (
-        f"Over the last {span} (to {moment(lengths['until'])}, {count(lengths['results'])} "
+        f"Over the last {span} (to {moment(lengths['until'], seconds=seconds)}, "
+        f"{count(lengths['results'])} "
         f"results) inputs are {_tokens(lengths['median_now'])} at the median"
     )
     baseline = lengths["baseline"]
@@ -215,8 +218,8 @@ def lengths_sentence(task: str, lengths: Row) -> str:
     )
     return (
         f"{now}, against {_tokens(lengths['median_baseline'])} in the baseline, "
-        f"{baseline_words(baseline)}: {index} (0 is the same shape; 0.1 is a moderate "
-        f"shift, 0.25 a large one).{over}"
+        f"{baseline_words(baseline, seconds=seconds)}: {index} (0 is the same shape; 0.1 is "
+        f"a moderate shift, 0.25 a large one).{over}"
     )
 
 

@@ -97,6 +97,10 @@ def test_a_span_cut_by_the_stage_and_a_loss_read_as_such() -> None:
     assert shown(spans.cost_sentence(cost)).startswith(
         "Over the 2h since the stage began (from 2026-11-30 01:00 UTC"
     )
+    # A task whose windows are not whole minutes reads its times to the second.
+    assert shown(spans.cost_sentence(cost, seconds=True)).startswith(
+        "Over the 2h since the stage began (from 2026-11-30 01:00:00 UTC"
+    )
     [loss] = [SpanWindow(FIRST, 10, 1.0, 2.0, 2.5)]
     lost = cost_view(
         config(), [loss], at=FIRST, span_seconds=HOUR, origin=FIRST, stage_origin=None, rule=None
