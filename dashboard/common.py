@@ -94,7 +94,7 @@ def sign_out(principal: Principal) -> None:
 
 def log_session(event: str, principal: Principal) -> None:
     """One log line per sign-in and sign-out, naming the key (never the key itself)."""
-    line = {"ts": now().isoformat(timespec="milliseconds"), "event": event, "key": principal.name}
+    line = {"ts": now(), "event": event, "key": principal.name}
     log.info(orjson.dumps(line).decode())
 
 

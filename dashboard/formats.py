@@ -128,6 +128,11 @@ def number(value: float) -> str:
     return f"{value:g}"
 
 
+def coordinate(value: float) -> float:
+    """A drawing's coordinate to a tenth of its unit: enough for a crisp line, short text."""
+    return round(value, 1)
+
+
 def count(value: int) -> str:
     """A whole number with thousands separated ("1,200")."""
     return f"{value:,}"

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from html import escape
 
+from dashboard.formats import coordinate
+
 # The drawing's own units; the SVG stretches to its cell's width and keeps its height.
 WIDTH = 120
 HEIGHT = 28
@@ -48,7 +50,7 @@ def points(series: Sequence[tuple[datetime, float | None]]) -> list[list[tuple[f
             continue
         x = PAD + (WIDTH - 2 * PAD) * ((at - first).total_seconds() / seconds if seconds else 1)
         y = PAD + (HEIGHT - 2 * PAD) * (high - value) / (high - low)
-        runs[-1].append((round(x, 1), round(y, 1)))
+        runs[-1].append((coordinate(x), coordinate(y)))
     return [run for run in runs if run]
 
 
