@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import altair as alt
 import pandas as pd
@@ -48,7 +48,9 @@ def time_tooltip(field: str, title: str, *, seconds: bool) -> alt.Tooltip:
     """A time in a tooltip, in UTC 24-hour time (to the second when `seconds`). A UTC time
     unit makes Vega-Lite format it with utcFormat (its `formatType="utc"` is taken for a
     custom format and writes NaN); the unit truncates nothing finer than the format."""
-    unit = "utcyearmonthdatehoursminutes" + ("seconds" if seconds else "")
+    unit: Literal["utcyearmonthdatehoursminutesseconds", "utcyearmonthdatehoursminutes"] = (
+        "utcyearmonthdatehoursminutesseconds" if seconds else "utcyearmonthdatehoursminutes"
+    )
     return alt.Tooltip(
         f"{field}:T", title=title, timeUnit=unit, format=formats.time_tooltip(seconds=seconds)
     )

@@ -12,13 +12,19 @@ from dashboard import common, formats
 
 st.set_page_config(page_title="Shadowplane", layout="wide")
 
+
+def _blank() -> None:
+    """A signed-out page's body: nothing (the sign-in link is drawn below, knowing the
+    address the page was opened at)."""
+
+
 principal = common.signed_in()
 if principal is None:
     # Every page's address answers, so the sign-in link brings the browser back to it. The
     # page is drawn here, knowing its address (a page's function is not told it).
     signed_out = st.navigation(
         [
-            st.Page(common.signed_out, title="Sign in", url_path=path, default=path == "overview")
+            st.Page(_blank, title="Sign in", url_path=path, default=path == "overview")
             for path in common.PATHS
         ],
         position="hidden",

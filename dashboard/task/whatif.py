@@ -231,7 +231,9 @@ def _tooltip(y: str, rate: bool) -> list[alt.Tooltip]:
     ]
 
 
-def _chart(frame: pd.DataFrame, y: str, title: str, *, rate: bool) -> alt.LayerChart:
+def _chart(
+    frame: pd.DataFrame, y: str, title: str, *, rate: bool
+) -> alt.LayerChart | alt.FacetChart:
     """`y` against the edge's share: the curve as a line (with its interval as a light
     band when there is one), the candidate and today as rules at their share with a point
     where they have the figure. Layers with nothing to draw are left out."""
@@ -278,7 +280,9 @@ def _chart(frame: pd.DataFrame, y: str, title: str, *, rate: bool) -> alt.LayerC
     )
 
 
-def curve_charts(frame: pd.DataFrame) -> tuple[alt.LayerChart, alt.LayerChart]:
+def curve_charts(
+    frame: pd.DataFrame,
+) -> tuple[alt.LayerChart | alt.FacetChart, alt.LayerChart | alt.FacetChart]:
     """Agreement, and cost, against the edge's share as the cap moves."""
     return (
         _chart(frame, "agreement", AGREEMENT_TITLE, rate=True),
