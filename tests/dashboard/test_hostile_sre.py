@@ -24,7 +24,7 @@ from controlplane.models.base import utcnow
 from controlplane.rollout import actions
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.timeline import csv_text, timeline
-from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +50,8 @@ def markup_bodies(at: AppTest) -> list[str]:
         str(e.value) for kind in ("error", "warning", "info", "success") for e in getattr(at, kind)
     ]
     bodies += [str(b.label) for b in at.button]
+    # A table's cells are markdown too (st.table renders each cell's text as markdown).
+    bodies += [str(cell) for t in at.table for cell in t.value.to_numpy().ravel()]
     return bodies
 
 
@@ -130,6 +132,8 @@ def test_an_audit_event_is_not_rendered_as_markdown(seeded: Seeded) -> None:
     actions.rollback(seeded.engine, IN_SHADOW, actor="admin", reason=f"{IMAGE} {LINK}")
     at = open_page(seeded, "read", AUDIT)
     assert not at.exception
+    # The reason is on the page (in the events table), as text.
+    assert any("evil.example" in shown(body) for body in markup_bodies(at))
     assert not injected(at), injected(at)
 
 
