@@ -216,7 +216,7 @@ def gate(shown: Shown) -> None:
         return
     st.markdown(views.gate_sentence(verdict))
     rows = views.gate_rows(verdict)
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.dataframe(views.gate_table(rows), hide_index=True)
     st.markdown(views.gate_lines(rows))
 
 

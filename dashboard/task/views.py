@@ -298,6 +298,26 @@ def gate_rows(gate: Row) -> list[dict[str, Any]]:
     return [{"bucket": bucket, **view} for bucket, view in gate["buckets"].items()]
 
 
+GATE_COLUMNS = ["bucket", "verdict", "pairs", "agreement", "lower bound"]
+
+
+def gate_table(rows: Sequence[Row]) -> pd.DataFrame:
+    """The gate's buckets as a table, its rates in percent as the sentences write them."""
+    return pd.DataFrame(
+        [
+            {
+                "bucket": r["bucket"],
+                "verdict": r["verdict"],
+                "pairs": r["pairs"],
+                "agreement": percent(r["agreement"]),
+                "lower bound": percent(r["agreement_low"]),
+            }
+            for r in rows
+        ],
+        columns=GATE_COLUMNS,
+    )
+
+
 def gate_lines(rows: list[dict[str, Any]]) -> str:
     return "\n".join(
         f"- {line(row['bucket'])}: **{line(row['verdict'])}** — {row['pairs']} pairs, "
@@ -355,7 +375,11 @@ def run_rows(runs: Sequence[Row]) -> pd.DataFrame:
     """A blocked model's eval runs as a table, each with when it ran (as every time on the
     page)."""
     return pd.DataFrame(
-        [{**r, "run at": moment(r["created_at"])} for r in runs], columns=RUN_COLUMNS
+        [
+            {**r, "accuracy": percent(r["accuracy"]), "run at": moment(r["created_at"])}
+            for r in runs
+        ],
+        columns=RUN_COLUMNS,
     )
 
 

@@ -169,7 +169,7 @@ def test_alerts_and_eval_runs_read_their_times_as_the_page_does() -> None:
     assert views.alert_lines([alert]) == "- 2026-11-30 20:29 UTC · no\\_traffic (open): m"
     run = {"layer": "l", "accuracy": 0.9, "n": 10, "correct": 9, "current": True, "actor": "a"}
     [row] = views.run_rows([{**run, "created_at": opened.isoformat()}]).to_dict("records")
-    assert row == {**run, "run at": "2026-11-30 20:29 UTC"}
+    assert row == {**run, "accuracy": "90.0%", "run at": "2026-11-30 20:29 UTC"}
 
 
 def test_the_gate_and_its_buckets() -> None:
@@ -191,6 +191,16 @@ def test_the_gate_and_its_buckets() -> None:
     assert views.gate_lines(rows) == (
         "- 0\\-511: **fail** — 40 pairs, agreement 80.0% (lower bound 70.0%)"
     )
+    # The table in percent, as the sentences write it.
+    assert views.gate_table(rows).to_dict("records") == [
+        {
+            "bucket": "0-511",
+            "verdict": "fail",
+            "pairs": 40,
+            "agreement": "80.0%",
+            "lower bound": "70.0%",
+        }
+    ]
 
 
 def test_shown_reads_buckets_and_the_judged_versions_buckets() -> None:
