@@ -152,16 +152,17 @@ def counts(w: Row) -> str:
 
 
 def window_rows(evidence: Row) -> pd.DataFrame:
-    """The windows a rule judged: counts, estimate, bound, threshold, verdict."""
+    """The windows a rule judged: counts, estimate, bound, threshold, verdict (rates in
+    percent, as the sentences write them)."""
     bound = bound_name(evidence)
     return pd.DataFrame(
         [
             {
                 "window": span(w["window_start"], w["window_end"]),
                 "counts": counts(w),
-                "estimate": w["estimate"],
-                bound: w["bound"],
-                "threshold": w["threshold"],
+                "estimate": percent(w["estimate"]),
+                bound: percent(w["bound"]),
+                "threshold": number(w["threshold"]),
                 "verdict": w["verdict"],
             }
             for w in evidence.get("windows") or []
@@ -186,10 +187,10 @@ def step_rows(evidence: Row) -> pd.DataFrame:
             {
                 "window": span(s["window_start"], s["window_end"]),
                 "counts": counts(s),
-                "estimate": s["estimate"],
-                "evidence": s["contribution"],
-                "counted": s["counted"],
-                "sum": s["sum"],
+                "estimate": percent(s["estimate"]),
+                "evidence": decimal(s["contribution"], signed=True),
+                "counted": decimal(s["counted"], signed=True),
+                "sum": decimal(s["sum"]),
             }
             for s in evidence.get("steps") or []
         ]

@@ -69,6 +69,9 @@ def test_a_cusum_run_as_table_and_text() -> None:
     table = views.step_rows(evidence)
     assert list(table["window"]) == ["2026-11-30 02:55 – 03:00 UTC"] * 2
     assert list(table["counts"]) == ["12/40"] * 2
+    # Rates in percent and the evidence signed, as the text writes them.
+    assert list(table["estimate"]) == ["30.0%"] * 2
+    assert list(table["evidence"]) == ["+1.23"] * 2 and list(table["sum"]) == ["5.50"] * 2
     assert "12/40 = 30.0%, evidence +1.23, counted +1.00, sum **5.50**" in views.step_lines(
         evidence
     )
@@ -104,7 +107,7 @@ def test_verdicts_per_window_as_table_and_text() -> None:
     decision = {"evidence": evidence}
     assert views.evidence_kind(decision) == "windows"
     table = views.window_rows(evidence)
-    assert list(table["95% bound"]) == [0.21, 0.21]
+    assert list(table["95% bound"]) == ["21.0%", "21.0%"]
     assert list(table["verdict"]) == ["breach", "ok"]
     assert "12/40 = 30.0%, 95% bound 21.0%, threshold 0.15: **breach**" in views.window_lines(
         evidence
