@@ -299,7 +299,16 @@ def gate_rows(gate: Row) -> list[dict[str, Any]]:
     return [{"bucket": bucket, **view} for bucket, view in gate["buckets"].items()]
 
 
-GATE_COLUMNS = ["bucket", "verdict", "pairs", "agreement", "lower bound"]
+GATE_COLUMNS = [
+    "bucket",
+    "verdict",
+    "results",
+    "pairs",
+    "agreement",
+    "lower bound",
+    "edge failures",
+    "upper bound",
+]
 
 
 def gate_table(rows: Sequence[Row]) -> pd.DataFrame:
@@ -309,9 +318,12 @@ def gate_table(rows: Sequence[Row]) -> pd.DataFrame:
             {
                 "bucket": r["bucket"],
                 "verdict": r["verdict"],
+                "results": r.get("results"),
                 "pairs": r["pairs"],
                 "agreement": percent(r["agreement"]),
                 "lower bound": percent(r["agreement_low"]),
+                "edge failures": percent(r.get("edge_fail_rate")),
+                "upper bound": percent(r.get("edge_fail_rate_high")),
             }
             for r in rows
         ],

@@ -182,7 +182,15 @@ def test_the_gate_and_its_buckets() -> None:
         "stage": "shadow",
         "reasons": ["agreement below 0.9"],
         "buckets": {
-            "0-511": {"verdict": "fail", "pairs": 40, "agreement": 0.8, "agreement_low": 0.7}
+            "0-511": {
+                "verdict": "fail",
+                "results": 50,
+                "pairs": 40,
+                "agreement": 0.8,
+                "agreement_low": 0.7,
+                "edge_fail_rate": 0.02,
+                "edge_fail_rate_high": None,
+            }
         },
     }
     assert views.gate_sentence(gate) == (
@@ -199,9 +207,12 @@ def test_the_gate_and_its_buckets() -> None:
         {
             "bucket": "0-511",
             "verdict": "fail",
+            "results": 50,
             "pairs": 40,
             "agreement": "80.0%",
             "lower bound": "70.0%",
+            "edge failures": "2.0%",
+            "upper bound": "—",
         }
     ]
 
