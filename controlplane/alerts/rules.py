@@ -8,16 +8,20 @@ an open alert stays as it is.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from controlplane.catalog.schemas import AlertsConfig
-from controlplane.metrics.stats import median, wilson
+from controlplane.metrics.stats import median
 from controlplane.timeutil import duration
 
 LIVE_STAGES = ("shadow", "canary", "full")
 MIN_CONFLICTS = 3
+# conflict_jump opens when a rate at its line would hold as many conflicts less often than
+# this: one side of a 95% interval, as the lower bound it read before.
+JUMP_P_VALUE = 0.025
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +53,26 @@ def _pct(x: float) -> str:
 def conflict_jump(
     current: WindowSummary, history: Sequence[WindowSummary], config: AlertsConfig
 ) -> Finding:
+    """The window's conflict rate against the pooled rate of the baseline windows (their
+    conflicts over their pairs, so windows of a few pairs weigh as little as they hold)."""
     kind = "conflict_jump"
-    rates = [w.n_conflict / w.n_pairs for w in history[-config.baseline_windows :] if w.n_pairs]
-    if not current.n_pairs or len(rates) < min(3, config.baseline_windows):
+    baseline = [w for w in history[-config.baseline_windows :] if w.n_pairs]
+    if not current.n_pairs or len(baseline) < min(3, config.baseline_windows):
         return Finding(kind, None)
+    base_conflicts = sum(w.n_conflict for w in baseline)
+    base_pairs = sum(w.n_pairs for w in baseline)
     rate = current.n_conflict / current.n_pairs
-    base = median(rates) or 0.0
+    base = base_conflicts / base_pairs
     line = config.conflict_jump * base
-    interval = wilson(current.n_conflict, current.n_pairs)
-    low = interval[0] if interval else 0.0
-    if current.n_conflict >= MIN_CONFLICTS and low >= line:
-        firing: bool | None = True
-    elif rate < line or current.n_conflict < MIN_CONFLICTS:
-        firing = False
+    if current.n_conflict < MIN_CONFLICTS or rate < line:
+        firing: bool | None = False
+    elif (
+        jump_p_value(
+            current.n_conflict, current.n_pairs, base_conflicts, base_pairs, config.conflict_jump
+        )
+        < JUMP_P_VALUE
+    ):
+        firing = True
     else:
         firing = None  # above the line but not conclusively: hold the current state
     return Finding(
@@ -70,9 +81,40 @@ def conflict_jump(
         rate,
         base,
         f"Conflict rate {_pct(rate)} ({current.n_conflict}/{current.n_pairs} pairs) against a "
-        f"baseline of {_pct(base)} (median of the last {len(rates)} windows); the alert line "
-        f"is {config.conflict_jump:g}× the baseline.",
+        f"baseline of {_pct(base)} ({base_conflicts}/{base_pairs} pairs over the last "
+        f"{len(baseline)} windows); the alert line is {config.conflict_jump:g}× the baseline.",
     )
+
+
+def jump_p_value(
+    conflicts: int, pairs: int, base_conflicts: int, base_pairs: int, ratio: float
+) -> float:
+    """How likely a window of `pairs` pairs holds `conflicts` conflicts or more if its rate
+    were only `ratio` × the baseline's: the exact conditional test of two Poisson rates
+    (given the conflicts of both, the window's share of them is binomial)."""
+    weight = ratio * pairs
+    return _at_least(conflicts, conflicts + base_conflicts, weight / (weight + base_pairs))
+
+
+def _at_least(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0 or p >= 1.0:
+        return 1.0
+    if p <= 0.0 or k > n:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    mode = (n + 1) * p
+    total = 0.0
+    for i in range(k, n + 1):
+        term = math.exp(
+            math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+            + i * log_p + (n - i) * log_q
+        )  # fmt: skip
+        total += term
+        # Past the mode the terms only shrink: stop once they no longer count.
+        if i > mode and term < total * 1e-15:
+            break
+    return min(1.0, total)
 
 
 def edge_share_jump(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from controlplane.alerts import rules
 from controlplane.alerts.rules import WindowSummary
@@ -27,16 +30,47 @@ HISTORY = [w(k) for k in range(4)]
 
 
 def test_conflict_jump_needs_the_lower_bound_over_the_line_and_clears_below_it() -> None:
-    # baseline 4%; line 8%. 40/200 = 20%: lower bound ≈ 15% → fires.
+    # baseline 32/800 = 4%; line 8%. 40/200 = 20% is clearly over it → fires.
     fired = rules.conflict_jump(w(4, conflicts=40), HISTORY, CONFIG)
     assert fired.firing is True and fired.value == 0.2 and fired.baseline == 0.04
     assert "20.0%" in fired.message and "4.0%" in fired.message
-    # 18/200 = 9% is over the line but its lower bound is not: hold the current state.
+    # 18/200 = 9% is over the line but not clearly: hold the current state.
     assert rules.conflict_jump(w(4, conflicts=18), HISTORY, CONFIG).firing is None
     # Below the line: clears.
     assert rules.conflict_jump(w(4, conflicts=10), HISTORY, CONFIG).firing is False
     # A handful of pairs cannot fire it, however bad.
     assert rules.conflict_jump(w(4, n=2, pairs=2, conflicts=2), HISTORY, CONFIG).firing is False
+
+
+def test_conflict_jump_pools_the_baseline_windows_by_their_pairs() -> None:
+    # Four windows of 10 pairs, one conflict among them: the median of their rates is 0,
+    # the pooled rate 1/40 = 2.5%, the line 5%.
+    few = [w(k, n=10, pairs=10, conflicts=1 if k == 2 else 0) for k in range(4)]
+    same_rate = rules.conflict_jump(w(4, n=100, pairs=100, conflicts=3), few, CONFIG)
+    assert same_rate.firing is False and same_rate.baseline == 1 / 40
+    assert "(1/40 pairs over the last 4 windows)" in same_rate.message
+    # 3/10 is over the line, but 40 baseline pairs are too few to call it a jump: the
+    # window's share of the 4 conflicts at the line would be 20/(20+40) = 1/3, and
+    # P(3 or more of 4) = 4·(1/3)³·(2/3) + (1/3)⁴ = 9/81 ≈ 0.11, not below 0.025.
+    assert rules.conflict_jump(w(4, n=10, pairs=10, conflicts=3), few, CONFIG).firing is None
+    # After 400 clean pairs it is: a share of 20/420, P(all 3 of 3) = (1/21)³ ≈ 0.0001.
+    clean = [w(k, n=100, pairs=100, conflicts=0) for k in range(4)]
+    jumped = rules.conflict_jump(w(4, n=10, pairs=10, conflicts=3), clean, CONFIG)
+    assert jumped.firing is True and jumped.baseline == 0.0
+
+
+def test_the_jump_p_value_is_the_binomial_tail_of_the_windows_share() -> None:
+    for conflicts, pairs, base_conflicts, base_pairs, ratio in [
+        (3, 10, 1, 40, 2.0), (18, 200, 32, 800, 2.0), (40, 200, 32, 800, 2.0),
+        (5, 50, 0, 300, 1.5), (0, 10, 4, 40, 2.0),
+    ]:  # fmt: skip
+        n, share = conflicts + base_conflicts, ratio * pairs / (ratio * pairs + base_pairs)
+        tail = sum(
+            math.comb(n, i) * share**i * (1 - share) ** (n - i) for i in range(conflicts, n + 1)
+        )
+        got = rules.jump_p_value(conflicts, pairs, base_conflicts, base_pairs, ratio)
+        assert got == pytest.approx(tail, rel=1e-9)
+    assert rules.jump_p_value(3, 10, 1, 40, 2.0) == pytest.approx(9 / 81)
 
 
 def test_conflict_jump_without_a_baseline_or_pairs_says_nothing() -> None:

@@ -74,11 +74,6 @@ def _window(k: int, pairs: int, conflicts: int) -> WindowSummary:
     return WindowSummary(start, pairs, pairs, conflicts, 0, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="conflict_jump's baseline is the median of per-window rates: 0 when windows hold "
-    "few pairs, so any window with 3 conflicts opens it (the demo's steady phase)",
-)
 def test_conflict_jump_stays_shut_on_a_window_whose_rate_has_not_moved() -> None:
     # Twelve windows of 10 pairs each (a canary checking one answer in ten, as the demo's
     # costly_edge steady phase does): 3 conflicts in 120 pairs, 2.5%. The median of the
