@@ -191,11 +191,18 @@ def sign_in(driver: WebDriver, base: str, key: str) -> None:
     driver.get(f"{base}/_stcore/health")  # the dashboard's site, without starting the app
     driver.delete_all_cookies()
     driver.get(base)
-    field = WebDriverWait(driver, PAGE_SECONDS).until(
-        lambda d: d.find_element(By.CSS_SELECTOR, "input[type='password']")
+    # Pages are replaced on the way (the onward page, the sign-in page, the app): an element
+    # read while its page goes is stale, and is read again.
+    stale = (StaleElementReferenceException,)
+    field = WebDriverWait(driver, PAGE_SECONDS, ignored_exceptions=stale).until(
+        lambda d: (
+            "/signin" in d.current_url and d.find_element(By.CSS_SELECTOR, "input[type='password']")
+        )
     )
     field.send_keys(key + Keys.ENTER)
-    WebDriverWait(driver, PAGE_SECONDS).until(lambda d: "Signed in as" in body_text(d))
+    WebDriverWait(driver, PAGE_SECONDS, ignored_exceptions=stale).until(
+        lambda d: "Signed in as" in body_text(d)
+    )
 
 
 def open_page(driver: WebDriver, title: str) -> None:
