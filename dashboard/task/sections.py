@@ -572,6 +572,7 @@ def routing_whatif(shown: Shown) -> None:
         "and cost, and how agreement and cost move with the edge's share as the cap moves."
     )
     config = shown.config
+    whatif.start_inputs(st.session_state, shown.task)
     day = whatif.default_day(loaders.load_span(shown.url, config["id"]), dt.datetime.now(dt.UTC))
     from_col, to_col = st.columns(2)
     with from_col:

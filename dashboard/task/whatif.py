@@ -5,7 +5,7 @@ page), what today's flag does in words, and the cost–quality curve of the cap 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import altair as alt
@@ -28,11 +28,25 @@ MAX_DAYS = 31
 KEPT = 5
 
 Setting = tuple[str, dt.datetime, dt.datetime, int | None, float | None]
+# The inputs' keys: they start at the shown task's own values (its newest day, its cap of
+# today, no floor), and again when another task is shown.
+INPUTS = ("whatif_from", "whatif_to", "whatif_cap", "whatif_confidence")
+INPUTS_TASK = "whatif_task"
 
 
 def default_day(span: tuple[dt.datetime, dt.datetime] | None, now: dt.datetime) -> dt.date:
     """The UTC day of the newest window (the day `now` without one)."""
     return (span[1] - dt.timedelta(seconds=1)).date() if span else now.date()
+
+
+def start_inputs(state: MutableMapping[Any, Any], task: str) -> None:
+    """Forget the inputs' values when `task` is not the one they were set for (another
+    task was picked on the same page), so they start at this task's own; then remember
+    `task`."""
+    if state.get(INPUTS_TASK) != task:
+        for key in INPUTS:
+            state.pop(key, None)
+    state[INPUTS_TASK] = task
 
 
 def period(first_day: dt.date, last_day: dt.date) -> tuple[dt.datetime, dt.datetime, str | None]:

@@ -23,6 +23,7 @@ from controlplane.db import session_scope
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.sim.evalset_example import END, START
 from dashboard import formats
+from dashboard.task import whatif
 from dashboard.task.whatif import AGREEMENT_TITLE, COST_TITLE
 from tests.dashboard.conftest import Seeded, open_page, page_text
 from tests.metrics.test_whatif import _wilson, curve_caps, curve_point, replayed
@@ -298,3 +299,14 @@ def test_the_whatif_runs_when_asked_and_is_kept_for_its_setting(seeded_once: See
     assert [b for b in at.button if b.key == "whatif_replay"]
     at.number_input(key="whatif_cap").set_value(CAP).run()
     assert any("setting" in df.value for df in at.dataframe)
+
+
+def test_the_inputs_start_again_at_another_tasks_own_values() -> None:
+    # Streamlit keeps a keyed input's value across reruns: set for one task, it would
+    # stay when another is picked, so the page forgets them when the task changes.
+    state: dict[str, Any] = {"whatif_task": TASK, "whatif_cap": CAP, "whatif_confidence": FLOOR}
+    state |= {"whatif_from": FIRST, "whatif_to": LAST, "task_pick": TASK}
+    whatif.start_inputs(state, TASK)
+    assert state["whatif_cap"] == CAP and state["whatif_from"] == FIRST
+    whatif.start_inputs(state, "invoice_extract")
+    assert state == {"whatif_task": "invoice_extract", "task_pick": TASK}

@@ -221,11 +221,6 @@ def _cap(at: Any) -> Any:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="the what-if's cap input (key whatif_cap) keeps the previous task's cap when "
-    "another task is picked: its help says it starts at the task's cap of today",
-)
 def test_the_whatif_cap_is_the_picked_tasks_cap(seeded: Seeded) -> None:  # noqa: F811
     capped = {**next(c for c in CONFIGS if c["task"] == IN_SHADOW), "max_input_tokens": 512}
     apply_tasks(seeded.engine, [capped], actor="test")
