@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from controlplane.rollout.overview import TaskRow
-from dashboard.formats import clock, decimal, moment, percent, seconds_shown
+from dashboard.formats import clock, decimal, moment, percent, seconds_shown, span
 from dashboard.sparklines import sparkline
 from dashboard.task import views
 from dashboard.task.grading import NOT_GRADED
@@ -82,16 +82,17 @@ def standing(row: TaskRow, now: datetime) -> str | None:
     return None
 
 
-def trend(row: TaskRow, name: str, now: datetime) -> str:
-    """A sparkline of the task's `name` rate (agreement or edge_share) over its 24 hours."""
+def trend(row: TaskRow, name: str) -> str:
+    """A sparkline of the task's `name` rate (agreement or edge_share) over the span it has
+    results in, in its last 24 hours."""
     values = [(p.start, getattr(p, name)) for p in row.series]
     known = [v for _, v in values if v is not None]
     if not known or row.window_end is None:
         return ""
     words = name.replace("_", " ")
-    end = when(row.window_end, now, seconds=to_the_second(row))
+    drawn = span(values[0][0], row.window_end, seconds=to_the_second(row))
     label = (
-        f"{words} over the 24 hours to {end}: "
+        f"{words} over {drawn}: "
         f"{percent(min(known))} to {percent(max(known))}, last {percent(known[-1])}"
     )
     return sparkline(values, name=name, label=label)

@@ -6,8 +6,9 @@ decisions; the alerts not yet resolved.
 A handful of queries for all tasks together, whatever their number: each task's latest
 closed window with results is the newest entry of the task in ix_window_metrics_with_results
 (an index of the `all` rows that count results, so the empty windows closed since a task
-went quiet are never read), and the 24 hours before it are summed in SQL into at most
-SERIES_POINTS steps per task, in one statement for every task. A task with no results
+went quiet are never read), and its windows with results in the 24 hours before it are
+summed in SQL into at most SERIES_POINTS steps per task (window by window when they fit),
+in one statement for every task. A task with no results
 in the windows after its last window with results is quiet: it keeps the figures of that
 window, and says since when it has had none."""
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select, union_all
+from sqlalchemy import BigInteger, and_, func, literal, literal_column, select, true, union_all
 from sqlalchemy.orm import Session, aliased
 
 from controlplane.alerts.service import active_counts, list_alerts
@@ -37,7 +38,8 @@ from controlplane.rollout.verdicts import judge
 
 # How many kill and lift decisions the overview lists.
 SWITCH_DECISIONS = 10
-# The sparklines: this span before a task's shown window's end, in at most this many points.
+# The sparklines: the windows with results in this span before a task's shown window's
+# end, in at most this many points.
 SERIES_SPAN = timedelta(hours=24)
 SERIES_POINTS = 288
 # What they draw, in this order (each a rate of controlplane.metrics.fields.RATES).
@@ -114,7 +116,8 @@ class TaskRow:
     # The end of its last window with results once the window after it should have closed
     # (quiet: no results since); None while results are recent, or there are none at all.
     quiet_since: datetime | None = None
-    # Agreement and edge share over the SERIES_SPAN to the shown window's end, oldest first.
+    # Agreement and edge share from the first window with results in the SERIES_SPAN to
+    # the shown window's end, oldest first.
     series: tuple[Point, ...] = ()
 
     @property
@@ -213,55 +216,70 @@ def quiet_since(
     return traffic_end if now >= closes else None
 
 
-def series_step(window_seconds: int) -> int:
-    """The seconds of one sparkline point: whole windows, at most SERIES_POINTS in the span."""
-    windows = math.ceil(SERIES_SPAN.total_seconds() / window_seconds / SERIES_POINTS)
+def series_step(window_seconds: int, span_seconds: float) -> int:
+    """The seconds of one sparkline point over `span_seconds` of windows: whole windows, as
+    few as keep the span within SERIES_POINTS points (one window while it fits)."""
+    windows = math.ceil(span_seconds / window_seconds / SERIES_POINTS)
     return window_seconds * max(1, windows)
 
 
+def _series_step_sql(window_seconds: int, span_seconds: Any) -> Any:
+    """series_step in SQL, for a span of whole windows (at least one): ceil by integer
+    division."""
+    per_point = window_seconds * SERIES_POINTS
+    return window_seconds * ((span_seconds + (per_point - 1)) // per_point)
+
+
 def series(session: Session, shown: Mapping[int, Window]) -> dict[int, list[Point]]:
-    """For each task, the SERIES_SPAN before the end of its shown window (its latest
-    closed window with results: for a quiet task, the day before it went quiet), its `all`
-    rows with results summed per step of series_step(window length) into agreement and
-    edge share (None without pairs); a step without results is a gap, marked by one point
-    without values. One query for every task, each task's range read from the index of
-    rows with results."""
+    """For each task, its `all` rows with results in the SERIES_SPAN before the end of its
+    shown window (its latest closed window with results: for a quiet task, the day before
+    it went quiet), summed per step into agreement and edge share (None without pairs).
+    The steps start at the first of those windows and are series_step(window length, span
+    from it to the shown window's end) long: a task with ten minutes of traffic draws them
+    window by window, one with a day of it in at most SERIES_POINTS points. A step without
+    results is a gap, marked by one point without values. One query for every task, each
+    task's range read from the index of rows with results."""
     if not shown:
         return {}
-    steps = {
-        task_id: series_step(int((w.window_end - w.window_start).total_seconds()))
-        for task_id, w in shown.items()
-    }
     m = WindowMetrics
     counts = [getattr(m, name) for rate in SERIES_RATES for name in RATES[rate]]
     # A part per task (each its own range scan of the index, which on PostgreSQL holds the
     # counts: read without the table), in one statement.
     parts = []
     for task_id, w in shown.items():
-        slot = epoch_seconds(m.window_start) // steps[task_id]
+        in_range = (
+            m.task_id == task_id,
+            m.window_start >= w.window_end - SERIES_SPAN,
+            m.window_start < w.window_end,
+            _counts_results(m),
+        )
+        first = select(func.min(m.window_start).label("start")).where(*in_range).subquery()
+        origin = epoch_seconds(first.c.start)
+        end = literal(int(w.window_end.timestamp()), BigInteger)
+        seconds = int((w.window_end - w.window_start).total_seconds())
+        step = _series_step_sql(seconds, end - origin)
+        slot = (epoch_seconds(m.window_start) - origin) // step
         parts.append(
             select(
                 m.task_id.label("task_id"),
+                origin.label("origin"),
+                step.label("step"),
                 slot.label("slot"),
                 func.min(m.window_start).label("start"),
                 *(func.sum(c).label(c.key) for c in counts),
             )
-            .where(
-                m.task_id == task_id,
-                m.window_start >= w.window_end - SERIES_SPAN,
-                m.window_start < w.window_end,
-                _counts_results(m),
-            )
-            .group_by(m.task_id, slot)
+            .join(first, true())
+            .where(*in_range)
+            .group_by(m.task_id, first.c.start, slot)
         )
     found = union_all(*parts).subquery()
     query = select(found).order_by(found.c.task_id, found.c.slot)
     out: dict[int, list[Point]] = {task_id: [] for task_id in shown}
     last: dict[int, int] = {}
-    for task_id, index, start, agree, pairs, edge, results in session.execute(query):
+    for task_id, origin, step, index, start, agree, pairs, edge, results in session.execute(query):
         points = out[task_id]
         if task_id in last and index > last[task_id] + 1:
-            gap = (last[task_id] + 1) * steps[task_id]
+            gap = origin + (last[task_id] + 1) * step
             points.append(Point(datetime.fromtimestamp(gap, UTC), None, None))
         last[task_id] = index
         points.append(Point(_timestamp(start), _rate(agree, pairs), _rate(edge, results)))

@@ -113,14 +113,14 @@ def task_row(
     cells[1].markdown(line(stage_text(row)))
     cells[2].markdown(line(grade_text(row)), help=tier_line(row.grade))
     with cells[3]:
-        figure(percent(row.edge_share), trend(row, "edge_share", now))
+        figure(percent(row.edge_share), trend(row, "edge_share"))
     with cells[4]:
         worst = (
             ""
             if row.worst_bucket is None
             else f"worst {line(row.worst_bucket)} {percent(row.worst_agreement)}"
         )
-        figure(percent(row.agreement), trend(row, "agreement", now), worst)
+        figure(percent(row.agreement), trend(row, "agreement"), worst)
     cells[5].markdown(money(row.net_savings_per_day))
     cells[6].markdown(count(row.open_alerts))
     decision = row.last_decision

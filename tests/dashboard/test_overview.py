@@ -185,16 +185,28 @@ def test_the_sparklines_are_the_windows_rates_pooled_in_whole_windows(
     assert [p.start for p in ticket.series] == [r["window_start"] for r in windows[ticket.task]]
     with session_scope(any_seeded.engine) as session:
         session.execute(its_row.values(n_results=second["n_results"]))
-    # At most two points a day: a point pools 144 windows (12 hours, from midnight or noon
-    # UTC), here the seed's four: its counts summed, then divided.
-    monkeypatch.setattr(model, "SERIES_POINTS", 2)
-    for row in read(any_seeded, overview).rows:
-        rows = windows[row.task]
-        [point] = row.series
-        assert point.start == rows[0]["window_start"]
-        agree = sum(r["agreement_num"] for r in rows) / sum(r["agreement_den"] for r in rows)
-        edge = sum(r["edge_share_num"] for r in rows) / sum(r["edge_share_den"] for r in rows)
-        assert (point.agreement, point.edge_share) == (pytest.approx(agree), pytest.approx(edge))
+    # Fewer points than windows: a point pools as few whole windows as keep the span from
+    # the first window with results to the last within SERIES_POINTS, from that first
+    # window: the seed's four windows in points of ceil(4 / 3) = ceil(4 / 2) = 2 windows,
+    # or of ceil(4 / 1) = 4; their counts summed, then divided.
+    for points, per_point in ((3, 2), (2, 2), (1, 4)):
+        monkeypatch.setattr(model, "SERIES_POINTS", points)
+        for row in read(any_seeded, overview).rows:
+            rows = windows[row.task]
+            assert len(rows) == 4
+            pooled = [rows[i : i + per_point] for i in range(0, len(rows), per_point)]
+            assert [p.start for p in row.series] == [c[0]["window_start"] for c in pooled]
+            for point, chunk in zip(row.series, pooled, strict=True):
+                agree = sum(r["agreement_num"] for r in chunk) / sum(
+                    r["agreement_den"] for r in chunk
+                )
+                edge = sum(r["edge_share_num"] for r in chunk) / sum(
+                    r["edge_share_den"] for r in chunk
+                )
+                assert (point.agreement, point.edge_share) == (
+                    pytest.approx(agree),
+                    pytest.approx(edge),
+                )
 
 
 def test_stage_flag_and_last_decision_come_from_catalog_flags_and_decisions(
