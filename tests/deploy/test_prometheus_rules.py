@@ -15,6 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+README = ROOT / "deploy" / "README.md"
 UNIT_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
 SEVERITIES = {"critical", "warning"}
 
@@ -58,6 +59,14 @@ def test_every_alert_fires_in_the_unit_tests_and_one_test_is_all_silence() -> No
         == names
     ]
     assert silent, "no unit test where every alert stays silent"
+
+
+def test_the_readme_table_lists_every_alert_with_its_severity() -> None:
+    """deploy/README.md's table is what an SRE routes and reads by: one row per rule, with
+    the severity the rule carries."""
+    rows = re.findall(r"^\| `(Shadowplane\w+)` \| (\w+) \|", README.read_text(), re.M)
+    assert dict(rows) == {rule["alert"]: rule["labels"]["severity"] for rule in alerting_rules()}
+    assert len(rows) == len(dict(rows))
 
 
 def github_anchors(markdown: str) -> set[str]:
