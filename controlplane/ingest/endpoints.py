@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 
+import psycopg
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.convertors import Convertor, register_url_convertor
 
 from controlplane.auth.dependencies import require
@@ -74,19 +77,23 @@ async def post_results(
         received_at = utcnow()  # the `ts` bounds hold relative to this
         try:
             valid, rejected = validation.validate_body(body, settings.max_batch_items)
-        except validation.BodyError:
+            context = scoring.IngestContext(
+                id_hash_key=_id_hash_key(request.app),
+                max_backfill=settings.max_backfill,
+                max_chars=settings.compare_max_chars,
+            )
+            report = in_transaction(
+                request.app.state.engine,
+                lambda session: service.ingest(
+                    session, valid, list(rejected), received_at, context
+                ),
+            )
+        except Exception as exc:
+            # A failed batch is timed too, under the status it is answered: the slowest
+            # requests are those the database gave up on (a lock or statement timeout).
             seconds = time.perf_counter() - started
-            counters.add(accepted=0, duplicate=0, rejected=0, seconds=seconds, code="422")
+            counters.add(accepted=0, duplicate=0, rejected=0, seconds=seconds, code=failed(exc))
             raise
-        context = scoring.IngestContext(
-            id_hash_key=_id_hash_key(request.app),
-            max_backfill=settings.max_backfill,
-            max_chars=settings.compare_max_chars,
-        )
-        report = in_transaction(
-            request.app.state.engine,
-            lambda session: service.ingest(session, valid, list(rejected), received_at, context),
-        )
         # `altered` is answered only when an item was stored otherwise than posted.
         response = ORJSONResponse(
             report.model_dump(exclude=None if report.altered else {"altered"})
@@ -103,6 +110,19 @@ async def post_results(
         return await run_in_threadpool(store)
     except validation.BodyError as exc:
         raise HTTPException(422, str(exc)) from None
+
+
+def failed(exc: Exception) -> Literal["422", "500", "503"]:
+    """The status a batch that raised `exc` is answered with (the API's error handlers):
+    422 for a body or a value refused whole, 503 when storage is unavailable or gave up
+    (nothing was stored, retry), else 500."""
+    if isinstance(exc, validation.BodyError | DataError | RecursionError):
+        return "422"
+    if isinstance(exc, OperationalError | PoolTimeout | psycopg.OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        return "503"
+    return "500"
 
 
 def _id_hash_key(app: FastAPI) -> bytes:

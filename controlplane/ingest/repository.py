@@ -309,28 +309,29 @@ def earlier_prints(
         per_hash = latest(wanted.c.input_hash).lateral("r")
         # Through the index, always: on a day's partition not yet analysed the planner
         # takes a sequential scan per hash, and a batch reads the day hundreds of times
-        # (seen: 400 results/s on a fresh install). Off for this statement only.
+        # (seen: 400 results/s on a fresh install). Off for this statement only. The
+        # setting is local to the transaction, so a read that fails (a lock or statement
+        # timeout) needs no restoring: the rollback does it, and a restore in a `finally`
+        # would run in the aborted transaction and hide the timeout (a 500, not a 503).
         previous = session.execute(
             text(
                 "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
             )
         ).one()[0]
-        try:
-            rows = session.execute(
-                select(
-                    wanted.c.input_hash,
-                    per_hash.c.request_id,
-                    per_hash.c.ts,
-                    per_hash.c.cloud_print,
-                )
-                .select_from(wanted)
-                .join(per_hash, true())
+        rows = session.execute(
+            select(
+                wanted.c.input_hash,
+                per_hash.c.request_id,
+                per_hash.c.ts,
+                per_hash.c.cloud_print,
             )
-            found = [(r[0], r[1], r[2], r[3]) for r in rows]
-        finally:
-            session.execute(
-                text("SELECT set_config('enable_seqscan', :setting, true)"), {"setting": previous}
-            )
+            .select_from(wanted)
+            .join(per_hash, true())
+        )
+        found = [(r[0], r[1], r[2], r[3]) for r in rows]
+        session.execute(
+            text("SELECT set_config('enable_seqscan', :setting, true)"), {"setting": previous}
+        )
     else:
         # SQLite (embedded, one process): one read ranking each hash's answers.
         rank = func.row_number().over(

@@ -23,9 +23,11 @@ import redis
 OUTCOMES = ("accepted", "duplicate", "rejected")
 KEY = "shadowplane:ingest_results_total"
 DURATION_KEY = "shadowplane:ingest_request_duration_seconds"
-# 200: the batch answered item by item; 422: the body refused whole (not JSON, too many).
-CODES = ("200", "422")
-Code = Literal["200", "422"]
+# 200: the batch answered item by item; 422: the body refused whole (not JSON, too many);
+# 503: storage unavailable or gave up (a lock or statement timeout), nothing stored; 500:
+# any other failure of the database.
+CODES = ("200", "422", "500", "503")
+Code = Literal["200", "422", "500", "503"]
 # Upper bounds of the request-time buckets, in seconds: a batch of up to 1000 results is
 # answered in milliseconds, a slow database stretches it to seconds.
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

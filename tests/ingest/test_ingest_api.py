@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DataError, InternalError, OperationalError
 
 from controlplane.catalog.service import no_task
-from controlplane.models import Payload, Result
+from controlplane.ingest.endpoints import failed
+from controlplane.models import Payload, Result, ResultKey
 from tests.conftest import Api, make_api, make_result
 
 
@@ -266,6 +270,47 @@ def test_storage_failure_mid_write_leaves_nothing_half_written(
     monkeypatch.undo()
     assert api.post_results(batch).json() == {"accepted": 50, "duplicates": 0, "rejected": []}
     assert count(api, Payload) == 50
+
+
+@pytest.mark.integration
+def test_a_batch_that_waits_out_a_lock_is_answered_503_counted_and_not_half_stored(
+    pg_url: str,
+) -> None:
+    """While a migration holds the results table, a batch whose read of earlier answers
+    waits past lock_timeout is answered 503 with Retry-After, timed in the latency
+    histogram under 503, and leaves nothing (not even its claimed keys); the retry stores it."""
+    impatient = (
+        make_url(pg_url)
+        .update_query_dict({"options": "-c lock_timeout=300"})
+        .render_as_string(hide_password=False)
+    )
+    for api in make_api(impatient):
+        result = make_result()
+        locker = create_engine(pg_url)
+        try:
+            with locker.connect() as conn:
+                conn.execute(text("LOCK TABLE results IN ACCESS EXCLUSIVE MODE"))
+                answer = api.post_results(result)
+                conn.rollback()
+        finally:
+            locker.dispose()
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "5"
+        assert (count(api, Result), count(api, ResultKey), count(api, Payload)) == (0, 0, 0)
+        metrics = api.client.get("/metrics", headers=api.headers("read")).text
+        assert 'shadowplane_ingest_request_duration_seconds_count{code="503"} 1.0' in metrics
+        again = api.post_results(result)
+        assert again.json() == {"accepted": 1, "duplicates": 0, "rejected": []}
+
+
+def test_a_failed_batch_is_counted_under_the_status_it_is_answered() -> None:
+    lock = psycopg.errors.LockNotAvailable("canceling statement due to lock timeout")
+    assert failed(OperationalError("SELECT", {}, lock)) == "503"
+    assert failed(lock) == "503"  # the COPY path's errors arrive unwrapped
+    assert failed(DataError("INSERT", {}, Exception("NUL"))) == "422"
+    aborted = psycopg.errors.InFailedSqlTransaction("current transaction is aborted")
+    assert failed(InternalError("SELECT", {}, aborted)) == "500"
+    assert failed(ValueError("a bug")) == "500"
 
 
 def test_no_text_written_for_nul_characters(api: Api) -> None:
