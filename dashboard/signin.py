@@ -8,6 +8,11 @@ hash). A link to a page opened from another site (a chat, a webhook) comes witho
 cookie, as SameSite=Strict wants: the gate answers with a tiny page that moves on to
 /signin from this site, where the cookie is sent, and /signin sends a signed-in browser
 straight back to the page it asked for.
+
+A key is checked as the API checks one: against the process's snapshot of keys (a made-up
+key costs no query), and a client address past its budget of failed keys
+(SHADOWPLANE_AUTH_FAILURES_PER_MINUTE, shared with the API through Redis when it is set) is
+answered 429 until the budget refills.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from controlplane.auth.service import Principal
-from controlplane.db import StorageError
+from controlplane.auth.ratelimit import RateLimiter, Refusal
+from controlplane.auth.service import KeyCache, Principal
+from controlplane.db import StorageError, make_sessionmaker
 from controlplane.keys import sessions
 from controlplane.settings import Settings
 from dashboard import common
@@ -65,7 +71,9 @@ def safe_next(value: str | None) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def form_page(target: str, error: str | None = None, status: int = 200) -> HTMLResponse:
+def form_page(
+    target: str, error: str | None = None, status: int = 200, retry_after: int | None = None
+) -> HTMLResponse:
     """The sign-in form: a password field (Enter submits), the page to return to kept."""
     said = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
     body = (
@@ -83,7 +91,8 @@ def form_page(target: str, error: str | None = None, status: int = 200) -> HTMLR
         '<p class="note">Sign in with a Shadowplane API key of scope read, review or admin.</p>'
         "</main></body></html>"
     )
-    return HTMLResponse(body, status_code=status, headers=HEADERS)
+    headers = HEADERS if retry_after is None else {**HEADERS, "Retry-After": str(retry_after)}
+    return HTMLResponse(body, status_code=status, headers=headers)
 
 
 def onward_page(target: str) -> HTMLResponse:
@@ -143,6 +152,51 @@ async def _form(request: Request) -> dict[str, str] | None:
     return {name: values[0] for name, values in fields.items()}
 
 
+class TooManyFailures(Exception):
+    """An address past its budget of failed keys: its key is not checked."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+def guards(request: Request) -> tuple[KeyCache, RateLimiter]:
+    """The app's snapshot of keys and its budgets of failed keys, as the API keeps them: made
+    once per app (a test's app has its own), the snapshot again when the database moves."""
+    state = request.app.state
+    url = common.database_url()
+    kept = getattr(state, "sign_in_guards", None)
+    if kept is None or kept[0] != url:
+        settings = Settings()
+        cache = KeyCache(make_sessionmaker(common.engine()), settings.key_cache_seconds)
+        limiter = kept[2] if kept is not None else RateLimiter(settings)
+        kept = state.sign_in_guards = (url, cache, limiter)
+    return kept[1], kept[2]
+
+
+def start_session(
+    cache: KeyCache, limiter: RateLimiter, key: str, address: str, *, lasts: timedelta
+) -> tuple[str, Principal]:
+    """sessions.start, behind the API's checks: a key the snapshot does not hold is refused
+    without a query and counted against `address`'s budget; past it, TooManyFailures (a
+    valid key is never refused for it)."""
+    try:
+        known = cache.authenticate(key.strip())
+    except StorageError:
+        # The database is down and the key is not one the snapshot holds.
+        blocked = limiter.blocked(address)
+        if blocked is not None:
+            raise TooManyFailures(blocked) from None
+        raise
+    if known is None:
+        blocked = limiter.blocked(address)
+        if blocked is not None:
+            raise TooManyFailures(blocked)
+        limiter.failed(address)
+        raise sessions.SignInRefused(sessions.UNKNOWN)
+    return sessions.start(common.engine(), key, now=common.now(), lasts=lasts)
+
+
 def _same_site(request: Request) -> bool:
     """A form posted from this dashboard's own page (a browser names the page's origin)."""
     origin = request.headers.get("origin")
@@ -160,15 +214,21 @@ async def sign_in(request: Request) -> Response:
     if not _same_site(request):
         return form_page(target, "API key: sign in from this dashboard's own page.", 403)
     lasts = timedelta(hours=Settings().dashboard_session_hours)
+    cache, limiter = guards(request)
+    # The peer's address. X-Forwarded-For is not trusted: anyone can write it.
+    address = request.client.host if request.client else "unknown"
     try:
         token, principal = await run_in_threadpool(
-            sessions.start, common.engine(), form.get("key", ""), now=common.now(), lasts=lasts
+            start_session, cache, limiter, form.get("key", ""), address, lasts=lasts
         )
         previous = request.cookies.get(common.COOKIE)
         if previous:  # this browser's earlier session, replaced
             await run_in_threadpool(sessions.end, common.engine(), previous, now=common.now())
     except sessions.SignInRefused as exc:
         return form_page(target, f"API key: {exc}", 401)
+    except TooManyFailures as exc:
+        said = f"API key: not checked, {exc.refusal.detail}."
+        return form_page(target, said, 429, retry_after=exc.refusal.retry_after)
     except StorageError:
         return unavailable_page()
     common.log_session("dashboard.sign_in", principal)

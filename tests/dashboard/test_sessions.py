@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +20,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from sqlalchemy import text
+from sqlalchemy import event, text
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -217,6 +217,43 @@ def test_the_cookie_is_secure_over_https_and_other_sites_cannot_post_a_sign_in(
     )
     assert forged.status_code == 403 and "set-cookie" not in forged.headers
     assert "API key: sign in from this dashboard's own page." in html.unescape(forged.text)
+
+
+def test_made_up_keys_cost_no_query_and_past_the_budget_the_page_says_when_to_retry(
+    client: TestClient, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHADOWPLANE_AUTH_FAILURES_PER_MINUTE", "4")
+    key = _key(pg_url, "alice", "read")
+    statements: list[str] = []
+    engine, counted = get_engine(pg_url), _count(statements)
+    event.listen(engine, "before_cursor_execute", counted)
+    try:
+        answers = [
+            client.post("/signin", data={"key": f"sp_{n:043d}", "next": "/audit"}) for n in range(6)
+        ]
+    finally:
+        event.remove(engine, "before_cursor_execute", counted)
+    # The first reads the key table once for the whole snapshot; the other made-up keys
+    # are refused from it (it is read again at most once a second for an unknown key).
+    assert len(statements) < len(answers)
+    assert [a.status_code for a in answers[:4]] == [401] * 4
+    past = answers[-1]
+    assert past.status_code == 429
+    assert 1 <= int(past.headers["retry-after"]) <= 60 // 4  # a token back every 15 s
+    said = html.unescape(past.text)
+    assert "API key: not checked, too many failed authentications from testclient" in said
+    assert "(4 a minute; SHADOWPLANE_AUTH_FAILURES_PER_MINUTE)" in said
+    assert 'name="next" value="/audit"' in past.text
+    # A valid key is never refused for made-up ones from its address.
+    signed = client.post("/signin", data={"key": key, "next": "/audit"})
+    assert signed.status_code == 303 and signed.headers["location"] == "/audit"
+
+
+def _count(statements: list[str]) -> Callable[..., None]:
+    def counted(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    return counted
 
 
 # --- in Chromium, against `shadowplane dashboard` ---
