@@ -167,12 +167,6 @@ def _requests_timed(api: Api) -> float:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="shadowplane_ingest_request_duration_seconds leaves out a batch the database "
-    "fails (lock or statement timeout): the slowest requests vanish from the latency "
-    "ShadowplaneIngestSlow reads",
-)
 def test_a_batch_the_database_fails_is_counted_in_the_ingest_latency(
     impatient_api: Api, pg_url: str
 ) -> None:
@@ -188,12 +182,6 @@ def test_a_batch_the_database_fails_is_counted_in_the_ingest_latency(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a batch whose statement times out on a lock is answered 500, not 503 with "
-    "Retry-After: the free-repeat read's `finally` runs set_config in the aborted "
-    "transaction (controlplane/ingest/repository.py, since b91acd6)",
-)
 def test_a_batch_that_waits_out_a_lock_is_answered_503_retry(
     impatient_api: Api, pg_url: str
 ) -> None:
@@ -342,11 +330,6 @@ return {split: split, cut: cut};
 
 @pytest.mark.integration
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    strict=True,
-    reason="at 1280 px the Overview breaks task names and 'alerts' mid-word "
-    "(ticket_classif|y, alert|s) and cuts the Roll back button to 'Roll …'",
-)
 def test_the_overview_reads_whole_at_1280_pixels(
     seeded_once: Seeded,  # noqa: F811
     dashboard_once: str,  # noqa: F811
