@@ -614,27 +614,34 @@ def _keep_going(
         f"a line every {STEADY_PRINT_SECONDS:g} s, and one whenever a task's flag changes."
     )
     stop = threading.Event()
+    # Ctrl-C is waited for on an event, not in Thread.join: Ctrl-C inside join marks a
+    # thread still running as stopped on Python 3.11, so the join after it returned at once
+    # and the API stopped under the traffic's last flush.
+    delivered = threading.Event()
     sent: dict[str, Totals] = {}
 
     def traffic() -> None:
-        sent.update(
-            keep_going(
-                api.base,
-                router_key,
-                tasks,
-                rate=rate,
-                plan=plan,
-                stop=stop,
-                where=where,
-                clock=lambda: time.monotonic() - since,
+        try:
+            sent.update(
+                keep_going(
+                    api.base,
+                    router_key,
+                    tasks,
+                    rate=rate,
+                    plan=plan,
+                    stop=stop,
+                    where=where,
+                    clock=lambda: time.monotonic() - since,
+                )
             )
-        )
+        finally:
+            delivered.set()
 
     sender = threading.Thread(target=traffic, name="demo-steady-traffic", daemon=True)
     sender.start()
     try:
-        while sender.is_alive():
-            sender.join(timeout=0.5)
+        while not delivered.wait(timeout=0.5):
+            pass
     except KeyboardInterrupt:
         typer.echo("\nCtrl-C: the traffic, the API and the dashboard stop.")
     finally:

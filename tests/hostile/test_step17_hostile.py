@@ -217,12 +217,6 @@ def _stored(url: str) -> int:
         return int(conn.execute(text("SELECT count(*) FROM results")).scalar_one())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Ctrl-C while the demo waits in sender.join(0.5) marks the still-running traffic "
-    "thread stopped (Python 3.11's Thread.join after KeyboardInterrupt): the API stops "
-    "under the flush (Connection refused) and 'Stopped; 0 results ... stored' is printed",
-)
 def test_ctrl_c_in_the_steady_phase_stops_the_api_only_after_the_traffic_is_delivered(
     sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
