@@ -4,7 +4,10 @@ the sparklines, and when an action with a reason and a confirmation may run."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from html import escape
+from typing import Final
 
 from controlplane.rollout.overview import TaskRow
 from dashboard.formats import clock, decimal, moment, percent, seconds_shown, span
@@ -12,19 +15,22 @@ from dashboard.sparklines import sparkline
 from dashboard.task import views
 from dashboard.task.grading import NOT_GRADED
 
-# The table's columns: their headers and relative widths (an admin's last one holds Roll
-# back). No-break spaces keep "24 h" on one line.
+# The table's columns: their headers and relative widths, the least each needs to read
+# whole in the 750 pixels left at a 1280-pixel window (its longest words and names,
+# "insufficient", "ticket_classify", on one line; an admin's Roll back under the last
+# decision). No-break spaces keep "24 h" on one line.
 COLUMNS = {
-    "task": ("task", 1.4),
-    "stage": ("stage", 0.9),
-    "grade": ("grade", 1.0),
-    "edge_share": ("edge share, 24\u00a0h", 1.2),
-    "agreement": ("agreement, worst bucket, 24\u00a0h", 1.7),
-    "net_savings": ("net savings / day", 1.0),
-    "open_alerts": ("open alerts", 0.6),
-    "last_decision": ("last decision", 1.3),
+    "task": ("task", 115),
+    "stage": ("stage", 70),
+    "grade": ("grade", 95),
+    "edge_share": ("edge share, 24\u00a0h", 85),
+    "agreement": ("agreement, worst bucket, 24\u00a0h", 130),
+    "net_savings": ("net savings / day", 80),
+    "open_alerts": ("open alerts", 55),
+    "last_decision": ("last decision", 115),
 }
-ACTION_WIDTH = 1.2
+# The room between two columns (Streamlit's default is 1rem).
+COLUMN_GAP: Final = "xsmall"
 
 
 def when(value: datetime | str, now: datetime, *, seconds: bool = False) -> str:
@@ -80,6 +86,19 @@ def standing(row: TaskRow, now: datetime) -> str | None:
     if row.quiet_since is not None:
         return f"no traffic since {when(row.quiet_since, now, seconds=to_the_second(row))}"
     return None
+
+
+# A date as the row writes it: a browser may break a line after either of its hyphens.
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def kept_whole(words: str) -> str:
+    """`words` (plain text) as HTML whose dates stay on one line, the line broken at its
+    spaces only: the narrow task column would set "2026-11-" on one line and "30" on
+    the next."""
+    return DATE.sub(
+        lambda m: f'<span style="white-space:nowrap">{m[0]}</span>', escape(words, quote=False)
+    )
 
 
 def trend(row: TaskRow, name: str) -> str:

@@ -22,9 +22,10 @@ from controlplane.rollout.overview import Overview, TaskRow, overview
 from dashboard import common
 from dashboard.formats import count, line, moment, money, percent, text
 from dashboard.overview import (
-    ACTION_WIDTH,
+    COLUMN_GAP,
     COLUMNS,
     grade_text,
+    kept_whole,
     may_roll_back,
     stage_text,
     standing,
@@ -101,15 +102,16 @@ def rollback_form(row: TaskRow, principal: Principal) -> None:
 
 
 def task_row(
-    row: TaskRow, task_page: st.Page, widths: list[float], admin: Principal | None, now: datetime
+    row: TaskRow, task_page: st.Page, widths: list[int], admin: Principal | None, now: datetime
 ) -> None:
     """One task's row: every figure in a few words; its sentences are on its Task page."""
-    cells = st.columns(widths, vertical_alignment="top")
+    cells = st.columns(widths, gap=COLUMN_GAP, vertical_alignment="top")
     with cells[0]:
         st.page_link(task_page, label=line(row.task), query_params={"task": row.task})
         said = standing(row, now)
         if said:
-            st.caption(said)
+            # HTML of this module's own words (escaped), so a date is not broken.
+            st.caption(kept_whole(said), unsafe_allow_html=True)
     cells[1].markdown(line(stage_text(row)))
     cells[2].markdown(line(grade_text(row)), help=tier_line(row.grade))
     with cells[3]:
@@ -134,7 +136,7 @@ def task_row(
         )
     if admin is not None:
         disabled = not may_roll_back(row)
-        with cells[8].popover("Roll back", disabled=disabled, use_container_width=True):
+        with cells[7].popover("Roll back", disabled=disabled, use_container_width=True):
             rollback_form(row, admin)
 
 
@@ -160,14 +162,14 @@ def tasks_section(view: Overview, admin: Principal | None) -> None:
     else:
         st.markdown("No task is in trouble.")
     widths = [width for _, width in COLUMNS.values()]
-    widths += [ACTION_WIDTH] if admin is not None else []
     now = datetime.now(UTC)
     # One page object for every link: a link given as a file path makes Streamlit resolve
     # the path and search every page for it, on each call.
     task_page = st.Page("app_pages/task.py", title="Task", url_path="task")
     st.html(TABLE_STYLE)
     with st.container(key="overview_table"):
-        for cell, (header, _) in zip(st.columns(widths), COLUMNS.values(), strict=False):
+        headers = st.columns(widths, gap=COLUMN_GAP)
+        for cell, (header, _) in zip(headers, COLUMNS.values(), strict=True):
             cell.caption(f"**{header}**")
         for row in view.rows:
             task_row(row, task_page, widths, admin, now)

@@ -33,7 +33,7 @@ from controlplane.rollout.service import list_decisions
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import END, START
 from dashboard.formats import count, line, money, percent
-from dashboard.overview import COLUMNS, grade_text, stage_text, standing, when
+from dashboard.overview import COLUMNS, grade_text, kept_whole, stage_text, standing, when
 from tests.conftest import cloned_database
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
@@ -312,7 +312,8 @@ def test_each_row_shows_its_figures_in_a_few_words_and_quiet_since_when(
         row, every = view[task], with_results(windows[task])
         # Quiet: since the end of its last window with results; its figures are that
         # window's (the read model's figures are checked against the services above).
-        assert texts(cells["task"]) == [task, f"no traffic since {when(every['window_end'], now)}"]
+        said = f"no traffic since {when(every['window_end'], now)}"
+        assert texts(cells["task"]) == [task, kept_whole(said)]
         assert texts(cells["stage"]) == [shown(line(stage_text(row)))]
         assert texts(cells["grade"]) == [shown(line(grade_text(row)))]
         [edge] = texts(cells["edge_share"])
@@ -349,6 +350,18 @@ def test_a_row_of_windows_shorter_than_a_minute_gives_its_times_to_the_second(
     assert standing(short, ended) == f"no traffic since {ended:%H:%M:%S} UTC"
     assert standing(short, ended + timedelta(days=1)) == (
         f"no traffic since {ended:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+def test_a_date_in_a_rows_caption_is_kept_on_one_line() -> None:
+    # A browser breaks "2026-11-30" after a hyphen where the line ends; the caption's HTML
+    # keeps it whole, its other text escaped.
+    assert kept_whole("no traffic since 2026-11-30 03:00 UTC") == (
+        'no traffic since <span style="white-space:nowrap">2026-11-30</span> 03:00 UTC'
+    )
+    assert (
+        kept_whole("no <b>traffic</b> & 20:33 UTC")
+        == "no &lt;b&gt;traffic&lt;/b&gt; &amp; 20:33 UTC"
     )
 
 

@@ -40,6 +40,25 @@ return Array.from(document.querySelectorAll('.st-key-overview_table svg.sparklin
   }));
 """
 
+# The words of the table set on more than one line (a word: text between white space).
+SPLIT_WORDS = """
+const table = document.querySelector('.st-key-overview_table');
+const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+const split = [];
+for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+  const words = /\\S+/g;
+  for (let m = words.exec(n.data); m; m = words.exec(n.data)) {
+    const range = document.createRange();
+    range.setStart(n, m.index);
+    range.setEnd(n, m.index + m[0].length);
+    const lines = new Set(Array.from(range.getClientRects())
+      .filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+    if (lines.size > 1) split.push(m[0]);
+  }
+}
+return split;
+"""
+
 
 def test_the_overview_fits_1440_pixels_with_two_sparklines_a_task_and_keeps_quiet_figures(
     seeded_once: Seeded, dashboard_once: str, browser_once: WebDriver, screenshots: Path
@@ -75,6 +94,8 @@ def test_the_overview_fits_1440_pixels_with_two_sparklines_a_task_and_keeps_quie
         assert full <= shown, f"the {box} scrolls sideways: {full} px wide in {shown} px"
     assert len(widths["cells"]) >= 8 * (len(rows) + 1)
     assert all(full <= shown for full, shown in widths["cells"]), widths["cells"]
+    # Every word on one line: names, headers, grades, the dates under a task's name.
+    assert driver.execute_script(SPLIT_WORDS) == []
 
     drawn = driver.execute_script(SPARKLINES)
     assert len(drawn) == 2 * len(rows)
