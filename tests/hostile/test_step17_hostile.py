@@ -265,12 +265,6 @@ def test_ctrl_c_in_the_steady_phase_stops_the_api_only_after_the_traffic_is_deli
 
 @pytest.mark.integration
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    strict=True,
-    reason="a page loaded by its address (a shared link) writes 404s for "
-    "/<page>/_stcore/health and /<page>/_stcore/host-config to the console, and "
-    "/overview warns 'page ... does not seem to exist'",
-)
 def test_a_page_opened_by_its_address_writes_nothing_to_the_console(
     seeded_once: Seeded,  # noqa: F811
     dashboard_once: str,  # noqa: F811
