@@ -8,6 +8,7 @@ tab) or revoking the key signs this session out at its next run."""
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 from collections.abc import Callable, Iterator
@@ -128,12 +129,41 @@ def require(scope: str) -> Principal:
     if principal is None:
         st.warning("Sign in first.")
         st.stop()
+    return holding(principal, scope)
+
+
+def holding(principal: Principal, scope: str) -> Principal:
+    """`principal` when it holds `scope`; otherwise the page says so and stops."""
     if not can(principal, scope):
         st.error(
             formats.text(f"This page needs a key of scope {scope}; {principal.name!r} lacks it.")
         )
         st.stop()
     return principal
+
+
+def fragment(
+    scope: str, *, run_every: float | None = None
+) -> Callable[[Callable[[Principal], None]], Callable[[], None]]:
+    """`st.fragment` for a part of a page that refreshes or acts on its own. A fragment's
+    own runs (its refresh, its buttons and forms) skip the app's script, and with it the
+    app's check of the session: each run here reads the session again, so a session signed
+    out in another tab, expired, or of a revoked key neither shows nor acts; the app's run
+    then shows the signed-out page. The body gets the principal; its errors are sentences."""
+
+    def wrap(body: Callable[[Principal], None]) -> Callable[[], None]:
+        @st.fragment(run_every=run_every)
+        @functools.wraps(body)
+        def run() -> None:
+            with readable_errors():
+                principal = signed_in()
+                if principal is None:
+                    st.rerun(scope="app")
+                body(holding(principal, scope))
+
+        return run
+
+    return wrap
 
 
 def actor(principal: Principal) -> str:

@@ -270,29 +270,26 @@ def switch_section(view: Overview, actor: str | None) -> None:
         switch_form(view.killed, actor)
 
 
-principal = common.require("read")
-# Only an admin acts here; everyone else reads.
-admin = principal if common.can(principal, "admin") else None
-acting = common.actor(principal) if admin is not None else None
+common.require("read")
 st.title("Overview")
 
 
-@st.fragment(run_every=common.TTL_SECONDS)
-def live() -> None:
-    # A fragment's own reruns (the refresh, its buttons) run outside the page's wrapper.
-    with common.readable_errors():
-        notice = st.session_state.pop(NOTICE, None)
-        if notice:
-            st.success(notice)
-        view = load(common.database_url())
-        if view.killed:
-            st.error(
-                "Kill switch on: every task is served by the cloud. "
-                f"Reason: {line(view.kill_reason)}"
-            )
-        tasks_section(view, admin)
-        alerts_section(view, acting)
-        switch_section(view, acting)
+@common.fragment("read", run_every=common.TTL_SECONDS)
+def live(principal: Principal) -> None:
+    # Only an admin acts here; everyone else reads.
+    admin = principal if common.can(principal, "admin") else None
+    acting = common.actor(principal) if admin is not None else None
+    notice = st.session_state.pop(NOTICE, None)
+    if notice:
+        st.success(notice)
+    view = load(common.database_url())
+    if view.killed:
+        st.error(
+            f"Kill switch on: every task is served by the cloud. Reason: {line(view.kill_reason)}"
+        )
+    tasks_section(view, admin)
+    alerts_section(view, acting)
+    switch_section(view, acting)
 
 
 live()

@@ -256,6 +256,20 @@ def _count(statements: list[str]) -> Callable[..., None]:
     return counted
 
 
+def test_every_fragment_of_the_dashboard_reads_the_session_on_each_of_its_runs() -> None:
+    """A fragment's own runs skip the app's check of the session (in Chromium: the hostile
+    test of the Overview signed out in another tab): every fragment is common.fragment."""
+    dashboard = Path(signin.__file__).parent
+    raw = [
+        str(path.relative_to(dashboard))
+        for path in sorted(dashboard.rglob("*.py"))
+        if re.search(r"\b(st\.fragment|st\.dialog)\b", path.read_text(encoding="utf-8"))
+    ]
+    assert raw == ["common.py"]
+    overview = (dashboard / "app_pages" / "overview.py").read_text(encoding="utf-8")
+    assert "@common.fragment(" in overview
+
+
 # --- in Chromium, against `shadowplane dashboard` ---
 
 

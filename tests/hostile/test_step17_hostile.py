@@ -335,11 +335,6 @@ def test_the_overview_reads_whole_at_1280_pixels(
 
 @pytest.mark.integration
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Overview's live part (a fragment, refreshed every 10 s) never checks the "
-    "session again: signed out in another tab, its Roll back still acts",
-)
 def test_the_overview_signed_out_in_another_tab_cannot_roll_a_task_back(
     seeded_once: Seeded,  # noqa: F811
     dashboard_once: str,  # noqa: F811
