@@ -22,8 +22,10 @@ their evidence, trouble on top of the overview, a decision timeline on the task 
    the filled task's page (first in the list), each run with the data caches cleared
    first (what a page costs when its loaders run; a second look within the cache's TTL
    costs less). Ceiling, measured in the same run: the services the page calls. The
-   functions the page script imports from `controlplane` that take a session or an
-   engine are wrapped (the script's import, run on every render, picks the wrapper up):
+   functions the page script and the dashboard modules it imports (dashboard/task/ for
+   the task page) import from `controlplane` that take a session or an engine are
+   wrapped (the script's import, run on every render, picks the wrapper up; a module's
+   name is replaced):
    each call is timed inside the render, and replayed outside it with the same
    arguments, each in a session of its own as the loaders open them; the lower of the
    two medians is the ceiling. Goals: each page within 2× its queries' time and under
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import statistics
@@ -480,25 +483,62 @@ def reads(function: Callable[..., Any]) -> bool:
     return first in ("session", "engine") and function.__name__ != "session_scope"
 
 
+def is_module(name: str) -> bool:
+    """Whether `name` is a module (`from dashboard.task import loaders`), not a name in one
+    (`from dashboard.formats import moment`)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 class Recorder:
     """Wraps the controlplane functions a page script imports (`from controlplane.X import
-    f`: the script's import, run on every render, picks up the wrapper) and records each
-    call: its name, its arguments and its time."""
+    f`: the script's import, run on every render, picks up the wrapper), and those the
+    dashboard modules it imports (the Task page's loaders live in dashboard/task/: their
+    names are replaced in the module), and records each call: its name, its arguments and
+    its time."""
 
     def __init__(self, page: Path) -> None:
         self.calls: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any], float]]
         self.calls = []
         self._saved: list[tuple[Any, str, Any]] = []
+        self._wrappers: dict[Any, Callable[..., Any]] = {}
         self._depth = 0
-        for node in ast.walk(ast.parse(page.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("controlplane"):
-                module = importlib.import_module(node.module or "")
+        self._read(page, None, set())
+
+    def _read(self, source: Path, holder: Any, seen: set[str]) -> None:
+        """Wrap the services `source` imports from controlplane (in `holder` too, the module
+        `source` is, once imported), and read the dashboard modules it imports."""
+        for node in ast.walk(ast.parse(source.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if node.module.startswith("controlplane"):
+                module = importlib.import_module(node.module)
                 for alias in node.names:
                     found = getattr(module, alias.name)
                     if inspect.isfunction(found) and reads(found):
-                        self._wrap(module, alias.name, found)
+                        wrapper = self._wrap(module, alias.name, found)
+                        if holder is not None:
+                            self._replace(holder, alias.asname or alias.name, wrapper)
+            elif node.module.split(".")[0] == "dashboard":
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    if not is_module(name):
+                        name = node.module
+                    if name not in seen:
+                        seen.add(name)
+                        module = importlib.import_module(name)
+                        self._read(Path(module.__file__ or ""), module, seen)
 
-    def _wrap(self, module: Any, name: str, original: Callable[..., Any]) -> None:
+    def _replace(self, module: Any, name: str, value: Any) -> None:
+        self._saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
+
+    def _wrap(self, module: Any, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        if original in self._wrappers:
+            return self._wrappers[original]
+
         def timed_call(*args: Any, **kwargs: Any) -> Any:
             if self._depth:  # a service calling another: counted in the outer call
                 return original(*args, **kwargs)
@@ -511,11 +551,12 @@ class Recorder:
                 self._depth -= 1
                 self.calls.append((name, original, args, kwargs, elapsed))
 
-        self._saved.append((module, name, original))
-        setattr(module, name, timed_call)
+        self._wrappers[original] = timed_call
+        self._replace(module, name, timed_call)
+        return timed_call
 
     def restore(self) -> None:
-        for module, name, original in self._saved:
+        for module, name, original in reversed(self._saved):
             setattr(module, name, original)
 
     def replay(self, engine: Any) -> float:
