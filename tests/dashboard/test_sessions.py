@@ -356,3 +356,21 @@ def test_a_session_in_chromium_survives_reloads_and_links_and_ends_everywhere(
     log = (tmp_path / "dashboard.log").read_text(errors="replace")
     assert '"event":"dashboard.sign_out","key":"read"' in log
     assert key not in log
+
+
+def test_a_sign_in_lasts_the_hours_the_setting_says(
+    client: TestClient, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SHADOWPLANE_DASHBOARD_SESSION_HOURS, read at each sign-in: the cookie's Max-Age and
+    the stored session's expiry both follow it."""
+    monkeypatch.setenv("SHADOWPLANE_DASHBOARD_SESSION_HOURS", "2")
+    key = _key(pg_url, "bea", "read")
+    before = datetime.now(UTC)
+    signed = client.post("/signin", data={"key": key, "next": "/audit"})
+    assert signed.status_code == 303
+    cookie = signed.headers["set-cookie"]
+    assert f"Max-Age={2 * 3600}" in cookie
+    token = cookie.split(";")[0].removeprefix(f"{COOKIE}=")
+    engine = get_engine(pg_url)
+    assert sessions.principal(engine, token, now=before + timedelta(hours=1, minutes=59))
+    assert sessions.principal(engine, token, now=datetime.now(UTC) + timedelta(hours=2)) is None
