@@ -38,11 +38,11 @@ def test_figures_read_every_code_and_ignore_fields_of_other_buckets() -> None:
             (DURATION_KEY, "200:0.1"): 3,
             (DURATION_KEY, "200:sum_us"): 150_000,
             (DURATION_KEY, "200:0.075"): 9,  # a bound this version does not have
-            (DURATION_KEY, "500:0.1"): 9,  # a code it does not write
+            (DURATION_KEY, "404:0.1"): 9,  # a code it does not write
         }
     )
     assert read.results == {"accepted": 7, "duplicate": 0, "rejected": 0}
-    assert set(read.durations) == {"200", "422"}
+    assert set(read.durations) == {"200", "422", "500", "503"}
     assert dict(read.durations["200"].buckets())["+Inf"] == 3
     assert read.durations["200"].sum_us == 150_000
     assert read.durations["422"] == Durations(counts=(0,) * (len(BOUNDS) + 1), sum_us=0)
