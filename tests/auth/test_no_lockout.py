@@ -100,7 +100,14 @@ def test_through_redis_no_replica_locks_out_a_valid_key(
             key = new_key(api, "late-router", ["read"])
             for client in (other, one):
                 assert eventually(client, key) == 200
-                assert_429(client.get("/v1/tasks", headers=bearer("sp_made_up_again")))
+                # Made-up tokens are still cut off: the shared budget refills one failure
+                # every 2 s, so on a slow machine the seconds spent above may have let one or
+                # two more through before the 429.
+                codes = [
+                    client.get("/v1/tasks", headers=bearer(f"sp_made_up_again_{i}")).status_code
+                    for i in range(5)
+                ]
+                assert 429 in codes and set(codes) <= {401, 429}, codes
 
 
 def test_a_flood_of_distinct_made_up_tokens_costs_a_handful_of_queries(db_url: str) -> None:
