@@ -202,9 +202,6 @@ class WorkerDatabase:
     shape: tuple[str, frozenset[str], tuple[str, ...]] | None = None
     base_counts: dict[str, int] = field(default_factory=dict)
     rebuilt: int = 0
-    # The connection resets run on, kept between them: a new one each time cost a server
-    # process and its cold catalog caches (about half of a reset's CPU).
-    _resetter: Engine | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -214,7 +211,6 @@ class WorkerDatabase:
         return create_engine(self.admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
 
     def create(self) -> None:
-        self._forget_resetter()
         admin = self._admin()
         try:
             with admin.connect() as conn:
@@ -237,13 +233,7 @@ class WorkerDatabase:
         # pool. Pooled meanwhile, so that the steps of one reset share one connection.
         return create_engine(self.url)
 
-    def _forget_resetter(self) -> None:
-        if self._resetter is not None:
-            self._resetter.dispose()
-            self._resetter = None
-
     def drop(self) -> None:
-        self._forget_resetter()
         admin = self._admin()
         try:
             with admin.connect() as conn:
@@ -253,12 +243,11 @@ class WorkerDatabase:
 
     def reset(self) -> None:
         """Back to the migrated template's state: rows, sequences, no other session."""
-        if self._resetter is None:
-            # One connection, checked before each use (a test may have stopped the server).
-            self._resetter = create_engine(
-                self.url, pool_size=1, max_overflow=0, pool_pre_ping=True
-            )
-        self._reset(self._resetter)
+        engine = self._engine()
+        try:
+            self._reset(engine)
+        finally:
+            engine.dispose()
 
     def _reset(self, engine: Engine) -> None:
         with engine.connect() as conn:
