@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ingest.py [--rows 100000] [--senders 4] [--reps 5]
                                          [--text-rows 10000] [--only latency|throughput|repeats|text]
+                                         [--profile]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
 unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `shadowplane api
@@ -26,6 +27,15 @@ unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `sha
   with the compiled text reader and then, the API restarted with
   SHADOWPLANE_TEXT_READER=python, with the Python one, beside the `label` task's results/s
   on as many results in the same run (goal: the compiled reader's within 2× of label's).
+
+With `--profile`, only the per-result cost table: for label and text results (`--text-rows`
+each run), the median microseconds per result of each stage of the server's own path run in
+this process (benchmarks/_stages.py times its functions in place: body decode and
+validation, per-item checks, scoring, bucket and sticky hash, id hashing, payload shaping and
+masking, row building, the database write, the transaction), the same path untimed, and
+through HTTP the wall time per result with the CPU the API's processes and PostgreSQL spent
+per result; beside it, in the same run, binary `COPY` of the same label rows into `results`
+and into a slim table (the same columns, only the `(task_id, request_id)` unique key).
 
 Prints figures; asserts nothing about time.
 """
@@ -55,8 +65,10 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._stages import ORDER, TRANSACTION, StageClock  # noqa: E402
 from benchmarks._support import (  # noqa: E402
     Api,
+    free_port,
     fresh_database,
     percentile,
     start_api,
@@ -64,17 +76,20 @@ from benchmarks._support import (  # noqa: E402
     stop_services,
 )
 from controlplane.catalog.service import task_runtimes  # noqa: E402
-from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
+from controlplane.db import forget_engines, get_engine, in_transaction, session_scope  # noqa: E402
+from controlplane.ingest import service, validation  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
     JSON_RESULT_COLUMNS,
     RESULT_COLUMNS,
     copy_types,
 )
-from controlplane.ingest.scoring import score  # noqa: E402
+from controlplane.ingest.scoring import IngestContext, score  # noqa: E402
 from controlplane.ingest.validation import parse_result  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.models import Result  # noqa: E402
+from controlplane.models.base import utcnow  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402
+from controlplane.settings import Settings  # noqa: E402
 from controlplane.sim.profiles import generate  # noqa: E402
 
 BATCH = 500
@@ -417,18 +432,25 @@ def serve(url: str, port: int, log: Path, reader: str) -> Api:
     return start_api(settings, log, port=port)
 
 
+def text_pool() -> list[tuple[str, str]]:
+    """(edge, cloud) rewrites of ~3,000 characters, half English, half Chinese."""
+    from benchmarks.comparators import rewrites
+
+    # One rewrite in ten unfaithful somewhere (the others conserve everything), and the
+    # simulator's odds per reply, which make most long pairs conflict: every conflict keeps
+    # its payload, masked, with a diff listing each number and name of both sides.
+    return rewrites("en", TEXT_CHARS, 100, seed=3, unfaithful=0.1) + rewrites(
+        "zh", TEXT_CHARS, 100, seed=4, unfaithful=0.1
+    )
+
+
 def measure_text(args: argparse.Namespace, api: Api, key: str, url: str, log: Path) -> Api:
     """Label against text ingest, the text with each reader; the API it leaves running."""
     from benchmarks.comparators import rewrites
 
     base = f"http://127.0.0.1:{args.port}"
     n = args.text_rows
-    # One rewrite in ten unfaithful somewhere (the others conserve everything), and the
-    # simulator's odds per reply, which make most long pairs conflict: every conflict keeps
-    # its payload, masked, with a diff listing each number and name of both sides.
-    pool = rewrites("en", TEXT_CHARS, 100, seed=3, unfaithful=0.1) + rewrites(
-        "zh", TEXT_CHARS, 100, seed=4, unfaithful=0.1
-    )
+    pool = text_pool()
     conflicting = rewrites("en", TEXT_CHARS, 100, seed=5) + rewrites("zh", TEXT_CHARS, 100, seed=6)
     chars = statistics.mean(len(cloud) for _, cloud in pool)
     print(
@@ -465,6 +487,173 @@ def measure_text(args: argparse.Namespace, api: Api, key: str, url: str, log: Pa
     return api
 
 
+# --- the per-result cost table (--profile) ----------------------------------------------
+
+
+def in_process(
+    url: str, bodies: list[bytes], context: IngestContext, clock: StageClock | None = None
+) -> float:
+    """Seconds the server's path takes over these bodies in this process: each body decoded
+    and validated, then ingested in one transaction, as the endpoint does."""
+    engine = get_engine(url)
+    started = time.perf_counter()
+    for body in bodies:
+        received_at = utcnow()
+        valid, rejected = validation.validate_body(body, 1000)
+
+        def work(
+            session: Any, valid: Any = valid, rejected: Any = rejected, at: Any = received_at
+        ) -> Any:
+            return service.ingest(session, valid, list(rejected), at, context)
+
+        transaction = clock.timed(TRANSACTION, in_transaction) if clock else in_transaction
+        report = transaction(engine, work)
+        if report.accepted != len(valid) or report.rejected:
+            raise SystemExit(f"in-process ingest refused results: {report.rejected[:3]}")
+    return time.perf_counter() - started
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of process `root` and every process below it, the exited
+    ones included (as their parents' reaped-children times)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [root]
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total / tick
+
+
+def postmaster_pid(tmp: Path) -> int | None:
+    """The PostgreSQL this benchmark started (None when it runs against another server)."""
+    pid_file = tmp / "pgdata" / "postmaster.pid"
+    if os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL") or not pid_file.exists():
+        return None
+    return int(pid_file.read_text().split()[0])
+
+
+def ceiling_slim(url: str, rows: list[list[Any]]) -> float:
+    """Binary COPY of the rows into a slim table: the same columns as `results`, one unique
+    key `(task_id, request_id)`, no other index, not partitioned (made anew each time)."""
+    with psycopg.connect(pg_conninfo(url)) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_slim")
+        conn.execute(f"CREATE TABLE bench_slim AS SELECT {COLS} FROM results WITH NO DATA")
+        conn.execute("ALTER TABLE bench_slim ADD UNIQUE (task_id, request_id)")
+        conn.commit()
+        started = time.perf_counter()
+        with conn.cursor() as cur:
+            _copy(cur, "bench_slim", COLS, TYPES, rows)
+        conn.commit()
+        return len(rows) / (time.perf_counter() - started)
+
+
+def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp: Path) -> None:
+    """The per-result cost table: each stage in process, untimed, through HTTP, ceilings."""
+    n = args.text_rows
+    settings = Settings()
+    with session_scope(get_engine(url)) as session:
+        hash_key = service.id_hash_key(session, settings.id_hash_secret)
+    context = IngestContext(
+        id_hash_key=hash_key,
+        max_backfill=settings.max_backfill,
+        max_chars=settings.compare_max_chars,
+    )
+    pool = text_pool()
+    kinds: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+        "label": lambda tag: results(n, tag),
+        "text": lambda tag: text_results(n, tag, pool),
+    }
+    pg = postmaster_pid(tmp)
+    per: dict[str, dict[str, list[float]]] = {kind: {} for kind in kinds}
+
+    def add(kind: str, row: str, micros: float) -> None:
+        per[kind].setdefault(row, []).append(micros)
+
+    def bodies_of(items: list[dict[str, Any]]) -> list[bytes]:
+        return [
+            orjson.dumps({"results": items[i : i + BATCH]}) for i in range(0, len(items), BATCH)
+        ]
+
+    print(
+        f"Per-result cost: {n:,} results a run, batches of {BATCH}, median of {args.reps} runs "
+        "(µs per result)"
+    )
+    in_process(url, bodies_of(results(BATCH * 2, "warm")), context)  # caches, plans
+    for rep in range(args.reps):
+        for kind, make in kinds.items():
+            settle(url)
+            clock = StageClock()
+            with clock.installed():
+                timed = in_process(url, bodies_of(make(f"pt{kind}{rep}")), context, clock)
+            for stage in ORDER:
+                add(kind, stage, clock.totals.get(stage, 0.0) * 1e6 / n)
+            add(kind, "in process, timers on (sum of the stages)", timed * 1e6 / n)
+            settle(url)
+            add(
+                kind,
+                "in process, untimed",
+                in_process(url, bodies_of(make(f"pu{kind}{rep}")), context) * 1e6 / n,
+            )
+            items = make(f"ph{kind}{rep}")
+            settle(url)
+            api_cpu, pg_cpu = tree_cpu_seconds(api.proc.pid), pg and tree_cpu_seconds(pg)
+            rate = end_to_end(api.base, key, items, args.senders)
+            add(kind, "through HTTP: wall per result (2 workers)", 1e6 / rate)
+            add(
+                kind,
+                "  CPU of the API's processes",
+                (tree_cpu_seconds(api.proc.pid) - api_cpu) * 1e6 / n,
+            )
+            if pg:
+                add(kind, "  CPU of PostgreSQL", (tree_cpu_seconds(pg) - pg_cpu) * 1e6 / n)
+        settle(url)
+        add(
+            "label",
+            "ceiling: binary COPY into results",
+            1e6 / ceiling_copy(url, db_rows(url, results(n, f"pc{rep}"))),
+        )
+        settle(url)
+        add(
+            "label",
+            "ceiling: binary COPY into a slim keyed table",
+            1e6 / ceiling_slim(url, db_rows(url, results(n, f"ps{rep}"))),
+        )
+
+    rows = list(dict.fromkeys([*per["label"], *per["text"]]))
+    print(f"\n  {'stage':<46} {'label':>9} {'text':>9}")
+    for row in rows:
+        cells = [
+            f"{statistics.median(per[kind][row]):>9.1f}" if row in per[kind] else f"{'':>9}"
+            for kind in kinds
+        ]
+        print(f"  {row:<46} {' '.join(cells)}")
+    label_http = statistics.median(per["label"]["through HTTP: wall per result (2 workers)"])
+    text_http = statistics.median(per["text"]["through HTTP: wall per result (2 workers)"])
+    copy = statistics.median(per["label"]["ceiling: binary COPY into results"])
+    slim = statistics.median(per["label"]["ceiling: binary COPY into a slim keyed table"])
+    print(
+        f"\n  label through HTTP / COPY into results: {copy / label_http:.2f} (goal ≥ 0.25); "
+        f"/ COPY into the slim keyed table: {slim / label_http:.2f}\n"
+        f"  text through HTTP / label through HTTP: {label_http / text_http:.2f} (goal ≥ 0.5)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -476,14 +665,20 @@ def main() -> None:
         "--singles", type=int, default=2000, help="one-result posts per latency run"
     )
     parser.add_argument("--rate", type=float, default=200.0)
-    parser.add_argument("--port", type=int, default=18777)
+    parser.add_argument("--port", type=int, help="the API's port (default: a free one)")
     parser.add_argument(
         "--only",
         choices=["latency", "throughput", "text", "repeats"],
         help="run one part only",
     )
     parser.add_argument(
-        "--text-rows", type=int, default=10_000, help="results per run of the text part"
+        "--text-rows",
+        type=int,
+        default=10_000,
+        help="results per run of the text part and of each kind in --profile",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="only the per-result cost table (see above)"
     )
     parser.add_argument(
         "--reader",
@@ -492,6 +687,7 @@ def main() -> None:
         help="the API's text reader outside the text part (SHADOWPLANE_TEXT_READER)",
     )
     args = parser.parse_args()
+    args.port = args.port or free_port()
 
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
     os.chmod(tmp, 0o755)
@@ -508,11 +704,15 @@ def main() -> None:
 
         print(
             f"PostgreSQL {psycopg.connect(pg_conninfo(url)).info.server_version}, "
-            f"{os.cpu_count()} cores, {args.rows:,} results per run, batches of {BATCH}, "
-            f"{args.senders} senders, API with 2 uvicorn workers\n"
+            f"{os.cpu_count()} cores, "
+            + ("" if args.profile else f"{args.rows:,} results per run, ")
+            + f"batches of {BATCH}, {args.senders} senders, API with 2 uvicorn workers\n"
         )
         # Latency first, on a young table; then throughput. Every measured run starts
         # after a CHECKPOINT, so one run's dirty pages are not flushed during the next.
+        if args.profile:
+            measure_profile(args, api, key, url, tmp)
+            return
         if args.only in (None, "latency"):
             measure_latency(args, base, key, url)
         if args.only in (None, "throughput"):
