@@ -15,11 +15,10 @@ from operator import itemgetter
 from typing import Any
 
 from controlplane.catalog.service import TaskRuntime
-from controlplane.client.sticky import sticky_bucket
 from controlplane.compare.comparators import Comparison, compare
 from controlplane.compare.fingerprint import fingerprint, input_hash, repeat_outcome
 from controlplane.compare.redaction import MAX_CHARS, Masker, redact_payload
-from controlplane.ingest.buckets import length_bucket
+from controlplane.ingest.buckets import length_bucket, sticky_bucket
 from controlplane.ingest.repository import EDGE_FIELDS, SIDE_FIELDS
 from controlplane.ingest.schemas import ResultIn, holds_non_finite
 
