@@ -11,7 +11,8 @@ import os
 
 from setuptools import Extension, setup
 
-MODULES = ("_counts", "_numbers", "_spans", "_mask")  # controlplane/compare/native.py loads them
+# controlplane/compare/native.py loads them.
+MODULES = ("_counts", "_numbers", "_spans", "_mask", "_normal")
 
 
 def extensions() -> list[Extension]:
@@ -42,5 +43,5 @@ def extensions() -> list[Extension]:
     return built
 
 
-# The four modules compile side by side (about 10 s of a fresh install one after another).
+# The modules compile side by side (about 10 s of a fresh install one after another).
 setup(ext_modules=extensions(), options={"build_ext": {"parallel": os.cpu_count() or 1}})

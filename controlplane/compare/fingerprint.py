@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from controlplane.compare import conservation
+from controlplane.compare import conservation, native
 from controlplane.compare.comparators import (
     DEFAULT_LENGTH_RATIO,
     MAX_CHARS,
@@ -41,7 +41,16 @@ CHECKS = ("sentences", "length_ratio", "negations", "numbers", "spans")
 
 
 def normalise_text(text: str) -> str:
-    """NFKC, whitespace runs collapsed to one space, trimmed."""
+    """NFKC, whitespace runs collapsed to one space, trimmed (by the compiled reader when
+    it runs: NFKC only where a character needs it, see _normal.pyx)."""
+    reader = native.READER
+    if reader is not None:
+        return reader.normal(text if type(text) is str else str.__str__(text))
+    return normalise_text_python(text)
+
+
+def normalise_text_python(text: str) -> str:
+    """The reference: NFKC, whitespace runs collapsed to one space, trimmed."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 

@@ -1,10 +1,11 @@
 """Which text reader runs: the compiled one, or the Python reference.
 
-The compiled reader (the Cython modules `_counts`, `_numbers`, `_spans` and `_mask` beside
-this file, built by `pip install .` where a C compiler exists) reads a text's sentences,
-length, negations, numbers and named spans, and finds what the masker replaces, in native
-scans over its code points. It gives exactly what the Python reader in conservation.py and
-redaction.py gives (tests/ingest/test_native_*.py); the Python reader stays the reference,
+The compiled reader (the Cython modules `_counts`, `_numbers`, `_spans`, `_mask` and
+`_normal` beside this file, built by `pip install .` where a C compiler exists) reads a
+text's sentences, length, negations, numbers and named spans, finds what the masker
+replaces, and normalises an input's text for its identity, in native scans over its code
+points. It gives exactly what the Python reader in conservation.py, redaction.py and
+fingerprint.py gives (tests/ingest/test_native_*.py); the Python reader stays the reference,
 and runs wherever the extension is not built.
 
 SHADOWPLANE_TEXT_READER chooses: `auto` (the default: compiled when built), `python`, or
@@ -23,7 +24,7 @@ from typing import NamedTuple
 ENV = "SHADOWPLANE_TEXT_READER"
 CHOICES = ("auto", "python", "native")
 # The compiled modules (controlplane/compare/_<name>.pyx), each giving the function <name>.
-MODULES = ("counts", "numbers", "spans", "mask")
+MODULES = ("counts", "numbers", "spans", "mask", "normal")
 
 
 class Compiled(NamedTuple):
@@ -37,6 +38,8 @@ class Compiled(NamedTuple):
     spans: Callable[[str], tuple[frozenset[str], str]]
     # Masker._mask(text), numbering in the Masker's (placeholders, counts).
     mask: Callable[[str, dict[tuple[str, str], str], dict[str, int]], str]
+    # fingerprint.normalise_text(text): NFKC, whitespace collapsed (an input's identity).
+    normal: Callable[[str], str]
 
 
 def _load() -> Compiled | None:

@@ -1,0 +1,90 @@
+"""The compiled normaliser (`_normal.normal`) gives exactly what fingerprint's reference
+`normalise_text_python` gives (NFKC, whitespace collapsed): its boundary characters are
+what it takes them for in this Python's Unicode database, every BMP character alone and
+between neighbours that combine with it reads alike, and so do drawn texts."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.compare import fingerprint
+from controlplane.compare import native as reader
+from controlplane.compare.fingerprint import normalise_text_python as reference
+from tests.ingest.native_support import PIECES, native, require_compiled_reader
+
+
+def compiled(text: str) -> str:
+    return native("_normal").normal(text)
+
+
+def composition_seconds() -> set[int]:
+    """Code points that combine with the character before them (the second of a canonical
+    composition, Hangul's vowel and trailing jamo)."""
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for code in range(0x30000):
+        mapping = unicodedata.decomposition(chr(code))
+        if mapping and not mapping.startswith("<") and len(parts := mapping.split()) == 2:
+            seconds.add(int(parts[1], 16))
+    return seconds
+
+
+def test_each_boundary_character_is_stable_and_starts_a_segment() -> None:
+    """A text may be split before each: combining class 0, its own NFKC, and never combined
+    with the character before it. A range that is wrong here makes the native scan skip
+    a character NFKC changes."""
+    seconds = composition_seconds()
+    wrong = [
+        f"U+{code:04X}"
+        for low, high in native("_normal").BOUNDARY_RANGES
+        for code in range(low, high + 1)
+        if unicodedata.combining(chr(code))
+        or unicodedata.normalize("NFKC", chr(code)) != chr(code)
+        or code in seconds
+    ]
+    assert not wrong, wrong[:20]
+
+
+def test_every_bmp_character_alone_and_with_combining_neighbours() -> None:
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        c = chr(code)
+        for text in (c, f"a{c}\u0301", f"中{c}\u3099\u3000{c}\u11a8文"):
+            assert compiled(text) == reference(text), (f"U+{code:04X}", text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    *PIECES,
+                    *"\u0301\u0308\u0323\u3099\u309a\u1161\u11a8ﬁ²℃①ｶﾞＡａ１￥\u00a8\u00a0",
+                    "e\u0301",
+                    "가",
+                    "\u1100\u1161\u11a8",
+                    "Å",
+                    "Ⅻ",
+                    "㍻",
+                ]
+            ),
+            st.characters(codec="utf-8"),
+        ),
+        max_size=60,
+    ).map("".join)
+)
+def test_drawn_texts_read_alike(text: str) -> None:
+    assert compiled(text) == reference(text)
+
+
+def test_identity_uses_the_compiled_normaliser() -> None:
+    """The input hash reads through it when the compiled reader runs (so the tests above
+    guard every stored input hash)."""
+    require_compiled_reader()
+    assert reader.READER is not None and reader.READER.normal is native("_normal").normal
+    text = "Ｏｒｄｅｒ　ＳＯ－１２３，\n\n  退款？ e\u0301"
+    assert fingerprint.normalise_text(text) == reference(text) == "Order SO-123, 退款? é"
