@@ -5,14 +5,14 @@ NFKC in the standard library walks every character of a text that is not already
 so one full-width comma makes a 3,000-character Chinese reply cost hundreds of
 microseconds. Here the text is split before each character that NFKC leaves as it is and
 that nothing before it can combine with (canonical combining class 0, NFKC quick check
-"yes": ASCII, Latin-1 and Cyrillic letters, CJK punctuation, kana, CJK ideographs, Hangul
-syllables; tests/ingest/test_native_normal.py checks every one of them against the Unicode
+"yes": ASCII, Latin-1 and Cyrillic letters, dashes and quotation marks, CJK punctuation,
+kana, CJK ideographs, Hangul syllables; tests/ingest/test_native_normal.py checks every one of them against the Unicode
 database): normalising each piece alone gives what normalising the whole gives (UAX #15,
 "Stable Code Points"), and only the pieces that hold another character are normalised.
 """
 
 from cpython.unicode cimport Py_UNICODE_ISSPACE
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 
 
 cdef extern from "Python.h":
@@ -27,6 +27,8 @@ BOUNDARY_RANGES = (
     (0x00BF, 0x0131),
     (0x0400, 0x0482),
     (0x0488, 0x052F),
+    (0x2012, 0x2016),
+    (0x2018, 0x2023),
     (0x3001, 0x3029),
     (0x303B, 0x3098),
     (0x30A0, 0x30FE),
@@ -39,7 +41,13 @@ cdef inline bint _boundary(Py_UCS4 c) noexcept:
     if c < 0xA0:
         return True
     if c < 0x3001:
-        return (0xBF <= c <= 0x131) or (0x400 <= c <= 0x482) or (0x488 <= c <= 0x52F)
+        return (
+            0xBF <= c <= 0x131
+            or 0x400 <= c <= 0x482
+            or 0x488 <= c <= 0x52F
+            or 0x2012 <= c <= 0x2016
+            or 0x2018 <= c <= 0x2023
+        )
     return (
         c <= 0x3029
         or 0x303B <= c <= 0x3098
@@ -49,64 +57,75 @@ cdef inline bint _boundary(Py_UCS4 c) noexcept:
     )
 
 
-def nfkc(str text):
-    """unicodedata.normalize("NFKC", text), normalising only the pieces that need it."""
-    if text.isascii():
-        return text  # ASCII is its own NFKC
-    cdef Py_ssize_t n = len(text), i = 0, j, done = 0, start
-    cdef Py_UCS4 c
-    cdef list pieces = None
-    while i < n:
-        c = text[i]
-        if _boundary(c):
-            i += 1
-            continue
-        if (0xFF01 <= c <= 0xFF5E or c == 0x3000) and (i + 1 == n or _boundary(text[i + 1])):
-            # A full-width form or the ideographic space between two boundaries: its NFKC
-            # is the ASCII character it stands for, which nothing combines with.
-            if pieces is None:
-                pieces = []
-            pieces.append(text[done:i])
-            pieces.append(chr(<long>c - 0xFEE0) if c != 0x3000 else " ")
-            done = i = i + 1
-            continue
-        # A run of other characters, with the one before it (it may combine with them).
-        start = i - 1 if i > done else i
-        j = i + 1
-        while j < n and not _boundary(text[j]):
-            j += 1
-        if pieces is None:
-            pieces = []
-        pieces.append(text[done:start])
-        pieces.append(normalize("NFKC", text[start:j]))
-        done = i = j
-    if pieces is None:
-        return text
-    pieces.append(text[done:])
-    return "".join(pieces)
+cdef struct Out:
+    Py_UCS4 *chars
+    Py_ssize_t size
+    Py_ssize_t cap
+    bint gap  # whitespace seen since the last character put
+
+
+cdef inline int _put(Out *out, Py_UCS4 c) except -1:
+    """Append `c`, whitespace runs collapsed to one space and none at either end."""
+    cdef Py_UCS4 *grown
+    if Py_UNICODE_ISSPACE(c):
+        out.gap = out.size > 0
+        return 0
+    if out.size + 2 > out.cap:
+        grown = <Py_UCS4 *> realloc(out.chars, 2 * out.cap * sizeof(Py_UCS4))
+        if grown == NULL:
+            raise MemoryError()
+        out.chars = grown
+        out.cap *= 2
+    if out.gap:
+        out.chars[out.size] = 0x20
+        out.size += 1
+        out.gap = False
+    out.chars[out.size] = c
+    out.size += 1
+    return 0
 
 
 def normal(str text):
-    """" ".join(unicodedata.normalize("NFKC", text).split())"""
-    cdef str folded = nfkc(text)
-    cdef Py_ssize_t n = len(folded), i, size = 0
+    """" ".join(unicodedata.normalize("NFKC", text).split()), in one pass: NFKC only on the
+    pieces that need it."""
+    if text.isascii():
+        return " ".join(text.split())  # ASCII is its own NFKC
+    cdef Py_ssize_t n = len(text), i = 0, j, k
     cdef Py_UCS4 c
-    cdef bint gap = False
-    cdef Py_UCS4 *out = <Py_UCS4 *> malloc((n + 1) * sizeof(Py_UCS4))
-    if out == NULL:
+    cdef str piece
+    cdef Out out
+    out.size = 0
+    out.gap = False
+    out.cap = n + 16
+    out.chars = <Py_UCS4 *> malloc(out.cap * sizeof(Py_UCS4))
+    if out.chars == NULL:
         raise MemoryError()
     try:
-        for i in range(n):
-            c = folded[i]
-            if Py_UNICODE_ISSPACE(c):
-                gap = size > 0
+        while i < n:
+            c = text[i]
+            if _boundary(c):
+                _put(&out, c)
+                i += 1
                 continue
-            if gap:
-                out[size] = 0x20
-                size += 1
-                gap = False
-            out[size] = c
-            size += 1
-        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, size)
+            if (0xFF01 <= c <= 0xFF5E or c == 0x3000) and (i + 1 == n or _boundary(text[i + 1])):
+                # A full-width form or the ideographic space between two boundaries: its
+                # NFKC is the ASCII character it stands for, which nothing combines with.
+                _put(&out, <Py_UCS4> (<long> c - 0xFEE0) if c != 0x3000 else 0x20)
+                i += 1
+                continue
+            # A run of other characters, normalised with the character before it (it may
+            # combine with them): that one, put last, is taken back first.
+            j = i + 1
+            while j < n and not _boundary(text[j]):
+                j += 1
+            if i > 0:
+                if not Py_UNICODE_ISSPACE(text[i - 1]):
+                    out.size -= 1
+                i -= 1
+            piece = normalize("NFKC", text[i:j])
+            for k in range(len(piece)):
+                _put(&out, piece[k])
+            i = j
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out.chars, out.size)
     finally:
-        free(out)
+        free(out.chars)
