@@ -11,7 +11,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from psycopg.types.json import Jsonb
+from psycopg.types.json import set_json_dumps
 from sqlalchemy import (
     FromClause,
     Insert,
@@ -36,7 +36,6 @@ EDGE_FIELDS = (*SIDE_FIELDS, "confidence", "valid")
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
 JSON_RESULT_COLUMNS = {"input_segments", "repeat_diff", "cloud_print"}
-JSON_PAYLOAD_COLUMNS = {"input", "edge_output", "cloud_output", "diff"}
 # Below this many rows the round trips of the COPY path cost more than they save.
 COPY_MIN_ROWS = 20
 
@@ -85,7 +84,7 @@ def insert_results(
         ids = session.scalars(_NEXT_IDS, {"n": len(rows)}).all()
         for row, result_id in zip(rows, ids, strict=True):
             row["id"] = result_id
-        _copy(session, "results", _ID_AND_RESULT_COLUMNS, JSON_RESULT_COLUMNS, rows)
+        _copy(session, "results", _ID_AND_RESULT_COLUMNS, rows)
         inserted = [(row["id"], row["task_id"], row["request_id"], row["ts"]) for row in rows]
     else:
         returned = session.execute(
@@ -100,7 +99,7 @@ def insert_results(
     ]
     if new_payloads:
         if postgres and len(new_payloads) >= COPY_MIN_ROWS:
-            _copy(session, "payloads", PAYLOAD_COLUMNS, JSON_PAYLOAD_COLUMNS, new_payloads)
+            _copy(session, "payloads", PAYLOAD_COLUMNS, new_payloads)
         else:
             session.execute(insert_payload(), new_payloads)
     return len(inserted)
@@ -161,27 +160,23 @@ def _copy(
     session: Session,
     table: str,
     columns: list[str],
-    json_columns: set[str],
     rows: Iterable[dict[str, Any]],
 ) -> None:
     """Binary COPY of rows into a table on the session's own connection (in its transaction)."""
     raw = session.connection().connection.driver_connection
     assert raw is not None
     types = copy_types(Payload.__table__ if table == "payloads" else Result.__table__, columns)
-    json_positions = [i for i, c in enumerate(columns) if c in json_columns]
     values_of = itemgetter(*columns)
     # Table and column names are ours, never input.
     statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
-    with raw.cursor() as cursor, cursor.copy(statement) as copy:
-        copy.set_types(types)
-        for row in rows:
-            values = values_of(row)
-            if any(values[i] is not None for i in json_positions):
-                values = list(values)
-                for i in json_positions:
-                    if values[i] is not None:
-                        values[i] = Jsonb(values[i], dumps=json_text)
-            copy.write_row(values)
+    with raw.cursor() as cursor:
+        # The JSON columns' values go as they are: the jsonb type set for their columns
+        # serialises them with json_text (StoredJSON as its text), no wrapper per value.
+        set_json_dumps(json_text, context=cursor)
+        with cursor.copy(statement) as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(values_of(row))
 
 
 def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] | None:
