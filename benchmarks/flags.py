@@ -273,7 +273,7 @@ def throughput(args: argparse.Namespace, url: str, keys: dict[str, str], workdir
         f"1. Polls per second ({generator}, {args.connections} connections, medians of {args.reps} runs of {args.seconds:g} s)"
     )
     print(f"{'workers':>7}  {'request':<34} {'req/s':>9} {'p50':>9} {'p99':>9} {'of ceiling':>10}")
-    for workers in (1, 2):
+    for workers in args.workers:
         server = serve(url, workdir, workers)
         try:
             every = httpx.get(f"{server.base}/v1/flags", headers=read)
@@ -575,6 +575,12 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="the polls' servers: workers of each, comma-separated (default 1,2)",
+    )
     parser.add_argument("--rollbacks", type=int, default=10)
     parser.add_argument("--poll-interval", type=float, default=10.0)
     parser.add_argument("--streams", type=int, default=1000)

@@ -55,6 +55,7 @@ from controlplane.rollout.endpoints import (
     tasks_router as rollout_router,
 )
 from controlplane.rollout.flagcopy import FlagCopy, NoFlagsYet
+from controlplane.rollout.flagpolls import FastPolls, FlagPolls
 from controlplane.rollout.ofrep import router as ofrep_router
 from controlplane.scheduler import InProcessScheduler
 from controlplane.settings import Settings, get_settings
@@ -101,6 +102,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Ingest reads its own body item by item; it is the hot path, not scanned twice.
         unchecked_paths=(results_router.prefix,),
     )
+    # Conditional flag polls are answered here, inside the log and before anything else
+    # (controlplane.rollout.flagpolls); every other request passes through.
+    app.state.fast_polls = FastPolls()
+    app.add_middleware(FlagPolls, counts=app.state.fast_polls)
     app.add_middleware(RequestLog)
     # Routes are matched in this order, each miss costing tens of microseconds: the flag
     # polls and evaluations, the hottest requests, are matched first.

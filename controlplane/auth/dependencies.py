@@ -16,11 +16,16 @@ from controlplane.auth.service import KeyCache, Principal
 ANY_KEY_BUCKET = "read"
 
 
+def bearer_token(authorization: str | None, api_key: str | None) -> str | None:
+    """The key a request sends: `Authorization: Bearer <key>`, else `X-API-Key: <key>`."""
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip() or None
+    return api_key or None
+
+
 def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if header and header[:7].lower() == "bearer ":
-        return header[7:].strip() or None
-    return request.headers.get("x-api-key") or None
+    headers = request.headers
+    return bearer_token(headers.get("authorization"), headers.get("x-api-key"))
 
 
 def _too_many(refusal: Refusal) -> HTTPException:

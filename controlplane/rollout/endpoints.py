@@ -24,6 +24,7 @@ from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.rollout import actions, configs, flags, service
 from controlplane.rollout.flagcopy import FlagCopy
+from controlplane.rollout.flagpolls import cache_headers
 from controlplane.rollout.flagstream import BUSY_RETRY_SECONDS, FlagStream, StreamSlots
 from controlplane.rollout.schemas import (
     ActionIn,
@@ -71,9 +72,7 @@ def _flag_copy(request: Request) -> FlagCopy:
 
 
 def _conditional(request: Request, body: bytes, tag: str, stale: float | None) -> Response:
-    headers = {"ETag": tag, "Cache-Control": "no-cache"}
-    if stale is not None:
-        headers["X-Shadowplane-Stale"] = str(int(stale))
+    headers = cache_headers(tag, stale)
     if flags.matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
