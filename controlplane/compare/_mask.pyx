@@ -3,7 +3,8 @@
 
 `mask(text, placeholders, counts)` returns what `Masker._mask(text)` returns for a Masker
 whose `_placeholders` and `_counts` are those dicts, and mutates them the same way (the
-same keys, numbered in the same order). Every pattern of the Python masker is matched by a
+same keys, numbered in the same order); `mask_many(texts, placeholders, counts, max_chars)`
+masks a list of texts one after another, as many calls of `mask` would. Every pattern of the Python masker is matched by a
 small hand-written matcher at each position of the text's view (one scan, each match of
 bounded length), so the time is linear in the text's length by construction.
 """
@@ -536,6 +537,30 @@ cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ss
 
 def mask(str text, dict placeholders, dict counts):
     """Masker._mask(text) for a Masker holding these placeholders and counts."""
+    return mask_one(text, placeholders, counts)
+
+
+def mask_many(list texts, dict placeholders, dict counts, Py_ssize_t max_chars):
+    """[mask(text, placeholders, counts) for text in texts], in one call (a diff's lists
+    hold dozens of short strings, each of which would otherwise cost a call from Python);
+    None, with nothing masked, unless every item is a string of at most max_chars."""
+    cdef Py_ssize_t k, n = len(texts)
+    cdef list out
+    cdef object text
+    for k in range(n):
+        text = texts[k]
+        if not isinstance(text, str) or len(text) > max_chars:
+            return None
+    out = [None] * n
+    for k in range(n):
+        text = texts[k]
+        if type(text) is not str:
+            text = str.__str__(text)  # a str subclass: its characters, as Masker._mask reads them
+        out[k] = mask_one(<str>text, placeholders, counts)
+    return out
+
+
+cdef object mask_one(str text, dict placeholders, dict counts):
     cdef Py_ssize_t n = len(text), i, start, end, copied, k, count = 0, size = 0
     cdef Py_UCS4* t = code_points(text)
     cdef Py_UCS4* v = NULL

@@ -19,12 +19,14 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from importlib import import_module
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ENV = "SHADOWPLANE_TEXT_READER"
 CHOICES = ("auto", "python", "native")
 # The compiled modules (controlplane/compare/_<name>.pyx), each giving the function <name>.
 MODULES = ("counts", "numbers", "spans", "mask", "normal")
+# Further entry points: (the Compiled field, the module giving a function of that name).
+MORE = (("mask_many", "mask"),)
 
 
 class Compiled(NamedTuple):
@@ -38,6 +40,11 @@ class Compiled(NamedTuple):
     spans: Callable[[str], tuple[frozenset[str], str]]
     # Masker._mask(text), numbering in the Masker's (placeholders, counts).
     mask: Callable[[str, dict[tuple[str, str], str], dict[str, int]], str]
+    # [mask(text, ...) for text in texts] in one call (a diff's lists of short strings), or
+    # None unless every item is a string of at most max_chars (the last argument).
+    mask_many: Callable[
+        [list[Any], dict[tuple[str, str], str], dict[str, int], int], list[str] | None
+    ]
     # fingerprint.normalise_text(text): NFKC, whitespace collapsed (an input's identity).
     normal: Callable[[str], str]
 
@@ -50,7 +57,9 @@ def _load() -> Compiled | None:
         return None
     try:
         modules = {name: import_module(f"controlplane.compare._{name}") for name in MODULES}
-    except ImportError as exc:
+        entries = {name: getattr(modules[name], name) for name in MODULES}
+        entries.update((name, getattr(modules[module], name)) for name, module in MORE)
+    except (ImportError, AttributeError) as exc:  # AttributeError: built from older sources
         if choice == "native":
             raise ImportError(
                 f"{ENV}=native but the compiled text reader is not built ({exc}): "
@@ -58,7 +67,7 @@ def _load() -> Compiled | None:
                 "(python setup.py build_ext --inplace)"
             ) from exc
         return None
-    return Compiled(**{name: getattr(modules[name], name) for name in MODULES})
+    return Compiled(**entries)
 
 
 # The compiled reader when it runs, else None (the Python reader runs).

@@ -347,6 +347,16 @@ class Masker:
             return compiled.mask(text, self._placeholders, self._counts)
         return self._mask_python(text)
 
+    def _mask_many(self, values: list[Any], max_chars: int) -> list[str] | None:
+        """[self._mask(value) for value in values] (the compiled reader's in one call), or
+        None, with nothing masked, unless every value is a string of at most max_chars."""
+        compiled = native.READER
+        if compiled is not None:
+            return compiled.mask_many(values, self._placeholders, self._counts, max_chars)
+        if not all(isinstance(v, str) and len(v) <= max_chars for v in values):
+            return None
+        return [self._mask_python(value) for value in values]
+
     def _mask_python(self, text: str) -> str:
         """Two passes: emails, IPs, ID cards, cards and phones by pattern; then, from each
         digit run outwards, ID-like tokens (letters with digits) and long digit runs."""
@@ -417,6 +427,10 @@ class Masker:
         if _depth >= MAX_DEPTH:
             raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, list):
+            # A diff's lists (numbers, names) hold dozens of short strings: one call.
+            masked = self._mask_many(value, max_chars)
+            if masked is not None:
+                return masked
             return [self.json(v, max_chars, _depth=_depth + 1) for v in value]
         out: dict[Any, Any] = {}
         suffixes: dict[str, int] = {}  # per masked key, the next suffix to try
