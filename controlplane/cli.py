@@ -652,13 +652,21 @@ def demo(
             "(inputs grow 3x)."
         ),
     ] = "long_tickets",
+    shadow_seconds: Annotated[
+        float,
+        typer.Option(
+            hidden=True,
+            help="For tests: the shadow phase's least length in seconds (it also lasts long "
+            "enough for 150 repeat pairs per task at --rate).",
+        ),
+    ] = 20.0,
 ) -> None:
     """Everything on the embedded default: serve, canary, simulated traffic, a real rollback."""
     from controlplane.demo import SCENARIOS, run_demo
 
     if scenario not in SCENARIOS:
         raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
-    run_demo(port, rate, duration, once, scenario_after, scenario)
+    run_demo(port, rate, duration, once, scenario_after, scenario, shadow_seconds=shadow_seconds)
 
 
 @app.command()

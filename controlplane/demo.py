@@ -277,11 +277,13 @@ def run_demo(
     scenario: str = "long_tickets",
     *,
     steady_only: bool = False,
+    shadow_seconds: float = SHADOW_SECONDS,
 ) -> None:
     """The demo; after its scenario (unless `once`) traffic at a steady rate until Ctrl-C,
     which ends it with exit code 0 (its usual end, as a server's); a Ctrl-C during the
     scenario ends it with 130. `steady_only` skips the scenario (for a test of the steady
-    phase; no option names it)."""
+    phase; no option names it); `shadow_seconds` is the shadow phase's least length (a test
+    shortens it with the hidden option of the same name)."""
     settings = get_settings()
     upgrade(settings.database_url)
     # Started first: it imports Streamlit while the API starts; stopped however the demo ends
@@ -292,7 +294,18 @@ def run_demo(
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main else None
     try:
-        _demo(settings, dashboard, api, rate, duration, once, scenario_after, scenario, steady_only)
+        _demo(
+            settings,
+            dashboard,
+            api,
+            rate,
+            duration,
+            once,
+            scenario_after,
+            scenario,
+            steady_only,
+            shadow_seconds,
+        )
     except KeyboardInterrupt:
         typer.echo("\nCtrl-C before the scenario finished: the API and the dashboard stop.")
         raise typer.Exit(130) from None
@@ -317,6 +330,7 @@ def _demo(
     scenario_after: float,
     scenario: str,
     steady_only: bool,
+    shadow_least: float,
 ) -> None:
     engine = get_engine(settings.database_url)
     tasks, demo_keys = register(engine, scenario)
@@ -367,7 +381,7 @@ def _demo(
 
     # Shadow first: every task's traffic, the edge only recorded, until each can be graded.
     shadow_seconds = max(
-        SHADOW_SECONDS,
+        shadow_least,
         SHADOW_REPEAT_PAIRS / (rate * DEMO_GRADING["repeat_rate"]),
     )
     typer.echo(
@@ -469,14 +483,25 @@ def _demo(
     )
     while time.monotonic() < deadline and _open_windows(reader, tasks, started):
         time.sleep(0.2)
-    # The tasks left in shadow have their cost notice once their stage holds a whole span
-    # and it closes: printed as it comes, or waited for here (a few seconds at most).
-    shadow = set(tasks) - {CANARY}
-    deadline = time.monotonic() + max(0.0, notices_due - (time.monotonic() - shadow_started))
-    while not noticed.tasks >= shadow and time.monotonic() < deadline:
-        time.sleep(0.2)
-        noticed.print_new(time.monotonic() - shadow_started)
-    noticed.print_new(time.monotonic() - shadow_started)
+
+    def since_shadow() -> float:
+        return time.monotonic() - shadow_started
+
+    def await_notices() -> None:
+        """The tasks left in shadow have their cost notice once their stage holds a whole
+        span and it closes: printed as it comes, or waited for here (a few seconds at
+        most)."""
+        shadow = set(tasks) - {CANARY}
+        deadline = time.monotonic() + max(0.0, notices_due - since_shadow())
+        while not noticed.tasks >= shadow and time.monotonic() < deadline:
+            time.sleep(0.2)
+            noticed.print_new(since_shadow())
+        noticed.print_new(since_shadow())
+
+    # A rollback before the notices are due leaves them to come while the loop runs (its
+    # waits print them): nobody waits for them idle before it.
+    if not closes_loop:
+        await_notices()
 
     typer.echo("\nPosted over HTTP (shadow and canary phases):")
     for task in tasks:
@@ -491,8 +516,16 @@ def _demo(
     # What the traffic does after the scenario: what it did last.
     plan_after = Plan(scenario if duration >= scenario_after else "none", {CANARY})
     if closes_loop:
-        loop = _Loop(base, router_key, review_key, reader, reviewer)
-        shipped = loop.run(tasks, rate, lambda: time.monotonic() - shadow_started)
+        loop = _Loop(
+            base,
+            router_key,
+            review_key,
+            reader,
+            reviewer,
+            lambda: noticed.print_new(since_shadow()),
+        )
+        shipped = loop.run(tasks, rate, since_shadow)
+        await_notices()
         plan_after = _fixed_plan()
         if shipped:
             # The windows hold all that was posted; the last ones stay open (the demo ends).
@@ -658,7 +691,8 @@ class _Loop:
     rollback's regression sample through the review API, the regression eval set fills
     from their labels, a run of the new model is scored on it, the blocked model is
     unblocked without force, the task is re-armed and promoted again once the gate passes
-    on the new model's shadow traffic."""
+    on the new model's shadow traffic. `while_waiting` runs at each look while it waits
+    (the demo prints the notices that came meanwhile)."""
 
     def __init__(
         self,
@@ -667,9 +701,11 @@ class _Loop:
         review_key: str,
         reader: httpx.Client,
         reviewer: SimulatedReviewer,
+        while_waiting: Callable[[], None] = lambda: None,
     ) -> None:
         self.base, self.router_key, self.review_key = base, router_key, review_key
         self.reader, self.reviewer = reader, reviewer
+        self.while_waiting = while_waiting
         self.stop = threading.Event()
         self.shipped: dict[str, Totals] = {}
 
@@ -760,6 +796,7 @@ class _Loop:
             ready = block["in_set"] >= block["needed"] and block["next_model"] == EDGE_MODEL_FIX
             if ready or time.monotonic() > deadline:
                 break
+            self.while_waiting()
             time.sleep(0.5)
         _step(
             clock(),
@@ -865,6 +902,7 @@ class _Loop:
                 )
             if gate["passed"] or time.monotonic() > deadline:
                 break
+            self.while_waiting()
             time.sleep(0.5)
         for bucket, view in gate["buckets"].items():
             if view["agreement"] is not None:
