@@ -594,18 +594,23 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
 
     print(
         f"Per-result cost: {n:,} results a run, batches of {BATCH}, median of {args.reps} runs "
-        "(µs per result)"
+        "(µs per result; the stages in "
+        + (
+            "this process's CPU time, the waits on PostgreSQL left out)"
+            if args.cpu
+            else "wall time)"
+        )
     )
     in_process(url, bodies_of(results(BATCH * 2, "warm")), context)  # caches, plans
     for rep in range(args.reps):
         for kind, make in kinds.items():
             settle(url)
-            clock = StageClock()
+            clock = StageClock(time.thread_time if args.cpu else time.perf_counter)
             with clock.installed():
                 timed = in_process(url, bodies_of(make(f"pt{kind}{rep}")), context, clock)
             for stage in ORDER:
                 add(kind, stage, clock.totals.get(stage, 0.0) * 1e6 / n)
-            add(kind, "in process, timers on (sum of the stages)", timed * 1e6 / n)
+            add(kind, "in process, timers on (wall)", timed * 1e6 / n)
             settle(url)
             add(
                 kind,
@@ -687,6 +692,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--profile", action="store_true", help="only the per-result cost table (see above)"
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="with --profile: the stages in CPU time (robust on a busy machine), not wall time",
     )
     parser.add_argument(
         "--kinds",

@@ -11,7 +11,7 @@ database): normalising each piece alone gives what normalising the whole gives (
 "Stable Code Points"), and only the pieces that hold another character are normalised.
 """
 
-from cpython.unicode cimport Py_UNICODE_ISSPACE
+from cpython.unicode cimport Py_UNICODE_ISSPACE, PyUnicode_DATA, PyUnicode_KIND, PyUnicode_READ
 from libc.stdlib cimport free, malloc, realloc
 
 
@@ -92,6 +92,8 @@ def normal(str text):
         return " ".join(text.split())  # ASCII is its own NFKC
     cdef Py_ssize_t n = len(text), i = 0, j, k
     cdef Py_UCS4 c
+    cdef unsigned int kind = PyUnicode_KIND(text)
+    cdef void *data = PyUnicode_DATA(text)
     cdef str piece
     cdef Out out
     out.size = 0
@@ -102,12 +104,14 @@ def normal(str text):
         raise MemoryError()
     try:
         while i < n:
-            c = text[i]
+            c = PyUnicode_READ(kind, data, i)
             if _boundary(c):
                 _put(&out, c)
                 i += 1
                 continue
-            if (0xFF01 <= c <= 0xFF5E or c == 0x3000) and (i + 1 == n or _boundary(text[i + 1])):
+            if (0xFF01 <= c <= 0xFF5E or c == 0x3000) and (
+                i + 1 == n or _boundary(PyUnicode_READ(kind, data, i + 1))
+            ):
                 # A full-width form or the ideographic space between two boundaries: its
                 # NFKC is the ASCII character it stands for, which nothing combines with.
                 _put(&out, <Py_UCS4> (<long> c - 0xFEE0) if c != 0x3000 else 0x20)
@@ -116,10 +120,10 @@ def normal(str text):
             # A run of other characters, normalised with the character before it (it may
             # combine with them): that one, put last, is taken back first.
             j = i + 1
-            while j < n and not _boundary(text[j]):
+            while j < n and not _boundary(PyUnicode_READ(kind, data, j)):
                 j += 1
             if i > 0:
-                if not Py_UNICODE_ISSPACE(text[i - 1]):
+                if not Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i - 1)):
                     out.size -= 1
                 i -= 1
             piece = normalize("NFKC", text[i:j])
