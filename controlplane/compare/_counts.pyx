@@ -602,3 +602,45 @@ cdef inline void _sort_keys(int* order, Py_ssize_t* first, int lo, int hi) noexc
             order[b] = order[b - 1]
             order[b - 1] = t
             b -= 1
+
+
+# --- the diff of two readings (comparators.compare_text_conservation) ------------------
+
+
+def multiset_diff(object edge, object cloud):
+    """(sorted(edge.elements()), sorted(cloud.elements()), sorted((cloud - edge).elements()),
+    sorted((edge - cloud).elements())) of two Counters of strings, in one walk over their
+    keys sorted once."""
+    cdef list e = [], c = [], missing = [], extra = []
+    cdef Py_ssize_t a, b, k
+    for key in sorted(set(<dict>edge).union(<dict>cloud)):
+        a = (<dict>edge).get(key, 0)
+        b = (<dict>cloud).get(key, 0)
+        for k in range(a):
+            e.append(key)
+        for k in range(b):
+            c.append(key)
+        for k in range(b - a):  # Counter subtraction keeps what stays above 0
+            missing.append(key)
+        for k in range(a - b):
+            extra.append(key)
+    return e, c, missing, extra
+
+
+def set_diff(object edge, object cloud):
+    """(sorted(edge), sorted(cloud), sorted(cloud - edge), sorted(edge - cloud)) of two sets
+    of strings, in one walk over their union sorted once."""
+    cdef list e = [], c = [], missing = [], extra = []
+    cdef bint in_edge, in_cloud
+    for key in sorted(edge | cloud):
+        in_edge = key in edge
+        in_cloud = key in cloud
+        if in_edge:
+            e.append(key)
+            if not in_cloud:
+                extra.append(key)
+        if in_cloud:
+            c.append(key)
+            if not in_edge:
+                missing.append(key)
+    return e, c, missing, extra

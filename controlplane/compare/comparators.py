@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from controlplane.compare import conservation
+from controlplane.compare import conservation, native
 from controlplane.compare.jsonutil import dumps, loads, short_repr
 from controlplane.compare.redaction import MAX_CHARS as MAX_CHARS
 
@@ -317,6 +318,29 @@ def _text_problem(value: Any) -> str | None:
     return f"not a non-empty text: {short_repr(value)}"
 
 
+# What a failed check lists: every item of each side, and what the edge misses or adds.
+SIDES = ("edge", "cloud", "missing", "extra")
+
+
+def multiset_diff(
+    edge: Counter[str], cloud: Counter[str]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The SIDES of two multisets, each sorted (the compiled reader's in one walk)."""
+    return (
+        sorted(edge.elements()),
+        sorted(cloud.elements()),
+        sorted((cloud - edge).elements()),
+        sorted((edge - cloud).elements()),
+    )
+
+
+def set_diff(
+    edge: frozenset[str], cloud: frozenset[str]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The SIDES of two sets, each sorted (the compiled reader's in one walk)."""
+    return sorted(edge), sorted(cloud), sorted(cloud - edge), sorted(edge - cloud)
+
+
 @register("text_conservation", version=1)
 def compare_text_conservation(spec: Mapping[str, Any], edge: Any, cloud: Any) -> Comparison:
     """A rewrite agrees when it conserves sentences, length, negations, numbers and names."""
@@ -338,6 +362,7 @@ def compare_text_conservation(spec: Mapping[str, Any], edge: Any, cloud: Any) ->
             "ratio": round(ratio, 3) if math.isfinite(ratio) else None,
             "bounds": [lo, hi],
         }
+    compiled = native.READER
     for name, edge_set, cloud_set in (
         ("negations", e.negations, c.negations),
         ("numbers", e.numbers, c.numbers),
@@ -349,19 +374,13 @@ def compare_text_conservation(spec: Mapping[str, Any], edge: Any, cloud: Any) ->
         else:
             same = edge_set == cloud_set
         if not same:
-            diff[name] = {
-                "edge": sorted(edge_set.elements()),
-                "cloud": sorted(cloud_set.elements()),
-                "missing": sorted((cloud_set - edge_set).elements()),
-                "extra": sorted((edge_set - cloud_set).elements()),
-            }
+            lists = (compiled.multiset_diff if compiled is not None else multiset_diff)(
+                edge_set, cloud_set
+            )
+            diff[name] = dict(zip(SIDES, lists, strict=True))
     if e.spans != c.spans:
-        diff["spans"] = {
-            "edge": sorted(e.spans),
-            "cloud": sorted(c.spans),
-            "missing": sorted(c.spans - e.spans),
-            "extra": sorted(e.spans - c.spans),
-        }
+        lists = (compiled.set_diff if compiled is not None else set_diff)(e.spans, c.spans)
+        diff["spans"] = dict(zip(SIDES, lists, strict=True))
     if not diff:
         return Comparison("agree", None, 1)
     return Comparison("conflict", {"failed": list(diff), **diff}, 1)

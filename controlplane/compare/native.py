@@ -26,7 +26,7 @@ CHOICES = ("auto", "python", "native")
 # The compiled modules (controlplane/compare/_<name>.pyx), each giving the function <name>.
 MODULES = ("counts", "numbers", "spans", "mask", "normal")
 # Further entry points: (the Compiled field, the module giving a function of that name).
-MORE = (("mask_many", "mask"),)
+MORE = (("mask_many", "mask"), ("multiset_diff", "counts"), ("set_diff", "counts"))
 
 
 class Compiled(NamedTuple):
@@ -44,6 +44,13 @@ class Compiled(NamedTuple):
     # None unless every item is a string of at most max_chars (the last argument).
     mask_many: Callable[
         [list[Any], dict[tuple[str, str], str], dict[str, int], int], list[str] | None
+    ]
+    # comparators.multiset_diff and set_diff: a failed check's sorted lists, in one walk.
+    multiset_diff: Callable[
+        [Counter[str], Counter[str]], tuple[list[str], list[str], list[str], list[str]]
+    ]
+    set_diff: Callable[
+        [frozenset[str], frozenset[str]], tuple[list[str], list[str], list[str], list[str]]
     ]
     # fingerprint.normalise_text(text): NFKC, whitespace collapsed (an input's identity).
     normal: Callable[[str], str]
