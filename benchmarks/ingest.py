@@ -28,14 +28,16 @@ unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `sha
   SHADOWPLANE_TEXT_READER=python, with the Python one, beside the `label` task's results/s
   on as many results in the same run (goal: the compiled reader's within 2× of label's).
 
-With `--profile`, only the per-result cost table: for label and text results (`--text-rows`
-each run), the median microseconds per result of each stage of the server's own path run in
-this process (benchmarks/_stages.py times its functions in place: body decode and
-validation, per-item checks, scoring, bucket and sticky hash, id hashing, payload shaping and
-masking, row building, the database write, the transaction), the same path untimed, and
-through HTTP the wall time per result with the CPU the API's processes and PostgreSQL spent
-per result; beside it, in the same run, binary `COPY` of the same label rows into `results`
-and into a slim table (the same columns, only the `(task_id, request_id)` unique key).
+With `--profile` (and `--kinds label,text`, `--cpu`), only the per-result cost table: for
+label and text results (`--text-rows` each run), the median microseconds per result of each
+stage of the server's own path run in this process (benchmarks/_stages.py samples it as it
+runs, in wall time or with `--cpu` in CPU time: body decode and validation, per-item checks,
+scoring, bucket and sticky hash, id hashing, payload shaping and masking, row building,
+bookkeeping, free repeat pairs, the database write, the transaction; and the time in the
+garbage collector), and through HTTP the wall time per result with the CPU the API's
+processes and PostgreSQL spent per result; beside it, in the same run, binary `COPY` of the
+same label rows into `results` and into a slim table (the same columns, only the
+`(task_id, request_id)` unique key).
 
 Prints figures; asserts nothing about time.
 """
@@ -65,7 +67,7 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._stages import ORDER, TRANSACTION, StageClock  # noqa: E402
+from benchmarks._stages import ORDER, StageSampler  # noqa: E402
 from benchmarks._support import (  # noqa: E402
     Api,
     free_port,
@@ -490,9 +492,7 @@ def measure_text(args: argparse.Namespace, api: Api, key: str, url: str, log: Pa
 # --- the per-result cost table (--profile) ----------------------------------------------
 
 
-def in_process(
-    url: str, bodies: list[bytes], context: IngestContext, clock: StageClock | None = None
-) -> float:
+def in_process(url: str, bodies: list[bytes], context: IngestContext) -> float:
     """Seconds the server's path takes over these bodies in this process: each body decoded
     and validated, then ingested in one transaction, as the endpoint does."""
     engine = get_engine(url)
@@ -506,8 +506,7 @@ def in_process(
         ) -> Any:
             return service.ingest(session, valid, list(rejected), at, context)
 
-        transaction = clock.timed(TRANSACTION, in_transaction) if clock else in_transaction
-        report = transaction(engine, work)
+        report = in_transaction(engine, work)
         if report.accepted != len(valid) or report.rejected:
             raise SystemExit(f"in-process ingest refused results: {report.rejected[:3]}")
     return time.perf_counter() - started
@@ -594,7 +593,7 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
 
     print(
         f"Per-result cost: {n:,} results a run, batches of {BATCH}, median of {args.reps} runs "
-        "(µs per result; the stages in "
+        "(µs per result; in process, the stages sampled in "
         + (
             "this process's CPU time, the waits on PostgreSQL left out)"
             if args.cpu
@@ -605,18 +604,16 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
     for rep in range(args.reps):
         for kind, make in kinds.items():
             settle(url)
-            clock = StageClock(time.thread_time if args.cpu else time.perf_counter)
-            with clock.installed():
-                timed = in_process(url, bodies_of(make(f"pt{kind}{rep}")), context, clock)
+            sampler = StageSampler(cpu=args.cpu)
+            bodies = bodies_of(make(f"pt{kind}{rep}"))
+            with sampler.sampling():
+                wall = in_process(url, bodies, context)
             for stage in ORDER:
-                add(kind, stage, clock.totals.get(stage, 0.0) * 1e6 / n)
-            add(kind, "in process, timers on (wall)", timed * 1e6 / n)
-            settle(url)
-            add(
-                kind,
-                "in process, untimed",
-                in_process(url, bodies_of(make(f"pu{kind}{rep}")), context) * 1e6 / n,
-            )
+                add(kind, stage, sampler.share(stage) * 1e6 / n)
+            add(kind, "  of all these: the garbage collector (wall)", sampler.gc_seconds * 1e6 / n)
+            if args.cpu:
+                add(kind, "in process, CPU (the stages' sum)", sampler.seconds * 1e6 / n)
+            add(kind, "in process, wall", wall * 1e6 / n)
             items = make(f"ph{kind}{rep}")
             settle(url)
             api_cpu, pg_cpu = tree_cpu_seconds(api.proc.pid), pg and tree_cpu_seconds(pg)
