@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/windows.py [--window-rows 1000000] [--history 5000000] [--reps 5]
     .venv/bin/python benchmarks/windows.py --history-days 30 [--per-day 1000000]
         [--window-rows 41667]
+    .venv/bin/python benchmarks/windows.py --goal [--per-day 300000] [--reps 5]
 
 Starts its own PostgreSQL via scripts/services (unless SHADOWPLANE_BENCH_DATABASE_URL
 points at a server), registers a task, and fills `results` on the server with
@@ -13,7 +14,10 @@ again. With `--history-days D`, the history is instead D whole days of `--per-da
 each (loaded a day at a time) before the window, and the last line puts the window's time
 with that history next to its time with none (the goal: within 1.2x): measured in turns
 with a twin task that has the same window and no history, and, less fairly on a shared
-machine, before and after the half hour of loading. `results` is partitioned by day, as
+machine, before and after the half hour of loading. With `--goal`, the four cases of the
+goal (one window within 5x its ceiling) in one run: windows of 300,000 and 1,000,000
+results, of a task with no history and of a twin with `--history-days` (default 30) days
+of `--per-day` results before them, measured in turns, each beside its own ceilings. `results` is partitioned by day, as
 `migrate` makes it; the window and every day of history get their day's partition. Each measurement is
 the median of `--reps` runs of:
 
@@ -143,13 +147,13 @@ def backend_peak_mb(conn: Any) -> float:
     return kb / 1024
 
 
-def run_compute(url: str, task_id: int) -> tuple[float, float, float, int]:
+def run_compute(url: str, task_id: int, start: datetime = START) -> tuple[float, float, float, int]:
     engine = create_engine(url, poolclass=NullPool)
-    now = START + timedelta(seconds=10)  # the window stays open: every run recomputes it
+    now = start + timedelta(seconds=10)  # the window stays open: every run recomputes it
     tracemalloc.start()
     began = time.perf_counter()
     with session_scope(engine) as session:
-        computed = compute_window(session, task_id=task_id, window_start=START, now=now)
+        computed = compute_window(session, task_id=task_id, window_start=start, now=now)
         peak_backend = backend_peak_mb(session.connection())
     elapsed = time.perf_counter() - began
     _, peak_python = tracemalloc.get_traced_memory()
@@ -158,7 +162,9 @@ def run_compute(url: str, task_id: int) -> tuple[float, float, float, int]:
     return elapsed, peak_python / 2**20, peak_backend, computed.n_results
 
 
-def run_ceiling(url: str, task_id: int, index_only: bool) -> tuple[float, float, int]:
+def run_ceiling(
+    url: str, task_id: int, index_only: bool, start: datetime = START
+) -> tuple[float, float, int]:
     engine = create_engine(url, poolclass=NullPool)
     with engine.connect() as conn:
         if index_only:
@@ -166,7 +172,7 @@ def run_ceiling(url: str, task_id: int, index_only: bool) -> tuple[float, float,
         began = time.perf_counter()
         row = conn.execute(
             text(CEILING),
-            {"task_id": task_id, "start": START, "end": START + timedelta(seconds=WINDOW_SECONDS)},
+            {"task_id": task_id, "start": start, "end": start + timedelta(seconds=WINDOW_SECONDS)},
         ).one()
         elapsed = time.perf_counter() - began
         peak = backend_peak_mb(conn)
@@ -237,6 +243,61 @@ def history_days(url: str, task_id: int, args: argparse.Namespace) -> float:
     return measure(f"with {args.history_days} days of history", url, task_id, args.reps)
 
 
+def goal(url: str, args: argparse.Namespace) -> None:
+    """The four cases of the goal in one run: windows of 300k and 1M results (two hours
+    of the same day), of a task with no history and of a twin with days of it, each run in
+    turns with its two ceilings; medians of `--reps`."""
+    days = args.history_days or 30
+    sizes = {"300k": 300_000, "1M": 1_000_000}
+    starts = {name: START + timedelta(seconds=WINDOW_SECONDS * i) for i, name in enumerate(sizes)}
+    tasks = {}
+    with session_scope(get_engine(url)) as session:
+        for twin in ("plain", "aged"):
+            apply_config(session, {**TASK, "task": f"ticket_{twin}"}, actor="bench")
+            tasks[twin] = session.query(Task.id).filter(Task.name == f"ticket_{twin}").scalar()
+    for twin, task_id in tasks.items():
+        for name, n in sizes.items():
+            took = fill(url, task_id, n, starts[name], WINDOW_SECONDS, f"{twin}{name}", False)
+            print(f"loaded a window of {n:,} results of ticket_{twin} in {took:.0f} s", flush=True)
+    total = 0.0
+    for day in range(1, days + 1):
+        start = START - timedelta(days=day)
+        total += fill(url, tasks["aged"], args.per_day, start, 86400, f"d{day}", vacuum=False)
+    began = time.perf_counter()
+    engine = create_engine(url, poolclass=NullPool)
+    _vacuum(engine)
+    engine.dispose()
+    total += time.perf_counter() - began
+    print(
+        f"loaded {days} days of {args.per_day:,} results before the windows for ticket_aged "
+        f"({days * args.per_day:,} rows) in {total:.0f} s\n"
+    )
+    cases = [
+        (f"{name}, {label}", tasks[twin], starts[name])
+        for name in sizes
+        for twin, label in (("plain", "no history"), ("aged", f"{days} days of history"))
+    ]
+    for _, task_id, start in cases:  # warm the cache, and give each window its last count
+        run_compute(url, task_id, start)
+        run_ceiling(url, task_id, True, start)
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in cases}
+    for _ in range(args.reps):
+        for label, task_id, start in cases:
+            computed = run_compute(url, task_id, start)
+            index = run_ceiling(url, task_id, True, start)
+            planned = run_ceiling(url, task_id, False, start)
+            assert computed[3] == index[2] == planned[2], (computed[3], index[2], planned[2])
+            runs[label].append((computed[0], index[0], planned[0]))
+    print(
+        f"one window against one SQL pass over the same columns, medians of {args.reps} runs "
+        "in turns (goal: within 5x)\n"
+        f"{'case':<28} {'compute_window':>14} {'ceiling, index':>15} {'as planned':>11} {'ratio':>6}"
+    )
+    for label, found in runs.items():
+        t, a, b = (statistics.median(x[i] for x in found) for i in range(3))
+        print(f"{label:<28} {t:>12.3f} s {a:>13.3f} s {b:>9.3f} s {t / min(a, b):>5.1f}x")
+
+
 def _max_rss_mb() -> float:
     import resource
 
@@ -256,8 +317,16 @@ def main() -> None:
         default=0,
         help="Instead of --history: this many whole days of --per-day results before the window.",
     )
-    parser.add_argument("--per-day", type=int, default=1_000_000)
+    parser.add_argument("--per-day", type=int, default=None)
+    parser.add_argument(
+        "--goal",
+        action="store_true",
+        help="The four cases of the goal: 300k and 1M results, with no history and with "
+        "--history-days (default 30) days of --per-day (default 300,000) results.",
+    )
     args = parser.parse_args()
+    if args.per_day is None:
+        args.per_day = 300_000 if args.goal else 1_000_000
 
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
     os.chmod(tmp, 0o755)
@@ -272,12 +341,16 @@ def main() -> None:
             version = conn.execute(text("SHOW server_version")).scalar_one()
             # The day partitions of the window's day and of every day of history (production
             # keeps only the days a result may still arrive for; these are older).
-            ensure_partitions(conn, START.date(), behind=args.history_days + 5, ahead=1)
+            behind = (args.history_days or 30) if args.goal else args.history_days
+            ensure_partitions(conn, START.date(), behind=behind + 5, ahead=1)
             days = len(partition_days(conn))
         print(
             f"PostgreSQL {version}, {os.cpu_count()} cores, medians of {args.reps} runs; "
             f"results partitioned by day ({days} day partitions)\n"
         )
+        if args.goal:
+            goal(url, args)
+            return
         took = fill(url, task_id, args.window_rows, START, WINDOW_SECONDS, "w")
         print(f"loaded {args.window_rows:,} results into one window in {took:.0f} s")
         bare = measure("no history", url, task_id, args.reps)

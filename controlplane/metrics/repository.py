@@ -3,9 +3,11 @@
 A window reads only its own rows through the (task_id, ts) index, so its cost follows
 the window, not the history. Buckets are taken from `input_tokens` with the boundaries
 the window is computed with, so a config change between windows never mixes bucket sets
-inside one. On PostgreSQL one hashed pass gives the sums and every percentile column's
-values per bucket (binary arrays) for numpy to interpolate; SQLite, the embedded
-default, sums in SQL and interpolates in Python. Both interpolate linearly, as
+inside one. The pass groups the window's results by bucket and the few categorical
+values the counts depend on, and sums costs per group; each group's counts are derived
+in Python. On PostgreSQL the same hashed pass also gives every percentile column's values
+per group (packed float8) for numpy to interpolate; SQLite, the embedded default, reads
+the values in a second query and interpolates in Python. Both interpolate linearly, as
 `percentile_cont` and pandas do, and a test checks both against pandas.
 """
 
@@ -25,13 +27,12 @@ from sqlalchemy import (
     Engine,
     Float,
     Integer,
-    Subquery,
-    and_,
     case,
     cast,
     func,
     literal,
-    or_,
+    literal_column,
+    null,
     select,
     text,
     update,
@@ -46,7 +47,6 @@ from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics import lengths
 from controlplane.metrics.fields import (
     ALL,
-    COST_SUMS,
     PERCENTILES,
     RATE_COUNTS,
     REPEAT_DIFFS,
@@ -118,84 +118,133 @@ def _baseline_cost(prices: Prices) -> ColumnElement[Any]:
     ) / 1000.0
 
 
-def _window_rows(
-    task_id: int, start: datetime, end: datetime, boundaries: Sequence[int], prices: Prices
-) -> Subquery:
-    """The window's results, one row each, reduced to the flags and values the metrics need."""
-    pair = Result.outcome.in_(("agree", "conflict"))
-    edge_failed = and_(
-        Result.edge_ran,
-        or_(
-            Result.edge_error.is_not(None),
-            Result.edge_valid.is_(False),
-            Result.outcome == "invalid",
-        ),
+# The categorical values every count is decided by. A window's results are grouped by
+# them (a few dozen groups) and each group's counts derived in Python (`counts_of`): one
+# hash of eight values per result costs less than a flag and a sum per count.
+GROUP_KEYS = (
+    "outcome",
+    "served",
+    "degraded",
+    "edge_ran",
+    "edge_errored",
+    "edge_valid",
+    "repeat_outcome",
+)
+COUNTED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts", "n_repeat_pairs")
+
+
+def counts_of(group: Mapping[str, Any]) -> dict[str, bool]:
+    """Which counts a result with these categorical values (`GROUP_KEYS`) adds one to.
+    A missing value (None) is never a match, as NULL in SQL."""
+    outcome = group["outcome"]
+    edge_ran = bool(group["edge_ran"])
+    invalid_output = group["edge_valid"] is not None and not group["edge_valid"]
+    edge_failed = edge_ran and (
+        bool(group["edge_errored"]) or invalid_output or outcome == "invalid"
     )
-    attempt = or_(Result.served == "edge", Result.degraded)
+    attempt = group["served"] == "edge" or bool(group["degraded"])
+    repeat = group["repeat_outcome"]
+    return {
+        "n_pairs": outcome in ("agree", "conflict"),
+        "n_agree": outcome == "agree",
+        "n_conflict": outcome == "conflict",
+        "n_invalid": outcome == "invalid",
+        "n_edge_errors": edge_ran and bool(group["edge_errored"]),
+        "n_edge_fails": edge_failed,
+        "n_offload_fails": attempt and edge_failed,
+        "n_degraded": attempt and bool(group["degraded"]),
+        "n_served_edge": group["served"] == "edge",
+        # Repeat pairs (cloud vs cloud_repeat, or a free duplicate) are scored apart from
+        # the edge pair and never enter n_pairs or agreement.
+        "n_repeat_pairs": repeat is not None,
+        "n_repeat_agree": repeat == "agree",
+        "n_repeat_invalid": repeat == "invalid",
+        "n_edge_runs": edge_ran,
+        "n_edge_attempts": attempt,
+    }
+
+
+def bucket_index(tokens: Any, boundaries: Sequence[int]) -> ColumnElement[int]:
+    """SQL for the position of `length_bucket(tokens, boundaries)` among the bucket labels
+    (an integer hashes for less than the label). Numbers are written into the SQL, not
+    bound: the same expression is grouped by, and PostgreSQL would not match two copies
+    with parameters of their own."""
+    if not boundaries:
+        return literal_column("0", Integer)
+    return case(
+        *(
+            (tokens < literal_column(str(int(b))), literal_column(str(i), Integer))
+            for i, b in enumerate(boundaries)
+        ),
+        else_=literal_column(str(len(boundaries)), Integer),
+    )
+
+
+def _grouped(
+    task_id: int,
+    start: datetime,
+    end: datetime,
+    boundaries: Sequence[int],
+    prices: Prices,
+    values: Sequence[ColumnElement[Any]] = (),
+) -> Any:
+    """The window's results grouped by bucket and `GROUP_KEYS`: how many, the float sums,
+    and the `values` aggregates given."""
+    bucket = bucket_index(Result.input_tokens, boundaries).label("bucket")
+    keys: list[ColumnElement[Any]] = [
+        Result.outcome.label("outcome"),
+        Result.served.label("served"),
+        Result.degraded.label("degraded"),
+        Result.edge_ran.label("edge_ran"),
+        Result.edge_error.is_not(None).label("edge_errored"),
+        Result.edge_valid.label("edge_valid"),
+        Result.repeat_outcome.label("repeat_outcome"),
+    ]
     return (
         select(
-            bucket_of(Result.input_tokens, boundaries).label("bucket"),
-            _flag(pair).label("n_pairs"),
-            _flag(Result.outcome == "agree").label("n_agree"),
-            _flag(Result.outcome == "conflict").label("n_conflict"),
-            _flag(Result.outcome == "invalid").label("n_invalid"),
-            _flag(Result.edge_ran).label("n_edge_runs"),
-            _flag(and_(Result.edge_ran, Result.edge_error.is_not(None))).label("n_edge_errors"),
-            _flag(edge_failed).label("n_edge_fails"),
-            _flag(attempt).label("n_edge_attempts"),
-            _flag(and_(attempt, edge_failed)).label("n_offload_fails"),
-            _flag(and_(attempt, Result.degraded)).label("n_degraded"),
-            _flag(Result.served == "edge").label("n_served_edge"),
-            # Repeat pairs (cloud vs cloud_repeat, or a free duplicate) are scored apart
-            # from the edge pair and never enter n_pairs or agreement. Passed through as
-            # they are and counted by the aggregate (count, FILTER), which costs a task
-            # without repeats less than a flag per row.
-            Result.repeat_outcome.label("repeat_outcome"),
-            Result.repeat_cost.label("repeat_cost"),
-            _side_cost("edge", prices).label("edge_cost"),
-            _side_cost("cloud", prices).label("cloud_cost"),
-            _baseline_cost(prices).label("baseline_cost"),
-            # Floats, so every percentile column arrives as float8 values.
-            *(cast(getattr(Result, column), Float).label(column) for column in PERCENTILES),
+            bucket,
+            *keys,
+            func.count().label("n_results"),
+            func.sum(_side_cost("edge", prices)).label("edge_cost"),
+            func.sum(_side_cost("cloud", prices)).label("cloud_cost"),
+            func.sum(_baseline_cost(prices)).label("baseline_cost"),
+            func.sum(Result.input_tokens).label("input_tokens_sum"),
+            # Added to cloud_cost: a repeat is a paid cloud call.
+            func.sum(Result.repeat_cost).label("repeat_cost"),
+            *values,
         )
         .where(Result.task_id == task_id, Result.ts >= start, Result.ts < end)
-        .subquery("w")
+        .group_by(bucket, *keys)
     )
 
 
-REPEAT_COUNTS = ("n_repeat_pairs", "n_repeat_agree", "n_repeat_invalid")
-# Counts summed from the per-row flags.
-SUMMED = tuple(
-    n for n in ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts") if n not in REPEAT_COUNTS
-)
-# What the aggregate gives per bucket and `all` adds up.
-ADDED = (*SUMMED, *REPEAT_COUNTS, *SUMS)
-
-
-def _sums(rows: Subquery) -> list[ColumnElement[Any]]:
-    return [
-        func.count().label("n_results"),
-        *(func.coalesce(func.sum(rows.c[name]), 0).label(name) for name in SUMMED),
-        *(func.coalesce(func.sum(rows.c[name]), 0.0).label(name) for name in COST_SUMS),
-        func.coalesce(func.sum(rows.c.input_tokens), 0.0).label("input_tokens_sum"),
-        func.count(rows.c.repeat_outcome).label("n_repeat_pairs"),
-        func.count().filter(rows.c.repeat_outcome == "agree").label("n_repeat_agree"),
-        func.count().filter(rows.c.repeat_outcome == "invalid").label("n_repeat_invalid"),
-        # Added to cloud_cost: a repeat is a paid cloud call.
-        func.coalesce(func.sum(rows.c.repeat_cost), 0.0).label("repeat_cost"),
-    ]
+def _add_group(
+    out: dict[str, dict[str, Any]], labels: Sequence[str], group: Mapping[str, Any]
+) -> None:
+    """Add one group's counts and sums to its bucket's row and to `all`."""
+    n = group["n_results"]
+    counted = counts_of(group)
+    sums = {name: float(group[name] or 0.0) for name in (*SUMS, "repeat_cost")}
+    sums["cloud_cost"] += sums.pop("repeat_cost")
+    for target in (out[labels[group["bucket"]]], out[ALL]):
+        target["n_results"] += n
+        for name in COUNTED:
+            if counted[name]:
+                target[name] += n
+        for name, value in sums.items():
+            target[name] += value
 
 
 def empty_metrics(bucket: str) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(STORED, None)
-    row.update({name: 0 for name in ("n_results", "n_late", *SUMMED, *REPEAT_COUNTS)})
+    row.update({name: 0 for name in ("n_results", "n_late", *COUNTED)})
     row.update({name: 0.0 for name in SUMS})
     row["bucket"] = bucket
     return row
 
 
 # A window expected to hold at least this many results is read in time slices on
-# parallel connections (PostgreSQL 15 cannot parallelise array_agg itself).
+# parallel connections (PostgreSQL 15 cannot parallelise these aggregates itself).
 PARALLEL_MIN_ROWS = 100_000
 
 
@@ -215,14 +264,13 @@ def aggregate_window(
     `expected_rows` (what the window held when last computed) lets PostgreSQL read a large
     window in slices on parallel connections. `all` also gets the input-length histogram
     and, with a cap, how many inputs are over it (from the values the percentiles read)."""
-    out = {b: empty_metrics(b) for b in (*bucket_labels(boundaries), ALL)}
+    labels = bucket_labels(boundaries)
+    out = {b: empty_metrics(b) for b in (*labels, ALL)}
     if session.get_bind().dialect.name == "postgresql":
         parts = max(1, min(os.cpu_count() or 1, 4)) if expected_rows >= PARALLEL_MIN_ROWS else 1
         tokens = _aggregate_postgres(session, task_id, start, end, boundaries, prices, out, parts)
     else:
-        tokens = _aggregate_portable(
-            session, _window_rows(task_id, start, end, boundaries, prices), out
-        )
+        tokens = _aggregate_portable(session, task_id, start, end, boundaries, prices, out)
     out[ALL]["input_hist"] = lengths.histogram(tokens)
     out[ALL]["n_over_cap"] = (
         None if max_input_tokens is None else int((tokens > max_input_tokens).sum())
@@ -265,14 +313,12 @@ def _count_repeat_diffs(
 def _postgres_statement(
     task_id: int, start: datetime, end: datetime, boundaries: Sequence[int], prices: Prices
 ) -> Any:
-    rows = _window_rows(task_id, start, end, boundaries, prices)
-    arrays = [
-        func.array_send(func.array_agg(rows.c[column]).filter(rows.c[column].is_not(None))).label(
-            column
-        )
+    # Each percentile column's values as packed big-endian float8 (NULLs are skipped).
+    packed = [
+        func.string_agg(func.float8send(cast(getattr(Result, column), Float)), null()).label(column)
         for column in PERCENTILES
     ]
-    return select(rows.c.bucket, *_sums(rows), *arrays).group_by(rows.c.bucket)
+    return _grouped(task_id, start, end, boundaries, prices, packed)
 
 
 def _aggregate_postgres(
@@ -285,14 +331,14 @@ def _aggregate_postgres(
     out: dict[str, dict[str, Any]],
     parts: int,
 ) -> Any:
-    """One pass hashed by bucket: the sums, and each percentile column's values as one
-    binary float8 array per bucket, for numpy to interpolate (`all` from the buckets'
-    values together). PostgreSQL's own percentile_cont costs about twice as much here:
-    every ordered-set aggregate sorts its own copy of its column, per grouping set.
+    """One hashed pass: per group, the sums and each percentile column's values as one
+    packed float8 string, for numpy to interpolate per bucket and for `all`. PostgreSQL's
+    own percentile_cont costs about twice as much here: every ordered-set aggregate sorts
+    its own copy of its column, per grouping set.
 
     With `parts` > 1 the window is split into that many time slices read at once, the
     first in the session's transaction and the others on connections of their own; sums
-    add up and value arrays concatenate, so the figures are the same."""
+    add up and values concatenate, so the figures are the same."""
     step = (end - start) / parts
     bounds = [
         (start + step * i, end if i == parts - 1 else start + step * (i + 1)) for i in range(parts)
@@ -312,24 +358,20 @@ def _aggregate_postgres(
             others = [pool.submit(read, stmt) for stmt in statements[1:]]
             results = [_binary_rows(session.connection(), statements[0])]
             results += [future.result() for future in others]
+    labels = bucket_labels(boundaries)
     values: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    total = out[ALL]
     for part in results:
-        for row in part:
-            target = out[row["bucket"]]
-            for name in ("n_results", *ADDED):
-                target[name] += row[name]
-                total[name] += row[name]
-            target["cloud_cost"] += row["repeat_cost"]
-            total["cloud_cost"] += row["repeat_cost"]
+        for group in part:
+            _add_group(out, labels, group)
             for column in PERCENTILES:
-                found = float8_array(row[column])
-                values[row["bucket"]][column].append(found)
+                found = float8_values(group[column])
+                values[labels[group["bucket"]]][column].append(found)
                 values[ALL][column].append(found)
     tokens = numpy.empty(0)
     for bucket, by_column in values.items():
         for column, found in by_column.items():
-            joined = numpy.concatenate(found)
+            # One copy, in native byte order, which the percentiles may then reorder.
+            joined = numpy.concatenate(found, dtype=float)
             _fill_percentiles(out[bucket], column, PERCENTILES[column], joined)
             if bucket == ALL and column == "input_tokens":
                 tokens = joined
@@ -337,60 +379,64 @@ def _aggregate_postgres(
 
 
 def _binary_rows(connection: Connection, stmt: Any) -> list[dict[str, Any]]:
-    """Run `stmt` with binary results: the arrays arrive as raw bytes instead of hex text."""
+    """Run `stmt` with binary results: the packed values arrive as raw bytes, not hex text."""
     compiled = stmt.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
     raw = connection.connection.driver_connection
     assert raw is not None
     with raw.cursor(binary=True) as cursor:
         # Through the (task_id, ts) index, always: when a window holds a large share of a
         # young table the planner would scan the whole table, and the window's cost would
-        # follow the history.
+        # follow the history. And hashed: the planner cannot tell how few groups the keys
+        # make, and would sort the whole window (on disk, past work_mem) to group it.
         cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
         cursor.execute(str(compiled), compiled.params)
         names = [d.name for d in cursor.description or []]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def float8_array(blob: bytes | None) -> Any:
-    """The values of a one-dimensional float8[] without NULLs in PostgreSQL's binary format."""
+def float8_values(blob: bytes | None) -> Any:
+    """The values of packed big-endian float8s (`string_agg(float8send(x), NULL)`), read
+    in place."""
     if blob is None:
         return numpy.empty(0)
-    ndim = int.from_bytes(blob[0:4], "big")
-    # header: ndim, has-nulls flag, element type, then (size, lower bound) per dimension;
-    # each element: its length (always 8) and the big-endian double.
-    return numpy.frombuffer(blob, dtype=_ELEMENT, offset=12 + 8 * ndim)["value"].astype(float)
-
-
-_ELEMENT = numpy.dtype([("length", ">i4"), ("value", ">f8")])
+    return numpy.frombuffer(blob, dtype=">f8")
 
 
 def _fill_percentiles(target: dict[str, Any], column: str, qs: Sequence[float], found: Any) -> None:
     if len(found) == 0:
         return
-    # numpy's default method is linear interpolation, as percentile_cont and pandas.
-    for q, value in zip(qs, numpy.percentile(found, [q * 100 for q in qs]), strict=True):
+    # numpy's default method is linear interpolation, as percentile_cont and pandas. The
+    # values are reordered in place (a window's own copy), which spares copying them again.
+    at = numpy.percentile(found, [q * 100 for q in qs], overwrite_input=True)
+    for q, value in zip(qs, at, strict=True):
         target[f"{column}_p{round(q * 100)}"] = float(value)
 
 
-def _aggregate_portable(session: Session, rows: Subquery, out: dict[str, dict[str, Any]]) -> Any:
+def _aggregate_portable(
+    session: Session,
+    task_id: int,
+    start: datetime,
+    end: datetime,
+    boundaries: Sequence[int],
+    prices: Prices,
+    out: dict[str, dict[str, Any]],
+) -> Any:
     """The sums in SQL, the percentiles in Python; returns every input length (numpy)."""
-    total = out[ALL]
-    for row in session.execute(
-        select(rows.c.bucket, *_sums(rows)).group_by(rows.c.bucket)
-    ).mappings():
-        target = out[row["bucket"]]
-        for name in ("n_results", *ADDED):
-            target[name] = row[name]
-            total[name] += row[name]
-        target["cloud_cost"] += row["repeat_cost"]
-        total["cloud_cost"] += row["repeat_cost"]
+    labels = bucket_labels(boundaries)
+    stmt = _grouped(task_id, start, end, boundaries, prices)
+    for group in session.execute(stmt).mappings():
+        _add_group(out, labels, dict(group))
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     columns = list(PERCENTILES)
-    for record in session.execute(select(rows.c.bucket, *(rows.c[c] for c in columns))):
+    read = select(
+        bucket_of(Result.input_tokens, boundaries), *(getattr(Result, c) for c in columns)
+    ).where(Result.task_id == task_id, Result.ts >= start, Result.ts < end)
+    for record in session.execute(read):
         for column, value in zip(columns, record[1:], strict=True):
             if value is not None:
-                values[record[0]][column].append(value)
-                values[ALL][column].append(value)
+                values[record[0]][column].append(float(value))
+                values[ALL][column].append(float(value))
     for bucket, by_column in values.items():
         for column, found in by_column.items():
             found.sort()
