@@ -104,8 +104,11 @@ def _switch_text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
 SLOW_FIRST = (
     "tests/test_demo.py",
     "tests/api/test_schema_fuzz.py",
+    "tests/workers/test_after_window.py",
     "tests/drills/",
     "tests/dashboard/test_browser",
+    "tests/dashboard/test_console.py",
+    "tests/review/test_blind_adversary.py",
     "tests/test_text_reader.py::test_pip_wheel",
     "tests/test_text_reader.py::test_a_wheel",
     "tests/rollout/test_rollback_e2e.py",
@@ -127,7 +130,9 @@ FIRST = "tests/test_database_reset.py"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # `--dist worksteal` gives each of the W workers one contiguous run of the list, in
     # equal parts, then moves tests still waiting from a busy worker to an idle one. Each
-    # part starts with its share of the longest tests, dealt round.
+    # part starts with its share of the longest tests, dealt round; the tests of a module
+    # that share a fixture built once per module (a dashboard and its browser, a reviewed
+    # corpus) are dealt together, or each worker dealt one would build it again.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
     def rank(item: pytest.Item) -> int:
@@ -143,8 +148,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     parts: list[list[pytest.Item]] = [[] for _ in range(workers)]
     first = [item for item in heads if rank(item) < 0]
     parts[0] += first
-    for i, item in enumerate(heads[len(first) :]):
-        parts[i % workers].append(item)
+    dealt: dict[str, int] = {}
+    for item in heads[len(first) :]:
+        deal = _shared_with(item)
+        dealt.setdefault(deal, len(dealt) % workers)
+        parts[dealt[deal]].append(item)
     remaining, ordered = len(items), []
     for i, part in enumerate(parts):
         size = remaining // (workers - i)  # what worksteal hands the i-th worker
@@ -153,6 +161,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         remaining -= len(part)
     ordered += rest
     items[:] = ordered
+
+
+def _shared_with(item: pytest.Item) -> str:
+    """Its module's path when it uses a fixture that lives for a module (or a class or a
+    package), else its own id."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
+    if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
+        return item.nodeid.split("::")[0]
+    return item.nodeid
 
 
 @pytest.fixture(scope="session", autouse=True)
