@@ -17,13 +17,14 @@ with a twin task that has the same window and no history, and, less fairly on a 
 machine, before and after the half hour of loading. With `--goal`, the four cases of the
 goal (one window within 5x its ceiling) in one run: windows of 300,000 and 1,000,000
 results, of a task with no history and of a twin with `--history-days` (default 30) days
-of `--per-day` results before them, measured in turns, each beside its own ceilings. `results` is partitioned by day, as
-`migrate` makes it; the window and every day of history get their day's partition. Each measurement is
-the median of `--reps` runs of:
+of `--per-day` results before them, measured in turns, each beside its own ceilings.
+`results` is partitioned by day, as `migrate` makes it; the window and every day of
+history get their day's partition. Each measurement is the median of `--reps` runs of:
 
-- `compute_window`: the production function (one hashed SQL pass for sums and the
-  percentile columns' values, numpy percentiles, upsert of every bucket row, commit),
-  each run on a fresh connection;
+- `compute_window`: the production function (one hashed SQL pass grouping the window's
+  results for the counts and sums and packing the percentile columns' values, numpy
+  percentiles, upsert of every bucket row, commit), each run on a fresh connection, timed
+  from the open connection to the commit;
 - ceiling: one SQL pass over the same rows that reads the same columns (a sum over
   each), measured in the same run, twice: through the (task_id, ts) index as
   `compute_window` always reads, and with the planner free to scan the whole table in
@@ -31,7 +32,8 @@ the median of `--reps` runs of:
   is taken to the faster one.
 
 Memory: the peak RSS of this Python process during the runs (tracemalloc peak of what
-`compute_window` allocates), and the PostgreSQL backend's peak resident set (VmHWM, which
+`compute_window` allocates, in one more run: tracing slows Python down, so no timed run is
+traced), and the PostgreSQL backend's peak resident set (VmHWM, which
 also counts the shared buffers it touched; the ceiling query's is shown for comparison).
 Prints figures; asserts nothing about time.
 """
@@ -147,17 +149,28 @@ def backend_peak_mb(conn: Any) -> float:
     return kb / 1024
 
 
-def run_compute(url: str, task_id: int, start: datetime = START) -> tuple[float, float, float, int]:
+def run_compute(
+    url: str, task_id: int, start: datetime = START, traced: bool = False
+) -> tuple[float, float, float, int]:
+    """One `compute_window` on a fresh connection, timed from the open connection to the
+    commit (as the ceiling is timed from its open connection, and as the window job's
+    pooled connection is open already). With `traced`, the peak of what Python allocates
+    (tracemalloc slows Python down: a traced run is never a timed one)."""
     engine = create_engine(url, poolclass=NullPool)
     now = start + timedelta(seconds=10)  # the window stays open: every run recomputes it
-    tracemalloc.start()
-    began = time.perf_counter()
     with session_scope(engine) as session:
+        session.connection()
+        if traced:
+            tracemalloc.start()
+        began = time.perf_counter()
         computed = compute_window(session, task_id=task_id, window_start=start, now=now)
         peak_backend = backend_peak_mb(session.connection())
-    elapsed = time.perf_counter() - began
-    _, peak_python = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+        session.commit()
+        elapsed = time.perf_counter() - began
+    peak_python = 0
+    if traced:
+        _, peak_python = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
     engine.dispose()
     return elapsed, peak_python / 2**20, peak_backend, computed.n_results
 
@@ -194,6 +207,7 @@ def measure(label: str, url: str, task_id: int, reps: int) -> float:
     c = min(statistics.median(x[0] for x in ceilings), statistics.median(x[0] for x in planned))
     n = computes[0][3]
     assert n == ceilings[0][2], (n, ceilings[0][2])
+    traced = run_compute(url, task_id, traced=True)
     print(
         f"{label}: compute_window {t:.2f} s (runs: {', '.join(f'{x[0]:.2f}' for x in computes)})\n"
         f"    ceiling through the index {statistics.median(x[0] for x in ceilings):.2f} s "
@@ -201,7 +215,7 @@ def measure(label: str, url: str, task_id: int, reps: int) -> float:
         f"as planned {statistics.median(x[0] for x in planned):.2f} s "
         f"(runs: {', '.join(f'{x[0]:.2f}' for x in planned)})\n"
         f"    ratio to the faster ceiling {t / c:.1f}x; {n:,} results in the window\n"
-        f"    memory: Python peak {max(x[1] for x in computes):.1f} MiB allocated, "
+        f"    memory: Python peak {traced[1]:.1f} MiB allocated, "
         f"process max RSS {_max_rss_mb():.0f} MiB; PostgreSQL backend peak RSS "
         f"{max(x[2] for x in computes):.0f} MiB (ceiling query's: {max(x[1] for x in ceilings):.0f} MiB)"
     )
