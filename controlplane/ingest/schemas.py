@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from datetime import datetime
 from typing import Annotated, Any, Literal, NotRequired
 
+import msgspec
+from msgspec import Meta
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
@@ -76,6 +79,59 @@ class ResultBatch(TypedDict):
     """Up to 1000 results in one request."""
 
     results: list[ResultIn]
+
+
+# The same contract for msgspec, which decodes a batch of valid results in less than half
+# pydantic's time (controlplane/ingest/validation.py, `decode_batch`). Stricter on purpose:
+# no lax coercion (a number for a string, "1" or 1.0 for a count, 0 for a boolean), no
+# unknown field (so it reads every string of the body: its parser, like pydantic's, refuses
+# lone surrogates and bad UTF-8), no number it cannot read exactly (`1e999`, 4,300 digits);
+# whatever it refuses, pydantic decides as before. Fields in the TypedDicts' order, so that
+# a decoded result, turned into a dict, has its keys in the order pydantic gives them.
+# tests/ingest/test_decode_equivalence.py holds the two to the same answers.
+_WireCount = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+# Finite: at most the largest float (JSON has no infinity; `1e999` overflows to one).
+_WireMeasure = Annotated[float, Meta(ge=0, le=sys.float_info.max)]
+_WireId = Annotated[str, Meta(max_length=MAX_ID_LENGTH)]
+
+
+class SideWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
+    output: Any = None
+    error: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    error_message: str | None = None
+    latency_ms: _WireMeasure | None = None
+    ttfb_ms: _WireMeasure | None = None
+    model: Annotated[str, Meta(max_length=200)] | None = None
+    input_tokens: _WireCount | None = None
+    output_tokens: _WireCount | None = None
+    cost: _WireMeasure | None = None
+
+
+class EdgeSideWire(SideWire, forbid_unknown_fields=True, kw_only=True, gc=False):
+    confidence: Annotated[float, Meta(ge=0, le=1)] | None = None
+    valid: bool | None = None
+
+
+class ResultWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
+    request_id: Annotated[str, Meta(min_length=1, max_length=200)]
+    task: Annotated[str, Meta(min_length=1, max_length=100)]
+    ts: str | None = None  # read by pydantic's own datetime parser, to the same datetime
+    session_id: _WireId | None = None
+    user_id: _WireId | None = None
+    input_tokens: _WireCount
+    decision: Side
+    served: Side
+    degraded: bool = False
+    degrade_reason: Annotated[str, Meta(max_length=200)] | None = None
+    flag_version: _WireCount | None = None
+    input: dict[str, Any] | None = None  # InputIn keeps unknown fields: checked after
+    edge: EdgeSideWire | None = None
+    cloud: SideWire | None = None
+    cloud_repeat: SideWire | None = None
+
+
+class BatchWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    results: list[ResultWire]
 
 
 def consistency_problem(item: ResultIn) -> str | None:
