@@ -4,6 +4,7 @@ inputs that differ only in spacing or compatibility forms."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controlplane.compare import fingerprint as fingerprints
 from controlplane.compare.comparators import Comparison, compare
 from controlplane.compare.fingerprint import (
     compare_prints,
@@ -237,3 +239,13 @@ def test_inputs_alike_but_for_spacing_and_compatibility_forms_hash_alike() -> No
     # Nothing to know an input by: no hash (every such input would look alike).
     assert input_hash(KEY, {"text": None, "segments": [1]}) is None
     assert input_hash(KEY, None) is None
+
+
+@pytest.mark.parametrize("key_length", [0, 1, 32, 63, 64, 65, 200])
+def test_keyed_digest_is_hmac_sha256(key_length: int) -> None:
+    """The keyed digest is HMAC-SHA256 (RFC 2104) whatever the key's length: a key longer
+    than the block is hashed first, a shorter one padded."""
+    key = bytes(range(key_length % 256)) * (key_length // 256 + 1)
+    key = key[:key_length]
+    for data in (b"", b"refund", "退款 ".encode() * 400):
+        assert fingerprints._keyed(key, data) == hmac.new(key, data, "sha256").hexdigest()
