@@ -1,7 +1,8 @@
 """Flag serving: polls per second and their latency beside the ceiling measured in the same
 run, the time from a rollback to a router answering cloud, and the memory of open streams.
 
-    .venv/bin/python benchmarks/flags.py [--seconds 8] [--reps 3] [--tasks 20] [--streams 1000]
+    .venv/bin/python benchmarks/flags.py [--seconds 8] [--reps 3] [--tasks 20] [--workers 1,2]
+        [--streams 1000]
 
 The server is the real application (`controlplane.api:create_app`) under uvicorn with the
 settings `shadowplane api` uses (uvloop, httptools, no access log), on a SQLite file (a
@@ -11,9 +12,11 @@ no authentication and no flags — what this server costs per request before any
 work. The load generator shares the machine: `wrk` (Debian's package; a Lua script sends
 the key and If-None-Match) when installed, else a small asyncio client.
 
-1. Throughput, with 1 and 2 workers, medians of `--reps` runs of `--seconds`, interleaved:
-   the ceiling; conditional polls of GET /v1/flags (304); conditional polls of one flag;
-   full polls (200 with the document of `--tasks` flags). Requests/s, p50, p99.
+1. Throughput, with 1 and 2 workers (`--workers`), medians of `--reps` runs of `--seconds`,
+   interleaved: the ceiling; conditional polls of GET /v1/flags (304); conditional polls
+   of one flag; full polls (200 with the document of `--tasks` flags). Requests/s, p50,
+   p99. The conditional polls are answered before routing (controlplane.rollout.flagpolls),
+   as in production: the key, the rate and the ETag checked in memory.
 2. Latency at a fixed rate, on the same servers: conditional polls of GET /v1/flags sent
    open-loop at `--rate` (1,000/s) for `--seconds`, each timed from its scheduled send.
 3. Rollback to router: a task in canary at 5% and a session the canary serves the edge;

@@ -54,9 +54,15 @@ class Poll:
 def read_poll(scope: Scope) -> Poll | None:
     """The poll `scope` asks for, or None when it is anything the route must see: another
     method or path, a query string, a body (or a header announcing one), no key, no
-    If-None-Match. Header values are read as Starlette reads them: the first of each name,
-    as latin-1."""
-    if scope["method"] != "GET" or scope["query_string"] or scope.get("root_path"):
+    If-None-Match, or FastAPI's OpenTelemetry watching the request (it names the matched
+    route in its spans and metrics: the route is matched for it). Header values are read as
+    Starlette reads them: the first of each name, as latin-1."""
+    if (
+        scope["method"] != "GET"
+        or scope["query_string"]
+        or scope.get("root_path")
+        or scope.get("fastapi.telemetry") is not None
+    ):
         return None
     path: str = scope["path"]
     if path == PREFIX:
