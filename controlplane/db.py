@@ -152,7 +152,11 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 @contextmanager
 def session_scope(engine: Engine) -> Iterator[Session]:
     """A session that commits when the block succeeds and rolls back when it raises."""
-    with make_sessionmaker(engine)() as session:
+    # Session itself, not a sessionmaker made per call: each sessionmaker makes a Session
+    # subclass, to which SQLAlchemy copies every class-level event listener (the outbox's,
+    # the flag bus's): 0.5-0.7 ms of CPU per transaction, growing with the subclasses the
+    # collector has not yet freed.
+    with Session(engine, expire_on_commit=False) as session:
         try:
             yield session
             session.commit()
