@@ -125,6 +125,10 @@ FIX_RATE = 100.0
 # How long the loop waits at most for the gate's windows, and for its traffic to flush.
 LOOP_WAIT_SECONDS = 60.0
 FLUSH_WAIT_SECONDS = FLUSH_SECONDS + 5
+# How long the demo's own requests wait for an answer: its API shares one SQLite file with
+# the scheduler's passes and the simulated traffic, so on a busy machine a request can wait
+# seconds for the write lock (httpx's default, 5 s, ended a run in the review step).
+HTTP_TIMEOUT = 30.0
 # The dashboard's port (a free one if taken), and how long it may take to start answering.
 DASHBOARD_PORT = 8501
 DASHBOARD_START_SECONDS = 30.0
@@ -354,7 +358,9 @@ def _demo(
     if steady_only:
         _keep_going(api, router_key, tasks, rate, Plan(), dashboard, time.monotonic())
         return
-    reader = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"})
+    reader = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {admin_key}"}, timeout=HTTP_TIMEOUT
+    )
     started = datetime.now(UTC)
     last_print = [0.0]
     stop = threading.Event()
@@ -756,7 +762,9 @@ class _Loop:
     def _review(self, clock: Callable[[], float]) -> bool:
         """The simulated reviewers label until every regression item is labelled."""
         with httpx.Client(
-            base_url=self.base, headers={"Authorization": f"Bearer {self.review_key}"}
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {self.review_key}"},
+            timeout=HTTP_TIMEOUT,
         ) as client:
 
             def counts() -> dict[str, Any]:
