@@ -5,8 +5,10 @@
                                          [--profile]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
-unless SHADOWPLANE_BENCH_DATABASE_URL points at a server; serves the API as `shadowplane api
---workers 2` does; then measures, each `--reps` times, and prints medians:
+unless SHADOWPLANE_BENCH_DATABASE_URL (and SHADOWPLANE_BENCH_REDIS_URL) point at servers;
+serves the API as `shadowplane api --workers 2` does in production, with Redis (so the
+periodic pass is Celery's, not the API's); then measures, each `--reps` times, and prints
+medians:
 
 - end to end: results/s posted in batches of 500 by `--senders` concurrent senders
   (HTTP, validation, scoring, payload sampling, idempotent write, commit);
@@ -425,13 +427,34 @@ def measure_repeats(args: argparse.Namespace, base: str, key: str, url: str) -> 
     print(f"\n  with repeats / without: {b / a:.1%} (goal ≥ 95%)")
 
 
+REDIS_URL: str | None = None
+
+
+def services_redis_url(tmp: Path) -> str | None:
+    """The Redis scripts/services started in `tmp` (None when it started none)."""
+    env = tmp / "env"
+    if not env.exists():
+        return None
+    for line in env.read_text().splitlines():
+        if "SHADOWPLANE_TEST_REDIS_URL=" in line:
+            return line.split("=", 1)[1].strip()
+    return None
+
+
 def serve(url: str, port: int, log: Path, reader: str) -> Api:
-    """The API with 2 workers on `url`, reading text with `reader`."""
+    """The API with 2 workers on `url`, reading text with `reader`, as in production: with
+    Redis (SHADOWPLANE_BENCH_REDIS_URL, else the Redis this benchmark started), so Celery's
+    beat, not the API, owns the periodic pass; with no Redis, the embedded scheduler is
+    off (it would compute windows in the API's processes while they are measured)."""
     settings = {
         "SHADOWPLANE_DATABASE_URL": url,
         "SHADOWPLANE_LOG_LEVEL": "INFO",
         "SHADOWPLANE_TEXT_READER": reader,
     }
+    if REDIS_URL:
+        settings["SHADOWPLANE_REDIS_URL"] = REDIS_URL
+    else:
+        settings["SHADOWPLANE_TICK_SECONDS"] = "0"
     return start_api(settings, log, port=port)
 
 
@@ -719,6 +742,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
     os.chmod(tmp, 0o755)
     admin_url = os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL") or start_services(tmp)
+    global REDIS_URL
+    REDIS_URL = os.environ.get("SHADOWPLANE_BENCH_REDIS_URL") or services_redis_url(tmp)
     api = None
     try:
         url = fresh_database(admin_url, "sp_bench")
