@@ -23,7 +23,8 @@ Then the window pass: a window of `--window-rows` results and one of 3,000 (fill
 server as benchmarks/windows.py fills them) are each computed `--reps` times by
 `compute_window` (the production function, the window kept open so every run recomputes
 it), and the CPU each run cost this process (the worker's share: the pass's reading, numpy's
-percentiles, the upserts) and its PostgreSQL backend (`/proc/<pid>/stat`: the server must run
+percentiles, the upserts) and PostgreSQL (the whole server this benchmark started, parallel
+workers included; against SHADOWPLANE_BENCH_DATABASE_URL, the backend alone, which must run
 on this machine) is printed per pass and per result; the small window gives the fixed cost
 of a pass. Prints figures; asserts nothing.
 """
@@ -52,10 +53,12 @@ from benchmarks.ingest import (  # noqa: E402
     TEXT_TASK,
     end_to_end,
     pg_conninfo,
+    postmaster_pid,
     results,
     serve,
     text_pool,
     text_results,
+    tree_cpu_seconds,
 )
 from benchmarks.windows import START, WINDOW_SECONDS, fill  # noqa: E402
 from benchmarks.windows import TASK as WINDOW_TASK  # noqa: E402
@@ -105,9 +108,12 @@ def measure(label: str, conn: psycopg.Connection, run: object, n: int) -> None:
     )
 
 
-def backend_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) PostgreSQL backend `pid` has used; NaN when it is not a
-    process of this machine."""
+def server_cpu_seconds(pid: int, postmaster: int | None) -> float:
+    """CPU seconds (user + system) of the whole PostgreSQL server this benchmark started
+    (the backend and any parallel workers it ran), else of backend `pid` alone; NaN when
+    it is not a process of this machine."""
+    if postmaster is not None:
+        return tree_cpu_seconds(postmaster)
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -115,22 +121,22 @@ def backend_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def window_pass(url: str, task_id: int) -> tuple[float, float, int]:
-    """CPU seconds of one `compute_window` in this process and in its backend; results read."""
+def window_pass(url: str, task_id: int, postmaster: int | None) -> tuple[float, float, int]:
+    """CPU seconds of one `compute_window` in this process and in PostgreSQL; results read."""
     now = START + timedelta(seconds=10)  # the window stays open: every run recomputes it
     with session_scope(get_engine(url)) as session:
         pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        worker, backend = time.process_time(), backend_cpu_seconds(pid)
+        worker, server = time.process_time(), server_cpu_seconds(pid, postmaster)
         computed = compute_window(session, task_id=task_id, window_start=START, now=now)
         session.commit()
         return (
             time.process_time() - worker,
-            backend_cpu_seconds(pid) - backend,
+            server_cpu_seconds(pid, postmaster) - server,
             computed.n_results,
         )
 
 
-def measure_windows(url: str, rows: int, reps: int) -> None:
+def measure_windows(url: str, rows: int, reps: int, postmaster: int | None) -> None:
     print(f"\nOne window pass (compute_window), CPU, median of {reps} runs:")
     with get_engine(url).begin() as conn:
         ensure_partitions(conn, START.date(), behind=1, ahead=1)
@@ -141,8 +147,8 @@ def measure_windows(url: str, rows: int, reps: int) -> None:
         with session_scope(get_engine(url)) as session:
             task_id = session.execute(select(Task.id).where(Task.name == name)).scalar_one()
         fill(url, task_id, n, START, WINDOW_SECONDS, name)
-        window_pass(url, task_id)  # warm the cache once; not counted
-        runs = [window_pass(url, task_id) for _ in range(reps)]
+        window_pass(url, task_id, postmaster)  # warm the cache once; not counted
+        runs = [window_pass(url, task_id, postmaster) for _ in range(reps)]
         worker = statistics.median(r[0] for r in runs)
         backend = statistics.median(r[1] for r in runs)
         print(
@@ -186,7 +192,7 @@ def main() -> None:
             )
         api.stop()
         api = None
-        measure_windows(url, args.window_rows, args.reps)
+        measure_windows(url, args.window_rows, args.reps, postmaster_pid(tmp))
     finally:
         if api is not None:
             api.stop()
