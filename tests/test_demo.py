@@ -519,12 +519,15 @@ def test_ctrl_c_after_the_scenario_stops_the_demo_cleanly(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
     # The steady phase alone (the scenario is the --once run above), in a process of its own
     # that takes SIGINT as Python started from a terminal does (the forker's children take
-    # it as SIG_DFL, which would end them at once).
+    # it as SIG_DFL, which would end them at once). Its dashboard on any free port: the
+    # --once run's, started at the same moment on another worker, would find 8501 free too,
+    # and the second Streamlit to bind it would fail.
     demo = start_python(
         "import signal\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from controlplane.demo import run_demo\n"
-        "run_demo(0, 10, 0, False, 0, steady_only=True)\n",
+        "import controlplane.demo\n"
+        "controlplane.demo.DASHBOARD_PORT = 0\n"
+        "controlplane.demo.run_demo(0, 10, 0, False, 0, steady_only=True)\n",
         env,
         tmp_path,
     )
