@@ -1,0 +1,77 @@
+"""Hostile review of step 18 (issue 28): the faster ingest, flag polls and windows tried as
+a hostile routing service or user would, against the answers the code gave before. Each
+test pins one defect, marked xfail (strict) until it is fixed, and is kept as its
+regression test then."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select
+
+from controlplane.catalog.schemas import TaskConfig
+from controlplane.db import get_engine, session_scope
+from controlplane.metrics.service import compute_window
+from controlplane.models import Result, Task, WindowMetrics
+from controlplane.rollout.configs import apply_config
+from tests.windowdata import T0
+
+# --- windows -----------------------------------------------------------------------------
+
+ONE_BUCKET = {
+    "task": "one_bucket",
+    "comparator": {"kind": "label", "labels": ["a", "b"]},
+    # No boundaries: every result in one bucket, "0+". The config accepts it.
+    "length_buckets": [],
+    "window_seconds": 60,
+}
+
+
+def _result(i: int, tokens: int, outcome: str) -> dict[str, Any]:
+    ts = T0 + timedelta(seconds=5 * i)
+    return {
+        "request_id": f"one-{i}",
+        "ts": ts,
+        "received_at": ts,
+        "input_tokens": tokens,
+        "decision": "edge",
+        "served": "cloud",
+        "degraded": False,
+        "config_version": 1,
+        "bucket": "0+",
+        "comparator": "label",
+        "comparator_version": 1,
+        "edge_ran": True,
+        "cloud_ran": True,
+        "outcome": outcome,
+        "edge_valid": True,
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="length_buckets: [] (one bucket) makes the window pass GROUP BY the literal 0, "
+    "which SQL reads as a select-list position: every window of such a task fails "
+    "(PostgreSQL: 'GROUP BY position 0 is not in select list'; SQLite: '1st GROUP BY term "
+    "out of range'); before step 18 it was computed",
+)
+def test_a_task_with_one_length_bucket_still_gets_its_windows(db_url: str) -> None:
+    assert TaskConfig.model_validate(ONE_BUCKET).length_buckets == []
+    engine = get_engine(db_url)
+    with session_scope(engine) as session:
+        apply_config(session, ONE_BUCKET, actor="test")
+        task_id = session.scalar(select(Task.id).where(Task.name == "one_bucket"))
+        # Three results: two agree, one conflicts.
+        rows = [_result(0, 10, "agree"), _result(1, 20, "agree"), _result(2, 30, "conflict")]
+        session.execute(insert(Result), [{"task_id": task_id, **row} for row in rows])
+    with session_scope(engine) as session:
+        compute_window(session, task_id=task_id, window_start=T0, now=T0 + timedelta(hours=1))
+    with session_scope(engine) as session:
+        got = {
+            m.bucket: (m.n_results, m.n_pairs, m.n_agree, m.n_conflict)
+            for m in session.scalars(select(WindowMetrics))
+        }
+    # Hand-counted: 3 results, 3 pairs, 2 agree, 1 conflict, in "0+" and in "all".
+    assert got == {"0+": (3, 3, 2, 1), "all": (3, 3, 2, 1)}
