@@ -19,7 +19,7 @@ cdef extern from "Python.h":
     int PyUnicode_4BYTE_KIND
     str PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
 
-from unicodedata import normalize
+from unicodedata import is_normalized, normalize
 
 # The ranges `_boundary` accepts, for the test that checks them (inclusive).
 BOUNDARY_RANGES = (
@@ -35,6 +35,11 @@ BOUNDARY_RANGES = (
     (0x3400, 0xA66E),
     (0xABEE, 0xD7FF),
 )
+
+
+# Runs normalised one call each, at most; the rest of a text with more goes in one call.
+cdef enum:
+    MAX_RUNS = 32
 
 
 cdef inline bint _boundary(Py_UCS4 c) noexcept:
@@ -90,7 +95,10 @@ def normal(str text):
     pieces that need it."""
     if text.isascii():
         return " ".join(text.split())  # ASCII is its own NFKC
-    cdef Py_ssize_t n = len(text), i = 0, j, k
+    # Its own NFKC already (a quick check over the text: most text in any script, Greek,
+    # Arabic or Devanagari too): only the whitespace to collapse.
+    cdef bint normalised = is_normalized("NFKC", text)
+    cdef Py_ssize_t n = len(text), i = 0, j, k, runs = 0
     cdef Py_UCS4 c
     cdef unsigned int kind = PyUnicode_KIND(text)
     cdef void *data = PyUnicode_DATA(text)
@@ -105,7 +113,7 @@ def normal(str text):
     try:
         while i < n:
             c = PyUnicode_READ(kind, data, i)
-            if _boundary(c):
+            if normalised or _boundary(c):
                 _put(&out, c)
                 i += 1
                 continue
@@ -119,9 +127,13 @@ def normal(str text):
                 continue
             # A run of other characters, normalised with the character before it (it may
             # combine with them): that one, put last, is taken back first.
-            j = i + 1
-            while j < n and not _boundary(PyUnicode_READ(kind, data, j)):
-                j += 1
+            runs += 1
+            if runs > MAX_RUNS:
+                j = n  # a text of many short runs: the rest in one call, as the reference
+            else:
+                j = i + 1
+                while j < n and not _boundary(PyUnicode_READ(kind, data, j)):
+                    j += 1
             if i > 0:
                 if not Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i - 1)):
                     out.size -= 1

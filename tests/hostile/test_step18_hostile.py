@@ -32,15 +32,6 @@ ALREADY_NFKC = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_normal splits a text only at its boundary ranges (ASCII, Latin-1, Cyrillic, CJK, "
-    "kana, Hangul): Greek, Arabic, Hebrew, Hindi and Vietnamese texts already in NFKC are "
-    "normalised word by word, one unicodedata.normalize call per word, where the reference "
-    "made one quick check: measured 1.7-2.1x the reference's CPU on 3,500-character texts "
-    "(e.g. Greek 53 vs 31 us), and Hangul syllables each followed by a trailing jamo 7x "
-    "(12.5 vs 1.8 ms per 100,000 characters)",
-)
 @pytest.mark.parametrize("language", sorted(ALREADY_NFKC))
 def test_a_text_already_in_nfkc_is_not_normalised_word_by_word(
     language: str, monkeypatch: pytest.MonkeyPatch

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +89,22 @@ def test_identity_uses_the_compiled_normaliser() -> None:
     assert reader.READER is not None and reader.READER.normal is native("_normal").normal
     text = "Ｏｒｄｅｒ　ＳＯ－１２３，\n\n  退款？ e\u0301"
     assert fingerprint.normalise_text(text) == reference(text) == "Order SO-123, 退款? é"
+
+
+def test_a_text_of_many_short_runs_costs_at_most_a_few_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hangul syllables each followed by a trailing jamo are runs of two characters each:
+    past a few, the rest is normalised in one call, as the reference does, not one call
+    per pair."""
+    module = native("_normal")
+    calls: list[str] = []
+
+    def counted(form: str, piece: str) -> str:
+        calls.append(piece)
+        return unicodedata.normalize(form, piece)
+
+    monkeypatch.setattr(module, "normalize", counted)
+    text = "가\u11a8 " * 5_000
+    assert module.normal(text) == reference(text)
+    assert len(calls) <= 33, len(calls)
