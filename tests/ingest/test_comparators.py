@@ -276,3 +276,16 @@ def test_json_fields_reads_deeply_nested_json_text_as_invalid_not_recursion_erro
     assert comparison.outcome == "invalid"
     assert comparison.diff is not None
     assert comparison.diff["edge"][0].startswith('not a JSON object: "{\\"amount\\": ')
+
+
+def test_counts_compare_as_counters_do() -> None:
+    """Readings' counts are compared as Counters (a missing key is a zero), through the
+    dict fast path when they are equal."""
+    from collections import Counter
+
+    from controlplane.compare.comparators import _same_counts
+
+    assert _same_counts(Counter({"1": 2}), Counter({"1": 2}))
+    assert _same_counts(Counter({"1": 2}), Counter({"1": 2, "3": 0}))
+    assert not _same_counts(Counter({"1": 2}), Counter({"1": 1}))
+    assert not _same_counts(Counter({"1": 2}), Counter({"1": 2, "3": 1}))
