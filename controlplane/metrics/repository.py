@@ -121,15 +121,15 @@ def _baseline_cost(prices: Prices) -> ColumnElement[Any]:
 # The categorical values every count is decided by. A window's results are grouped by
 # them (a few dozen groups) and each group's counts derived in Python (`counts_of`): one
 # hash of eight values per result costs less than a flag and a sum per count.
-GROUP_KEYS = (
-    "outcome",
-    "served",
-    "degraded",
-    "edge_ran",
-    "edge_errored",
-    "edge_valid",
-    "repeat_outcome",
-)
+GROUP_KEYS: dict[str, Any] = {
+    "outcome": Result.outcome,
+    "served": Result.served,
+    "degraded": Result.degraded,
+    "edge_ran": Result.edge_ran,
+    "edge_errored": Result.edge_error.is_not(None),
+    "edge_valid": Result.edge_valid,
+    "repeat_outcome": Result.repeat_outcome,
+}
 COUNTED = ("n_pairs", *RATE_COUNTS, "n_edge_runs", "n_edge_attempts", "n_repeat_pairs")
 
 
@@ -191,15 +191,7 @@ def _grouped(
     """The window's results grouped by bucket and `GROUP_KEYS`: how many, the float sums,
     and the `values` aggregates given."""
     bucket = bucket_index(Result.input_tokens, boundaries).label("bucket")
-    keys: list[ColumnElement[Any]] = [
-        Result.outcome.label("outcome"),
-        Result.served.label("served"),
-        Result.degraded.label("degraded"),
-        Result.edge_ran.label("edge_ran"),
-        Result.edge_error.is_not(None).label("edge_errored"),
-        Result.edge_valid.label("edge_valid"),
-        Result.repeat_outcome.label("repeat_outcome"),
-    ]
+    keys = [column.label(name) for name, column in GROUP_KEYS.items()]
     return (
         select(
             bucket,

@@ -74,6 +74,7 @@ NONE = {
 def test_each_group_adds_to_the_counts_its_values_decide(
     group: dict[str, Any], counted: set[str]
 ) -> None:
+    assert set(group) == set(repository.GROUP_KEYS)
     found = counts_of(group)
     assert set(found) == set(repository.COUNTED)
     assert {name for name, yes in found.items() if yes} == counted
