@@ -170,7 +170,8 @@ def bucket_index(tokens: Any, boundaries: Sequence[int]) -> ColumnElement[int]:
     bound: the same expression is grouped by, and PostgreSQL would not match two copies
     with parameters of their own."""
     if not boundaries:
-        return literal_column("0", Integer)
+        # A cast, not a bare 0: `GROUP BY 0` would name a select-list position.
+        return literal_column("CAST(0 AS INTEGER)", Integer)
     return case(
         *(
             (tokens < literal_column(str(int(b))), literal_column(str(i), Integer))

@@ -83,13 +83,6 @@ def _result(i: int, tokens: int, outcome: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="length_buckets: [] (one bucket) makes the window pass GROUP BY the literal 0, "
-    "which SQL reads as a select-list position: every window of such a task fails "
-    "(PostgreSQL: 'GROUP BY position 0 is not in select list'; SQLite: '1st GROUP BY term "
-    "out of range'); before step 18 it was computed",
-)
 def test_a_task_with_one_length_bucket_still_gets_its_windows(db_url: str) -> None:
     assert TaskConfig.model_validate(ONE_BUCKET).length_buckets == []
     engine = get_engine(db_url)
