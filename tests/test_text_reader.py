@@ -139,7 +139,13 @@ def test_pip_wheel_makes_a_binary_wheel_with_the_compiled_reader(tmp_path: Path)
     assert not wheel.name.endswith("-py3-none-any.whl"), wheel.name
     with zipfile.ZipFile(wheel) as archive:
         built = sorted(n for n in archive.namelist() if n.endswith(".so"))
-    assert [Path(n).name.split(".")[0] for n in built] == ["_counts", "_mask", "_numbers", "_spans"]
+    assert [Path(n).name.split(".")[0] for n in built] == [
+        "_counts",
+        "_mask",
+        "_normal",
+        "_numbers",
+        "_spans",
+    ]
     assert all(n.startswith("controlplane/compare/") for n in built), built
 
 

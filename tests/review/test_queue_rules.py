@@ -134,7 +134,11 @@ def test_a_reviewer_corrects_their_own_label_without_a_lease(db_url: str) -> Non
         labels = list(session.scalars(select(ReviewLabel).order_by(ReviewLabel.id)))
         audited = [
             e.details
-            for e in session.scalars(select(AuditEntry).where(AuditEntry.action == "review.label"))
+            for e in session.scalars(
+                select(AuditEntry)
+                .where(AuditEntry.action == "review.label")
+                .order_by(AuditEntry.id)
+            )
         ]
         agreed = consensus(labels)
     assert [lab.verdict for lab in labels] == ["a_correct", "b_correct", "both_wrong"]
