@@ -359,3 +359,19 @@ def test_each_bound_of_a_side_is_answered_alike(side: str, field: str, value: An
     result = make_result(request_id="r", cloud_repeat={"output": "refund"})
     result[side][field] = value
     assert_same_answers(dumps({"results": [result]}))
+
+
+@pytest.mark.parametrize("raw", [b'"\xff\xfe"', b'"\xed\xa0\x80"'], ids=["not-utf8", "surrogate"])
+@pytest.mark.parametrize("where", ["result", "edge", "cloud", "cloud_repeat", "input"])
+def test_bytes_that_are_not_utf8_in_an_unknown_field_are_answered_alike(
+    where: str, raw: bytes
+) -> None:
+    """Unknown fields are ignored, but a body holding bytes that are not UTF-8 is no JSON
+    wherever they stand: both paths refuse it whole, at every level an unknown field can be."""
+    result = make_result(request_id="r", cloud_repeat={"output": "refund"})
+    target = result if where == "result" else result[where]
+    target["unknown_field"] = "PLACEHOLDER"
+    body = dumps({"results": [result, make_result()]}).replace(b'"PLACEHOLDER"', raw)
+    assert raw in body
+    assert_same_answers(body)
+    assert decode_batch(body) is None

@@ -540,3 +540,33 @@ def test_answers_under_another_comparator_spec_are_not_paired(
     assert stored(api, "v-1")["config_version"] != stored(api, "v-2")["config_version"]
     assert stored(api, "v-2")["repeat_source"] is None  # v-1's print meant other labels
     assert stored(api, "v-3")["repeat_outcome"] == "agree"
+
+
+def test_the_newest_comparable_answer_is_the_reference_among_at_most_four(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored answers to one input are read newest first, at most four: answers under
+    another comparator spec in between are passed over while the four reach past them."""
+
+    def configure(labels: list[str] | None) -> None:
+        comparator = TICKET_TASK["comparator"]
+        if labels is not None:
+            comparator = {"kind": "label", "labels": labels}
+        with session_scope(api.engine) as session:
+            apply_config(session, {**TICKET_TASK, "comparator": comparator}, actor="test")
+        monkeypatch.setattr(catalog, "_runtimes", {})  # read the new version at once
+
+    # Five answers under the task's spec: the newest says exchange, the older ones refund.
+    accepted(
+        api,
+        *(make_result(request_id=f"n-{i}", ts=at(i), cloud={"output": "refund"}) for i in range(4)),
+    )
+    accepted(api, make_result(request_id="n-4", ts=at(4), cloud={"output": "exchange"}))
+    # Three answers under another spec, newer still.
+    configure(["refund", "exchange", "complaint"])
+    accepted(api, *(make_result(request_id=f"n-o{i}", ts=at(5 + i)) for i in range(3)))
+    # Back to the task's spec: n-4 is the newest comparable answer (the fourth read).
+    configure(None)
+    accepted(api, make_result(request_id="n-9", ts=at(9), cloud={"output": "exchange"}))
+    row = stored(api, "n-9")
+    assert (row["repeat_outcome"], row["repeat_source"]) == ("agree", "duplicate")
