@@ -19,6 +19,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy import event, text
 from starlette.applications import Starlette
@@ -331,12 +332,18 @@ def test_a_session_in_chromium_survives_reloads_and_links_and_ends_everywhere(
     assert '"event":"dashboard.sign_in","key":"read"' in log
     assert key not in log
 
-    # Signing out in this tab signs the first tab out at its reload.
-    [button] = [
-        b
-        for b in browser.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebar'] button")
-        if b.text.strip() == "Sign out"
-    ]
+    # Signing out in this tab signs the first tab out at its reload. The sidebar may still
+    # be rendering when the page's text is in: its button is waited for.
+    def sign_out_button(driver: WebDriver) -> WebElement | bool:
+        found = [
+            b
+            for b in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebar'] button")
+            if b.text.strip() == "Sign out"
+        ]
+        return found[0] if len(found) == 1 else False
+
+    button = WebDriverWait(browser, PAGE_SECONDS).until(sign_out_button, "no Sign out button")
+    assert isinstance(button, WebElement)
     button.click()
     wait_for_text(browser, "You are signed out.", what="the tab signed out")
     browser.switch_to.window(first)
