@@ -427,9 +427,6 @@ def measure_repeats(args: argparse.Namespace, base: str, key: str, url: str) -> 
     print(f"\n  with repeats / without: {b / a:.1%} (goal ≥ 95%)")
 
 
-REDIS_URL: str | None = None
-
-
 def services_redis_url(tmp: Path) -> str | None:
     """The Redis scripts/services started in `tmp` (None when it started none)."""
     env = tmp / "env"
@@ -441,18 +438,19 @@ def services_redis_url(tmp: Path) -> str | None:
     return None
 
 
-def serve(url: str, port: int, log: Path, reader: str) -> Api:
+def serve(url: str, port: int, log: Path, reader: str, redis_url: str | None = None) -> Api:
     """The API with 2 workers on `url`, reading text with `reader`, as in production: with
-    Redis (SHADOWPLANE_BENCH_REDIS_URL, else the Redis this benchmark started), so Celery's
-    beat, not the API, owns the periodic pass; with no Redis, the embedded scheduler is
-    off (it would compute windows in the API's processes while they are measured)."""
+    Redis (`redis_url`: SHADOWPLANE_BENCH_REDIS_URL, else the Redis this benchmark started),
+    so Celery's beat, not the API, owns the periodic pass; with no Redis, the embedded
+    scheduler is off (it would compute windows in the API's processes while they are
+    measured)."""
     settings = {
         "SHADOWPLANE_DATABASE_URL": url,
         "SHADOWPLANE_LOG_LEVEL": "INFO",
         "SHADOWPLANE_TEXT_READER": reader,
     }
-    if REDIS_URL:
-        settings["SHADOWPLANE_REDIS_URL"] = REDIS_URL
+    if redis_url:
+        settings["SHADOWPLANE_REDIS_URL"] = redis_url
     else:
         settings["SHADOWPLANE_TICK_SECONDS"] = "0"
     return start_api(settings, log, port=port)
@@ -501,10 +499,10 @@ def measure_text(args: argparse.Namespace, api: Api, key: str, url: str, log: Pa
         lambda rep: text_results(n, f"tc{rep}", conflicting),
     )
     api.stop()
-    api = serve(url, args.port, log, "python")
+    api = serve(url, args.port, log, "python", args.redis_url)
     python = run("text task, Python reader", lambda rep: text_results(n, f"tp{rep}", pool))
     api.stop()
-    api = serve(url, args.port, log, args.reader)
+    api = serve(url, args.port, log, args.reader, args.redis_url)
     print(
         f"\n  label / text with the compiled reader: {label / native:.1f}× (goal ≤ 2×); "
         f"label / text with the Python reader: {label / python:.1f}×; "
@@ -645,7 +643,8 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
             add(kind, "in process, wall", wall * 1e6 / n)
             items = make(f"ph{kind}{rep}")
             settle(url)
-            api_cpu, pg_cpu = tree_cpu_seconds(api.proc.pid), pg and tree_cpu_seconds(pg)
+            api_cpu = tree_cpu_seconds(api.proc.pid)
+            pg_cpu = tree_cpu_seconds(pg) if pg else 0.0
             rate = end_to_end(api.base, key, items, args.senders)
             add(kind, "through HTTP: wall per result (2 workers)", 1e6 / rate)
             add(
@@ -742,8 +741,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="shadowplane-bench."))
     os.chmod(tmp, 0o755)
     admin_url = os.environ.get("SHADOWPLANE_BENCH_DATABASE_URL") or start_services(tmp)
-    global REDIS_URL
-    REDIS_URL = os.environ.get("SHADOWPLANE_BENCH_REDIS_URL") or services_redis_url(tmp)
+    args.redis_url = os.environ.get("SHADOWPLANE_BENCH_REDIS_URL") or services_redis_url(tmp)
     api = None
     try:
         url = fresh_database(admin_url, "sp_bench")
@@ -751,7 +749,7 @@ def main() -> None:
             apply_config(session, TASK, actor="bench")
             apply_config(session, yaml.safe_load(TEXT_TASK.read_text()), actor="bench")
             _, key = create_key(session, name="bench", scopes=["ingest"], actor="bench")
-        api = serve(url, args.port, tmp / "api.log", args.reader)
+        api = serve(url, args.port, tmp / "api.log", args.reader, args.redis_url)
         base = f"http://127.0.0.1:{args.port}"
 
         print(
