@@ -40,6 +40,10 @@ MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
 # A server without the stream (404, 405, 501) is asked again this much later.
 NO_STREAM_RETRY = 600.0
 CACHE_FORMAT = 1
+# Polls come every `poll_interval` (by default POLL_INTERVAL) spread by ±POLL_JITTER of it,
+# so routers started together do not poll together.
+POLL_INTERVAL = 10.0
+POLL_JITTER = 0.1
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class FlagClient:
         api_key: str,
         *,
         stream: bool = True,
-        poll_interval: float = 10.0,
+        poll_interval: float = POLL_INTERVAL,
         max_staleness: float = 600.0,
         cache_path: str | os.PathLike[str] | None = None,
         timeout: float = 5.0,
@@ -509,7 +513,7 @@ class FlagClient:
         return max(0.0, age) if math.isfinite(age) else math.inf
 
     def _next_poll(self) -> float:
-        return self.poll_interval * self._rng.uniform(0.9, 1.1)
+        return self.poll_interval * self._rng.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
 
     def _backoff(self, base: float, failures: int) -> float:
         cap = max(self.max_backoff, base)
