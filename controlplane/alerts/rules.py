@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from controlplane.catalog.schemas import AlertsConfig
+from controlplane.client.flags import POLL_INTERVAL, POLL_JITTER
 from controlplane.metrics.stats import median
 from controlplane.timeutil import duration
 
@@ -22,6 +23,9 @@ MIN_CONFLICTS = 3
 # conflict_jump opens when a rate at its line would hold as many conflicts less often than
 # this: one side of a 95% interval, as the lower bound it read before.
 JUMP_P_VALUE = 0.025
+# The longest a router on the Python client's defaults takes to fetch a new flag: its poll
+# interval plus the top of its jitter, 11 s (a router on the flag stream hears in a second).
+FLAG_POLL_SECONDS = POLL_INTERVAL * (1 + POLL_JITTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,23 +178,44 @@ def input_shift(shift: LengthShift, config: AlertsConfig, min_results: int) -> F
     )
 
 
+def silence_counted_from(stage_changed_at: datetime | None, window_seconds: int) -> datetime | None:
+    """The end of the grace after the flag change that put the task in its stage: routers
+    on the client's defaults have had the new flag for a poll interval (FLAG_POLL_SECONDS)
+    plus a window. None when the change is unknown: no grace."""
+    if stage_changed_at is None:
+        return None
+    return stage_changed_at + timedelta(seconds=FLAG_POLL_SECONDS + window_seconds)
+
+
 def no_traffic(
     current: WindowSummary,
     history: Sequence[WindowSummary],
     config: AlertsConfig,
     stage: str,
     window_seconds: int,
+    *,
+    stage_changed_at: datetime | None,
 ) -> Finding:
+    """Open on `silence_windows` consecutive windows without a result, up to this one, in a
+    live stage. Only windows that start once the grace after the stage's flag change is
+    over count, and none before the last window with results: a task whose routers never
+    send opens once its first `silence_windows` windows after the grace close empty. In the
+    grace the finding is None, so an alert already open stays."""
     kind = "no_traffic"
     if stage not in LIVE_STAGES or current.n_results:
         return Finding(kind, False, float(current.n_results))
     needed = config.silence_windows
-    run = [current]
-    for window in reversed(history):
+    counted_from = silence_counted_from(stage_changed_at, window_seconds)
+    step = timedelta(seconds=window_seconds)
+    run: list[WindowSummary] = []
+    for window in [current, *reversed(history)]:
         if len(run) == needed or window.n_results:
             break
+        # A window of the grace is not evidence: routers may not have the new flag yet.
+        if counted_from is not None and window.window_start < counted_from:
+            break
         # Only consecutive windows count: a missing window is not evidence of silence.
-        if window.window_start != run[-1].window_start - timedelta(seconds=window_seconds):
+        if run and window.window_start != run[-1].window_start - step:
             break
         run.append(window)
     if len(run) < needed:
@@ -214,14 +239,18 @@ def findings(
     *,
     stage: str,
     window_seconds: int,
+    stage_changed_at: datetime | None,
     lengths: LengthShift,
     min_results: int,
 ) -> list[Finding]:
     """Every alert's finding for one closed window; `history` holds earlier windows, oldest
-    first; `lengths` the input lengths of the span ending with it against the baseline."""
+    first; `stage_changed_at` when the task's flag took its stage (the silence's grace);
+    `lengths` the input lengths of the span ending with it against the baseline."""
     return [
         conflict_jump(current, history, config),
         edge_share_jump(current, history, config),
         input_shift(lengths, config, min_results),
-        no_traffic(current, history, config, stage, window_seconds),
+        no_traffic(
+            current, history, config, stage, window_seconds, stage_changed_at=stage_changed_at
+        ),
     ]

@@ -108,6 +108,7 @@ def evaluate_task(session: Session, task: Task, runtime: TaskRuntime) -> list[Al
             config,
             stage=task.stage,
             window_seconds=runtime.config.window_seconds,
+            stage_changed_at=task.stage_changed_at,
             lengths=_length_shift(session, task, runtime, window, baseline),
             min_results=min_results,
         )

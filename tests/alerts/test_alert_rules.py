@@ -101,13 +101,50 @@ def test_the_input_shift_alert_opens_at_its_line_on_the_span_index() -> None:
 def test_no_traffic_needs_silence_windows_consecutive_empty_windows_in_a_live_stage() -> None:
     quiet = [w(0), w(1, n=0, pairs=0, conflicts=0), w(2, n=0, pairs=0, conflicts=0)]
     now = w(3, n=0, pairs=0, conflicts=0)
-    found = rules.no_traffic(now, quiet, CONFIG, "shadow", 300)
+    # In its stage since long before these windows: no grace in the way.
+    since = {"stage_changed_at": T0 - timedelta(days=1)}
+    found = rules.no_traffic(now, quiet, CONFIG, "shadow", 300, **since)
     assert found.firing is True and "No results for 3 windows (15 min)" in found.message
-    assert rules.no_traffic(now, quiet, CONFIG, "cloud", 300).firing is False
-    assert rules.no_traffic(now, quiet[-1:], CONFIG, "canary", 300).firing is None
+    assert rules.no_traffic(now, quiet, CONFIG, "cloud", 300, **since).firing is False
+    assert rules.no_traffic(now, quiet[-1:], CONFIG, "canary", 300, **since).firing is None
     # A gap in the windows is not evidence of silence.
     gap = [w(0), w(1, n=0, pairs=0, conflicts=0), w(5, n=0, pairs=0, conflicts=0)]
-    assert (
-        rules.no_traffic(w(6, n=0, pairs=0, conflicts=0), gap, CONFIG, "full", 300).firing is None
-    )
-    assert rules.no_traffic(w(3), quiet, CONFIG, "shadow", 300).firing is False
+    silent_6 = w(6, n=0, pairs=0, conflicts=0)
+    assert rules.no_traffic(silent_6, gap, CONFIG, "full", 300, **since).firing is None
+    assert rules.no_traffic(w(3), quiet, CONFIG, "shadow", 300, **since).firing is False
+
+
+def test_no_traffic_counts_only_windows_after_the_grace_of_the_stages_flag() -> None:
+    # Five-minute windows, w(k) from T0 + 5k min, none with a result: the task was in cloud
+    # (no traffic expected), then its flag took canary at T0 + 4 min 49 s. The grace: 11 s
+    # (the client's 10 s poll interval + 10% jitter) + 300 s (a window) = T0 + 10 min 0 s.
+    assert rules.FLAG_POLL_SECONDS == 10 * 1.1
+    empty = [w(k, n=0, pairs=0, conflicts=0) for k in range(-6, 6)]
+
+    def firing(k: int, changed_at: datetime | None) -> bool | None:
+        current, history = empty[k + 6], empty[: k + 6]
+        return rules.no_traffic(
+            current, history, CONFIG, "canary", 300, stage_changed_at=changed_at
+        ).firing
+
+    changed = T0 + timedelta(minutes=4, seconds=49)
+    # The windows before the change are no evidence (the rehearsal's finding: the change's
+    # own window, w(0), opened the alert); nor is w(1), begun 1 min 11 s after the change.
+    # w(2) starts as the grace ends and counts: the third window counted, w(4), opens it.
+    assert [firing(k, changed) for k in range(5)] == [None, None, None, None, True]
+    # A second later, w(2) starts within the grace: the count starts at w(3).
+    later = changed + timedelta(seconds=1)
+    assert [firing(k, later) for k in range(2, 6)] == [None, None, None, True]
+    # With no known change there is no grace: three empty windows are enough.
+    assert firing(0, None) is True
+    # Results in the grace (routers that had the flag early) do not shorten it: the count
+    # starts after the last window with results and never inside the grace.
+    answered = [*empty[:6], w(0, n=4, pairs=4, conflicts=0), *empty[7:]]
+    by_window = [
+        rules.no_traffic(
+            answered[k + 6], answered[: k + 6], CONFIG, "canary", 300, stage_changed_at=changed
+        )
+        for k in range(5)
+    ]
+    assert [f.firing for f in by_window] == [False, None, None, None, True]
+    assert by_window[4].baseline == 4  # the median of the earlier windows with results

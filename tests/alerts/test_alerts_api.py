@@ -128,14 +128,17 @@ def test_the_silence_alert_fires_for_a_quiet_task_and_resolves_when_traffic_retu
 ) -> None:
     from datetime import UTC, datetime
 
-    # The task has existed for ten minutes (results may not lie ahead of the clock, so the
-    # task is moved back rather than the clock forward), with no traffic at all.
+    # The task has existed in shadow for ten minutes (results may not lie ahead of the
+    # clock, so the task is moved back rather than the clock forward), with no traffic.
     later = datetime.now(UTC)
     with session_scope(metrics_api.engine) as session:
         session.execute(
             update(Task)
             .where(Task.name == "metrics_task")
-            .values(created_at=later - timedelta(minutes=10))
+            .values(
+                created_at=later - timedelta(minutes=10),
+                stage_changed_at=later - timedelta(minutes=10),
+            )
         )
     run_pass(metrics_api.engine, later)
     silent = _alerts(metrics_api, state="open")

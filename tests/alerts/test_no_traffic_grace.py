@@ -38,12 +38,6 @@ def api(pg_url: str) -> Iterator[Api]:
         yield api
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="step 19 rehearsal: the silence count reads the empty windows from before the "
-    "promotion, so no_traffic opens as the promotion's own window closes",
-)
 def test_no_traffic_waits_out_the_grace_after_a_promotion_then_opens(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
