@@ -103,14 +103,20 @@ def api(
     """Serve the HTTP API with uvicorn."""
     import uvicorn
 
+    from controlplane.logs import uvicorn_log_config
+
+    level = get_settings().log_level
     uvicorn.run(
         "controlplane.api:create_app",
         factory=True,
         host=host,
         port=port,
         workers=workers,
+        # uvicorn's own lines in the same JSON lines; its access log off: the request log
+        # (one line per request, with the key's name) says the same.
+        log_config=uvicorn_log_config(level),
+        log_level=level.lower(),
         access_log=False,
-        log_level="info",
     )
 
 
@@ -672,7 +678,14 @@ def demo(
 @app.command()
 def simulate(
     url: Annotated[str, typer.Option(help="Base URL of the API.")] = "http://127.0.0.1:8000",
-    key: Annotated[str, typer.Option(envvar="SHADOWPLANE_KEY", help="An ingest key.")] = "",
+    key: Annotated[
+        str,
+        typer.Option(
+            envvar="SHADOWPLANE_KEY",
+            help="A key with the scopes ingest (to post results) and flags:read (the "
+            "simulated routers route by the flags); refused without either.",
+        ),
+    ] = "",
     task: Annotated[
         list[str] | None,
         typer.Option(help="Task to simulate; repeatable (default: every profile)."),
@@ -705,8 +718,13 @@ def simulate(
 ) -> None:
     """Play routing services against a running API: post realistic results over HTTP, live.
 
-    Every --progress-every seconds it prints one line per task; at the end, the totals
-    (exit status 1 if any result was rejected or not delivered)."""
+    Every --progress-every seconds it prints one line per task, counted at the end of that
+    second; at the end, the totals (exit status 1 if any result was rejected or not
+    delivered). Ctrl-C stops the traffic early: what was sent is delivered, the totals
+    printed, the exit status the same."""
+    import signal
+    import threading
+
     from controlplane.sim.profiles import GENERATORS, SCENARIOS
     from controlplane.sim.runner import FLUSH_SECONDS, Plan, Totals, stream
 
@@ -721,43 +739,59 @@ def simulate(
     if progress_every < 0:
         raise _fail("progress-every: must be 0 (no progress lines) or a number of seconds")
     if not key:
-        raise _fail("key: pass --key or set SHADOWPLANE_KEY (an ingest key)")
+        raise _fail("key: pass --key or set SHADOWPLANE_KEY (scopes ingest and flags:read)")
+    _router_key_or_fail(url, key)
     plan = Plan(scenario, set(scenario_task) if scenario_task else None, scenario_after)
     due = progress_every
+    stop = threading.Event()
 
     def progress(elapsed: float, totals: dict[str, Totals]) -> None:
-        # Called once a second, after that second's results are handed to the reporters.
+        # Called at the end of each second: what was sent by then and what the API answered.
         nonlocal due
-        if not progress_every or elapsed + 1 < due:
+        at = round(elapsed)
+        if not progress_every or at < due:
             return
-        due += progress_every * (1 + int((elapsed + 1 - due) // progress_every))
+        due += progress_every * (1 + int((at - due) // progress_every))
         for name, t in totals.items():
             typer.echo(
-                f"[{elapsed + 1:5.0f}s] {name}: sent {t.generated}, accepted {t.accepted}, "
+                f"[{at:5d}s] {name}: sent {t.generated}, accepted {t.accepted}, "
                 f"duplicates {t.duplicates}, rejected {t.rejected}, not delivered {t.dropped}, "
                 f"in flight {t.in_flight}; flag {t.flag}"
             )
 
     def flushing(totals: dict[str, Totals]) -> None:
         if progress_every:
+            why = " (Ctrl-C)" if stop.is_set() else ""
             waiting = sum(t.in_flight for t in totals.values())
             typer.echo(
-                f"traffic stopped; delivering what is still in flight ({waiting} results, "
-                f"at most {FLUSH_SECONDS:g} s)"
+                f"traffic stopped{why}; delivering the {waiting} results still in flight "
+                f"(at most {FLUSH_SECONDS:g} s)"
+                if waiting
+                else f"traffic stopped{why}; every result sent has its answer"
             )
 
-    totals = stream(
-        url,
-        key,
-        tasks,
-        rate=rate,
-        duration=duration,
-        plan=plan,
-        batch_size=batch_size,
-        seed=seed,
-        every_second=progress,
-        on_flush=flushing,
-    )
+    def interrupted(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C: quit without waiting for deliveries
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        totals = stream(
+            url,
+            key,
+            tasks,
+            rate=rate,
+            duration=duration,
+            plan=plan,
+            batch_size=batch_size,
+            seed=seed,
+            stop=stop,
+            every_second=progress,
+            on_flush=flushing,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     failed = False
     for name, t in totals.items():
         typer.echo(
@@ -769,6 +803,33 @@ def simulate(
         failed = failed or bool(t.dropped or t.rejected)
     if failed:
         raise typer.Exit(1)
+
+
+def _router_key_or_fail(url: str, key: str) -> None:
+    """Refuse a key the simulated routers could not work with, naming the scope it lacks:
+    without flags:read they would route everything to the cloud, without ingest post
+    nothing. An API that does not answer is left to the run, which counts and retries."""
+    import httpx
+
+    base, headers = url.rstrip("/"), {"Authorization": f"Bearer {key}"}
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=10) as client:
+            answers = {
+                "flags:read": client.get("/v1/flags"),
+                # An empty batch: stores nothing, and a key without the scope gets 403.
+                "ingest": client.post("/v1/results", json={"results": []}),
+            }
+    except httpx.HTTPError:
+        return
+    if any(answer.status_code == 401 for answer in answers.values()):
+        detail = answers["flags:read"].text[:200]
+        raise _fail(f"key: the API at {base} refused it (401): {detail}")
+    missing = [scope for scope, answer in answers.items() if answer.status_code == 403]
+    if missing:
+        raise _fail(
+            f"key: it lacks the scope {' and '.join(missing)}: the simulated routers read "
+            "their flags (flags:read) and post their results (ingest) with it"
+        )
 
 
 def _safe_url(url: str) -> str:

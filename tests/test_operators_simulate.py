@@ -58,10 +58,20 @@ def test_simulate_prints_progress_lines_with_growing_consistent_counts(
     # The lines come before the totals: progress, not a report at the end; and the wait for
     # the last deliveries is announced between them.
     last_progress = max(i for i, x in enumerate(lines) if PROGRESS.match(x))
-    flushing = next(
-        i for i, x in enumerate(lines) if x.startswith("traffic stopped; delivering what is")
-    )
+    flushing = next(i for i, x in enumerate(lines) if x.startswith("traffic stopped"))
     assert last_progress < flushing < lines.index(total)
+    # Each line counts at the end of its second, once the reporter had that second to deliver:
+    # a line taken the moment a second's results were handed over would always show that
+    # whole second (30) in flight, and the line at the stop would then contradict it (issue
+    # 29: "0 results" in flight right after a line showing 40). A healthy API answers within
+    # the second at least once in four.
+    assert min(c["in_flight"] for c in counts) < 30, counts
+    # The line at the stop is taken after the last progress line: never more in flight.
+    waiting = re.match(
+        r"traffic stopped; (?:delivering the (\d+) results|every result)", lines[flushing]
+    )
+    assert waiting, lines[flushing]
+    assert int(waiting[1] or 0) <= counts[-1]["in_flight"], (lines[flushing], counts[-1])
 
 
 def test_simulate_without_progress_lines_when_asked(tmp_path: Path) -> None:

@@ -96,8 +96,11 @@ def stream(
 ) -> dict[str, Totals]:
     """Post `rate` results per second per task (`rates` for the tasks it names) for
     `duration` seconds (until `stop` is set); then deliver what is still queued, for at most
-    FLUSH_SECONDS (`on_flush` hears first). `on_result` sees each result as it is reported
-    (the demo's simulated reviewers learn the truth from it)."""
+    FLUSH_SECONDS (`on_flush` hears first). `every_second` hears at the end of each second,
+    with the seconds elapsed and the counts as they stand then: that second's results have
+    had it to reach the API, so what is still in flight is what the API has not answered
+    within a second. `on_result` sees each result as it is reported (the demo's simulated
+    reviewers learn the truth from it)."""
     plan = plan or Plan()
     stop = stop or threading.Event()
     totals = {task: Totals() for task in tasks}
@@ -168,12 +171,15 @@ def stream(
                     counter[task] += 1
                 totals[task].generated += n
                 totals[task].note(flag_error and f"flags: {flag_error}")
+            second += 1
+            stop.wait(max(0.0, started + second - time.monotonic()))
+            # Counted at the end of the second, not as its results are handed over: then
+            # every count would show a whole second's results in flight, answered or not.
+            for task in tasks:
                 totals[task].flag = _describe(flags, task)
                 _count(totals[task], reporters[task])
             if every_second is not None:
-                every_second(elapsed, totals)
-            second += 1
-            stop.wait(max(0.0, started + second - time.monotonic()))
+                every_second(time.monotonic() - started, totals)
     finally:
         flags.close()
         if on_flush is not None:

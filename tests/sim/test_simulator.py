@@ -222,6 +222,7 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
     live_api: tuple[str, Api], tmp_path: Path
 ) -> None:
     base, api = live_api
+    from controlplane.keys.service import create_key
     from controlplane.rollout.configs import apply_config
 
     with session_scope(api.engine) as session:
@@ -230,6 +231,7 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
             {"task": "reply_rewrite", "comparator": {"kind": "text_conservation"}},
             actor="test",
         )
+        _, key = create_key(session, name="router", scopes=["ingest", "flags:read"], actor="test")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
     started = datetime.now(UTC)
     done = run_cli(
@@ -238,7 +240,7 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
             "--url",
             base,
             "--key",
-            api.keys["ingest"],
+            key,
             "--task",
             "ticket_classify",
             "--task",
@@ -269,6 +271,29 @@ def test_simulate_posts_live_results_at_the_rate_over_http(
     assert n == generated
     # Stamped as they happen, like a router's results.
     assert started - timedelta(seconds=2) <= first <= last <= datetime.now(UTC)
+
+
+def test_simulate_refuses_a_key_its_routers_could_not_read_flags_with(
+    live_api: tuple[str, Api], tmp_path: Path
+) -> None:
+    """Issue 29: `--key` was "an ingest key", but the simulated routers read their flags
+    with it too; without `flags:read` they routed everything to the cloud and the run
+    looked fine. Now the help names both scopes and such a key is refused before any
+    traffic, naming the scope it lacks."""
+    base, api = live_api
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    shown = run_cli(["simulate", "--help"], env, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    key_help = " ".join(shown.stdout.split("--key", 1)[1].split("--task", 1)[0].split())
+    assert "ingest" in key_help and "flags:read" in key_help, key_help
+    argv = ["simulate", "--url", base, "--task", "ticket_classify", "--duration", "1"]
+    done = run_cli([*argv, "--key", api.keys["ingest"]], env, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "flags:read" in done.stderr, done.stderr
+    with session_scope(api.engine) as session:
+        assert session.scalar(select(func.count()).select_from(Result)) == 0
+    refused = run_cli([*argv, "--key", "sp_not-a-key"], env, tmp_path)
+    assert refused.returncode == 1 and "401" in refused.stderr, refused.stderr
 
 
 def test_simulate_names_a_bad_scenario(tmp_path: Path) -> None:
