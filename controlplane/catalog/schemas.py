@@ -200,6 +200,22 @@ DEFAULT_H = 5.0
 DEFAULT_CAP = 2.0
 
 
+# What `min_samples` means depends on how a rule is judged (docs/evidence.md, "Rollouts"): the
+# schema says so where the field is declared.
+MIN_SAMPLES_MEANS = (
+    "The least samples a judgement needs; what that holds back depends on the detector. "
+    "`consecutive`: the least samples (the rate's denominator: pairs for agreement) of one "
+    "verdict; a window with fewer pools with the next ones of its cell (at most "
+    "`max_pool_windows`) and the pool counts once, so sparse windows slow a rollback down. "
+    "`capped_cusum` (the default) and `cusum`: it holds no rollback back; every closed "
+    "window adds evidence in proportion to its samples (at most `cap` a window under "
+    "`capped_cusum`), so a canary whose windows hold fewer samples than this is still rolled "
+    "back within a few windows; it only sets which single windows the dashboard marks as "
+    "breaching. `net_savings` and `input_shift`: the least results in the span for a verdict "
+    "(and, for input_shift, for its alert)."
+)
+
+
 # An evaluation reads at least this many windows (rollout.repository.evaluation_windows):
 # a cap so small that firing takes more windows than that could never fire.
 MIN_WINDOWS_READ = 100
@@ -245,7 +261,12 @@ class Rule(Strict):
     # seconds or a duration (`90m`, `24h`); by default SPAN_METRICS'.
     span: int | str | None = None
     detector: Detector | None = None
-    min_samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
+    min_samples: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="This rule's own, in place of the policy's. " + MIN_SAMPLES_MEANS,
+    )
     confidence: Fraction | Literal["point"] | None = None
     critical: Fraction | None = None
     min_effect: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
@@ -432,7 +453,7 @@ class ResolvedRule:
 class RollbackConfig(Strict):
     detector: Detector = DEFAULT_DETECTOR
     consecutive_windows: int = Field(3, ge=1, le=100)
-    min_samples: int = Field(200, ge=1, le=MAX_SAMPLES)
+    min_samples: int = Field(200, ge=1, le=MAX_SAMPLES, description=MIN_SAMPLES_MEANS)
     confidence: Fraction | Literal["point"] = 0.80
     max_pool_windows: int = Field(12, ge=1, le=1000)
     # An evaluation reads three times this many windows (rollout.repository.evaluation_windows).
