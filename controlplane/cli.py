@@ -712,14 +712,15 @@ def simulate(
         float,
         typer.Option(
             help="Seconds between progress lines (sent, accepted, rejected, not delivered, "
-            "the flag held, per task); 0: none, only the totals at the end."
+            "the flag held, per task; and a line when a flag changes); 0: none, only the "
+            "totals at the end."
         ),
     ] = 5.0,
 ) -> None:
     """Play routing services against a running API: post realistic results over HTTP, live.
 
     Every --progress-every seconds it prints one line per task, counted at the end of that
-    second; at the end, the totals (exit status 1 if any result was rejected or not
+    second, and a line whenever the flag a task's routers hold changes; at the end, the totals (exit status 1 if any result was rejected or not
     delivered). Ctrl-C stops the traffic early: what was sent is delivered, the totals
     printed, the exit status the same."""
     import signal
@@ -744,11 +745,16 @@ def simulate(
     plan = Plan(scenario, set(scenario_task) if scenario_task else None, scenario_after)
     due = progress_every
     stop = threading.Event()
+    held: dict[str, str] = {}  # the flag each task's routers held at the last count
 
     def progress(elapsed: float, totals: dict[str, Totals]) -> None:
         # Called at the end of each second: what was sent by then and what the API answered.
         nonlocal due
         at = round(elapsed)
+        for name, t in totals.items():
+            if progress_every and held.get(name, t.flag) != t.flag:
+                typer.echo(f"[{at:5d}s] {name}: the routers' flag is now {t.flag}")
+            held[name] = t.flag
         if not progress_every or at < due:
             return
         due += progress_every * (1 + int((at - due) // progress_every))
