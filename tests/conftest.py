@@ -124,6 +124,7 @@ SLOW_FIRST = (
     "tests/test_text_reader.py::test_pip_wheel",
     "tests/test_text_reader.py::test_a_wheel",
     "tests/rollout/test_rollback_e2e.py",
+    "tests/test_readme_production.py",
     "tests/rollout/test_flag_serving.py",
     "tests/db/test_partitions_hostile.py",
     "tests/workers/",
