@@ -121,10 +121,12 @@ class ApiServer:
         assert self.proc is None, "the API is running already"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
         env.update(
-            SHADOWPLANE_DATABASE_URL=self.database_url,
-            SHADOWPLANE_TICK_SECONDS="0",
-            SHADOWPLANE_LOG_LEVEL="WARNING",
-            **self.settings,
+            {
+                "SHADOWPLANE_DATABASE_URL": self.database_url,
+                "SHADOWPLANE_TICK_SECONDS": "0",
+                "SHADOWPLANE_LOG_LEVEL": "WARNING",
+                **self.settings,
+            }
         )
         argv = ["api", "--host", "127.0.0.1", "--port", str(self.port)]
         argv += ["--workers", str(self.workers)]
