@@ -586,6 +586,36 @@ def prune(
 
 
 @app.command()
+def queue() -> None:
+    """The jobs waiting in Redis: queued, and taken by a worker but not acknowledged (running,
+    or held by a worker that died, until its visibility timeout gives them back)."""
+    import time
+
+    import redis
+
+    from controlplane.notify.delivery import JOB_QUEUE
+
+    _need_redis()
+    url = get_settings().redis_url or ""
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        # Celery's Redis transport (kombu) keeps a taken job in the hash `unacked`, and when
+        # it was taken in the sorted set `unacked_index`, until the job is acknowledged.
+        with client.pipeline() as pipe:
+            pipe.llen(JOB_QUEUE).hlen("unacked").zrange("unacked_index", 0, 0, withscores=True)
+            queued, taken, oldest = pipe.execute()
+    except redis.RedisError as exc:
+        raise _fail(f"Redis at {_safe_url(url)} did not answer: {exc}") from None
+    finally:
+        client.close()
+    since = f" (the oldest for {max(0.0, time.time() - oldest[0][1]):.0f} s)" if oldest else ""
+    typer.echo(
+        f"{queued + taken} jobs: {queued} queued, {taken} taken by a worker and not "
+        f"acknowledged{since}"
+    )
+
+
+@app.command()
 def grade(
     task: Annotated[str | None, typer.Option(help="Only this task (default: every task).")] = None,
     as_json: Annotated[
