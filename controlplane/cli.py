@@ -127,18 +127,24 @@ def dashboard(
 ) -> None:
     """Serve the Streamlit dashboard (sign in with an API key of scope read, review or admin)."""
     import importlib.util
+    import logging
     import os
+
+    from controlplane.compare.jsonutil import dumps
+    from controlplane.logs import configure_process
 
     spec = importlib.util.find_spec("dashboard")
     if spec is None or spec.origin is None:
         raise _fail("the dashboard package is not installed with this copy of shadowplane")
     # The Streamlit app behind its sign-in door (one ASGI app, `st.App`): `streamlit run`
-    # finds the app in the file and serves it with uvicorn.
+    # (`python -m dashboard`, its logging in JSON lines) finds the app in the file and
+    # serves it with uvicorn.
     script = Path(spec.origin).with_name("server.py")
+    level = get_settings().log_level
     command = [
         sys.executable,
         "-m",
-        "streamlit",
+        "dashboard",
         "run",
         str(script),
         "--server.address",
@@ -154,9 +160,18 @@ def dashboard(
         # No "Deploy" button or developer menu: this is an operator's console.
         "--client.toolbarMode",
         "minimal",
+        "--logger.level",
+        level.lower(),
+        # Its welcome is text; the line below says where it is.
+        "--logger.hideWelcomeMessage",
+        "true",
     ]
-    typer.echo(
-        f"dashboard on http://{host}:{port} (database: {_safe_url(get_settings().database_url)})"
+    configure_process(level)
+    url = f"http://{host}:{port}"
+    database = _safe_url(get_settings().database_url)
+    start = {"event": "dashboard_start", "url": url, "database": database}
+    logging.getLogger("shadowplane.dashboard").info(
+        "%s dashboard on %s (database: %s)", dumps(start).decode(), url, database
     )
     os.execv(sys.executable, command)
 

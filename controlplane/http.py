@@ -19,6 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane.compare.jsonutil import dumps
 
+# The app and the dashboard set their logging up from here (controlplane.logs owns it).
+from controlplane.logs import configure_logging as configure_logging
+
 log = logging.getLogger("shadowplane.http")
 
 # Deeper than any config, label or action body needs, and far below the depth at which
@@ -332,13 +335,3 @@ class RequestLog:
                         }
                     ).decode()
                 )
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("shadowplane")
-    if not logger.handlers:
-        logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False

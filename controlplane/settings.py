@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./shadowplane.db"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -44,6 +45,8 @@ class Settings(BaseSettings):
     error_cost_veto: float = 0.7
     # How long a process trusts a cached API-key record (a revoked key stops within 5 s).
     key_cache_seconds: float = 5.0
+    # DEBUG, INFO, WARNING, ERROR or CRITICAL (any case): the API, the workers, beat and the
+    # dashboard log at it.
     log_level: str = "INFO"
     # Seconds between passes of the in-process scheduler, which `api` runs when no Redis
     # is configured (the embedded default) and `demo` always runs; 0 turns it off.
@@ -98,6 +101,13 @@ class Settings(BaseSettings):
             except ValueError:
                 return value
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _known_level(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().upper() in LOG_LEVELS:
+            return value.strip().upper()
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
 
     @property
     def is_sqlite(self) -> bool:

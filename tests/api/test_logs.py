@@ -69,7 +69,6 @@ def printed(log: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="issue 29: plain-text lines and tracebacks in the logs")
 def test_every_line_the_api_prints_is_json_at_the_level_set(
     sqlite_url: str, tmp_path: Path
 ) -> None:

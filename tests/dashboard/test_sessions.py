@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -363,6 +364,8 @@ def test_a_session_in_chromium_survives_reloads_and_links_and_ends_everywhere(
     log = (tmp_path / "dashboard.log").read_text(errors="replace")
     assert '"event":"dashboard.sign_out","key":"read"' in log
     assert key not in log
+    # Streamlit's and uvicorn's lines included, the dashboard prints JSON lines only.
+    assert all(isinstance(json.loads(line), dict) for line in log.splitlines()), log
 
 
 def test_a_sign_in_lasts_the_hours_the_setting_says(

@@ -1,0 +1,318 @@
+"""Logging: one JSON object per line for every process (API, workers, beat, dashboard), and
+the outage state that says once per process that Redis or the database went away and once
+that it answers again (docs/operations.md, "Logs").
+
+A line holds `ts` (UTC), `level`, `logger` and `pid`, then either the fields of a message
+that is itself a JSON object (the request log, events) or `message`; a traceback is one
+field (`exception`) of its line, never lines of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+
+_BASE_FIELDS = ("ts", "level", "logger", "pid")
+MAX_DETAIL_CHARS = 300
+
+
+# --- the line --------------------------------------------------------------------------------
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def __init__(self, use_colors: bool | None = None) -> None:
+        # `use_colors`: uvicorn sets it on the formatters of a log config it is given.
+        super().__init__()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return orjson.dumps(fields(record)).decode()
+
+
+def fields(record: logging.LogRecord, level: str | None = None) -> dict[str, Any]:
+    """What a record's line holds, its level given as `level` when not its own."""
+    line: dict[str, Any] = {
+        "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+        "level": level or record.levelname,
+        "logger": record.name,
+        "pid": record.process,
+    }
+    message = record.getMessage()
+    parsed, rest = _leading_object(message)
+    if parsed is None:
+        line["message"] = message
+    else:
+        line.update((k, v) for k, v in parsed.items() if k not in _BASE_FIELDS)
+        if rest:
+            line["message"] = rest
+    if record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        line["error"] = _error(exc)
+        line["exception"] = "".join(traceback.format_exception(exc)).rstrip()
+    if record.stack_info:
+        line["stack"] = record.stack_info
+    return line
+
+
+def _leading_object(message: str) -> tuple[dict[str, Any] | None, str]:
+    """A message that starts with a JSON object: the object and the text after it."""
+    if not message.startswith("{"):
+        return None, message
+    try:
+        parsed = orjson.loads(message)
+        rest = ""
+    except orjson.JSONDecodeError:
+        # A JSON object followed by words (`{"event": "startup"} reading texts with ...`).
+        try:
+            parsed, end = json.JSONDecoder().raw_decode(message)
+        except ValueError:
+            return None, message
+        rest = message[end:].strip()
+    return (parsed, rest) if isinstance(parsed, dict) else (None, message)
+
+
+def _error(exc: BaseException) -> str:
+    """The exception's type and first line, short: never a statement's parameters (SQL
+    errors carry them), which may hold results' text."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    first = text[0][:MAX_DETAIL_CHARS] if text else ""
+    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+
+
+# --- the handler -----------------------------------------------------------------------------
+
+Demote = Callable[[logging.LogRecord], bool]
+
+
+class JsonLines(logging.StreamHandler):
+    """One JSON line per record on stderr. A record whose exception says Redis or the
+    database is out of reach marks that outage (`outage_of`; its WARNING is logged once)
+    and is itself kept at DEBUG; so is a record `demote` picks (periodic chatter)."""
+
+    def __init__(self, level: str | int = logging.INFO, demote: Demote | None = None) -> None:
+        super().__init__(sys.stderr)
+        self.setLevel(level)
+        self.setFormatter(JsonFormatter())
+        self.demote = demote
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and record.name != OUTAGE_LOGGER:
+            kind, exc = outage_in(record)
+            if kind is not None:
+                OUTAGES[kind].failed(exc)
+            if kind is not None or (self.demote is not None and self.demote(record)):
+                if self.level > logging.DEBUG:
+                    return False
+                record = logging.makeLogRecord(
+                    {**record.__dict__, "levelno": logging.DEBUG, "levelname": "DEBUG"}
+                )
+        return bool(super().handle(record))
+
+
+def configure_logging(level: str) -> None:
+    """The `shadowplane` loggers in JSON lines at `level`, whatever the process's root
+    logger does (the API's app, also when a test makes one)."""
+    follow_database()
+    logger = logging.getLogger("shadowplane")
+    handler = next((h for h in logger.handlers if isinstance(h, JsonLines)), None)
+    if handler is None:
+        logger.addHandler(JsonLines(level))
+    else:
+        handler.setLevel(level)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def configure_process(level: str, demote: Demote | None = None) -> JsonLines:
+    """Every logger of this process in JSON lines at `level` (a process whose output is all
+    ours: uvicorn's server, a Celery worker or beat, the dashboard), Python's warnings
+    included."""
+    follow_database()
+    handler = JsonLines(level, demote)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    shadowplane = logging.getLogger("shadowplane")
+    for old in list(shadowplane.handlers):
+        shadowplane.removeHandler(old)
+    shadowplane.setLevel(level)
+    shadowplane.propagate = True
+    logging.captureWarnings(True)
+    return handler
+
+
+def process_handler(level: str = "INFO") -> JsonLines:
+    """The handler of a process whose output is all ours, for `logging.config.dictConfig`
+    (uvicorn applies its `log_config` in every worker process it starts)."""
+    logging.captureWarnings(True)
+    return JsonLines(level)
+
+
+def uvicorn_log_config(level: str) -> dict[str, Any]:
+    """uvicorn's `log_config`: its loggers and every other one in JSON lines at `level`.
+    Its access log stays off (`access_log=False`): the request log (controlplane.http) says
+    the same with the key's name, one line per request."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        # Named as uvicorn's own, which it may set `use_colors` on (the handler formats).
+        "formatters": {
+            name: {"()": "controlplane.logs.JsonFormatter"} for name in ("default", "access")
+        },
+        "handlers": {"json": {"()": "controlplane.logs.process_handler", "level": level}},
+        "root": {"handlers": ["json"], "level": level},
+        "loggers": {
+            name: {"handlers": [], "level": level, "propagate": True}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "shadowplane")
+        },
+    }
+
+
+# --- outages ---------------------------------------------------------------------------------
+
+OUTAGE_LOGGER = "shadowplane.outage"
+_outage_log = logging.getLogger(OUTAGE_LOGGER)
+# psycopg's connection errors: no server answer at all (no SQLSTATE), class 08 (connection
+# exception), and the server shutting down or starting up.
+_SERVER_GONE = ("57P01", "57P02", "57P03")
+
+
+class Outage:
+    """Whether this process reaches one dependency. The first failure logs one WARNING
+    (`<name>_unavailable`), the first answer after it one more (`<name>_available`, with how
+    long it was away); the failures and answers in between log nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, exc: BaseException | None = None) -> None:
+        if self._since is not None:
+            return
+        with self._lock:
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
+        event: dict[str, Any] = {"event": f"{self.name}_unavailable"}
+        if exc is not None:
+            event["error"] = _error(exc)
+        event["message"] = f"{self.name} unavailable; retrying until it answers"
+        _outage_log.warning(orjson.dumps(event).decode())
+
+    def answered(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            since, self._since = self._since, None
+        if since is None:
+            return
+        away = round(time.monotonic() - since, 1)
+        _outage_log.warning(
+            orjson.dumps(
+                {
+                    "event": f"{self.name}_available",
+                    "down_seconds": away,
+                    "message": f"{self.name} available again after {away} s",
+                }
+            ).decode()
+        )
+
+    def reset(self) -> None:
+        """Forget an outage without a word (a new process, a test)."""
+        with self._lock:
+            self._since = None
+
+
+REDIS = Outage("redis")
+DATABASE = Outage("database")
+OUTAGES = {"redis": REDIS, "database": DATABASE}
+
+
+def follow_database() -> None:
+    """End this process's database outage, if any, at its first new connection (after an
+    outage the pool drops the connections it broke and makes new ones)."""
+    if not event.contains(Pool, "connect", _connected):
+        event.listen(Pool, "connect", _connected)
+
+
+def _connected(*_: Any) -> None:
+    DATABASE.answered()
+
+
+def outage_of(exc: BaseException | None) -> str | None:
+    """`redis` or `database` when `exc` (or what it wraps) says that server is out of
+    reach; None for anything else, a timeout or a refused statement included."""
+    seen = 0
+    while exc is not None and seen < 10:
+        kind = _kind(exc)
+        if kind is not None:
+            return kind
+        seen += 1
+        exc = getattr(exc, "orig", None) or exc.__cause__ or exc.__context__
+    return None
+
+
+def _kind(exc: BaseException) -> str | None:
+    redis = sys.modules.get("redis.exceptions")
+    if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return "redis"
+    kombu = sys.modules.get("kombu.exceptions")
+    # The broker is Redis: kombu's OperationalError is a broker connection that failed.
+    if kombu is not None and isinstance(exc, kombu.OperationalError):
+        return "redis"
+    sqlalchemy = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy is not None and isinstance(exc, sqlalchemy.DBAPIError):
+        if exc.connection_invalidated:
+            return "database"
+        return None if exc.orig is None else _kind(exc.orig)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        if state is None or state.startswith("08") or state in _SERVER_GONE:
+            return "database"
+    return None
+
+
+def outage_in(record: logging.LogRecord) -> tuple[str | None, BaseException | None]:
+    """The outage a record reports, by its exception or an exception among its arguments
+    (Celery's connection errors pass theirs as arguments)."""
+    candidates: list[Any] = []
+    if record.exc_info and record.exc_info[1] is not None:
+        candidates.append(record.exc_info[1])
+    if isinstance(record.args, tuple):
+        candidates.extend(a for a in record.args if isinstance(a, BaseException))
+    for exc in candidates:
+        kind = outage_of(exc)
+        if kind is not None:
+            return kind, exc
+    return None, None
+
+
+def noticed(exc: BaseException) -> bool:
+    """Mark the outage `exc` reports (its WARNING logged once per process) and say whether
+    it reported one; a caller logs anything else itself."""
+    kind = outage_of(exc)
+    if kind is None:
+        return False
+    OUTAGES[kind].failed(exc)
+    return True

@@ -1,0 +1,164 @@
+"""The log line (one JSON object per record, a traceback in a field) and the outage state
+(one WARNING as Redis or the database goes away, one as it answers again)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import kombu.exceptions
+import orjson
+import psycopg
+import pytest
+import redis
+from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
+
+from controlplane.logs import DATABASE, OUTAGES, REDIS, JsonLines, outage_of
+from controlplane.settings import Settings, explain
+
+
+class Logged:
+    """A logger of its own, printing JSON lines at `level` into a string."""
+
+    def __init__(self, name: str, level: str) -> None:
+        self.stream = io.StringIO()
+        self.handler = JsonLines(level)
+        self.handler.setStream(self.stream)
+        self.logger = logging.getLogger(name)
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False
+
+    def lines(self) -> list[dict[str, object]]:
+        return [orjson.loads(line) for line in self.stream.getvalue().splitlines()]
+
+    def close(self) -> None:
+        self.logger.removeHandler(self.handler)
+
+
+@pytest.fixture
+def logged() -> Iterator[Logged]:
+    """JSON lines at INFO, from a test logger and from the outage logger, with no outage
+    left over from another test."""
+    for outage in OUTAGES.values():
+        outage.reset()
+    own = Logged("tests.logs", "INFO")
+    outages = logging.getLogger("shadowplane.outage")
+    outages.addHandler(own.handler)
+    try:
+        yield own
+    finally:
+        outages.removeHandler(own.handler)
+        own.close()
+        for outage in OUTAGES.values():
+            outage.reset()
+
+
+def raised(exc: BaseException) -> BaseException:
+    """`exc` as raised (with its traceback)."""
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def test_a_record_is_one_json_line_with_its_exception_in_a_field(logged: Logged) -> None:
+    try:
+        {}["missing"]  # noqa: B018
+    except KeyError:
+        logged.logger.exception("lookup failed for %s", "task\nwith a newline")
+    logged.logger.info('{"event": "startup", "text_reader": "%s"} reading texts with %s', "a", "b")
+    logged.logger.info('{"ts": "not mine", "level": "not mine", "method": "GET"}')
+    text = logged.stream.getvalue()
+    assert text.count("\n") == 3  # three records, three lines: newlines only escaped inside
+    failed, started, request = logged.lines()
+    assert failed["level"] == "ERROR" and failed["logger"] == "tests.logs"
+    assert failed["message"] == "lookup failed for task\nwith a newline"
+    assert failed["error"] == "KeyError: 'missing'"
+    assert str(failed["exception"]).startswith("Traceback (most recent call last):")
+    assert str(failed["exception"]).endswith("KeyError: 'missing'")
+    # A JSON message's fields join the line's; words after it are its message.
+    assert started["event"] == "startup" and started["text_reader"] == "a"
+    assert started["message"] == "reading texts with b"
+    # The line's own fields are not overwritten by the message's.
+    assert request["method"] == "GET" and request["level"] == "INFO"
+    assert request["ts"] != "not mine" and request["pid"] == failed["pid"]
+
+
+def test_an_outage_is_one_warning_when_it_starts_and_one_when_it_ends(logged: Logged) -> None:
+    down = raised(redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379."))
+    for _ in range(3):
+        REDIS.failed(down)
+    # A record carrying the same failure, as Celery logs its own: it marks the outage (said
+    # already) and is kept at DEBUG only, below this handler's INFO.
+    logged.logger.error("consumer: Cannot connect to %s: %s.", "redis://", down)
+    logged.logger.error("Message Error", exc_info=down)
+    for _ in range(3):
+        REDIS.answered()
+    REDIS.answered()
+    assert [(r["level"], r["event"]) for r in logged.lines()] == [
+        ("WARNING", "redis_unavailable"),
+        ("WARNING", "redis_available"),
+    ]
+    unavailable, available = logged.lines()
+    assert unavailable["error"] == "ConnectionError: Error 111 connecting to 127.0.0.1:6379."
+    assert unavailable["logger"] == "shadowplane.outage"
+    assert isinstance(available["down_seconds"], float)
+
+
+def test_a_record_of_an_outage_starts_it_and_shows_at_debug(logged: Logged) -> None:
+    logged.handler.setLevel(logging.DEBUG)
+    gone = psycopg.OperationalError("connection failed: Connection refused")
+    wrapped = raised(OperationalError("SELECT secret_param", {"x": "SECRET"}, gone))
+    logged.logger.error("scheduled pass failed", exc_info=wrapped)
+    DATABASE.answered()
+    warned, demoted, back = logged.lines()
+    assert warned["event"] == "database_unavailable"
+    # The error names the driver's failure, never the statement or its parameters.
+    assert warned["error"] == "OperationalError: connection failed: Connection refused"
+    assert demoted["level"] == "DEBUG" and demoted["message"] == "scheduled pass failed"
+    assert back["event"] == "database_available"
+    # Another failure (not an outage) is left as it is.
+    logged.logger.error("webhook failed", exc_info=raised(ConnectionRefusedError(111, "refused")))
+    assert logged.lines()[-1]["level"] == "ERROR"
+
+
+def test_what_counts_as_an_outage() -> None:
+    def chained(outer: BaseException, inner: BaseException) -> BaseException:
+        try:
+            try:
+                raise inner
+            except BaseException:
+                raise outer  # noqa: B904 (the implicit context is what is read)
+        except BaseException as caught:
+            return caught
+
+    refused = redis.exceptions.ConnectionError("refused")
+    assert outage_of(refused) == "redis"
+    assert outage_of(redis.exceptions.TimeoutError("slow")) == "redis"
+    assert outage_of(kombu.exceptions.OperationalError("broker")) == "redis"
+    # Celery's scheduling error, raised while handling the connection error.
+    assert outage_of(chained(RuntimeError("Couldn't apply scheduled task"), refused)) == "redis"
+    assert outage_of(redis.exceptions.ResponseError("WRONGTYPE")) is None
+
+    assert outage_of(psycopg.OperationalError("server closed the connection")) == "database"
+    assert outage_of(psycopg.errors.AdminShutdown("terminating connection")) == "database"
+    assert outage_of(OperationalError("SELECT 1", {}, psycopg.errors.CannotConnectNow())) == (
+        "database"
+    )
+    # The database answered: a statement it cancelled or a lock it refused is no outage.
+    assert outage_of(psycopg.errors.QueryCanceled("statement timeout")) is None
+    assert outage_of(OperationalError("SELECT 1", {}, psycopg.errors.LockNotAvailable())) is None
+    assert outage_of(ConnectionRefusedError(111, "refused")) is None
+    assert outage_of(None) is None
+
+
+def test_the_level_setting_takes_a_level_name_in_any_case() -> None:
+    assert Settings(log_level=" debug ").log_level == "DEBUG"
+    with pytest.raises(ValidationError) as refused:
+        Settings(log_level="loud")
+    assert explain(refused.value) == [
+        "SHADOWPLANE_LOG_LEVEL: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    ]
