@@ -38,6 +38,7 @@ from controlplane.http import (
 )
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
+from controlplane.logs import noticed
 from controlplane.metrics.counters import IngestCounters
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
@@ -167,7 +168,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The COPY path talks to psycopg directly: its errors arrive unwrapped.
     @app.exception_handler(psycopg.OperationalError)
     async def storage_down(_: Request, exc: Exception) -> ORJSONResponse:
-        log.warning('{"event": "storage_unavailable", "error": "%s"}', type(exc).__name__)
+        if not noticed(exc):  # an outage is logged once per process (controlplane.logs)
+            log.warning('{"event": "storage_unavailable", "error": "%s"}', type(exc).__name__)
         return ORJSONResponse(
             {"detail": "storage unavailable; nothing from this request was stored, retry"},
             status_code=503,

@@ -3,8 +3,8 @@ and a budget of failed authentications per client address.
 
 Buckets are shared by replicas through Redis when `redis_url` is set (one atomic Lua script
 per check, on Redis's clock) and kept per process otherwise. Redis must never block a
-router: a Redis error allows the request on this process's own buckets, is logged once,
-and Redis is not asked again for a few seconds.
+router: a Redis error allows the request on this process's own buckets, is logged once (the
+process's Redis outage, controlplane.logs), and Redis is not asked again for a few seconds.
 
 A process does not ask Redis on every request: it takes tokens in small leases (about
 1/20 s of the scope's rate, at most 1/20 of its burst, held at most a second), so a flag poll
@@ -14,7 +14,6 @@ every time.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -22,9 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from controlplane.logs import REDIS
 from controlplane.settings import Settings
-
-log = logging.getLogger("shadowplane.ratelimit")
 
 # Buckets one process keeps at most (keys × scopes, and client addresses): a flood from
 # made-up addresses forgets the oldest instead of growing the process.
@@ -167,19 +165,15 @@ class RedisBuckets:
                 keys=[REDIS_PREFIX + bucket], args=[rate.per_second, rate.burst, want, keep]
             )
         except self._errors as exc:
+            # Limits are per process until Redis answers (the outage is logged once).
+            REDIS.failed(exc)
             with self._lock:
-                if self._down_until == 0.0:
-                    log.warning(
-                        '{"event": "ratelimit_redis_unavailable", "error": "%s", '
-                        '"effect": "limits are per process until Redis answers"}',
-                        type(exc).__name__,
-                    )
                 self._down_until = time.monotonic() + REDIS_RETRY_SECONDS
             return self._fallback.take(bucket, rate, want)
         if self._down_until:
             with self._lock:
                 self._down_until = 0.0
-            log.warning('{"event": "ratelimit_redis_recovered"}')
+        REDIS.answered()
         return int(granted), float(wait)
 
 

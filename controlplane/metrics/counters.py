@@ -5,13 +5,12 @@ With Redis configured both live in Redis hashes, written in one pipeline round t
 request, so `/metrics` on any replica or worker process gives the same figures; without it
 (the embedded default, one process) they live in memory. Counting never blocks ingest: when
 Redis is unreachable the counts are held in memory and added on the next successful write,
-and the failure is logged.
+and the process's Redis outage is logged once (controlplane.logs).
 """
 
 from __future__ import annotations
 
 import bisect
-import logging
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import redis
+
+from controlplane.logs import REDIS
 
 OUTCOMES = ("accepted", "duplicate", "rejected")
 KEY = "shadowplane:ingest_results_total"
@@ -32,7 +33,6 @@ Code = Literal["200", "422", "500", "503"]
 # answered in milliseconds, a slow database stretches it to seconds.
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LE = (*(str(bound) for bound in BOUNDS), "+Inf")
-log = logging.getLogger("shadowplane.counters")
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,11 @@ class IngestCounters:
                 pipe.hincrby(key, field, n)
             pipe.execute()
         except Exception as exc:  # any client failure: the counts stay in memory
-            log.warning("ingest counters not written to Redis, kept in memory: %s", exc)
+            REDIS.failed(exc)
             with self._lock:
                 self._pending.update(pending)
+            return
+        REDIS.answered()
 
     def read(self) -> IngestFigures:
         """The figures; raises redis.RedisError when Redis is configured and down."""

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
+from controlplane.logs import REDIS
 from controlplane.settings import get_settings
 
 log = logging.getLogger("shadowplane.flags")
@@ -97,7 +98,8 @@ class Publisher:
             pipe.execute()
         except self._errors as exc:
             self._down_until = time.monotonic() + REDIS_RETRY_SECONDS
-            log.warning(
+            REDIS.failed(exc)
+            log.info(
                 '{"event": "flag_revision_not_published", "revision": %d, "error": "%s", '
                 '"effect": "API processes find it on their next database check"}',
                 revision,
@@ -105,6 +107,7 @@ class Publisher:
             )
             return False
         self._down_until = 0.0
+        REDIS.answered()
         return True
 
 

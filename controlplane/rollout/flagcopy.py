@@ -20,6 +20,7 @@ from sqlalchemy import Engine, select
 
 from controlplane.compare.jsonutil import dumps
 from controlplane.db import session_scope
+from controlplane.logs import DATABASE, REDIS, noticed
 from controlplane.models import FlagState
 from controlplane.rollout import flagbus, flags
 from controlplane.rollout.flags import etag
@@ -221,7 +222,8 @@ class FlagCopy:
         try:
             self.reload()
         except Exception as exc:
-            log.warning("flag copy not reloaded after a commit (%s)", type(exc).__name__)
+            if not noticed(exc):
+                log.warning("flag copy not reloaded after a commit (%s)", type(exc).__name__)
 
     def _notify(self) -> None:
         with self._lock:
@@ -238,8 +240,9 @@ class FlagCopy:
         while not self._stop.is_set():
             try:
                 self._follow()
-            except Exception:
-                log.exception('{"event": "flags_follower_error", "effect": "restarting"}')
+            except Exception as exc:
+                if not noticed(exc):
+                    log.exception('{"event": "flags_follower_error", "effect": "restarting"}')
                 self._stop.wait(self._check_seconds)
 
     def _follow(self) -> None:
@@ -289,6 +292,8 @@ class FlagCopy:
                 key, key_read = (int(raw) if raw is not None else None), True
             except self._redis_errors as exc:
                 self._redis_failed(exc)
+            else:
+                REDIS.answered()
         current = self._current
         vouched = key_read and current is not None and key == current.revision
         if vouched:
@@ -319,11 +324,15 @@ class FlagCopy:
         with self._lock:
             self._confirmed_at = at
             recovered, self._failing = self._failing, False
+        # The database answered (its outage, if any, is over).
+        DATABASE.answered()
         if recovered:
-            log.warning('{"event": "flags_storage_recovered"}')
+            log.info('{"event": "flags_storage_recovered"}')
 
     def _storage_failed(self, exc: Exception) -> None:
-        if not self._failing:
+        # The last copy of the flags is served, marked stale, meanwhile. An outage is logged
+        # once for the process; any other failure once here.
+        if not noticed(exc) and not self._failing:
             log.warning(
                 '{"event": "flags_storage_unavailable", "error": "%s", '
                 '"effect": "serving the last copy of the flags, marked stale"}',
@@ -335,12 +344,9 @@ class FlagCopy:
         return time.monotonic() >= self._redis_down_until
 
     def _redis_failed(self, exc: Exception) -> None:
-        if self._redis_up():
-            log.warning(
-                '{"event": "flags_redis_unavailable", "error": "%s", '
-                '"effect": "following the database revision until Redis answers"}',
-                type(exc).__name__,
-            )
+        # The copy follows the database revision until Redis answers (the outage is logged
+        # once for the process).
+        REDIS.failed(exc)
         self._redis_down_until = time.monotonic() + flagbus.REDIS_RETRY_SECONDS
 
     def _subscribe(self) -> Any:
@@ -351,6 +357,7 @@ class FlagCopy:
             self._redis_failed(exc)
             self._close(pubsub)
             return None
+        REDIS.answered()
         return pubsub
 
     def _close(self, pubsub: Any) -> Any:
