@@ -487,7 +487,9 @@ def tick(
 @app.command()
 def worker(
     concurrency: Annotated[int, typer.Option(help="Worker processes.")] = 2,
-    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    loglevel: Annotated[
+        str | None, typer.Option(help="Log level (default: SHADOWPLANE_LOG_LEVEL).")
+    ] = None,
     hostname: Annotated[
         str | None,
         typer.Option(
@@ -502,9 +504,8 @@ def worker(
     """Run a Celery worker for the periodic jobs (needs SHADOWPLANE_REDIS_URL)."""
     _need_redis()
     name = hostname or default_worker_name()
-    _celery(
-        "worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", f"--hostname={name}"
-    )
+    level = loglevel or get_settings().log_level
+    _celery("worker", f"--loglevel={level}", f"--concurrency={concurrency}", f"--hostname={name}")
 
 
 def default_worker_name() -> str:
@@ -527,7 +528,9 @@ def beat(
             "the working directory."
         ),
     ] = None,
-    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    loglevel: Annotated[
+        str | None, typer.Option(help="Log level (default: SHADOWPLANE_LOG_LEVEL).")
+    ] = None,
 ) -> None:
     """Run Celery beat: queues the window plan every SHADOWPLANE_TICK_SECONDS (run exactly one)."""
     _need_redis()
@@ -536,7 +539,7 @@ def beat(
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(f"schedule-file: cannot create {path.parent}: {exc.strerror or exc}") from None
-    _celery("beat", f"--loglevel={loglevel}", f"--schedule={path}")
+    _celery("beat", f"--loglevel={loglevel or get_settings().log_level}", f"--schedule={path}")
 
 
 def default_beat_schedule() -> Path:
@@ -550,9 +553,10 @@ def default_beat_schedule() -> Path:
 
 def _celery(*args: str) -> None:
     # The Celery app lives in workers/, beside the doors: this process becomes Celery's own
-    # program, which loads the app by name (nothing under controlplane imports workers).
-    # The worker consumes the app's default queue.
-    os.execv(sys.executable, [sys.executable, "-m", "celery", "-A", "workers.app", *args])
+    # program (`python -m workers`, its logging set up first), which loads the app by name
+    # (nothing under controlplane imports workers). The worker consumes the app's default
+    # queue.
+    os.execv(sys.executable, [sys.executable, "-m", "workers", *args])
 
 
 def _need_redis() -> None:

@@ -17,6 +17,7 @@ from celery.signals import worker_process_init
 
 from controlplane.compare import native
 from controlplane.settings import Settings, get_settings
+from workers import logs
 from workers.schedule import beat_schedule
 
 QUEUE = "shadowplane"
@@ -44,6 +45,7 @@ def make_celery(settings: Settings) -> Celery:
         beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,
     )
+    logs.install(app)
     return app
 
 

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -224,6 +226,20 @@ def _record(
     failed (the attempts ran out)."""
     if error is None:
         repository.mark_delivered(session, delivery=delivery, now=now)
+        # An event, not the poll's chatter: one line per webhook sent (the receiver's host
+        # only; a webhook URL's path or query may be its secret).
+        log.info(
+            orjson.dumps(
+                {
+                    "event": "webhook_delivered",
+                    "delivery": delivery.delivery_id,
+                    "kind": delivery.kind,
+                    "task": delivery.task,
+                    "to": urlsplit(delivery.url).netloc,
+                    "attempt": delivery.attempts,
+                }
+            ).decode()
+        )
         return "delivered"
     gave_up = delivery.attempts >= settings.webhook_max_attempts
     retry_at = None if gave_up else now + backoff(settings, delivery.attempts)

@@ -162,7 +162,6 @@ def assert_quiet(logs: dict[str, Path], marks: dict[str, int], dependency: str) 
             assert warned == told, f"{name}, process {pid}: {warned}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: plain-text lines and tracebacks in the logs")
 def test_redis_restarted_during_ingest_and_a_window_close(
     own_pg: PgServer, own_redis: RedisServer, api: ApiServer, tmp_path: Path
 ) -> None:

@@ -75,4 +75,4 @@ def test_a_worker_delivers_events_kicked_by_the_commit_and_queued_by_beat(
     assert verify_signature(SECRET, got[1].headers, got[1].body)
     assert len({r.delivery_id for r in got}) == 2
     # Sent by the worker's job (this process runs no delivery at all).
-    assert "webhooks.deliver_pending" in worker.log_path.read_text()
+    assert '"event":"webhook_delivered"' in worker.log_path.read_text()

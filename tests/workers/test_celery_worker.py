@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -82,13 +83,10 @@ def test_the_worker_computes_and_closes_windows_queued_by_the_beat_schedule(
     # Each worker process says which text reader it runs at startup (this run's, by the same
     # choice), in words too: README, "The text reader".
     which = "native" if native.ACTIVE else "python"
-    started = [
-        line
-        for line in worker.log_path.read_text().splitlines()
-        if '"event": "worker_startup"' in line
-    ]
+    lines = [json.loads(line) for line in worker.log_path.read_text().splitlines()]
+    started = [line for line in lines if line.get("event") == "worker_startup"]
     assert started and all(
-        f'"text_reader": "{which}"' in line and native.reader_name() in line for line in started
+        line["text_reader"] == which and native.reader_name() in line["message"] for line in started
     ), started
 
 
