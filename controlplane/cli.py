@@ -768,10 +768,12 @@ def simulate(
 ) -> None:
     """Play routing services against a running API: post realistic results over HTTP, live.
 
-    Every --progress-every seconds it prints one line per task, counted at the end of that
-    second, and a line whenever the flag a task's routers hold changes; at the end, the totals (exit status 1 if any result was rejected or not
-    delivered). Ctrl-C stops the traffic early: what was sent is delivered, the totals
-    printed, the exit status the same."""
+    Every --progress-every seconds: one line per task, counted at the end of
+    that second; and a line whenever the flag a task's routers hold changes.
+
+    At the end, the totals: exit status 1 if any result was rejected or not
+    delivered. Ctrl-C stops the traffic early: what was sent is delivered,
+    then the totals."""
     import signal
     import threading
 
