@@ -621,7 +621,9 @@ def queue() -> None:
         # Celery's Redis transport (kombu) keeps a taken job in the hash `unacked`, and when
         # it was taken in the sorted set `unacked_index`, until the job is acknowledged.
         with client.pipeline() as pipe:
-            pipe.llen(JOB_QUEUE).hlen("unacked").zrange("unacked_index", 0, 0, withscores=True)
+            pipe.llen(JOB_QUEUE)
+            pipe.hlen("unacked")
+            pipe.zrange("unacked_index", 0, 0, withscores=True)
             queued, taken, oldest = pipe.execute()
     except redis.RedisError as exc:
         raise _fail(f"Redis at {_safe_url(url)} did not answer: {exc}") from None
