@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     # Seconds between passes of the in-process scheduler, which `api` runs when no Redis
     # is configured (the embedded default) and `demo` always runs; 0 turns it off.
     tick_seconds: float = 10.0
+    # Seconds a window, plan or partition job may run before its worker kills it (the next
+    # plans queue its window again); a webhook delivery pass starts no send after it. A job
+    # whose worker died runs again after about twice this (workers/app.py, `job_limits`).
+    job_time_limit_seconds: float = Field(60.0, gt=0)
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
     max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))

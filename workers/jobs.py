@@ -20,17 +20,20 @@ from controlplane.notify import delivery
 from controlplane.notify.delivery import DELIVER_JOB
 from controlplane.scheduler import EVALUATED, after_window, fill_regression_sets, grade_every_task
 from controlplane.settings import get_settings
-from workers.app import app
+from workers.app import GRADE_TIME_LIMIT, app, job_limits
 from workers.schedule import GRADE_JOB, PARTITIONS_JOB, PLAN_JOB
 
 log = logging.getLogger("shadowplane.jobs")
+LIMITS = job_limits(get_settings())
 # The database is unreachable or overloaded: try again later. Anything else is a bug or
 # bad data, and retrying would only repeat it.
 TRANSIENT = (OperationalError, PoolTimeout, psycopg.OperationalError)
 RETRY = {
     "autoretry_for": TRANSIENT,
     "retry_backoff": True,
-    "retry_backoff_max": 60,
+    # A retry waits at most this long (a minute, or the time limit when shorter), so a
+    # job's wait and run stay within the visibility timeout.
+    "retry_backoff_max": LIMITS.retry_wait,
     "max_retries": 8,
 }
 
@@ -93,20 +96,25 @@ def keep_partitions_job(now: str | None = None) -> list[str]:
     return [day.isoformat() for day in created.days]
 
 
-@app.task(name=GRADE_JOB, **RETRY)
+# Acknowledged when it starts (workers/app.py, GRADE_TIME_LIMIT): a grading pass may run
+# longer than the visibility timeout, and must not be given to a second worker meanwhile.
+@app.task(name=GRADE_JOB, time_limit=GRADE_TIME_LIMIT, acks_late=False, **RETRY)
 def grade_tasks(now: str | None = None) -> dict[str, str]:
     """Grade every task and keep today's grade (daily); by task, the tier kept."""
     graded = grade_every_task(get_engine(), _clock(now), veto=get_settings().error_cost_veto)
     return {document["task"]: document["tier"] for document in graded}
 
 
-@app.task(name=DELIVER_JOB)
+@app.task(name=DELIVER_JOB, time_limit=LIMITS.delivery)
 def deliver_webhooks(now: str | None = None) -> dict[str, int]:
     """One delivery pass over the outbox (sends what is due, records it). Not retried: beat
     runs it again within seconds, and each delivery keeps its own attempts and backoff."""
     settings = get_settings()
     return delivery.deliver_pending(
-        get_engine(), settings, now=datetime.fromisoformat(now) if now else None
+        get_engine(),
+        settings,
+        now=datetime.fromisoformat(now) if now else None,
+        budget_seconds=LIMITS.run,
     ).as_dict()
 
 

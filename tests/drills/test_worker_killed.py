@@ -1,17 +1,22 @@
 """Drill: a Celery worker SIGKILLed while it computes a window. The test holds a lock the
 computation needs, so the kill lands inside it; then the lock goes and the workers carry
-on. The killed job is redelivered (acks late, requeued when its worker is lost) and the
-windows close: one row per window and bucket, and one rollback decision.
+on.
 
-When the whole worker dies (its main process too, as with a lost host), nobody is left to
-requeue the job: the broker keeps it unacknowledged until its visibility timeout (an hour,
-Redis's default) and the beat's next plans queue the unclosed windows again, for the next
-worker to close."""
+When only the pool process dies, its worker gives the job back at once (acks late, requeued
+when its worker is lost). When the whole worker dies (its main process too, as with a lost
+host), nobody is left to give it back: the job stays in Redis's unacknowledged set, counted
+by `shadowplane queue`, until its visibility timeout passes (a little over twice
+SHADOWPLANE_JOB_TIME_LIMIT_SECONDS); then a running worker puts it back in the queue and
+runs it. Either way the windows close: one row per window and bucket, and one rollback
+decision."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,11 +30,11 @@ from controlplane.db import session_scope
 from controlplane.rollout.configs import apply_config
 from tests.conftest import Api, make_api
 from tests.drills.servers import PgServer, poll, waiting_on_lock
-from tests.liveapi import RedisServer
+from tests.liveapi import ROOT, WAIT, RedisServer
 from tests.rollout.test_rollback_e2e import HIGH, LATENESS, WINDOW, config, promote, window_results
 from tests.support import CeleryProcess, celery_env
 from tests.windowdata import post_all
-from workers.app import make_celery
+from workers.app import QUEUE, make_celery
 from workers.schedule import PLAN_JOB
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
@@ -159,17 +164,52 @@ def test_a_worker_killed_mid_window_leaves_the_job_to_be_redelivered(
     assert final["decisions"] == ["rollback"], final
 
 
-def test_a_whole_worker_killed_mid_window_the_next_plans_close_its_windows(
+def held_job(broker: redis.Redis) -> str:
+    """The id of the one job a worker has taken and not acknowledged (kombu keeps it in the
+    `unacked` hash until the worker acknowledges it)."""
+    held = broker.hvals("unacked")
+    assert len(held) == 1, held
+    message, _exchange, _routing_key = json.loads(held[0])
+    return str(message["headers"]["id"])
+
+
+def queue_check(env: dict[str, str]) -> str:
+    """What the runbook's `shadowplane queue` prints, run as an operator runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "queue"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_whole_worker_killed_mid_window_its_job_comes_back_after_the_visibility_timeout(
     own_pg: PgServer, own_redis: RedisServer, api: Api, tmp_path: Path
 ) -> None:
+    """Issue 29's finding: a worker SIGKILLed (main process and pool) inside a window job
+    left that job unacknowledged in Redis for the visibility timeout, invisible to a queue
+    check that read LLEN. No beat runs here and no plan is sent after the kill, so the
+    killed job's window closes only if the job itself comes back: a running worker gives it
+    back to the queue once the visibility timeout has passed, and runs it."""
     start = canary_windows(api)
     env = celery_env(
-        own_pg.url, own_redis.url, SHADOWPLANE_LOG_LEVEL="WARNING", SHADOWPLANE_TICK_SECONDS="1"
+        own_pg.url,
+        own_redis.url,
+        SHADOWPLANE_TICK_SECONDS="1",
+        # Window jobs may run 2 s, a retry waits at most 2 s, a delivery pass 2 + 2 * 1 s:
+        # the visibility timeout is 2 + 2 + 5 = 9 s.
+        SHADOWPLANE_JOB_TIME_LIMIT_SECONDS="2",
+        SHADOWPLANE_WEBHOOK_TIMEOUT_SECONDS="1",
     )
     first = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "first.log").start()
-    second = CeleryProcess(["worker", "--concurrency", "1"], env, tmp_path / "second.log")
-    beat = CeleryProcess(
-        ["beat", "--schedule-file", str(tmp_path / "beat-schedule")], env, tmp_path / "beat.log"
+    # DEBUG: Celery logs each job's id as it succeeds, whatever level it gives the line.
+    second = CeleryProcess(
+        ["worker", "--concurrency", "1", "--loglevel", "DEBUG"], env, tmp_path / "second.log"
     )
     locker = own_pg.admin().connect()
     celery = make_celery(
@@ -178,33 +218,38 @@ def test_a_whole_worker_killed_mid_window_the_next_plans_close_its_windows(
     broker = redis.Redis.from_url(own_redis.url)
     try:
         stopped_in_a_window(own_pg, locker, celery, start)
+        killed = held_job(broker)
         first.kill()  # the main process and its pool process, at once
         locker.execute(text("ROLLBACK"))
-        # The job it held is still the broker's, unacknowledged, until its visibility
-        # timeout: nothing is lost, and nothing is requeued before then.
-        assert broker.hlen("unacked") >= 1
+        # Nobody is left to requeue it: it is not in the queue, whose length the runbook's
+        # check once read alone; the check counts the jobs taken and not acknowledged too.
+        queued = broker.llen(QUEUE)
+        assert killed.encode() not in b"".join(broker.lrange(QUEUE, 0, -1))
+        assert queue_check(env).startswith(
+            f"{queued + 1} jobs: {queued} queued, 1 taken by a worker and not acknowledged"
+        )
         second.start()
-        beat.start()
+        # Back within the timeout plus a tick (9 + 1 s); the deadline is only generous.
         poll(
             lambda: state(own_pg)["closed"] == WINDOWS and state(own_pg)["stage"] == "rolled_back",
-            "the windows closed and the canary rolled back",
-            timeout=90,
+            "the killed job's window closed and the canary rolled back",
+            timeout=60,
         )
-        # Beat goes on planning every second: later plans find the windows closed and
-        # evaluate them again, and make no second decision.
-        planned = second.log(tail=10**7).count("metrics.plan")
         poll(
-            lambda: second.log(tail=10**7).count("metrics.plan") >= planned + 6,
-            "three more plans run",
+            lambda: f"metrics.compute_window[{killed}] succeeded" in second.log(tail=10**7),
+            "the killed job run by the second worker",
+        )
+        poll(
+            lambda: broker.llen(QUEUE) == 0 and broker.hlen("unacked") == 0,
+            "every job run and acknowledged",
         )
     except BaseException:
-        print("--- second worker ---\n" + second.log() + "\n--- beat ---\n" + beat.log())
+        print("--- first worker ---\n" + first.log() + "\n--- second worker ---\n" + second.log())
         raise
     finally:
         locker.close()
         first.kill()
         second.stop()
-        beat.stop()
         celery.close()
         broker.close()
     final = state(own_pg)
