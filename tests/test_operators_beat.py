@@ -4,8 +4,10 @@ directory: a real beat process on the real Redis broker."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,11 @@ def start_beat(tmp_path: Path, broker: str, env: dict[str, str], *args: str) -> 
         beat.stop()
 
 
+def logged(tmp_path: Path) -> list[dict[str, Any]]:
+    """Beat's log, every line a JSON object."""
+    return [json.loads(line) for line in (tmp_path / "beat.log").read_text().splitlines()]
+
+
 def test_beat_keeps_its_schedule_under_the_home_state_folder_by_default(
     tmp_path: Path, redis_url: Callable[[], str]
 ) -> None:
@@ -50,14 +57,26 @@ def test_beat_keeps_its_schedule_under_the_home_state_folder_by_default(
     assert found and all(p.parent == folder for p in found), found
     assert all(p.name.startswith("celerybeat-schedule") for p in found), found
     assert not list((tmp_path / "cwd").iterdir())
+    # SHADOWPLANE_LOG_LEVEL's default, INFO: beat says it starts, in a JSON line.
+    assert {"logger": "celery.beat", "message": "beat: Starting..."}.items() <= next(
+        line for line in logged(tmp_path) if line["logger"] == "celery.beat"
+    ).items()
 
 
 def test_beat_follows_xdg_state_home(tmp_path: Path, redis_url: Callable[[], str]) -> None:
     state = tmp_path / "state"
     found = start_beat(
-        tmp_path, redis_url(), {"HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(state)}
+        tmp_path,
+        redis_url(),
+        {
+            "HOME": str(tmp_path / "home"),
+            "XDG_STATE_HOME": str(state),
+            "SHADOWPLANE_LOG_LEVEL": "warning",
+        },
     )
     assert found and all(p.parent == state / "shadowplane" for p in found), found
+    # At WARNING, beat's start is not told.
+    assert [line for line in logged(tmp_path) if line["level"] in ("DEBUG", "INFO")] == []
 
 
 def test_beat_writes_its_schedule_where_told(tmp_path: Path, redis_url: Callable[[], str]) -> None:
