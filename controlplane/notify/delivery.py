@@ -219,6 +219,16 @@ def send(http: httpx.Client, delivery: Claimed, settings: Settings) -> str | Non
     return f"answered {response.status_code}: {response.text[:200]}"[:MAX_ERROR_CHARS]
 
 
+def receiver(url: str) -> str:
+    """A webhook's receiver as logs name it: its host and port only. The rest of the URL
+    (a user and password, the path, the query) may be the webhook's secret, as Slack's are."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
 def _record(
     session: Session, *, delivery: Claimed, error: str | None, settings: Settings, now: datetime
 ) -> str:
@@ -235,7 +245,7 @@ def _record(
                     "delivery": delivery.delivery_id,
                     "kind": delivery.kind,
                     "task": delivery.task,
-                    "to": urlsplit(delivery.url).netloc,
+                    "to": receiver(delivery.url),
                     "attempt": delivery.attempts,
                 }
             ).decode()
@@ -252,7 +262,7 @@ def _record(
             delivery.delivery_id,
             delivery.kind,
             delivery.task,
-            delivery.url,
+            receiver(delivery.url),
             delivery.attempts,
             error,
         )
@@ -260,7 +270,7 @@ def _record(
     log.warning(
         "webhook %s to %s failed (attempt %d of %d, next at %s): %s",
         delivery.delivery_id,
-        delivery.url,
+        receiver(delivery.url),
         delivery.attempts,
         settings.webhook_max_attempts,
         retry_at.isoformat(),

@@ -14,7 +14,8 @@ from sqlalchemy import func, select, update
 from controlplane.db import get_engine, session_scope
 from controlplane.models import OutboxEvent, WebhookDelivery
 from controlplane.models.base import utcnow
-from controlplane.notify.delivery import deliver_pending
+from controlplane.notify.delivery import deliver_pending, receiver
+from controlplane.notify.delivery import log as delivery_log
 from controlplane.notify.outbox import add_event
 from tests.conftest import make_api
 from tests.notify.conftest import webhook_settings
@@ -85,10 +86,14 @@ def test_each_url_gets_its_delivery_and_a_failure_is_retried_after_backoff_with_
         healthy.close()
 
 
-def test_a_delivery_that_keeps_failing_is_given_up_and_stays_visible(db_url: str) -> None:
+def test_a_delivery_that_keeps_failing_is_given_up_and_stays_visible(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     down = Receiver(statuses=[503] * 10)
     try:
         for api in make_api(db_url):
+            # The app's logging config stops propagation at "shadowplane": listen on the logger.
+            delivery_log.addHandler(caplog.handler)
             settings = webhook_settings(
                 db_url, down, webhook_max_attempts=3, webhook_backoff_seconds=1.0
             )
@@ -102,6 +107,12 @@ def test_a_delivery_that_keeps_failing_is_given_up_and_stays_visible(db_url: str
             # Waits double: 1 s after the first failure, 2 s after the second.
             assert [(o["retrying"], o["failed"]) for o in outcomes] == [(2, 0), (2, 0), (0, 2)]
             assert len(down.received) == 6
+            # Each failure is logged with the receiver's host and port only: a webhook URL's
+            # path (Slack's, say) is its secret.
+            failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+            assert len(failures) == 6
+            host = down.url.split("/")[2]
+            assert all(host in line and down.url not in line for line in failures), failures
 
             _event(db_url, task="ticket_classify")  # one more, not sent yet: pending
             answer = api.client.get(
@@ -149,6 +160,7 @@ def test_a_delivery_that_keeps_failing_is_given_up_and_stays_visible(db_url: str
                 (1, True)
             ]
     finally:
+        delivery_log.removeHandler(caplog.handler)
         down.close()
 
 
@@ -213,3 +225,15 @@ def test_several_runners_at_once_send_each_delivery_once(db_url: str, receiver: 
     with session_scope(engine) as session:
         assert session.scalar(select(func.count()).select_from(WebhookDelivery)) == 40
         assert session.scalar(select(func.max(WebhookDelivery.attempts))) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "logged"),
+    [
+        ("https://hooks.slack.com/services/T0/B0/secret", "hooks.slack.com"),
+        ("http://user:pass@10.0.0.5:8080/hook?token=secret", "10.0.0.5:8080"),
+        ("http://[::1]:9000/x", "[::1]:9000"),
+    ],
+)
+def test_logs_name_a_webhooks_receiver_by_host_and_port_only(url: str, logged: str) -> None:
+    assert receiver(url) == logged
