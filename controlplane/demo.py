@@ -87,8 +87,10 @@ DEMO_GRADING = {"repeat_rate": 0.25, "min_results": 150, "min_repeat_pairs": 20,
 # closely enough to grade determinism).
 SHADOW_SECONDS = 20.0
 SHADOW_REPEAT_PAIRS = 150
-# The canary's rules judge each window on 20 pairs or more, so a rollback can happen in
-# about three windows; production keeps the default 200.
+# Under the default detector (capped CUSUM) min_samples holds no rollback back: each window
+# adds evidence in proportion to its pairs. It decides which single windows the dashboard
+# marks as breaching: here those of 20 pairs or more, as the demo's ten-second windows hold
+# (production keeps the default 200).
 DEMO_ROLLBACK = {"min_samples": 20}
 CANARY = "ticket_classify"
 # What goes wrong on the canary (`--scenario`): the edge fails long tickets (the default),
