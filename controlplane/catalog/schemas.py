@@ -7,23 +7,27 @@ filled in), so an identical config always hashes the same.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NotRequired, get_args
 
 import orjson
+from jsonschema import Draft202012Validator
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from typing_extensions import TypedDict
 
 from controlplane.compare.comparators import FIELD_TYPES, REGISTRY
 from controlplane.compare.jsonutil import short_repr
@@ -127,10 +131,28 @@ ComparatorSpec = Annotated[
 ]
 
 
+# A side's prices per 1k tokens of input and of output.
+SidePrices = TypedDict("SidePrices", {"in": NotRequired[Price], "out": NotRequired[Price]})
+SidePrices.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
+DEFAULT_PRICES: dict[str, SidePrices] = {
+    "edge": {"in": 0.00001, "out": 0.00002},
+    "cloud": {"in": 0.003, "out": 0.006},
+}
+
+
 class Prices(Strict):
-    # per 1k tokens
-    edge: dict[Literal["in", "out"], Price] = {"in": 0.00001, "out": 0.00002}
-    cloud: dict[Literal["in", "out"], Price] = {"in": 0.003, "out": 0.006}
+    edge: SidePrices = DEFAULT_PRICES["edge"]
+    cloud: SidePrices = DEFAULT_PRICES["cloud"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _side_in_part(cls, raw: Any) -> Any:
+        # A side given in part keeps the default of the price it leaves out: costs read
+        # both (a side stored without `out` made every window and what-if of the task fail).
+        if not isinstance(raw, dict):
+            return raw
+        given = {side: raw[side] for side in DEFAULT_PRICES if isinstance(raw.get(side), dict)}
+        return {**raw, **{side: {**DEFAULT_PRICES[side], **v} for side, v in given.items()}}
 
 
 class AlertsConfig(Strict):
@@ -368,10 +390,13 @@ class Rule(Strict):
                     f"cap ({self.cap:g}) must be below h ({h:g}{default}): a window's evidence "
                     "is capped so that no single window can reach h and fire alone"
                 )
-            if math.ceil(h / self.cap) > MIN_WINDOWS_READ:
+            # h / cap overflows for a cap near the smallest float: compare without dividing.
+            if self.cap * MIN_WINDOWS_READ < h:
+                needed = h / self.cap
+                at_least = f"{math.ceil(needed):,}" if math.isfinite(needed) else "countless"
                 raise ValueError(
                     f"cap ({self.cap:g}) is too small for h ({h:g}{default}): firing would take "
-                    f"at least {math.ceil(h / self.cap):,} windows, and an evaluation reads "
+                    f"at least {at_least} windows, and an evaluation reads "
                     f"{MIN_WINDOWS_READ}; use a cap of at least h / {MIN_WINDOWS_READ}"
                 )
         return self
@@ -704,7 +729,12 @@ ACTION_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
 class TaskConfig(Strict):
-    task: str
+    task: str = Field(
+        json_schema_extra={
+            "pattern": f"^{TASK_NAME.pattern}$",
+            "not": {"enum": list[JsonValue](sorted(RESERVED_TASK_NAMES))},
+        }
+    )
     comparator: ComparatorSpec
     stage: Literal["shadow", "cloud"] = "shadow"
     length_buckets: list[Annotated[int, Field(le=INT32_MAX)]] = Field(
@@ -840,9 +870,12 @@ class TaskConfig(Strict):
     @field_validator("comparator", mode="before")
     @classmethod
     def _known_comparator(cls, spec: Any) -> Any:
-        if isinstance(spec, dict) and spec.get("kind") not in REGISTRY:
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        # Not a name at all (a list, a mapping) is no kind either, not a lookup that fails.
+        if isinstance(spec, dict) and not (isinstance(kind, str) and kind in REGISTRY):
+            named = repr(kind) if isinstance(kind, str) else short_repr(kind)
             raise ValueError(
-                f"unknown comparator kind {spec.get('kind')!r}; allowed: {', '.join(sorted(REGISTRY))}"
+                f"unknown comparator kind {named}; allowed: {', '.join(sorted(REGISTRY))}"
             )
         return spec
 
@@ -918,7 +951,7 @@ def parse_config(raw: Any) -> TaskConfig:
             ]
         )
     try:
-        return TaskConfig.model_validate(raw)
+        config = TaskConfig.model_validate(raw)
     except ValidationError as exc:
         # pydantic puts the comparator's kind in the location; the field path reads better without it.
         errors = describe_errors(exc, skip_loc=REGISTRY)
@@ -935,6 +968,56 @@ def parse_config(raw: Any) -> TaskConfig:
                     for m in errors
                 ]
         raise ConfigError(errors) from None
+    converted = _converted(raw)
+    if converted:
+        raise ConfigError(converted)
+    return config
+
+
+@functools.cache
+def _document_schema() -> Draft202012Validator:
+    return Draft202012Validator(TaskConfig.model_json_schema())
+
+
+def _converted(raw: dict[str, Any]) -> list[str]:
+    """The values pydantic took by converting them where the config's JSON Schema (the one
+    the OpenAPI document gives) wants another JSON type: `false` for a number, "300" for a
+    count. Each names the field and the type it needs."""
+    found = []
+    for error in _document_schema().iter_errors(raw):
+        if error.validator not in ("type", "anyOf", "oneOf"):
+            continue  # the rest is pydantic's to judge, and it has (an alias, a default)
+        where = ".".join(str(p) for p in error.absolute_path) or "(config)"
+        wanted = " or ".join(_IN_WORDS.get(t, t) for t in _json_types(error.schema))
+        found.append(f"{where}: must be {wanted} (got {short_repr(error.instance)})")
+    return found
+
+
+_IN_WORDS = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "text",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
+
+
+def _json_types(schema: Any) -> list[str]:
+    """The JSON types a (sub)schema of the config allows."""
+    if not isinstance(schema, dict):
+        return []
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return _json_types(TaskConfig.model_json_schema()["$defs"].get(name))
+    kinds = schema.get("type")
+    if isinstance(kinds, str):
+        return [kinds]
+    if isinstance(kinds, list):
+        return kinds
+    options: list[Any] = schema.get("anyOf") or schema.get("oneOf") or []
+    return [kind for inner in options for kind in _json_types(inner)]
 
 
 def config_document(config: TaskConfig) -> dict[str, Any]:
@@ -962,6 +1045,25 @@ def _non_finite(document: Any) -> tuple[str, float] | None:
     return None
 
 
+def _holding_nul(document: Any) -> str | None:
+    """The path of the first text (a value or a key) holding NUL in a YAML document."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    seen: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str) and "\x00" in value:
+            return path or "(body)"
+        if isinstance(value, dict | list) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                inner = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and "\x00" in key:
+                    return inner.replace("\x00", "\\0")
+                stack.append((child, inner))
+    return None
+
+
 def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
     """The config documents of a YAML (several, `---` apart) or JSON text, as plain JSON data.
 
@@ -984,6 +1086,10 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
                 raise ConfigError(
                     [f"{found[0]}: {found[1]} is not a finite number (JSON has no NaN or infinity)"]
                 )
+            where = _holding_nul(document)
+            if where is not None:
+                # The body guard refuses NUL in JSON; YAML spells it `\0`. Storage cannot keep it.
+                raise ConfigError([f"{where}: holds the NUL character, which storage cannot keep"])
     try:
         # A round trip through JSON: what survives it is plain data (no cycles, no surrogates).
         return [orjson.loads(orjson.dumps(d)) for d in documents if d is not None]

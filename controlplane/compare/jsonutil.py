@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import date, datetime, time
 from typing import Any
 
 import orjson
@@ -21,9 +22,14 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
         )
     except TypeError:
         text = json.dumps(
-            value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, default=str
+            value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, default=_text
         )
         return text.encode()
+
+
+def _text(value: Any) -> str:
+    # As orjson writes them: a time in ISO 8601 (RFC 3339), whichever encoder wrote it.
+    return value.isoformat() if isinstance(value, datetime | date | time) else str(value)
 
 
 def short_repr(value: Any, limit: int = 120) -> str:
