@@ -6,10 +6,11 @@ means midnight UTC and compares with the aware times the database returns.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 
 def as_utc(value: datetime) -> datetime:
@@ -22,7 +23,37 @@ def as_utc(value: datetime) -> datetime:
         raise ValueError(f"{value.isoformat()} is out of range in UTC") from None
 
 
-UTCTime = Annotated[datetime, AfterValidator(as_utc)]
+# An ISO 8601 date-time, its offset optional. pydantic alone also reads a number as seconds
+# since 1970 and a bare date as its midnight, which a `date-time` in the document is not.
+_DATE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})?"
+)
+FIRST_MOMENT = datetime.min.replace(tzinfo=UTC)
+LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
+
+
+def _date_time_text(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _DATE_TIME.fullmatch(value):
+        raise ValueError(
+            "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset "
+            "it is UTC)"
+        )
+    return value
+
+
+def _within_utc(value: datetime) -> datetime:
+    """`value` in UTC; a time past the first or last day UTC holds here (the first day with
+    a positive offset, the last with a negative one) is that first or last moment: a bound
+    no stored time lies beyond."""
+    try:
+        return as_utc(value)
+    except ValueError:
+        return FIRST_MOMENT if value.year == datetime.min.year else LAST_MOMENT
+
+
+UTCTime = Annotated[datetime, BeforeValidator(_date_time_text), AfterValidator(_within_utc)]
 
 
 def duration(seconds: int) -> str:

@@ -13,6 +13,7 @@ from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
+from controlplane.params import TaskFilter, text_filter
 from controlplane.timeutil import UTCTime
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
@@ -22,8 +23,8 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 def list_audit(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    task: str | None = None,
-    actor: str | None = None,
+    task: TaskFilter = None,
+    actor: Annotated[str | None, text_filter(200, "Only this actor's entries.")] = None,
     since: UTCTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ORJSONResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -23,11 +23,14 @@ from controlplane.metrics import service, whatif
 from controlplane.metrics.fields import ALL, FIELDS
 from controlplane.metrics.schemas import WhatIfOut, WindowsOut
 from controlplane.models.base import utcnow
-from controlplane.timeutil import UTCTime
+from controlplane.params import TaskName
+from controlplane.timeutil import FIRST_MOMENT, UTCTime
 
 router = APIRouter(prefix="/v1/tasks", tags=["windows"])
 DEFAULT_SPAN = timedelta(hours=24)
 MAX_WHATIF_SPAN = timedelta(days=31)
+# A bucket's name: `0-127`, `2048+`, or `all` (controlplane.ingest.buckets).
+BUCKET_PATTERN = r"^(all|[0-9]+-[0-9]+|[0-9]+\+)$"
 
 
 @router.get(
@@ -42,30 +45,43 @@ MAX_WHATIF_SPAN = timedelta(days=31)
     },
 )
 def windows(
-    task: str,
+    task: TaskName,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    since: UTCTime | None = None,
-    until: UTCTime | None = None,
-    bucket: str | None = None,
+    since: Annotated[
+        UTCTime | None,
+        Query(description="Windows starting at or after it (default: until - 24 h)."),
+    ] = None,
+    until: Annotated[
+        UTCTime | None, Query(description="Windows starting before it (default: now).")
+    ] = None,
+    bucket: Annotated[
+        str | None,
+        Query(
+            pattern=BUCKET_PATTERN,
+            description="One length bucket (`0-127`) or `all`; 404 "
+            "names the task's buckets when it has no such one.",
+        ),
+    ] = None,
 ) -> Response:
-    """Windowed metrics, one flat row per window and bucket (Accept: text/csv for CSV)."""
+    """Windowed metrics, one flat row per window and bucket (Accept: text/csv for CSV);
+    none when `since` is not before `until`."""
     with session_scope(request.app.state.engine) as session:
         runtime = runtime_or_404(session, task)
         allowed = [*bucket_labels(runtime.config.length_buckets), ALL]
         if bucket is not None and bucket not in allowed:
             raise HTTPException(
-                422, f"bucket: {bucket!r} is not a bucket of {task}; allowed: {', '.join(allowed)}"
+                404, f"bucket: {task} has no bucket {bucket!r}; its buckets: {', '.join(allowed)}"
             )
         until = until or utcnow() + timedelta(seconds=runtime.config.window_seconds)
         if since is None:
             # At the first day Python holds, the default span reaches back to that day.
-            since = until - min(DEFAULT_SPAN, until - datetime.min.replace(tzinfo=UTC))
-        if since >= until:
-            raise HTTPException(
-                422, f"since: {since.isoformat()} is not before until ({until.isoformat()})"
-            )
-        rows = service.window_rows(session, runtime, since=since, until=until, bucket=bucket)
+            since = until - min(DEFAULT_SPAN, until - FIRST_MOMENT)
+        rows = (
+            service.window_rows(session, runtime, since=since, until=until, bucket=bucket)
+            if since < until
+            else []
+        )
     if "text/csv" in request.headers.get("accept", ""):
         return Response(_csv(rows), media_type="text/csv; charset=utf-8")
     return ORJSONResponse({"windows": rows})
@@ -77,31 +93,33 @@ def windows(
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def routing_whatif(
-    task: str,
+    task: TaskName,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    since: UTCTime | None = None,
-    until: UTCTime | None = None,
+    since: Annotated[
+        UTCTime | None,
+        Query(
+            description="The period's start (default: until - 24 h); at most 31 days "
+            "before until, an earlier one is read as that."
+        ),
+    ] = None,
+    until: Annotated[UTCTime | None, Query(description="The period's end (default: now).")] = None,
     max_input_tokens: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
     min_confidence: Annotated[float | None, Query(ge=0.0, le=1.0, allow_inf_nan=False)] = None,
 ) -> ORJSONResponse:
     """The period's results replayed under a candidate cap and minimum edge confidence,
     beside what the task's flag does today, per length bucket and `all`, with the curve of
-    agreement and cost as the cap moves (default: the last 24 h; at most 31 days)."""
+    agreement and cost as the cap moves (default: the last 24 h; at most the 31 days before
+    `until`: the answer's `since` is the start read; an empty period when it is not before
+    `until`)."""
     with session_scope(request.app.state.engine) as session:
         runtime = runtime_or_404(session, task)
         until = until or utcnow()
+        # One pass over the period's results: its cost grows with the period, so it is held
+        # to the 31 days before `until`, and the answer says where it started.
         if since is None:
-            since = until - min(DEFAULT_SPAN, until - datetime.min.replace(tzinfo=UTC))
-        if since >= until:
-            raise HTTPException(
-                422, f"since: {since.isoformat()} is not before until ({until.isoformat()})"
-            )
-        if until - since > MAX_WHATIF_SPAN:
-            raise HTTPException(
-                422,
-                f"since: the period from {since.isoformat()} to {until.isoformat()} is longer than 31 days",
-            )
+            since = until - min(DEFAULT_SPAN, until - FIRST_MOMENT)
+        since = max(since, until - min(MAX_WHATIF_SPAN, until - FIRST_MOMENT))
         found = whatif.whatif(
             session,
             runtime,

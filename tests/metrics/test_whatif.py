@@ -312,8 +312,7 @@ def test_the_curve_matches_a_pandas_replay_at_each_cap(seeded: Api, min_conf: fl
         ({"min_confidence": 1.5}, "min_confidence"),
         ({"min_confidence": -0.1}, "min_confidence"),
         ({"min_confidence": "nan"}, "min_confidence"),
-        ({"until": T0.isoformat()}, "since"),
-        ({"since": (T0 - timedelta(days=32)).isoformat()}, "since"),
+        ({"until": "1700000000"}, "until"),
     ],
 )
 def test_whatif_refuses_bad_parameters_naming_the_field(
@@ -322,6 +321,23 @@ def test_whatif_refuses_bad_parameters_naming_the_field(
     response = _get(seeded, **params)
     assert response.status_code == 422, response.text
     assert field in str(response.json()["detail"])
+
+
+def test_the_period_is_at_most_31_days_and_may_be_empty(seeded: Api) -> None:
+    """Any two date-times are a period the document allows: one longer than 31 days is read
+    from 31 days before `until` (the answer says so), one that does not run forward is empty."""
+    until = T0 + timedelta(seconds=SPAN)
+    long = _get(seeded, since=(until - timedelta(days=40)).isoformat())
+    assert long.status_code == 200, long.text
+    assert long.json()["since"] == (until - timedelta(days=31)).isoformat()
+    everything = _get(seeded).json()["buckets"]
+    # T0 lies within the 31 days: the same results as the period from T0.
+    assert long.json()["buckets"] == everything
+    assert [b["n_results"] for b in everything][-1] > 0
+    empty = _get(seeded, since=until.isoformat(), until=T0.isoformat())
+    assert empty.status_code == 200, empty.text
+    assert [b["n_results"] for b in empty.json()["buckets"]] == [0] * len(everything)
+    assert empty.json()["curve"] == []
 
 
 def test_whatif_needs_read_scope_and_a_known_task(seeded: Api) -> None:
