@@ -11,18 +11,24 @@ from typing import Any
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from controlplane.alerts.endpoints import router as alerts_router
 from controlplane.audit.endpoints import router as audit_router
 from controlplane.auth.ratelimit import RateLimiter
 from controlplane.auth.service import KeyCache
 from controlplane.catalog.endpoints import router as tasks_router
+from controlplane.catalog.schemas import TaskConfig
 from controlplane.compare import native
+from controlplane.compare.jsonutil import short_repr
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import ActionError
 from controlplane.evalsets.endpoints import router as evalsets_router
@@ -44,6 +50,7 @@ from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions
 from controlplane.notify.delivery import DeliveryThread, add_kicker, celery_kicker
 from controlplane.notify.endpoints import router as webhooks_router
+from controlplane.params import JSON_VALUE_MARK, JSON_VALUE_REF, NO_NUL_PATTERN
 from controlplane.review.accuracy_endpoints import router as accuracy_router
 from controlplane.review.endpoints import router as review_router
 from controlplane.rollout.endpoints import (
@@ -197,6 +204,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         errors = [_validation_error(e) for e in exc.errors()]
         return ORJSONResponse({"detail": errors}, status_code=422)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        # Starlette names the methods of the first route matching the path; routers that
+        # share a path (GET and POST /v1/tasks) would each hide the others' methods.
+        allowed = ", ".join(_methods_of(request))
+        return ORJSONResponse(
+            {"detail": f"method: {request.method} is not allowed on this path; allowed: {allowed}"},
+            status_code=405,
+            headers={"Allow": allowed},
+        )
+
     # Module-level functions, reading their app off the request: FastAPI keeps a cache of
     # the endpoint callables it has seen, and a closure over `app` there would keep every
     # app (its engine, pools and flag copy) alive after it stopped.
@@ -227,24 +247,114 @@ async def readyz(request: Request) -> ORJSONResponse:
     )
 
 
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method some route of the app answers on the request's path."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+
+
 def _validation_error(error: Any) -> str:
     if error.get("type") == "json_invalid":
         position = error["loc"][-1]
         return f"body: not valid JSON ({error.get('ctx', {}).get('error')} at character {position})"
-    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+    where = ".".join(str(p) for p in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["loc"][0] in ("path", "query") and error.get("type") != "missing":
+        # A parameter's value is short and the client typed it: say which was refused.
+        return f"{where}: {message} (got {short_repr(error.get('input'), 80)})"
+    return f"{where}: {message}"
+
+
+# Any JSON value a body may hold where its shape is free (an output, a correction).
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value; no string in it, nor any key, holds the NUL character.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL_PATTERN},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL_PATTERN},
+            "additionalProperties": {"$ref": JSON_VALUE_REF},
+        },
+    ],
+}
+# Every route but the health checks needs a key, sent either way (controlplane.auth).
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer <key>"},
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+}
+OPEN_PATHS = {"/healthz", "/readyz"}
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The generated schema, plus the result models the ingest endpoint validates itself."""
+    """The generated schema, plus the models the ingest and config endpoints validate
+    themselves (results, task configs),
+    the keys every route but the health checks needs, and the body guard's rule (no NUL in
+    any text) on every string."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, model in (("ResultIn", ResultIn), ("ResultBatch", ResultBatch)):
+        documented = (
+            ("ResultIn", ResultIn),
+            ("ResultBatch", ResultBatch),
+            ("TaskConfig", TaskConfig),
+        )
+        for name, model in documented:
             document = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
             components.update(document.pop("$defs", {}))
             components[name] = document
+        # Each item of a batch is judged alone and answered (stored, or in `rejected` with
+        # its reasons), so the batch takes any item; ResultIn says what is stored.
+        components["ResultBatch"]["properties"]["results"].update(
+            maxItems=app.state.settings.max_batch_items,
+            items={"anyOf": [{"$ref": "#/components/schemas/ResultIn"}, {}]},
+        )
+        components["JsonValue"] = JSON_VALUE
+        schema["components"]["securitySchemes"] = SECURITY_SCHEMES
+        for path, item in schema["paths"].items():
+            for operation in item.values():
+                if path not in OPEN_PATHS:
+                    operation["security"] = [{name: []} for name in SECURITY_SCHEMES]
+        _without_nul(schema)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def _without_nul(node: Any) -> None:
+    """Every free string of the document, parameters and bodies, and every key of a free
+    mapping, holds no NUL: the body guard refuses it in a path, a query and a JSON body."""
+    if isinstance(node, list):
+        for inner in node:
+            _without_nul(inner)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get(JSON_VALUE_MARK):
+        node.clear()
+        node["$ref"] = JSON_VALUE_REF
+        return
+    free = not {"pattern", "enum", "const", "format"} & node.keys()
+    if node.get("type") == "string" and free:
+        node["pattern"] = NO_NUL_PATTERN
+    if node.get("additionalProperties") not in (None, False):
+        node.setdefault("propertyNames", {"pattern": NO_NUL_PATTERN})
+        if node["additionalProperties"] is True:
+            node["additionalProperties"] = {"$ref": JSON_VALUE_REF}
+    for key, inner in node.items():
+        if key not in ("examples", "example", "default", "const", "enum"):
+            _without_nul(inner)
 
 
 @asynccontextmanager

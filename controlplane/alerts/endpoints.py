@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from controlplane.alerts import actions, service
 from controlplane.alerts.schemas import AckIn, AlertOut, AlertsOut
@@ -13,6 +13,7 @@ from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
+from controlplane.params import Int4Id, TaskFilter
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 def list_alerts(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    task: str | None = None,
+    task: TaskFilter = None,
     state: Annotated[str | None, Query(pattern="^(open|acknowledged|resolved)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> ORJSONResponse:
@@ -38,8 +39,7 @@ def list_alerts(
     responses=error_responses(401, 403, 404, 413, 422, 429, 503),
 )
 def acknowledge(
-    # Ids are 64-bit: a larger number is no alert, and the database would refuse to compare it.
-    alert_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    alert_id: Int4Id,
     request: Request,
     principal: Annotated[Principal, Depends(require("admin"))],
     body: Annotated[AckIn | None, Body()] = None,

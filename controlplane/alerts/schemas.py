@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 AlertState = Literal["open", "acknowledged", "resolved"]
 
 
 class AckIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     note: str | None = Field(None, max_length=2000)
 
 

@@ -4,6 +4,7 @@ changed something, an outbox `change` event."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine
@@ -20,6 +21,8 @@ from controlplane.notify.outbox import add_event
 def _refusal(exc: Exception) -> ActionError:
     if isinstance(exc, service.NotFound):
         return ActionError(404, str(exc))
+    if isinstance(exc, service.Conflict):
+        return ActionError(409, str(exc))
     return ActionError(422 if isinstance(exc, service.Refused) else 409, str(exc))
 
 
@@ -70,16 +73,18 @@ def store_run(
     outputs: dict[str, Any],
     actor: str,
     note: str | None = None,
+    twice: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Score a run of an edge model version on one layer of the task's eval set and store
     it (with the layer's content hash: a later backfill makes it a run on an older set).
-    422 when the run does not answer exactly the layer's items. Audited and announced."""
+    409 when the run does not answer exactly the layer's items, each once (`twice` names
+    the lines that answer an item again). Audited and announced."""
 
     def work(session: Session) -> dict[str, Any]:
         try:
             found = service.task_named(session, task)
             run = service.score_run(
-                session, found, layer, outputs, model=model, actor=actor, note=note
+                session, found, layer, outputs, model=model, actor=actor, note=note, twice=twice
             )
         except (service.NotFound, service.Refused) as exc:
             raise _refusal(exc) from None

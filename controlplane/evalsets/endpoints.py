@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.scopes import grants
@@ -24,10 +24,10 @@ from controlplane.evalsets.schemas import (
     RunsOut,
 )
 from controlplane.http import ORJSONResponse
+from controlplane.params import INT8_MAX, TaskName, text_filter
 
 router = APIRouter(prefix="/v1/evalsets", tags=["evalsets"])
 NDJSON = "application/x-ndjson"
-TaskName = Annotated[str, Path(min_length=1, max_length=100)]
 # Who reads eval sets: reviewers (the blind form) and `read` keys (the full form).
 READERS = ("review", "read")
 
@@ -69,7 +69,7 @@ def list_runs(
     task: TaskName,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    model: Annotated[str | None, Query(max_length=200)] = None,
+    model: Annotated[str | None, text_filter(200, "Only this model's runs.")] = None,
 ) -> ORJSONResponse:
     """Stored runs of the task, newest first; `current` says whether each was on the layer as it is now."""
     with session_scope(request.app.state.engine) as session:
@@ -97,7 +97,7 @@ def layer_items(
     layer: Layer,
     request: Request,
     principal: Annotated[Principal, Depends(require(READERS))],
-    after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Cursor from `next`.")] = 0,
+    after: Annotated[int, Query(ge=0, le=INT8_MAX, description="Cursor from `next`.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     """A layer's items in export order, paged (Accept: application/x-ndjson: the whole export); blind without `read`."""
@@ -120,7 +120,7 @@ def layer_items(
 @router.post(
     "/{task}/runs",
     response_model=RunOut,
-    responses=error_responses(401, 403, 404, 413, 422, 429, 503),
+    responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 def store_run(
     task: TaskName,
@@ -128,11 +128,14 @@ def store_run(
     request: Request,
     principal: Annotated[Principal, Depends(require("read"))],
 ) -> ORJSONResponse:
-    """Score and store a run of an edge model version on one layer (every item answered once)."""
-    outputs = {}
+    """Score and store a run of an edge model version on one layer (every item answered
+    once); 409 while the layer is empty, or when the run does not answer each of its items
+    once."""
+    outputs: dict[str, Any] = {}
+    twice = []
     for number, line in enumerate(body.lines):
         if line.id in outputs:
-            raise HTTPException(422, f"lines.{number}.id: {line.id} is given twice")
+            twice.append(f"lines.{number}.id: {line.id}")
         outputs[line.id] = line.output
     return ORJSONResponse(
         actions.store_run(
@@ -143,5 +146,6 @@ def store_run(
             outputs=outputs,
             actor=principal.name,
             note=body.note,
+            twice=twice,
         )
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.params import TASK_NAME_PATTERN, JsonValue
 
 Layer = Literal["boundary", "anomaly", "regression"]
 # A run answers every item of a layer: bounded by the body limit, and by this count.
@@ -13,7 +15,9 @@ MAX_RUN_LINES = 100_000
 
 
 class BackfillIn(BaseModel):
-    task: str | None = Field(None, min_length=1, max_length=100)
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = Field(None, pattern=TASK_NAME_PATTERN)
     layer: Layer | None = None
 
 
@@ -56,11 +60,16 @@ class EvalItemsOut(BaseModel):
 
 
 class RunLine(BaseModel):
-    id: str = Field(min_length=64, max_length=64)
-    output: Any = None
+    model_config = ConfigDict(extra="forbid")
+
+    # An eval item's id: the sha256 of its task and input (controlplane.evalsets.items).
+    id: str = Field(pattern="^[0-9a-f]{64}$")
+    output: JsonValue = None
 
 
 class RunIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     model: str = Field(min_length=1, max_length=200, description="The edge model version.")
     layer: Layer = "regression"
     lines: list[RunLine] = Field(max_length=MAX_RUN_LINES)

@@ -35,6 +35,11 @@ class Refused(ValueError):
     """A request that cannot be served as asked; the message names the field and why."""
 
 
+class Conflict(Refused):
+    """Refused for what the eval sets hold now (an empty layer, a run that answers other
+    items than the layer's): the same request may pass later, so the API answers 409."""
+
+
 # --- backfill ------------------------------------------------------------------------
 
 
@@ -515,20 +520,27 @@ def score_run(
     model: str,
     actor: str,
     note: str | None = None,
+    twice: Sequence[str] = (),
 ) -> EvalRun:
-    """Score a run of `model` on the task's layer (it must answer exactly the layer's items)
-    and store it with the layer's content hash."""
+    """Score a run of `model` on the task's layer (it must answer exactly the layer's items,
+    each once: `twice` names the lines given again) and store it with the layer's content
+    hash."""
     found = layer_items(session, task, layer)
     if not found:
-        raise Refused(
+        raise Conflict(
             f"layer: {task.name} has no {layer} eval items yet; backfill labelled items first"
+        )
+    if twice:
+        raise Conflict(
+            f"lines: {'; '.join(twice[:5])} given twice; a run answers each item of "
+            f"{task.name}/{layer} once"
         )
     try:
         scoring.same_items(
             [x.item_id for x in found], outputs, what="the run", against=f"{task.name}/{layer}"
         )
     except scoring.RunError as exc:
-        raise Refused(f"lines: {exc}") from None
+        raise Conflict(f"lines: {exc}") from None
     result = scoring.score(
         comparator_spec(session, task), scoring_items(found), scoring.Run(outputs, model)
     )

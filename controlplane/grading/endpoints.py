@@ -14,6 +14,7 @@ from controlplane.grading import service
 from controlplane.grading.schemas import GradeOut, GradesOut
 from controlplane.http import ORJSONResponse
 from controlplane.models.base import utcnow
+from controlplane.params import TaskName
 
 router = APIRouter(tags=["grading"])
 
@@ -24,7 +25,7 @@ router = APIRouter(tags=["grading"])
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def task_grade(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """The task's grade of today: the kept one, else computed now and kept."""
     veto = request.app.state.settings.error_cost_veto

@@ -6,7 +6,7 @@ import time
 from typing import Annotated, Literal
 
 import psycopg
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -21,6 +21,7 @@ from controlplane.http import ORJSONResponse, read_body
 from controlplane.ingest import repository, scoring, service, validation
 from controlplane.ingest.schemas import IngestReport, ResultOut
 from controlplane.models.base import utcnow
+from controlplane.params import TaskName
 
 router = APIRouter(prefix="/v1/results", tags=["results"])
 
@@ -47,7 +48,8 @@ register_url_convertor("request_id", _AnyText())
     response_model=IngestReport,
     responses=error_responses(401, 403, 413, 422, 429, 503),
     # The body is read and validated by the service (per item, so a bad item never sinks
-    # the good ones); this only documents its shape in the OpenAPI schema.
+    # the good ones); this only documents its shape in the OpenAPI schema: a batch, or one
+    # result, which names itself (`request_id`). Either is answered item by item.
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -55,8 +57,19 @@ register_url_convertor("request_id", _AnyText())
                 "application/json": {
                     "schema": {
                         "anyOf": [
-                            {"$ref": "#/components/schemas/ResultIn"},
                             {"$ref": "#/components/schemas/ResultBatch"},
+                            {
+                                "description": "One result.",
+                                "allOf": [{"$ref": "#/components/schemas/ResultIn"}],
+                                "not": {"required": ["results"]},
+                            },
+                            {
+                                "description": "Any other object naming a request_id is one "
+                                "result too, answered in `rejected` with its reasons.",
+                                "type": "object",
+                                "required": ["request_id"],
+                                "not": {"required": ["results"]},
+                            },
                         ]
                     }
                 }
@@ -142,7 +155,10 @@ def _id_hash_key(app: FastAPI) -> bytes:
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def get_result(
-    task: str, request_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName,
+    request_id: Annotated[str, Path(description="Any text but NUL, slashes included.")],
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
 ) -> ORJSONResponse:
     """A stored result with its bucket, comparison and the payload its policy kept."""
     with session_scope(request.app.state.engine) as session:

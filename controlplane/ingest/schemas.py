@@ -76,7 +76,8 @@ class ResultIn(TypedDict):
 
 
 class ResultBatch(TypedDict):
-    """Up to 1000 results in one request."""
+    """Up to 1000 results in one request (SHADOWPLANE_MAX_BATCH_ITEMS), each judged alone:
+    stored, or answered in `rejected` with its index and reasons."""
 
     results: list[ResultIn]
 

@@ -51,6 +51,13 @@ def items_of(body: Any, max_items: int) -> list[Any]:
     if not isinstance(body, dict):
         raise BodyError('body: must be a result object or {"results": [...]}')
     if "results" not in body:
+        if "request_id" not in body:
+            # Neither form: `{}` or a misspelt batch (`{"result": [...]}`) is refused whole,
+            # not answered as one result that lacks every field.
+            raise BodyError(
+                'results: field required (a batch is {"results": [...]}); a body without it '
+                "is one result, which needs its request_id"
+            )
         return [body]
     items = body["results"]
     if not isinstance(items, list):

@@ -13,6 +13,7 @@ from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.notify import repository
 from controlplane.notify.schemas import DeliveriesOut, DeliveryOut, DeliveryStatus
+from controlplane.params import TaskFilter
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -24,7 +25,7 @@ def list_deliveries(
     request: Request,
     _: Annotated[Principal, Depends(require("admin"))],
     status: DeliveryStatus | None = None,
-    task: str | None = None,
+    task: TaskFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> DeliveriesOut:
     """Recent webhook deliveries, newest first, with their status and last error; counts per status."""

@@ -12,6 +12,7 @@ from controlplane.catalog.service import TaskRuntime, runtime_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
+from controlplane.params import TaskName
 from controlplane.review import accuracy, agreement, calibration
 from controlplane.review.schemas import AgreementOut, CalibrationOut, RouteAccuracyOut
 
@@ -32,7 +33,7 @@ TASK_ERRORS = error_responses(401, 403, 404, 422, 429, 503)
 
 @router.get("/{task}/route-accuracy", response_model=RouteAccuracyOut, responses=TASK_ERRORS)
 def route_accuracy(
-    task: str,
+    task: TaskName,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
@@ -53,7 +54,7 @@ def route_accuracy(
 
 @router.get("/{task}/review-agreement", response_model=AgreementOut, responses=TASK_ERRORS)
 def review_agreement(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """Reviewers' agreement on the task's labels: Krippendorff's alpha and Cohen's kappa."""
     with session_scope(request.app.state.engine) as session:
@@ -64,7 +65,7 @@ def review_agreement(
 
 @router.get("/{task}/calibration", response_model=CalibrationOut, responses=TASK_ERRORS)
 def comparator_calibration(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """How often the comparator's conflicts were real and its agreements hid a difference."""
     with session_scope(request.app.state.engine) as session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
@@ -13,6 +13,7 @@ from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.errors import error_responses
 from controlplane.http import ORJSONResponse
+from controlplane.params import TASK_NAME_PATTERN, Int8Id
 from controlplane.review import actions
 from controlplane.review.schemas import (
     LabelIn,
@@ -25,9 +26,9 @@ from controlplane.review.schemas import (
 
 router = APIRouter(prefix="/v1/review", tags=["review"])
 
-TaskName = Annotated[str | None, Query(max_length=100, description="Only this task's items.")]
-# Ids are 64-bit: a larger number is no item, and the database would refuse to compare it.
-ItemId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+TaskName = Annotated[
+    str | None, Query(pattern=TASK_NAME_PATTERN, description="Only this task's items.")
+]
 
 
 @router.get(
@@ -65,7 +66,7 @@ async def next_item(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def label_item(
-    item_id: ItemId,
+    item_id: Int8Id,
     body: LabelIn,
     request: Request,
     principal: Annotated[Principal, Depends(require("review"))],
@@ -93,7 +94,7 @@ async def label_item(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def release_item(
-    item_id: ItemId,
+    item_id: Int8Id,
     request: Request,
     principal: Annotated[Principal, Depends(require("review"))],
     body: Annotated[ReleaseIn | None, Body()] = None,

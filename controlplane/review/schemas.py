@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.params import JsonValue
+
 # Pair verdicts (A/B terms) and single-answer verdicts (controlplane.review.labels).
 Verdict = Literal[
     "a_correct", "b_correct", "both_correct", "both_wrong", "unclear", "correct", "wrong"
@@ -37,15 +39,25 @@ class NextOut(BaseModel):
     item: BlindItemOut
 
 
+# A reviewer's free text (a note, a skip reason): no control character but tab and line
+# breaks (controlplane.review.actions.check_text refuses the others, naming the first).
+REVIEW_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+
+
 class LabelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: Verdict
-    # A short class name for what the wrong answer got wrong: `amount`, `wrong_language`.
-    failure_class: str | None = Field(None, max_length=64)
+    # A short class name for what the wrong answer got wrong: `amount`, `wrong_language`
+    # (controlplane.catalog.schemas.FAILURE_CLASS).
+    failure_class: str | None = Field(
+        None, json_schema_extra={"pattern": "^[a-z][a-z0-9_.-]{0,63}$"}
+    )
     # The right answer, when neither was (`both_wrong`, `wrong`) or it is unclear.
-    corrected: Any = None
-    note: str | None = Field(None, max_length=2000)
+    corrected: JsonValue = None
+    note: str | None = Field(
+        None, max_length=2000, json_schema_extra={"pattern": REVIEW_TEXT_PATTERN}
+    )
 
 
 class LabelOut(BaseModel):
@@ -62,7 +74,9 @@ class ReleaseIn(BaseModel):
 
     # A skip (or any reason) means the item is never offered to this reviewer again.
     skip: bool = False
-    reason: str | None = Field(None, max_length=500)
+    reason: str | None = Field(
+        None, max_length=500, json_schema_extra={"pattern": REVIEW_TEXT_PATTERN}
+    )
 
 
 class ReleaseOut(BaseModel):

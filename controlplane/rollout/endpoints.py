@@ -22,6 +22,7 @@ from controlplane.errors import error_responses
 from controlplane.evalsets.gate import progress_view
 from controlplane.http import ORJSONResponse, read_body
 from controlplane.metrics.service import latest_closed_rows
+from controlplane.params import TaskFilter, TaskName
 from controlplane.rollout import actions, configs, flags, service
 from controlplane.rollout.flagcopy import FlagCopy
 from controlplane.rollout.flagpolls import cache_headers
@@ -66,6 +67,47 @@ _NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
 }
 
 
+# One server-sent event of the flag stream (OpenAPI 3.1: the schema describes each event):
+# the flags document of a revision, or a heartbeat naming the revision the process holds.
+_JSON = "application/json"
+_EVENT: dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["event", "id", "data"],
+            "properties": {
+                "event": {"const": "flags"},
+                "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The revision."},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": _JSON,
+                    "contentSchema": {"$ref": "#/components/schemas/FlagsOut"},
+                },
+            },
+        },
+        {
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"const": "heartbeat"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": _JSON,
+                    "contentSchema": {
+                        "type": "object",
+                        "required": ["revision", "stale_seconds"],
+                        "properties": {
+                            "revision": {"type": "integer"},
+                            "stale_seconds": {"type": ["integer", "null"]},
+                        },
+                    },
+                },
+            },
+        },
+    ]
+}
+
+
 def _flag_copy(request: Request) -> FlagCopy:
     copy: FlagCopy = request.app.state.flag_copy
     return copy
@@ -103,8 +145,9 @@ async def all_flags(
         200: {
             "description": "Server-Sent Events: `id: <revision>`, `event: flags`, `data:` the "
             "whole flags document on one line, on connect (unless Last-Event-ID is the "
-            "current revision) and at every new revision; `: heartbeat` comments between.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "current revision) and at every new revision; between them `event: heartbeat` "
+            "with the revision the process holds and how stale its copy is.",
+            "content": {"text/event-stream": {"schema": _EVENT}},
         },
         **error_responses(401, 403, 429, 503),
     },
@@ -147,7 +190,7 @@ async def flag_stream(
     },
 )
 async def one_flag(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("flags:read"))]
 ) -> Response:
     """One task's routing flag; ETag, and 304 for If-None-Match; 404: route it to the cloud."""
     snapshot = _flag_copy(request).snapshot()
@@ -163,7 +206,7 @@ async def one_flag(
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def flag_history(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """Every version of one task's flag, oldest first: routing fields, cause and time."""
     with session_scope(request.app.state.engine) as session:
@@ -183,6 +226,17 @@ catalog_router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
         200: {"description": "Unchanged: the config is the task's current version."},
         201: {"model": AppliedOut, "description": "A new task, or a new config version."},
         **error_responses(401, 403, 409, 413, 422, 429, 503),
+    },
+    # Read from the raw body (JSON, or YAML with a YAML content type) and validated whole,
+    # so that 422 lists every error; this documents it.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"$ref": "#/components/schemas/TaskConfig"}}
+                for media in ("application/json", "application/yaml")
+            },
+        }
     },
 )
 async def apply_task(
@@ -224,7 +278,7 @@ def _parse(body: bytes, content_type: str) -> Any:
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def get_task(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """One task: config, stage, version, flag, latest closed window (`all`), re-grade mark."""
     with session_scope(request.app.state.engine) as session:
@@ -253,7 +307,7 @@ def _engine(request: Request) -> Engine:
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def get_gate(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """The promotion gate's verdict per judged bucket over the windows closed in the stage."""
     with session_scope(_engine(request)) as session:
@@ -267,7 +321,7 @@ def get_gate(
     responses=error_responses(401, 403, 404, 422, 429, 503),
 )
 def get_regression(
-    task: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    task: TaskName, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> ORJSONResponse:
     """Per blocked edge model: regression items labelled, needed and in the set, the model
     to run, and what unblocking still needs."""
@@ -282,7 +336,7 @@ def get_regression(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 def promote(
-    task: str,
+    task: TaskName,
     body: PromoteIn,
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
@@ -309,7 +363,7 @@ def promote(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 def rollback(
-    task: str,
+    task: TaskName,
     body: ActionIn,
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
@@ -326,7 +380,7 @@ def rollback(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 def rearm(
-    task: str,
+    task: TaskName,
     body: ActionIn,
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
@@ -341,7 +395,7 @@ def rearm(
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
 )
 def unblock(
-    task: str,
+    task: TaskName,
     body: UnblockIn,
     request: Request,
     who: Annotated[Principal, Depends(require("admin"))],
@@ -391,7 +445,7 @@ def lift(
 def decisions(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    task: str | None = None,
+    task: TaskFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ORJSONResponse:
     """Decisions, newest first: rollbacks, promotions, re-arms, kills and lifts, with evidence."""

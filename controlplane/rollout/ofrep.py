@@ -29,6 +29,7 @@ from controlplane.compare.jsonutil import dumps, short_repr
 from controlplane.errors import ErrorOut, error_responses
 from controlplane.http import BodyRefused, BodyTooLarge, read_body
 from controlplane.ingest.schemas import MAX_ID_LENGTH
+from controlplane.params import INT4_MAX, JSON_VALUE_REF
 from controlplane.rollout.flagcopy import FlagSnapshot, NoFlagsYet
 from controlplane.rollout.flags import etag, matches
 
@@ -103,37 +104,39 @@ class BulkEvaluationFailure(BaseModel):
 
 # The body is read here, not by FastAPI (its 422 is not OFREP's 400); this documents it.
 _CONTEXT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "The evaluation context. Other attributes are ignored.",
+    "type": ["object", "null"],
+    "description": "The evaluation context (null: none). Other attributes are ignored, and "
+    "an attribute that is null or an empty string is read as absent.",
+    "additionalProperties": {"$ref": JSON_VALUE_REF},
     "properties": {
         "targetingKey": {
-            "type": "string",
+            "type": ["string", "null"],
             "maxLength": MAX_ID_LENGTH,
             "description": "The sticky key: the session id, or the user id for a flag with "
             "sticky_by user. Needed in canary only.",
         },
         "session_id": {
-            "type": "string",
+            "type": ["string", "null"],
             "maxLength": MAX_ID_LENGTH,
             "description": "Used when targetingKey is absent.",
         },
         "user_id": {
-            "type": "string",
+            "type": ["string", "null"],
             "maxLength": MAX_ID_LENGTH,
             "description": "Used when targetingKey is absent.",
         },
         "input_tokens": {
-            "type": "integer",
+            "type": ["integer", "null"],
             "minimum": 0,
+            "maximum": INT4_MAX,
             "description": "The request's input tokens; missing means cloud.",
         },
         "eligible": {
-            "type": "boolean",
+            "type": ["boolean", "null"],
             "description": "The router's own verdict; false means cloud (default true).",
         },
         "decision": {
-            "type": "string",
-            "enum": ["edge", "cloud"],
+            "enum": ["edge", "cloud", None],
             "description": "The router's own verdict, as it reports it; cloud means cloud.",
         },
     },
@@ -143,7 +146,12 @@ _REQUEST_BODY = {
         "required": False,
         "content": {
             "application/json": {
-                "schema": {"type": "object", "properties": {"context": _CONTEXT_SCHEMA}}
+                "schema": {
+                    "type": "object",
+                    "properties": {"context": _CONTEXT_SCHEMA},
+                    # Other members are ignored.
+                    "additionalProperties": {"$ref": JSON_VALUE_REF},
+                }
             }
         },
     }
@@ -271,8 +279,13 @@ def read_context(body: bytes) -> Context:
             and tokens == int(tokens)
             and tokens >= 0
         )
-        if whole:
+        if whole and tokens <= INT4_MAX:
             input_tokens = int(tokens)
+        elif whole:
+            problems.append(
+                f"context.input_tokens: at most {INT4_MAX}, the most tokens a result counts "
+                f"(got {short_repr(tokens, 60)})"
+            )
         else:
             problems.append(
                 "context.input_tokens: must be a whole number of tokens, 0 or more "

@@ -4,9 +4,9 @@ decisions, task views and action results out."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from controlplane.catalog.schemas import TaskOut
 from controlplane.metrics.schemas import WindowRow
@@ -14,12 +14,26 @@ from controlplane.metrics.schemas import WindowRow
 # The longest reason a person's action takes: the request bodies below declare it, and
 # `controlplane.rollout.actions.check_reason` refuses a longer one at every door.
 REASON_MAX_CHARS = 2000
+# What check_reason takes, as the document states it: no C0 control character (nor DEL)
+# but tab and line feed, and something besides white space.
+_CONTROL = "\\u0000-\\u0008\\u000b-\\u001f\\u007f"
+_BLANK = "\\t\\n \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+REASON_PATTERN = f"^[^{_CONTROL}]*[^{_CONTROL}{_BLANK}][^{_CONTROL}]*$"
+Reason = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=REASON_MAX_CHARS,
+        description="Why: recorded with the action.",
+        json_schema_extra={"pattern": REASON_PATTERN},
+    ),
+]
 
 
 class ActionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
-    force: bool = False
+    reason: Reason
+    force: StrictBool = False
 
 
 class PromoteIn(ActionIn):
@@ -34,8 +48,8 @@ class PromoteIn(ActionIn):
 class UnblockIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=200)
-    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
-    force: bool = Field(
+    reason: Reason
+    force: StrictBool = Field(
         False,
         description="Lift it without a passing run on the regression eval set (audited).",
     )
@@ -43,7 +57,7 @@ class UnblockIn(BaseModel):
 
 class KillIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
+    reason: Reason
 
 
 class FlagOut(BaseModel):

@@ -51,9 +51,16 @@ def test_openapi_documents_the_result_body(pg_url: str) -> None:
     for api in make_api(pg_url):
         schema = api.client.get("/openapi.json").json()
         body = schema["paths"]["/v1/results"]["post"]["requestBody"]["content"]["application/json"]
-        refs = [option["$ref"].rsplit("/", 1)[1] for option in body["schema"]["anyOf"]]
-        assert refs == ["ResultIn", "ResultBatch"]
+        # A batch, one result, or any object naming a request_id (answered in `rejected`).
+        batch, one, other = body["schema"]["anyOf"]
+        assert batch == {"$ref": "#/components/schemas/ResultBatch"}
+        assert one["allOf"] == [{"$ref": "#/components/schemas/ResultIn"}]
+        assert other["required"] == ["request_id"]
+        assert one["not"] == other["not"] == {"required": ["results"]}
         components = schema["components"]["schemas"]
+        results = components["ResultBatch"]["properties"]["results"]
+        assert results["maxItems"] == 1000
+        assert {"$ref": "#/components/schemas/ResultIn"} in results["items"]["anyOf"]
         assert set(components["ResultIn"]["required"]) == {
             "request_id",
             "task",
