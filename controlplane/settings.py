@@ -54,7 +54,9 @@ class Settings(BaseSettings):
     # Seconds a window, plan or partition job may run before its worker kills it (the next
     # plans queue its window again); a webhook delivery pass starts no send after it. A job
     # whose worker died runs again after about twice this (workers/app.py, `job_limits`).
-    job_time_limit_seconds: float = Field(60.0, gt=0)
+    # Half a second to an hour: less kills every job as it starts; more hides a dead worker's job
+    # (and infinity, which the float type would take, gives no limit at all).
+    job_time_limit_seconds: float = Field(60.0, ge=0.5, le=3600)
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
     max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))

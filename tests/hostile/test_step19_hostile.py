@@ -144,7 +144,6 @@ class FreezingProxy:
 
 
 @pytest.mark.parametrize("limit", ["inf", "1e400"])
-@pytest.mark.xfail(strict=True, reason="defect 5: infinite job time limit accepted")
 def test_a_job_time_limit_without_end_is_refused_like_any_bad_setting(
     limit: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,3 +408,17 @@ def test_the_readmes_rollback_time_with_10_second_windows_holds_at_the_default_l
         + Settings(database_url="sqlite://").tick_seconds
     )
     assert claim not in text or seconds < 60, (claim, seconds)
+
+
+@pytest.mark.parametrize("limit", ["0", "0.1", "3601", "nan"])
+def test_a_job_time_limit_outside_half_a_second_to_an_hour_is_refused(
+    limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Less kills every job as it starts; more hides a dead worker's job for longer than
+    anyone waits (the visibility timeout follows the limit)."""
+    monkeypatch.setenv("SHADOWPLANE_JOB_TIME_LIMIT_SECONDS", limit)
+    with pytest.raises(ValidationError) as refused:
+        Settings(database_url="sqlite://")
+    assert any(
+        line.startswith("SHADOWPLANE_JOB_TIME_LIMIT_SECONDS") for line in explain(refused.value)
+    )
