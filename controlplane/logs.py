@@ -100,7 +100,10 @@ Demote = Callable[[logging.LogRecord], bool]
 class JsonLines(logging.StreamHandler):
     """One JSON line per record on stderr. A record whose exception says Redis or the
     database is out of reach marks that outage (`outage_of`; its WARNING is logged once)
-    and is itself kept at DEBUG; so is a record `demote` picks (periodic chatter)."""
+    and is itself kept at DEBUG; so is a record `demote` picks (periodic chatter). A record
+    whose exception says the server refused this process (`refusal_of`: a wrong password,
+    a database or role that does not exist) is an ERROR, once a REFUSAL_REPEAT_SECONDS per
+    server, the others between at DEBUG."""
 
     def __init__(self, level: str | int = logging.INFO, demote: Demote | None = None) -> None:
         super().__init__(sys.stderr)
@@ -113,13 +116,27 @@ class JsonLines(logging.StreamHandler):
             kind, exc = outage_in(record)
             if kind is not None:
                 OUTAGES[kind].failed(exc)
-            if kind is not None or (self.demote is not None and self.demote(record)):
+            refused, exc = refusal_in(record)
+            if refused is not None and OUTAGES[refused].refusal_due():
+                # A setting to fix: an ERROR in its own words, once a REFUSAL_REPEAT_SECONDS.
+                if record.levelno < logging.ERROR:
+                    record = _at(record, logging.ERROR)
+            elif (
+                kind is not None
+                or refused is not None
+                or (self.demote is not None and self.demote(record))
+            ):
                 if self.level > logging.DEBUG:
                     return False
-                record = logging.makeLogRecord(
-                    {**record.__dict__, "levelno": logging.DEBUG, "levelname": "DEBUG"}
-                )
+                record = _at(record, logging.DEBUG)
         return bool(super().handle(record))
+
+
+def _at(record: logging.LogRecord, level: int) -> logging.LogRecord:
+    """A copy of `record` at `level`."""
+    return logging.makeLogRecord(
+        {**record.__dict__, "levelno": level, "levelname": logging.getLevelName(level)}
+    )
 
 
 def configure_logging(level: str) -> None:
@@ -190,6 +207,21 @@ _outage_log = logging.getLogger(OUTAGE_LOGGER)
 # psycopg's connection errors: no server answer at all (no SQLSTATE), class 08 (connection
 # exception), and the server shutting down or starting up.
 _SERVER_GONE = ("57P01", "57P02", "57P03")
+# A server that answers and refuses this process: a password, a role or a database that is
+# wrong (class 28, invalid authorization; 3D000, no such database). libpq gives no SQLSTATE
+# for a connection it could not open, only the server's words: any FATAL it answered is a
+# refusal but for those of a server starting, stopping or full (an outage to wait out).
+_REFUSED = ("28", "3D000")
+_FATAL = "FATAL:"
+_NOT_YET = (
+    "the database system is",  # starting up, shutting down, in recovery, not yet accepting
+    "too many clients",
+    "connection slots are reserved",
+    "terminating connection",
+)
+_NO_PASSWORD = "no password supplied"  # libpq's own: the server asked for one
+# How often a process says again that a server refuses it.
+REFUSAL_REPEAT_SECONDS = 60.0
 
 
 class Outage:
@@ -200,6 +232,7 @@ class Outage:
     def __init__(self, name: str) -> None:
         self.name = name
         self._since: float | None = None
+        self._refusal_said: float | None = None
         self._lock = threading.Lock()
 
     @property
@@ -207,6 +240,9 @@ class Outage:
         return self._since is not None
 
     def failed(self, exc: BaseException | None = None) -> None:
+        if exc is not None and refusal_of(exc) is not None:
+            self.refused(exc)
+            return
         if self._since is not None:
             return
         with self._lock:
@@ -237,10 +273,39 @@ class Outage:
             ).decode()
         )
 
+    def refused(self, exc: BaseException) -> None:
+        """The server answered and refused this process (`refusal_of`): a setting to fix,
+        not an outage to wait out. One ERROR naming it, again each REFUSAL_REPEAT_SECONDS
+        while it refuses."""
+        if not self.refusal_due():
+            return
+        setting = f"SHADOWPLANE_{'REDIS' if self.name == 'redis' else 'DATABASE'}_URL"
+        _outage_log.error(
+            orjson.dumps(
+                {
+                    "event": f"{self.name}_refused",
+                    "error": _error(exc),
+                    "message": f"{self.name} refused this process; check {setting}",
+                }
+            ).decode()
+        )
+
+    def refusal_due(self) -> bool:
+        """Whether a refusal is to be said now (the first, or none said for
+        REFUSAL_REPEAT_SECONDS), counting it said."""
+        now = time.monotonic()
+        with self._lock:
+            said = self._refusal_said
+            if said is not None and now - said < REFUSAL_REPEAT_SECONDS:
+                return False
+            self._refusal_said = now
+        return True
+
     def reset(self) -> None:
         """Forget an outage without a word (a new process, a test)."""
         with self._lock:
             self._since = None
+            self._refusal_said = None
 
 
 REDIS = Outage("redis")
@@ -261,15 +326,43 @@ def _connected(*_: Any) -> None:
 
 def outage_of(exc: BaseException | None) -> str | None:
     """`redis` or `database` when `exc` (or what it wraps) says that server is out of
-    reach; None for anything else, a timeout or a refused statement included."""
-    seen = 0
-    while exc is not None and seen < 10:
-        kind = _kind(exc)
+    reach; None for anything else, a timeout, a refused statement or a refused login
+    (`refusal_of`) included."""
+    server, refused = _reach(exc)
+    return None if refused else server
+
+
+def refusal_of(exc: BaseException | None) -> str | None:
+    """`redis` or `database` when `exc` (or what it wraps) says that server answered and
+    refused this process: a wrong password, a role or database that does not exist."""
+    server, refused = _reach(exc)
+    return server if refused else None
+
+
+def _reach(exc: BaseException | None) -> tuple[str | None, bool]:
+    """The server whose connection `exc` or what it wraps failed, and whether that server
+    refused this process."""
+    server, refused = None, False
+    for link in _wrapped(exc):
+        kind = _kind(link)
         if kind is not None:
-            return kind
-        seen += 1
-        exc = getattr(exc, "orig", None) or exc.__cause__ or exc.__context__
-    return None
+            server = server or kind
+            refused = refused or _refuses(link)
+    return server, refused
+
+
+def _wrapped(exc: BaseException | None) -> list[BaseException]:
+    """`exc` and what it wraps: the driver's error (`orig`), the error it was raised from,
+    or the error it was raised while handling when it says that error's words (Celery's
+    "Couldn't apply scheduled task plan: Error 111 connecting..."). A bug raised while
+    handling an error (a fallback's) wraps nothing: it is a bug, whatever was in the air."""
+    chain: list[BaseException] = []
+    while exc is not None and len(chain) < 10:
+        chain.append(exc)
+        context = exc.__context__
+        said = context is not None and str(context) and str(context) in str(exc)
+        exc = getattr(exc, "orig", None) or exc.__cause__ or (context if said else None)
+    return chain
 
 
 def _kind(exc: BaseException) -> str | None:
@@ -282,37 +375,64 @@ def _kind(exc: BaseException) -> str | None:
         return "redis"
     sqlalchemy = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy is not None and isinstance(exc, sqlalchemy.DBAPIError):
-        if exc.connection_invalidated:
-            return "database"
-        return None if exc.orig is None else _kind(exc.orig)
+        # Otherwise the driver's error (`orig`) says.
+        return "database" if exc.connection_invalidated else None
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(exc, psycopg.OperationalError):
         state = exc.sqlstate
-        if state is None or state.startswith("08") or state in _SERVER_GONE:
+        if state is None or state.startswith(("08", *_REFUSED)) or state in _SERVER_GONE:
             return "database"
     return None
+
+
+def _refuses(exc: BaseException) -> bool:
+    """Whether a connection error (`_kind`) is the server refusing this process."""
+    redis = sys.modules.get("redis.exceptions")
+    if redis is not None and isinstance(exc, redis.AuthenticationError | redis.AuthorizationError):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.OperationalError):
+        return False
+    if exc.sqlstate is not None:
+        return exc.sqlstate.startswith(_REFUSED)
+    text = str(exc)
+    if _NO_PASSWORD in text:
+        return True
+    return _FATAL in text and not any(words in text for words in _NOT_YET)
 
 
 def outage_in(record: logging.LogRecord) -> tuple[str | None, BaseException | None]:
     """The outage a record reports, by its exception or an exception among its arguments
     (Celery's connection errors pass theirs as arguments)."""
+    return _reported(record, outage_of)
+
+
+def refusal_in(record: logging.LogRecord) -> tuple[str | None, BaseException | None]:
+    """The refusal (`refusal_of`) a record reports, as `outage_in` reads it."""
+    return _reported(record, refusal_of)
+
+
+def _reported(
+    record: logging.LogRecord, read: Callable[[BaseException], str | None]
+) -> tuple[str | None, BaseException | None]:
     candidates: list[Any] = []
     if record.exc_info and record.exc_info[1] is not None:
         candidates.append(record.exc_info[1])
     if isinstance(record.args, tuple):
         candidates.extend(a for a in record.args if isinstance(a, BaseException))
     for exc in candidates:
-        kind = outage_of(exc)
+        kind = read(exc)
         if kind is not None:
             return kind, exc
     return None, None
 
 
 def noticed(exc: BaseException) -> bool:
-    """Mark the outage `exc` reports (its WARNING logged once per process) and say whether
-    it reported one; a caller logs anything else itself."""
-    kind = outage_of(exc)
-    if kind is None:
+    """Mark the outage `exc` reports (its WARNING logged once per process) or say the
+    refusal it reports (an ERROR, once a REFUSAL_REPEAT_SECONDS), and say whether it
+    reported either; a caller logs anything else itself."""
+    server, _ = _reach(exc)
+    if server is None:
         return False
-    OUTAGES[kind].failed(exc)
+    OUTAGES[server].failed(exc)
     return True

@@ -15,7 +15,7 @@ import redis
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 
-from controlplane.logs import DATABASE, OUTAGES, REDIS, JsonLines, outage_of
+from controlplane.logs import DATABASE, OUTAGES, REDIS, JsonLines, outage_of, refusal_of
 from controlplane.settings import Settings, explain
 
 
@@ -139,8 +139,11 @@ def test_what_counts_as_an_outage() -> None:
     assert outage_of(refused) == "redis"
     assert outage_of(redis.exceptions.TimeoutError("slow")) == "redis"
     assert outage_of(kombu.exceptions.OperationalError("broker")) == "redis"
-    # Celery's scheduling error, raised while handling the connection error.
-    assert outage_of(chained(RuntimeError("Couldn't apply scheduled task"), refused)) == "redis"
+    # Celery's scheduling error, raised while handling the connection error in its words.
+    applying = RuntimeError("Couldn't apply scheduled task plan-windows: refused")
+    assert outage_of(chained(applying, refused)) == "redis"
+    # A bug raised while handling it (a fallback's) is a bug, not the outage.
+    assert outage_of(chained(KeyError("bucket"), refused)) is None
     assert outage_of(redis.exceptions.ResponseError("WRONGTYPE")) is None
 
     assert outage_of(psycopg.OperationalError("server closed the connection")) == "database"
@@ -153,6 +156,57 @@ def test_what_counts_as_an_outage() -> None:
     assert outage_of(OperationalError("SELECT 1", {}, psycopg.errors.LockNotAvailable())) is None
     assert outage_of(ConnectionRefusedError(111, "refused")) is None
     assert outage_of(None) is None
+
+
+def test_a_server_that_refuses_this_process_is_a_refusal_not_an_outage() -> None:
+    # libpq's words (no SQLSTATE for a connection it could not open): the server answered.
+    at = 'connection failed: connection to server at "10.0.0.5", port 5432 failed: '
+    for words in (
+        'FATAL:  database "shadowplane" does not exist',
+        'FATAL:  role "shadowplane" does not exist',
+        'FATAL:  password authentication failed for user "shadowplane"',
+        "fe_sendauth: no password supplied",
+    ):
+        wrong = OperationalError("SELECT 1", {}, psycopg.OperationalError(at + words))
+        assert (outage_of(wrong), refusal_of(wrong)) == (None, "database"), words
+    # A server starting, stopping or full is an outage to wait out.
+    for words in (
+        "FATAL:  the database system is starting up",
+        "FATAL:  the database system is shutting down",
+        "FATAL:  sorry, too many clients already",
+        "Connection refused\n\tIs the server running on that host?",
+    ):
+        busy = psycopg.OperationalError(at + words)
+        assert (outage_of(busy), refusal_of(busy)) == ("database", None), words
+    assert refusal_of(psycopg.errors.InvalidPassword("wrong")) == "database"
+    wrong_password = redis.exceptions.AuthenticationError("invalid username-password pair")
+    assert (outage_of(wrong_password), refusal_of(wrong_password)) == (None, "redis")
+    # kombu's error, raised from redis-py's (Celery's consumer logs that one).
+    try:
+        raise kombu.exceptions.OperationalError(str(wrong_password)) from wrong_password
+    except kombu.exceptions.OperationalError as broker:
+        assert (outage_of(broker), refusal_of(broker)) == (None, "redis")
+    assert refusal_of(redis.exceptions.ConnectionError("refused")) is None
+
+
+def test_a_refusal_is_an_error_once_a_minute_per_server(logged: Logged) -> None:
+    wrong = raised(redis.exceptions.AuthenticationError("invalid username-password pair"))
+    for _ in range(3):
+        logged.logger.error("consumer: Cannot connect to %s: %s.", "redis://:**@r:6379/0", wrong)
+        REDIS.failed(wrong)  # a caller that falls back (the rate limiter) says it alike
+    refused = raised(psycopg.OperationalError('FATAL:  database "sp" does not exist'))
+    DATABASE.failed(refused)
+    logged.logger.warning("flags not reloaded", exc_info=refused)
+    lines = logged.lines()
+    assert [(r["level"], r["logger"]) for r in lines] == [
+        ("ERROR", "tests.logs"),
+        ("ERROR", "shadowplane.outage"),
+    ]
+    assert lines[0]["message"].endswith("invalid username-password pair.")
+    assert lines[1]["event"] == "database_refused"
+    assert lines[1]["error"] == 'OperationalError: FATAL:  database "sp" does not exist'
+    assert "SHADOWPLANE_DATABASE_URL" in lines[1]["message"]
+    assert not REDIS.down and not DATABASE.down
 
 
 def test_the_level_setting_takes_a_level_name_in_any_case() -> None:

@@ -182,7 +182,6 @@ def test_shadowplane_queue_on_a_redis_url_it_cannot_read_fails_in_one_line(tmp_p
 @pytest.mark.parametrize(
     ("part", "value"), [("database", "sp_no_such_database"), ("username", "sp_no_such_role")]
 )
-@pytest.mark.xfail(strict=True, reason="defect 3: a refused login read as an outage")
 def test_a_database_that_refuses_the_login_stays_an_error(
     part: str, value: str, printed: Printed
 ) -> None:
@@ -204,7 +203,6 @@ def raised(exc: BaseException) -> BaseException:
         return caught
 
 
-@pytest.mark.xfail(strict=True, reason="defect 3: a refused Redis password read as an outage")
 def test_a_redis_that_refuses_the_password_stays_an_error(printed: Printed) -> None:
     """redis-py's AuthenticationError is a ConnectionError: a wrong password in
     SHADOWPLANE_REDIS_URL is an 'outage' — one WARNING 'retrying until it answers', then
@@ -216,7 +214,6 @@ def test_a_redis_that_refuses_the_password_stays_an_error(printed: Printed) -> N
     assert [line["level"] for line in printed.lines()] == ["ERROR"], printed.lines()
 
 
-@pytest.mark.xfail(strict=True, reason="defect 4: the outage filter follows __context__")
 def test_a_bug_raised_while_handling_a_redis_error_is_still_an_error(printed: Printed) -> None:
     """Code that runs only while Redis is away runs inside `except` blocks (RedisLimiter.take
     calls its in-process fallback in one): a bug there carries the Redis error as its
