@@ -16,6 +16,9 @@ DEFAULT_DATABASE_URL = "sqlite:///./shadowplane.db"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
 class Settings(BaseSettings):
     # Errors never echo the input: it holds secrets (the webhook secret, database passwords).
     model_config = SettingsConfigDict(
@@ -57,6 +60,14 @@ class Settings(BaseSettings):
     # Half a second to an hour: less kills every job as it starts; more hides a dead worker's job
     # (and infinity, which the float type would take, gives no limit at all).
     job_time_limit_seconds: float = Field(60.0, ge=0.5, le=3600)
+    # Seconds PostgreSQL has to accept a connection or answer the check made before a pooled
+    # one is used; past them the database counts as unavailable (a 503, a job retried: one
+    # WARNING per process), and TCP keepalives find a silent connection in about twice this.
+    database_timeout_seconds: float = Field(5.0, gt=0, le=600)
+    # Seconds Redis has to answer Celery's broker connection (beat queueing a job, a worker
+    # fetching one); past them Redis counts as unavailable. A worker finds a fetch that goes
+    # unanswered in about twice this.
+    redis_timeout_seconds: float = Field(5.0, gt=0, le=600)
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
     max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))
@@ -106,6 +117,15 @@ class Settings(BaseSettings):
                 return float(value.strip())
             except ValueError:
                 return value
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        # Celery's broker and the project's own clients (rate limits, the flag stream) both
+        # read it, and redis-py reads only these (not kombu's sentinel:// or redis+socket://).
+        if value and value.split("://", 1)[0].lower() not in REDIS_SCHEMES:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
     @field_validator("log_level", mode="before")

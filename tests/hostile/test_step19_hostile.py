@@ -159,7 +159,6 @@ def test_a_job_time_limit_without_end_is_refused_like_any_bad_setting(
     )
 
 
-@pytest.mark.xfail(strict=True, reason="defect 9: queue on an unreadable Redis URL")
 def test_shadowplane_queue_on_a_redis_url_it_cannot_read_fails_in_one_line(tmp_path: Path) -> None:
     """The runbook's queue check, with a SHADOWPLANE_REDIS_URL redis-py cannot read (a
     typo'd scheme; kombu's own sentinel:// and redis+socket:// alike): a rich traceback of
@@ -419,3 +418,10 @@ def test_a_job_time_limit_outside_half_a_second_to_an_hour_is_refused(
     assert any(
         line.startswith("SHADOWPLANE_JOB_TIME_LIMIT_SECONDS") for line in explain(refused.value)
     )
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://redis:6379/0", "rediss://:pw@redis:6380/1", "unix:///run/redis.sock"]
+)
+def test_a_redis_url_redis_py_reads_is_taken(url: str) -> None:
+    assert Settings(database_url="sqlite://", redis_url=url).redis_url == url
