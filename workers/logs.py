@@ -33,6 +33,8 @@ from controlplane.notify.delivery import DELIVER_JOB
 POLLS = frozenset({DELIVER_JOB})
 # Celery's advice, at each broker connection loss, about a default of Celery 6.
 _CELERY6_ADVICE = "worker_cancel_long_running_tasks_on_connection_loss"
+# The level `configure` set, read by `say` (a signal handler takes no logging lock).
+_level = logging.INFO
 
 
 def periodic(record: logging.LogRecord) -> bool:
@@ -53,9 +55,11 @@ def periodic(record: logging.LogRecord) -> bool:
 
 def configure(level: str | int) -> None:
     """This process's logging: JSON lines at `level`, the polls' chatter at DEBUG."""
+    global _level
     handler = configure_process(
         logging.getLevelName(level) if isinstance(level, int) else level, demote=periodic
     )
+    _level = handler.level
     # The pool's own logger ("Process ... exited with ...") does not pass its records on.
     pool = logging.getLogger("multiprocessing")
     for old in [h for h in pool.handlers if isinstance(h, JsonLines)]:
@@ -104,9 +108,11 @@ def install(app: Celery) -> None:
 
 
 def say(msg: str, f: Any = None) -> None:
-    """Celery's words from its signal handlers ("worker: Warm shutdown"), one JSON line
-    written at once as Celery's own `safe_say` writes them (no logging lock taken inside a
-    signal handler)."""
+    """Celery's words from its signal handlers ("worker: Warm shutdown"), one JSON line at
+    INFO written at once as Celery's own `safe_say` writes them (no logging lock taken inside
+    a signal handler), when the process logs INFO."""
+    if _level > logging.INFO:
+        return
     line = {
         "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "level": "INFO",

@@ -229,7 +229,6 @@ def test_a_bug_raised_while_handling_a_redis_error_is_still_an_error(printed: Pr
     assert [line.get("error") for line in errors] == ["KeyError: 'bucket'"], printed.lines()
 
 
-@pytest.mark.xfail(strict=True, reason="defect 7: shutdown words ignore the level")
 def test_celerys_shutdown_words_follow_the_log_level(tmp_path: Path) -> None:
     """`workers.logs.say` writes Celery's signal-handler words ('worker: Warm shutdown',
     'Hitting Ctrl+C again ...') as INFO lines whatever SHADOWPLANE_LOG_LEVEL says: a worker
