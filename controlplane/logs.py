@@ -95,15 +95,18 @@ def _error(exc: BaseException) -> str:
 # --- the handler -----------------------------------------------------------------------------
 
 Demote = Callable[[logging.LogRecord], bool]
+# Loggers whose INFO is chatter in every process: Alembic's seven "setup plugin ..." lines at
+# its first import (each API process reads the migrations' head at start).
+CHATTER = frozenset({"alembic.runtime.plugins"})
 
 
 class JsonLines(logging.StreamHandler):
     """One JSON line per record on stderr. A record whose exception says Redis or the
     database is out of reach marks that outage (`outage_of`; its WARNING is logged once)
-    and is itself kept at DEBUG; so is a record `demote` picks (periodic chatter). A record
-    whose exception says the server refused this process (`refusal_of`: a wrong password,
-    a database or role that does not exist) is an ERROR, once a REFUSAL_REPEAT_SECONDS per
-    server, the others between at DEBUG."""
+    and is itself kept at DEBUG; so is a record of a CHATTER logger or one `demote` picks
+    (periodic chatter). A record whose exception says the server refused this process
+    (`refusal_of`: a wrong password, a database or role that does not exist) is an ERROR,
+    once a REFUSAL_REPEAT_SECONDS per server, the others between at DEBUG."""
 
     def __init__(self, level: str | int = logging.INFO, demote: Demote | None = None) -> None:
         super().__init__(sys.stderr)
@@ -116,7 +119,7 @@ class JsonLines(logging.StreamHandler):
             kind, exc = outage_in(record)
             if kind is not None:
                 OUTAGES[kind].failed(exc)
-            refused, exc = refusal_in(record)
+            refused, _ = refusal_in(record)
             if refused is not None and OUTAGES[refused].refusal_due():
                 # A setting to fix: an ERROR in its own words, once a REFUSAL_REPEAT_SECONDS.
                 if record.levelno < logging.ERROR:
@@ -124,6 +127,7 @@ class JsonLines(logging.StreamHandler):
             elif (
                 kind is not None
                 or refused is not None
+                or record.name in CHATTER
                 or (self.demote is not None and self.demote(record))
             ):
                 if self.level > logging.DEBUG:

@@ -242,7 +242,6 @@ def test_celerys_shutdown_words_follow_the_log_level(tmp_path: Path) -> None:
     assert [json.loads(line)["level"] for line in done.stderr.splitlines()] == [], done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="defect 8: Alembic's plugin lines")
 def test_an_api_process_start_says_nothing_of_alembics_plugins(tmp_path: Path) -> None:
     """Every API process (each of `--workers N`) imports the app after uvicorn has set up
     the JSON lines at INFO, and importing controlplane.migrate (Alembic) logs seven 'setup
