@@ -24,6 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
 _BASE_FIELDS = ("ts", "level", "logger", "pid")
+_TRACEBACK = "Traceback (most recent call last):"
 MAX_DETAIL_CHARS = 300
 
 
@@ -50,6 +51,12 @@ def fields(record: logging.LogRecord, level: str | None = None) -> dict[str, Any
         "pid": record.process,
     }
     message = record.getMessage()
+    told = None
+    if message.startswith(_TRACEBACK):
+        # A traceback given as the message (uvicorn logs a lifespan's failure so, as
+        # Starlette hands it over): its last line the message, the rest its field.
+        told = message.rstrip()
+        message = told.rsplit("\n", 1)[-1].strip()
     parsed, rest = _leading_object(message)
     if parsed is None:
         line["message"] = message
@@ -57,6 +64,8 @@ def fields(record: logging.LogRecord, level: str | None = None) -> dict[str, Any
         line.update((k, v) for k, v in parsed.items() if k not in _BASE_FIELDS)
         if rest:
             line["message"] = rest
+    if told is not None:
+        line["exception"] = told
     if record.exc_info and record.exc_info[1] is not None:
         exc = record.exc_info[1]
         line["error"] = _error(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import traceback
 from collections.abc import Iterator
 
 import kombu.exceptions
@@ -85,6 +86,18 @@ def test_a_record_is_one_json_line_with_its_exception_in_a_field(logged: Logged)
     # The line's own fields are not overwritten by the message's.
     assert request["method"] == "GET" and request["level"] == "INFO"
     assert request["ts"] != "not mine" and request["pid"] == failed["pid"]
+
+
+def test_a_traceback_given_as_the_message_is_the_lines_exception(logged: Logged) -> None:
+    # uvicorn logs a lifespan's failure (a second Ctrl-C cancels it) as the traceback's text.
+    try:
+        {}["missing"]  # noqa: B018
+    except KeyError:
+        text = traceback.format_exc()
+    logged.logger.error(text)
+    (line,) = logged.lines()
+    assert line["message"] == "KeyError: 'missing'"
+    assert line["exception"] == text.rstrip() and "\n" in text.rstrip()
 
 
 def test_an_outage_is_one_warning_when_it_starts_and_one_when_it_ends(logged: Logged) -> None:
