@@ -5,6 +5,9 @@ JSON lines of the API and the workers."""
 from __future__ import annotations
 
 import logging
+import signal
+from types import FrameType
+from typing import NoReturn
 
 import streamlit.logger
 import uvicorn.config
@@ -24,7 +27,16 @@ def _to_root(logger: logging.Logger) -> None:
     logger.propagate = True
 
 
+def _stopped(signum: int, _: FrameType | None) -> NoReturn:
+    """Ctrl-C, raised again by uvicorn once it has stopped serving: a quiet exit with the
+    shell's status for it (130, as `shadowplane api`), not Streamlit's click program's
+    KeyboardInterrupt ("Aborted!" in plain text, status 1)."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stopped)
     level = get_settings().log_level
     configure_process(level)
     streamlit.logger.setup_formatter = _to_root

@@ -265,7 +265,6 @@ def test_an_api_process_start_says_nothing_of_alembics_plugins(tmp_path: Path) -
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="defect 6: the dashboard's Ctrl-C")
 def test_the_dashboard_stopped_with_ctrl_c_prints_json_lines_only(tmp_path: Path) -> None:
     """One Ctrl-C (SIGINT, default disposition, as a terminal or `kill -INT` sends it):
     uvicorn shuts down in JSON lines, then re-raises the signal, and Streamlit's click main
