@@ -339,8 +339,8 @@ def _connected(*_: Any) -> None:
 
 def outage_of(exc: BaseException | None) -> str | None:
     """`redis` or `database` when `exc` (or what it wraps) says that server is out of
-    reach; None for anything else, a timeout, a refused statement or a refused login
-    (`refusal_of`) included."""
+    reach (the pool's wait for a connection timed out included); None for anything else,
+    a statement timeout, a refused statement or a refused login (`refusal_of`) included."""
     server, refused = _reach(exc)
     return None if refused else server
 
@@ -390,6 +390,11 @@ def _kind(exc: BaseException) -> str | None:
     if sqlalchemy is not None and isinstance(exc, sqlalchemy.DBAPIError):
         # Otherwise the driver's error (`orig`) says.
         return "database" if exc.connection_invalidated else None
+    # The pool waited its pool_timeout for a connection: every one is held by a request
+    # waiting on a database that does not answer (or each of them slow), and the next
+    # requests fail alike; one WARNING for them all, not one each.
+    if sqlalchemy is not None and isinstance(exc, sqlalchemy.TimeoutError):
+        return "database"
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(exc, psycopg.OperationalError):
         state = exc.sqlstate

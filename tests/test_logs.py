@@ -15,6 +15,7 @@ import pytest
 import redis
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from controlplane.logs import DATABASE, OUTAGES, REDIS, JsonLines, outage_of, refusal_of
 from controlplane.settings import Settings, explain
@@ -164,6 +165,11 @@ def test_what_counts_as_an_outage() -> None:
     assert outage_of(OperationalError("SELECT 1", {}, psycopg.errors.CannotConnectNow())) == (
         "database"
     )
+    # A connection or a check before use that timed out (a server that stopped answering),
+    # and the pool's wait for a connection that those hold.
+    timed_out = psycopg.errors.ConnectionTimeout("connection timeout expired")
+    assert outage_of(OperationalError(None, None, timed_out)) == "database"
+    assert outage_of(PoolTimeout("QueuePool limit of size 10 overflow 10 reached")) == "database"
     # The database answered: a statement it cancelled or a lock it refused is no outage.
     assert outage_of(psycopg.errors.QueryCanceled("statement timeout")) is None
     assert outage_of(OperationalError("SELECT 1", {}, psycopg.errors.LockNotAvailable())) is None
