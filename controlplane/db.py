@@ -6,6 +6,7 @@ a Celery job) commits on success and rolls back on error.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import threading
@@ -15,8 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import SQLAlchemyError
+import psycopg
+from psycopg import generators, pq
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.exc import InvalidatePoolError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.compare.jsonutil import dumps
@@ -67,7 +70,9 @@ def json_text(value: Any) -> str:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine tuned for the backend: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL.
+    """An engine tuned for the backend: WAL and a busy timeout on SQLite; on PostgreSQL,
+    libpq's timeouts (`postgres_timeouts`) and a check of each pooled connection before use
+    that gives up after SHADOWPLANE_DATABASE_TIMEOUT_SECONDS.
 
     Both hide statement parameters from error messages: a failed write must not carry the
     row's values (payload text, ids) into logs."""
@@ -88,17 +93,78 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    # pre_ping: after PostgreSQL restarts, the next request gets a fresh connection
-    # instead of an error from a dead one.
-    return create_engine(
+    seconds = get_settings().database_timeout_seconds
+    engine = create_engine(
         url,
-        pool_pre_ping=True,
+        connect_args=postgres_timeouts(url, seconds),
         pool_size=10,
         max_overflow=10,
         pool_timeout=5,
         json_serializer=json_text,
         hide_parameters=True,
     )
+    checked_before_use(engine, seconds)
+    return engine
+
+
+def postgres_timeouts(url: str, seconds: float) -> dict[str, int]:
+    """libpq's connection settings that bound a wait on a PostgreSQL server that has gone,
+    each unless the URL sets it: a connection not made within `seconds` fails (libpq counts
+    whole seconds, at least 2); data the server's host does not acknowledge within `seconds`
+    breaks the connection (tcp_user_timeout), and so do TCP keepalives unanswered for about
+    twice `seconds` (an idle connection, or one waiting for a long statement's answer)."""
+    whole = max(1, math.ceil(seconds))
+    wanted = {
+        "connect_timeout": whole,
+        "keepalives": 1,
+        "keepalives_idle": whole,
+        "keepalives_interval": max(1, math.ceil(seconds / 3)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": math.ceil(seconds * 1000),
+    }
+    given = make_url(url).query
+    return {name: value for name, value in wanted.items() if name not in given}
+
+
+_FRESH = "shadowplane_fresh"
+
+
+def checked_before_use(engine: Engine, seconds: float) -> None:
+    """Check each connection as the pool hands it out (SQLAlchemy's pre-ping, with a
+    deadline): one that does not answer within `seconds` is closed, the pool's others with
+    it, and a new one made. A server restarted breaks its connections, which a check finds
+    at once; one that stopped answering leaves them open, and only the deadline ends the
+    wait. A connection just made that does not answer fails the checkout itself."""
+
+    @event.listens_for(engine, "connect")
+    def _made(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_FRESH] = True
+
+    @event.listens_for(engine, "checkout")
+    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        fresh = record.info.pop(_FRESH, False)
+        try:
+            answers(dbapi_connection, seconds)
+        except psycopg.Error as exc:
+            if fresh:
+                raise  # a new connection to a server that does not answer: an outage
+            raise InvalidatePoolError(f"the database did not answer a check: {exc}") from exc
+
+
+def answers(connection: psycopg.Connection[Any], seconds: float) -> None:
+    """Raise psycopg's OperationalError unless `connection` answers SELECT 1 within
+    `seconds`, closing it. A server that stopped answering (its process frozen, its disk
+    hung, a proxy holding the connection) keeps the connection open and its host
+    acknowledges what is sent, so no TCP setting ends the wait: only a deadline does."""
+    try:
+        with connection.lock:
+            connection.pgconn.send_query(b"SELECT 1")
+            results = connection.wait(generators.execute(connection.pgconn), timeout=seconds)
+        if not results or results[-1].status != pq.ExecStatus.TUPLES_OK:
+            raise psycopg.OperationalError("the database's answer to a check was an error")
+    except psycopg.Error:
+        connection.close()
+        raise
 
 
 def get_engine(url: str | None = None) -> Engine:

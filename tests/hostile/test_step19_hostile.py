@@ -304,20 +304,26 @@ def test_a_job_on_a_database_that_stopped_answering_is_an_outage_not_a_killed_jo
     pg_url: str, redis_url: Any, celery_worker: StartWorker
 ) -> None:
     """PostgreSQL stops answering (frozen, partitioned: no refusal) under a worker. The
-    engine has no connect timeout and no keepalive or client-side timeout, so the job's
-    pre-ping waits on the dead connection until the hard time limit kills its pool process:
+    engine had no connect timeout and no keepalive or client-side timeout, so the job's
+    pre-ping waited on the dead connection until the hard time limit killed its pool process:
     per job 'Task handler raised error: TimeLimitExceeded', 'Hard time limit exceeded' and
     'Process ... exited with signal 9' at ERROR (three ERRORs a tick, no database_unavailable
-    WARNING). The API alike: requests hang, then one 'storage_unavailable' WARNING per request
-    once its pool is taken."""
+    WARNING). The API alike: requests hung, then one 'storage_unavailable' WARNING per request
+    once its pool was taken. Now the check before use gives up after
+    SHADOWPLANE_DATABASE_TIMEOUT_SECONDS (1 s here; a new connection's at least 2 s, libpq's
+    floor), the job is retried as on any outage, and the process says so once, and once when
+    the database answers again."""
     target = make_url(pg_url)
     proxy = FreezingProxy(target.host or "127.0.0.1", target.port or 5432)
     via = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     broker = redis_url()
+    # The time limit is well past a failed check and connection (1 + 2 s): only a wait
+    # without end reaches it.
     worker = celery_worker(
         via,
         broker,
-        SHADOWPLANE_JOB_TIME_LIMIT_SECONDS="4",
+        ready=False,  # the first plan waits in the queue for it
+        SHADOWPLANE_JOB_TIME_LIMIT_SECONDS="8",
         SHADOWPLANE_DATABASE_TIMEOUT_SECONDS="1",
     )
     celery = make_celery(Settings(database_url=via, redis_url=broker))
@@ -331,13 +337,21 @@ def test_a_job_on_a_database_that_stopped_answering_is_an_outage_not_a_killed_jo
             "the plan to fail on the frozen database",
             every=0.1,
         )
+        proxy.flowing.set()
+        # The job's retry (within a second or two) connects again.
+        wait_until(
+            lambda: "database_available" in worker.log() or "Hard time limit" in worker.log(),
+            "the retried plan to reach the database",
+            every=0.1,
+        )
         text = worker.log(tail=10**7)
     finally:
         proxy.close()
         celery.close()
     lines = [json.loads(line) for line in text.splitlines()]
     assert [line for line in lines if line["level"] == "ERROR"] == [], text[-3000:]
-    assert [line.get("event") for line in lines].count("database_unavailable") == 1, text[-3000:]
+    events = [line["event"] for line in lines if line.get("event", "").startswith("database_")]
+    assert events == ["database_unavailable", "database_available"], text[-3000:]
 
 
 @pytest.mark.integration
