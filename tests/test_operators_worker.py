@@ -4,6 +4,7 @@ real workers on the real Redis broker answer a control ping under those names.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -33,9 +34,14 @@ def test_workers_on_one_host_answer_under_distinct_names(
     pg_url: str, redis_url: Callable[[], str], celery_worker: StartWorker
 ) -> None:
     broker = redis_url()
+    # The named one at SHADOWPLANE_LOG_LEVEL=warning: it says nothing of its start.
     workers = [
-        celery_worker(pg_url, broker, *args, ready=False)
-        for args in ((), (), ("--hostname", "ops-a@%h"))
+        celery_worker(pg_url, broker, *args, ready=False, **level)
+        for args, level in (
+            ((), {}),
+            ((), {}),
+            (("--hostname", "ops-a@%h"), {"SHADOWPLANE_LOG_LEVEL": "warning"}),
+        )
     ]
     for worker in workers:
         worker.wait_ready()
@@ -55,4 +61,7 @@ def test_workers_on_one_host_answer_under_distinct_names(
     assert len(names) == 3 and len(set(names)) == 3, (names, *(w.log(2000) for w in workers))
     assert f"ops-a@{host}" in names
     defaults = [n for n in names if n != f"ops-a@{host}"]
+    levels = [[json.loads(line)["level"] for line in w.log(10**6).splitlines()] for w in workers]
+    assert "INFO" in levels[0] and "INFO" in levels[1], levels
+    assert {"DEBUG", "INFO"}.isdisjoint(levels[2]), workers[2].log()
     assert all(n.startswith("shadowplane-") and n.endswith(f"@{host}") for n in defaults)
