@@ -64,10 +64,6 @@ class Settings(BaseSettings):
     # one is used; past them the database counts as unavailable (a 503, a job retried: one
     # WARNING per process), and TCP keepalives find a silent connection in about twice this.
     database_timeout_seconds: float = Field(5.0, gt=0, le=600)
-    # Seconds Redis has to answer Celery's broker connection (beat queueing a job, a worker
-    # fetching one); past them Redis counts as unavailable. A worker finds a fetch that goes
-    # unanswered in about twice this.
-    redis_timeout_seconds: float = Field(5.0, gt=0, le=600)
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
     max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))
