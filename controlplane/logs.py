@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -373,9 +374,28 @@ def _wrapped(exc: BaseException | None) -> list[BaseException]:
     while exc is not None and len(chain) < 10:
         chain.append(exc)
         context = exc.__context__
-        said = context is not None and str(context) and str(context) in str(exc)
+        said = context is not None and (
+            (str(context) and str(context) in str(exc)) or _kombu_without_connection(exc)
+        )
         exc = getattr(exc, "orig", None) or exc.__cause__ or (context if said else None)
     return chain
+
+
+def _kombu_without_connection(exc: BaseException) -> bool:
+    """kombu's `ignore_errors(connection, close)` handed the connection Celery 5.7 has already
+    dropped (its consumer restarting after the broker went away, a bootstep closing its
+    channel): reading the dropped connection's error types fails with this AttributeError,
+    raised in kombu while handling the broker's connection error — that error's echo, not a
+    bug of ours (Celery logs it as 'Error on restarting Gossip')."""
+    if not isinstance(exc, AttributeError) or "'connection_errors'" not in str(exc):
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.endswith(_KOMBU_COMMON)
+
+
+_KOMBU_COMMON = os.path.join("kombu", "common.py")
 
 
 def _kind(exc: BaseException) -> str | None:

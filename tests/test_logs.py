@@ -8,6 +8,7 @@ import logging
 import traceback
 from collections.abc import Iterator
 
+import kombu.common
 import kombu.exceptions
 import orjson
 import psycopg
@@ -158,6 +159,23 @@ def test_what_counts_as_an_outage() -> None:
     assert outage_of(chained(applying, refused)) == "redis"
     # A bug raised while handling it (a fallback's) is a bug, not the outage.
     assert outage_of(chained(KeyError("bucket"), refused)) is None
+    # Celery 5.7 closing a channel on the connection it already dropped, through kombu's
+    # ignore_errors (its 'Error on restarting Gossip' in a Redis restart): the echo of the
+    # outage. The same AttributeError raised by anything else is a bug.
+    try:
+        kombu.common.ignore_errors(None, lambda: (_ for _ in ()).throw(refused))
+    except AttributeError as dropped:
+        assert outage_of(dropped) == "redis"
+    else:
+        raise AssertionError("kombu's ignore_errors took a None connection")
+    assert (
+        outage_of(
+            chained(
+                AttributeError("'NoneType' object has no attribute 'connection_errors'"), refused
+            )
+        )
+        is None
+    )
     assert outage_of(redis.exceptions.ResponseError("WRONGTYPE")) is None
 
     assert outage_of(psycopg.OperationalError("server closed the connection")) == "database"
