@@ -355,7 +355,8 @@ def test_a_job_on_a_database_that_stopped_answering_is_an_outage_not_a_killed_jo
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="defect 2: a frozen Redis")
+# Not run: it waits out its 20-s bound for nothing while the defect stands.
+@pytest.mark.xfail(run=False, reason="defect 2: a frozen Redis (beat and an idle worker silent)")
 def test_beat_on_a_redis_that_stopped_answering_says_so_once_and_once_when_it_is_back(
     pg_url: str, redis_url: Any, tmp_path: Path
 ) -> None:
