@@ -481,10 +481,14 @@ class RedisServer:
 
 
 class Proxy:
-    """Forwards 127.0.0.1:<port> to a target port; `cut()` closes every open connection."""
+    """Forwards 127.0.0.1:<port> to a target port; `cut()` closes every open connection, and
+    `flowing.clear()` freezes them: nothing is forwarded and every connection stays open, as
+    a server that stopped answering (a partition, a stopped VM) looks to its clients."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
+        self.flowing = threading.Event()
+        self.flowing.set()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -516,6 +520,7 @@ class Proxy:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self.flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass
@@ -536,6 +541,7 @@ class Proxy:
             s.close()
 
     def close(self) -> None:
+        self.flowing.set()
         self._listener.close()
         self.cut()
 

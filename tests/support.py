@@ -171,3 +171,11 @@ class RedisDatabases:
 
     def give_back(self, url: str) -> None:
         self.held.discard(int(url.rsplit("/", 1)[1]))
+
+
+def raised(exc: BaseException) -> BaseException:
+    """`exc` as raised (with its traceback)."""
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught

@@ -20,6 +20,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from controlplane.logs import DATABASE, OUTAGES, REDIS, JsonLines, outage_of, refusal_of
 from controlplane.settings import Settings, explain
+from tests.support import raised
 
 
 class Logged:
@@ -57,14 +58,6 @@ def logged() -> Iterator[Logged]:
         own.close()
         for outage in OUTAGES.values():
             outage.reset()
-
-
-def raised(exc: BaseException) -> BaseException:
-    """`exc` as raised (with its traceback)."""
-    try:
-        raise exc
-    except BaseException as caught:
-        return caught
 
 
 def test_a_record_is_one_json_line_with_its_exception_in_a_field(logged: Logged) -> None:

@@ -10,10 +10,8 @@ import logging
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ from controlplane.logs import OUTAGES, JsonLines
 from controlplane.settings import Settings, explain
 from tests.conftest import pg_admin_url
 from tests.fixtures import StartWorker
-from tests.liveapi import ROOT, WAIT, free_port, run_cli, run_python, wait_until
-from tests.support import CeleryProcess
+from tests.liveapi import ROOT, WAIT, Proxy, free_port, run_cli, run_python, wait_until
+from tests.support import CeleryProcess, raised
 from workers.app import make_celery
 from workers.schedule import PLAN_JOB
 
@@ -96,50 +94,6 @@ def own_env(**settings: str) -> dict[str, str]:
     return env
 
 
-class FreezingProxy:
-    """A TCP proxy to one server that can freeze: while frozen it forwards nothing and keeps
-    every connection open, as a server that stopped answering (a partition, a failover to
-    an address that is gone, a stopped VM) looks to its clients."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.server.getsockname()[1])
-        self.sockets: list[socket.socket] = [self.server]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                self.flowing.wait()
-                sink.sendall(data)
-        except OSError:
-            pass
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.flowing.set()
-        for s in self.sockets:
-            s.close()
-
-
 # --- point 2: no hidden jobs -----------------------------------------------------------------
 
 
@@ -193,13 +147,6 @@ def test_a_database_that_refuses_the_login_stays_an_error(
         psycopg.connect(url.render_as_string(hide_password=False), connect_timeout=10)
     printed.logger.error("Task metrics.plan raised unexpected", exc_info=refused.value)
     assert [line["level"] for line in printed.lines()] == ["ERROR"], printed.lines()
-
-
-def raised(exc: BaseException) -> BaseException:
-    try:
-        raise exc
-    except BaseException as caught:
-        return caught
 
 
 def test_a_redis_that_refuses_the_password_stays_an_error(printed: Printed) -> None:
@@ -314,7 +261,7 @@ def test_a_job_on_a_database_that_stopped_answering_is_an_outage_not_a_killed_jo
     floor), the job is retried as on any outage, and the process says so once, and once when
     the database answers again."""
     target = make_url(pg_url)
-    proxy = FreezingProxy(target.host or "127.0.0.1", target.port or 5432)
+    proxy = Proxy(target.port or 5432)
     via = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     broker = redis_url()
     # The time limit is well past a failed check and connection (1 + 2 s): only a wait
@@ -368,7 +315,7 @@ def test_beat_on_a_redis_that_stopped_answering_says_so_once_and_once_when_it_is
     lag grows while every log is quiet. (The test gives beat 20 s to notice a freeze: the
     bound is this test's choice.)"""
     server = make_url(redis_url())
-    proxy = FreezingProxy(server.host or "127.0.0.1", server.port or 6379)
+    proxy = Proxy(server.port or 6379)
     broker = server.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     env = own_env(
         SHADOWPLANE_DATABASE_URL=pg_url,
