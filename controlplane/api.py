@@ -39,12 +39,11 @@ from controlplane.http import (
     BodyRefused,
     ORJSONResponse,
     RequestLog,
-    configure_logging,
     log,
 )
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
-from controlplane.logs import noticed
+from controlplane.logs import configure_logging, noticed
 from controlplane.metrics.counters import IngestCounters
 from controlplane.metrics.endpoints import router as windows_router
 from controlplane.migrate import current_revisions, head_revisions

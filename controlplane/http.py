@@ -19,9 +19,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane.compare.jsonutil import dumps
 
-# The app and the dashboard set their logging up from here (controlplane.logs owns it).
-from controlplane.logs import configure_logging as configure_logging
-
 log = logging.getLogger("shadowplane.http")
 
 # Deeper than any config, label or action body needs, and far below the depth at which

@@ -9,7 +9,7 @@ from pathlib import Path
 import streamlit as st
 from starlette.middleware import Middleware
 
-from controlplane.http import configure_logging
+from controlplane.logs import configure_logging
 from controlplane.settings import Settings
 from dashboard import shell, signin
 
