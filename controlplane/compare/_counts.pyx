@@ -9,6 +9,7 @@ its bound.
 
 from collections import Counter
 
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport uint64_t
 
 include "_text.pxi"
@@ -487,8 +488,16 @@ def counts(str text not None):
     separators and a percent sign) plus CJK characters minus the extra characters of each
     Chinese number run (_ZH_NUMBER_RUN). Negations: the Chinese characters outside the
     words _NOT_NEGATING_ZH blanks (leftmost, longest first), then _NEGATION_EN's words."""
-    cdef Py_ssize_t n = len(text)
     cdef Py_UCS4* buffer = code_points(text)
+    try:
+        return counts_of(buffer, len(text))
+    finally:
+        PyMem_Free(buffer)
+
+
+cdef tuple counts_of(const Py_UCS4* buffer, Py_ssize_t n):
+    """counts() of the n code points at buffer, which must hold a 0 after them (a scanner
+    reads one past a letter)."""
     cdef const cp* s = <const cp*>buffer
     cdef State st
     cdef Py_ssize_t i, j, length, number_next = 0, blank_next = 0, zh_extra = 0, cjk = 0
@@ -496,76 +505,73 @@ def counts(str text not None):
     cdef unsigned char f
     cdef int k
     cdef int order[N_KEYS]
-    try:
-        st.n = n
-        for k in range(N_KEYS):
-            st.count[k] = 0
-            st.first[k] = 0
-        st.seen = 0
-        st.en_checked = -1
-        st.units = 0
-        st.ends = 0
-        # body = text.strip()
-        st.lo = 0
-        while st.lo < n and Py_UNICODE_ISSPACE(s[st.lo]):
-            st.lo += 1
-        st.hi = n
-        while st.hi > st.lo and Py_UNICODE_ISSPACE(s[st.hi - 1]):
-            st.hi -= 1
-        st.last_end = st.lo
-        i = 0
-        while i < n:
-            c = s[i]
-            if c < 128:
-                f = ASCII_CLASS[c]
-                if f == 0:
-                    i += 1
-                elif f & A_LETTER:
-                    i = latin_word(s, &st, i)
-                elif f & A_DIGIT:
-                    i = number_unit(s, &st, i)
-                elif f & A_DOT:
-                    i = sentence_dot(s, &st, i)
-                else:
-                    i = sentence_run(s, &st, i)
-            elif CJK_LO <= c <= CJK_HI:
-                cjk += 1
-                f = ZH_CLASS[c - CJK_LO]
-                if f == 0:
-                    i += 1
-                    continue
-                if f & Z_NUMERAL and i >= number_next:
-                    if c == BAI and i + 3 < n and s[i + 1] == FEN and s[i + 2] == ZHI and zh_numeral(s[i + 3]):
-                        length = 3 + zh_number_length(s, n, i + 3)
-                    else:
-                        length = zh_number_length(s, n, i)
-                    zh_extra += length - 1
-                    number_next = i + length
-                if i >= blank_next:
-                    if f & Z_BLANK:
-                        blank_next = i + blank_length(s, n, i, ZH_GROUP[c - CJK_LO] - 1)
-                    if f & Z_NEG and i >= blank_next:
-                        add_key(&st, ZH_NEG_KEY[c - CJK_LO] - 1)
+    st.n = n
+    for k in range(N_KEYS):
+        st.count[k] = 0
+        st.first[k] = 0
+    st.seen = 0
+    st.en_checked = -1
+    st.units = 0
+    st.ends = 0
+    # body = text.strip()
+    st.lo = 0
+    while st.lo < n and Py_UNICODE_ISSPACE(s[st.lo]):
+        st.lo += 1
+    st.hi = n
+    while st.hi > st.lo and Py_UNICODE_ISSPACE(s[st.hi - 1]):
+        st.hi -= 1
+    st.last_end = st.lo
+    i = 0
+    while i < n:
+        c = s[i]
+        if c < 128:
+            f = ASCII_CLASS[c]
+            if f == 0:
                 i += 1
-            elif 0xC0 <= c <= 0x24F:
+            elif f & A_LETTER:
                 i = latin_word(s, &st, i)
-            elif 0xFF10 <= c <= 0xFF19:
+            elif f & A_DIGIT:
                 i = number_unit(s, &st, i)
-            elif c == 0x3002 or c == 0xFF01 or c == 0xFF1F:
-                i = sentence_run(s, &st, i)
-            elif c == LING:
-                cjk += 1
-                if i >= number_next:
-                    length = zh_number_length(s, n, i)
-                    zh_extra += length - 1
-                    number_next = i + length
-                i += 1
+            elif f & A_DOT:
+                i = sentence_dot(s, &st, i)
             else:
-                if (0x3400 <= c <= 0x4DBF) or (0xF900 <= c <= 0xFAFF):
-                    cjk += 1
+                i = sentence_run(s, &st, i)
+        elif CJK_LO <= c <= CJK_HI:
+            cjk += 1
+            f = ZH_CLASS[c - CJK_LO]
+            if f == 0:
                 i += 1
-    finally:
-        PyMem_Free(buffer)
+                continue
+            if f & Z_NUMERAL and i >= number_next:
+                if c == BAI and i + 3 < n and s[i + 1] == FEN and s[i + 2] == ZHI and zh_numeral(s[i + 3]):
+                    length = 3 + zh_number_length(s, n, i + 3)
+                else:
+                    length = zh_number_length(s, n, i)
+                zh_extra += length - 1
+                number_next = i + length
+            if i >= blank_next:
+                if f & Z_BLANK:
+                    blank_next = i + blank_length(s, n, i, ZH_GROUP[c - CJK_LO] - 1)
+                if f & Z_NEG and i >= blank_next:
+                    add_key(&st, ZH_NEG_KEY[c - CJK_LO] - 1)
+            i += 1
+        elif 0xC0 <= c <= 0x24F:
+            i = latin_word(s, &st, i)
+        elif 0xFF10 <= c <= 0xFF19:
+            i = number_unit(s, &st, i)
+        elif c == 0x3002 or c == 0xFF01 or c == 0xFF1F:
+            i = sentence_run(s, &st, i)
+        elif c == LING:
+            cjk += 1
+            if i >= number_next:
+                length = zh_number_length(s, n, i)
+                zh_extra += length - 1
+                number_next = i + length
+            i += 1
+        else:
+            if (0x3400 <= c <= 0x4DBF) or (0xF900 <= c <= 0xFAFF):
+                cjk += 1
+            i += 1
     found = _new_counter(Counter)
     for k in range(N_KEYS):
         order[k] = k
@@ -603,6 +609,9 @@ cdef inline void _sort_keys(int* order, Py_ssize_t* first, int lo, int hi) noexc
             order[b - 1] = t
             b -= 1
 
+
+# counts_of by address, for the one-call reader (_spans.read).
+counts_of_capsule = PyCapsule_New(<void*>counts_of, COUNTS_OF, NULL)
 
 # --- the diff of two readings (comparators.compare_text_conservation) ------------------
 

@@ -12,6 +12,7 @@ include "_text.pxi"
 
 from collections import Counter
 
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
 
@@ -651,17 +652,24 @@ cdef void arabic_decimal(object counts, str arabic, Py_UCS4 big, bint percent) e
 
 def numbers(str rest):
     """conservation.numbers(rest): numbers as a multiset, each in one spelling."""
-    cdef object counts = Counter.__new__(Counter)  # filled through its dict
-    cdef Py_ssize_t n = len(rest), m
+    cdef Py_ssize_t n = len(rest)
     cdef Py_UCS4* s
-    if n:
-        s = code_points(rest)
-        try:
-            if rest.isascii():
-                read_numbers(s, n, counts)
-            else:
-                m = blank(s, n)
-                read_numbers(s, m, counts)
-        finally:
-            PyMem_Free(s)
+    if not n:
+        return Counter.__new__(Counter)
+    s = code_points(rest)
+    try:
+        return numbers_of(s, n, rest.isascii())
+    finally:
+        PyMem_Free(s)
+
+
+cdef object numbers_of(Py_UCS4* s, Py_ssize_t n, bint ascii):
+    """numbers() of the n code points at s, which it blanks in place (`blank`) unless they
+    are all ASCII (which `blank` leaves as they are)."""
+    cdef object counts = Counter.__new__(Counter)  # filled through its dict
+    read_numbers(s, n if ascii else blank(s, n), counts)
     return counts
+
+
+# numbers_of by address, for the one-call reader (_spans.read).
+numbers_of_capsule = PyCapsule_New(<void*>numbers_of, NUMBERS_OF, NULL)

@@ -14,6 +14,7 @@ include "_text.pxi"
 include "_findspans.pxi"
 
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from cpython.set cimport PySet_Add
 from libc.string cimport memcpy
 
@@ -547,11 +548,53 @@ _ASCII_CLASS[40] = _PHONE_START
 
 # --- spans --------------------------------------------------------------------------------
 
+from controlplane.compare import _counts, _numbers
+
+cdef counts_of_t _counts_of = <counts_of_t>PyCapsule_GetPointer(_counts.counts_of_capsule, COUNTS_OF)
+cdef numbers_of_t _numbers_of = <numbers_of_t>PyCapsule_GetPointer(
+    _numbers.numbers_of_capsule, NUMBERS_OF
+)
+
 
 def spans(str text):
     """(conservation.spans(text).named, conservation.spans(text).rest)."""
-    cdef Py_ssize_t n = len(text), i, an, bn, k, w, copied, start, end
     cdef Py_UCS4* s = code_points(text)
+    cdef Py_UCS4* rest = NULL
+    cdef Py_ssize_t rest_n
+    try:
+        named = _named(text, s, len(text), &rest, &rest_n)
+        return named, text if rest == s else _str(rest, rest_n)
+    finally:
+        if rest != s:
+            PyMem_Free(rest)
+        PyMem_Free(s)
+
+
+def read(str text):
+    """(sentences, length, negations, numbers, named spans): conservation.read_python's
+    Reading of the text, in one call on one copy of its code points (the counts and number
+    readers of _counts and _numbers reached by address)."""
+    cdef Py_ssize_t n = len(text)
+    cdef Py_UCS4* s = code_points(text)
+    cdef Py_UCS4* rest = NULL
+    cdef Py_ssize_t rest_n
+    try:
+        named = _named(text, s, n, &rest, &rest_n)
+        sentences, length, negations = _counts_of(s, n)
+        # Last: it blanks the rest in place, which may be the text's own code points. The
+        # rest of an ASCII text is ASCII.
+        return sentences, length, negations, _numbers_of(rest, rest_n, text.isascii()), named
+    finally:
+        if rest != s:
+            PyMem_Free(rest)
+        PyMem_Free(s)
+
+
+cdef object _named(str text, Py_UCS4* s, Py_ssize_t n, Py_UCS4** rest, Py_ssize_t* rest_n):
+    """conservation.spans(text).named, of the text's code points s[:n]; *rest is set to the
+    rest's code points, *rest_n long and followed by a 0: s itself when nothing is blanked,
+    else a new buffer, which the caller frees (left NULL when this raises)."""
+    cdef Py_ssize_t i, an, bn, k, w, copied, start, end
     cdef Py_UCS4* a = s
     cdef Py_UCS4* b = s
     cdef Scratch tmp
@@ -665,14 +708,19 @@ def spans(str text):
             _quoted(s, n, named, &tmp, openers.data, openers.count)
         if ups.count:
             _capitalised(b, bn, named, &tmp, ups.data, ups.count)
-        rest = text if b == s else _str(b, bn)
-        return named, rest
+        if b != s:
+            b[bn] = 0  # each new buffer has room for it
+        if a != s and a != b:
+            PyMem_Free(a)
+        rest[0] = b
+        rest_n[0] = bn
+        a = b = s  # handed over (a freed)
+        return named
     finally:
         if b != a and b != s:
             PyMem_Free(b)
         if a != s:
             PyMem_Free(a)
-        PyMem_Free(s)
         PyMem_Free(tmp.data)
         PyMem_Free(starts.data)
         PyMem_Free(openers.data)

@@ -18,6 +18,15 @@ cdef extern from "Python.h":
     int Py_UNICODE_TODECIMAL(Py_UCS4 ch) nogil
 
 
+# The one-call reader (_spans.read) reaches the counts and number readers of _counts and
+# _numbers by address (each module exports its function in a capsule of this name): one
+# copy of the text's code points serves all three.
+ctypedef tuple (*counts_of_t)(const Py_UCS4* buffer, Py_ssize_t n)
+ctypedef object (*numbers_of_t)(Py_UCS4* buffer, Py_ssize_t n, bint ascii)
+cdef const char* COUNTS_OF = b"controlplane.compare._counts.counts_of"
+cdef const char* NUMBERS_OF = b"controlplane.compare._numbers.numbers_of"
+
+
 cdef inline Py_UCS4* code_points(str text) except NULL:
     """A copy of the text's code points (free it with PyMem_Free); len(text) of them."""
     return PyUnicode_AsUCS4Copy(text)

@@ -554,9 +554,7 @@ def read(text: str) -> Reading:
     if _native is not None:
         if type(text) is not str:
             text = str.__str__(text)  # a str subclass (a StrEnum, numpy.str_): its characters
-        named, rest = _native.spans(text)
-        sentence_total, units, negation_words = _native.counts(text)
-        reading = Reading(sentence_total, units, negation_words, _native.numbers(rest), named)
+        reading = Reading(*_native.read(text))
     else:
         reading = read_python(text)
     _last_read[0] = (original, _native, reading)

@@ -26,7 +26,12 @@ CHOICES = ("auto", "python", "native")
 # The compiled modules (controlplane/compare/_<name>.pyx), each giving the function <name>.
 MODULES = ("counts", "numbers", "spans", "mask", "normal")
 # Further entry points: (the Compiled field, the module giving a function of that name).
-MORE = (("mask_many", "mask"), ("multiset_diff", "counts"), ("set_diff", "counts"))
+MORE = (
+    ("read", "spans"),
+    ("mask_many", "mask"),
+    ("multiset_diff", "counts"),
+    ("set_diff", "counts"),
+)
 
 
 class Compiled(NamedTuple):
@@ -38,6 +43,9 @@ class Compiled(NamedTuple):
     numbers: Callable[[str], Counter[str]]
     # (conservation.spans(text).named, .rest).
     spans: Callable[[str], tuple[frozenset[str], str]]
+    # conservation.read_python(text)'s fields in order (sentences, length, negations,
+    # numbers, spans): the three above in one call on one copy of the text.
+    read: Callable[[str], tuple[int, int, Counter[str], Counter[str], frozenset[str]]]
     # Masker._mask(text), numbering in the Masker's (placeholders, counts).
     mask: Callable[[str, dict[tuple[str, str], str], dict[str, int]], str]
     # [mask(text, ...) for text in texts] in one call (a diff's lists of short strings), or
