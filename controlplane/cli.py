@@ -242,6 +242,26 @@ def tasks_apply(
         typer.echo(f"{a.task}: {verdict} (version {a.version}, stage {a.stage})")
 
 
+@tasks_app.command("example")
+def tasks_example(
+    name: Annotated[
+        str | None, typer.Argument(help="The example's name; without it, the names are listed.")
+    ] = None,
+) -> None:
+    """Print an example task config shipped with Shadowplane (YAML, commented), to adapt
+    and apply: shadowplane tasks example ticket_classify > ticket_classify.yaml"""
+    from controlplane.catalog import examples
+
+    if name is None:
+        for known in examples.names():
+            typer.echo(known)
+        return
+    try:
+        typer.echo(examples.text(name), nl=False)
+    except KeyError as exc:
+        raise _fail(f"name: {exc.args[0]}") from None
+
+
 Reason = Annotated[str, typer.Option(help="Why (kept in the decision and the audit log).")]
 TaskName = Annotated[str, typer.Argument(help="The task's name.")]
 
@@ -387,6 +407,16 @@ def evalset_export(
     for path, count, digest in done.files:
         typer.echo(f"{directory / path}: {count} items, sha256 {digest}")
     typer.echo(f"{done.manifest}: {len(done.files)} files written")
+
+
+@evalset_app.command("schema")
+def evalset_schema() -> None:
+    """Print the JSON Schema of an exported eval set line (the schema.json every export
+    writes beside its files)."""
+    from controlplane.evalsets.items import schema_bytes
+
+    sys.stdout.buffer.write(schema_bytes())
+    sys.stdout.flush()
 
 
 @evalset_app.command("compare")

@@ -44,13 +44,14 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from controlplane.api import create_app
+from controlplane.catalog import examples as example_tasks
 from controlplane.catalog.schemas import DEFAULT_RULES, SPAN_METRICS
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import get_engine, session_scope
 from controlplane.grading.service import grade_task
 from controlplane.ingest.repository import conflict_ids
 from controlplane.keys.service import create_key
-from controlplane.migrate import ROOT, upgrade
+from controlplane.migrate import upgrade
 from controlplane.models import OutboxEvent
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings, get_settings
@@ -64,8 +65,6 @@ from controlplane.sim.profiles import (
 )
 from controlplane.sim.reviewer import SimulatedReviewer, review_over_http, ticket_answers
 from controlplane.sim.runner import FLUSH_SECONDS, Plan, Totals, stream
-
-EXAMPLE_TASKS = ROOT / "examples" / "tasks"
 
 
 def _free_port(preferred: int) -> int:
@@ -189,7 +188,7 @@ def register(
     names = {"admin": "admin", "review": "reviewer", "router": "router"}
     with session_scope(engine) as session:
         applied = []
-        for path in sorted(EXAMPLE_TASKS.glob("*.yaml")):
+        for path in example_tasks.paths():
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
             config = demo_config(raw, scenario, window)
             applied.append(apply_config(session, config, actor="demo"))

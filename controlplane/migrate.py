@@ -19,17 +19,21 @@ from controlplane.models.partitions import keep_partitions
 from controlplane.settings import get_settings
 
 log = logging.getLogger("shadowplane.migrate")
-ROOT = Path(__file__).resolve().parent.parent
+# The Alembic migrations ship inside the package (a wheel holds them), beside this module.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(database_url: str) -> Config:
-    if not (ROOT / "migrations" / "env.py").exists():
+    """Alembic's configuration in code: no alembic.ini is needed where Shadowplane is
+    installed (the repository's alembic.ini is for `alembic revision` while developing)."""
+    if not (MIGRATIONS / "env.py").exists():
         raise RuntimeError(
-            f"no Alembic migrations under {ROOT}: install Shadowplane from a checkout "
-            "(pip install -e .), where migrations/ lives"
+            f"no Alembic migrations under {MIGRATIONS}: this installation of Shadowplane is "
+            "incomplete (reinstall it: pip install --force-reinstall shadowplane)"
         )
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("path_separator", "os")
     # ConfigParser interpolation: a literal % in a password must be doubled.
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg

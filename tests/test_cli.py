@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.catalog.examples import FOLDER
 from tests.liveapi import Done, run_cli
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+EXAMPLES = FOLDER
 
 
 def run(tmp_path: Path, *args: str, ok: bool = True) -> Done:

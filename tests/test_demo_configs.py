@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import yaml
 
+from controlplane.catalog.examples import paths as example_paths
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.demo import (
     CANARY,
     DEMO_REGRESSION_ITEMS,
-    EXAMPLE_TASKS,
     FIXED_COSTS,
     SCENARIOS,
     SPAN_SECONDS,
@@ -22,8 +22,7 @@ from controlplane.rollout.flags import derive
 
 def test_every_scenario_gives_valid_configs_with_the_span_rules() -> None:
     examples = {
-        raw["task"]: raw
-        for raw in (yaml.safe_load(p.read_text("utf-8")) for p in EXAMPLE_TASKS.glob("*.yaml"))
+        raw["task"]: raw for raw in (yaml.safe_load(p.read_text("utf-8")) for p in example_paths())
     }
     assert CANARY in examples
     for scenario in SCENARIOS:

@@ -135,7 +135,14 @@ class Shell:
         return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, word)
 
     def cli(self, argv: list[str]) -> Done:
-        return run_cli([self.expand(w) for w in argv], self.env, self.workdir, timeout=120)
+        """A `shadowplane` command; `> FILE` at its end writes its output there."""
+        target = None
+        if len(argv) > 2 and argv[-2] == ">":
+            argv, target = argv[:-2], self.workdir / self.expand(argv[-1])
+        done = run_cli([self.expand(w) for w in argv], self.env, self.workdir, timeout=120)
+        if target is not None and done.returncode == 0:
+            target.write_text(done.stdout, encoding="utf-8")
+        return done
 
     def assign(self, line: Line) -> bool:
         """`NAME=$(shadowplane … | tail -n 1)` or `NAME=value`; False for other lines."""
@@ -216,7 +223,6 @@ def test_the_readme_production_steps_end_with_a_canary_the_scenario_rolls_back(
     assert ROLLED_BACK.split(": ", 1)[1] in " ".join(section.split()), "the README's words"
     workdir = tmp_path / "cwd"
     workdir.mkdir()
-    (workdir / "examples").symlink_to(ROOT / "examples")
     home = tmp_path / "home"
     redis = redis_url()
     env = celery_env(pg_url, redis, SHADOWPLANE_TICK_SECONDS="1", HOME=str(home))
@@ -227,7 +233,7 @@ def test_the_readme_production_steps_end_with_a_canary_the_scenario_rolls_back(
     api: ApiServer | None = None
     for line in setup:
         program = line.words[0]
-        if program in ("git", "python3"):  # the install: this checkout is installed
+        if program in ("python3", "pip"):  # the install: this checkout is installed
             continue
         if program == "export":  # the servers' URLs: the test's (in `env`)
             name = line.words[1].split("=", 1)[0]

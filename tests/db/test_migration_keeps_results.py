@@ -78,7 +78,7 @@ def loaded(db_url: str) -> Iterator[Api]:
         yield api
 
 
-# The result columns the latest migration adds (none: migrations/versions/
+# The result columns the latest migration adds (none: controlplane/migrations/versions/
 # *_overview_traffic_index.py adds an index of window metrics only), and the window metric
 # columns it adds (none).
 ADDED_BY_LATEST: tuple[str, ...] = ()

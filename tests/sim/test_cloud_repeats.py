@@ -9,12 +9,12 @@ import functools
 import math
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import yaml
 from sqlalchemy import select
 
+from controlplane.catalog.examples import FOLDER
 from controlplane.client import wants_repeat
 from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
@@ -27,7 +27,7 @@ from tests.sim.test_simulator import live_api  # noqa: F401  (the live API fixtu
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 N = 20000
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+EXAMPLES = FOLDER
 
 
 def _spec(task: str) -> dict[str, Any]:
