@@ -25,13 +25,17 @@ cdef enum:
 # Python's `re` picks. The pattern is bounded (at most ~40 characters), so is the work.
 
 # `\d` (re_digit), quicker on the characters of most texts: no decimal digit lies below
-# U+0660 but ASCII's, nor between U+1C5A and U+A620 (CJK and its punctuation) in any
-# Unicode version so far (tests/ingest/test_native_spans.py checks this build's table).
+# U+0660 but ASCII's, nor between U+1C5A and U+A620 (CJK and its punctuation), nor from
+# U+AC00 to the plane's end but the full-width ones (０-９, beside the full-width
+# punctuation of Chinese text), in any Unicode version so far
+# (tests/ingest/test_native_spans.py checks this build's table).
 cdef inline bint nd_digit(Py_UCS4 c) noexcept nogil:
     if c < 0x660:
         return 48 <= c <= 57
     if 0x1C5A <= c < 0xA620:
         return False
+    if 0xAC00 <= c < 0x10000:
+        return 0xFF10 <= c <= 0xFF19
     return re_digit(c)
 
 

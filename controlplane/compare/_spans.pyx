@@ -430,10 +430,25 @@ _FULL_NAMES[:] = [
 ]
 
 
+# The opening words by their first letter (each starts with one of A-Z), so a run is held
+# to the few that share its first letter.
+cdef int _OPENING_BY_FIRST[26][12]
+cdef int _N_OPENING_BY_FIRST[26]
+_N_OPENING_BY_FIRST[:] = [0] * 26
+for _k in range(_N_OPENING_WORDS):
+    _first = _OPENING_WORDS[_k][0] - 65
+    assert 0 <= _first < 26 and _N_OPENING_BY_FIRST[_first] < 12
+    _OPENING_BY_FIRST[_first][_N_OPENING_BY_FIRST[_first]] = _k
+    _N_OPENING_BY_FIRST[_first] += 1
+
+
 cdef bint _opening_word(const Py_UCS4* w, Py_ssize_t length) noexcept nogil:
-    cdef int k
-    for k in range(_N_OPENING_WORDS):
-        if _same(w, length, _OPENING_WORDS[k]):
+    cdef int k, first
+    if length == 0 or not _upper(w[0]):
+        return False
+    first = <int>w[0] - 65
+    for k in range(_N_OPENING_BY_FIRST[first]):
+        if _same(w, length, _OPENING_WORDS[_OPENING_BY_FIRST[first][k]]):
             return True
     return False
 
@@ -638,6 +653,8 @@ cdef object _named(str text, Py_UCS4* s, Py_ssize_t n, Py_UCS4** rest, Py_ssize_
                                 url = True
                         elif i + 3 < n and s[i + 1] == 119 and s[i + 2] == 119 and s[i + 3] == 46:
                             url = True
+            elif 0x3010 <= c < 0xA620:
+                continue  # CJK (no quote mark, no digit): most characters of Chinese text
             elif c == 0x201C or c == 0x300A or c == 0x300C or c == 0x300E:
                 _push(&openers, i)
             elif nd_digit(c):
