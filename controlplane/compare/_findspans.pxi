@@ -19,6 +19,31 @@ cdef enum:
     NON_ASCII_DIGITS = 2  # \d: decimal digits of any script
 
 
+from cpython.mem cimport PyMem_Realloc
+
+
+# Where something stands in a text (ascending), in a growing buffer the reader frees.
+cdef struct Positions:
+    Py_ssize_t* data
+    Py_ssize_t count
+    Py_ssize_t cap
+
+
+cdef int _push(Positions* p, Py_ssize_t i) except -1:
+    cdef Py_ssize_t* grown
+    cdef Py_ssize_t cap
+    if p.count == p.cap:
+        cap = max(2 * p.cap, 64)
+        grown = <Py_ssize_t*>PyMem_Realloc(p.data, cap * sizeof(Py_ssize_t))
+        if grown == NULL:
+            raise MemoryError()
+        p.data = grown
+        p.cap = cap
+    p.data[p.count] = i
+    p.count += 1
+    return 0
+
+
 # --- PHONE ------------------------------------------------------------------------------
 # Each branch is matched by hand with the regex's own backtracking order (greedy counts
 # tried from the most down, optional parts tried present first), so the end is the one

@@ -533,6 +533,25 @@ cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ss
     return 0
 
 
+cdef inline bint _view_mark(Py_UCS4 c, Py_UCS4 before, Positions* starts, Positions* ats,
+                            Py_ssize_t i, Py_ssize_t* colons, bint* dot) except -1:
+    """Notes what the view's character c (below "A") at i is for the first pass: True for a
+    digit. `before` is the view's character before it (0 at the start)."""
+    if 48 <= c <= 57:
+        if not (48 <= before <= 57):
+            _push(starts, i)
+        return True
+    if c == 60 or c == 43 or c == 40:  # < + (
+        _push(starts, i)
+    elif c == 64:
+        _push(ats, i)
+    elif c == 46:
+        dot[0] = True
+    elif c == 58:
+        colons[0] += 1
+    return False
+
+
 # --- the masker --------------------------------------------------------------------------
 
 def mask(str text, dict placeholders, dict counts):
@@ -566,9 +585,12 @@ cdef object mask_one(str text, dict placeholders, dict counts):
     cdef Py_UCS4* v = NULL
     cdef Py_ssize_t* spans = NULL  # the replaced spans' (start, end)
     cdef Py_ssize_t* grown
-    cdef Py_UCS4 c
+    cdef Py_UCS4 c, before = 0
     cdef bint any_digit = False, at = False, dot = False, wide = False
-    cdef Py_ssize_t colons = 0
+    cdef Py_ssize_t colons = 0, hint = 0
+    # Where the first pass's other patterns may start in the view ("<", "+", "(", a digit
+    # after no digit), and where the "@"s stand: its finders are asked only there.
+    cdef Positions starts, ats
     cdef int kind
     cdef list replacements
     cdef SpanFinder f
@@ -578,22 +600,21 @@ cdef object mask_one(str text, dict placeholders, dict counts):
     o.len = 0
     o.cap = 0
     o.changed = False
+    starts.data = ats.data = NULL
+    starts.count = starts.cap = ats.count = ats.cap = 0
     try:
         # The view (redaction._view), one character for one: the text's own buffer when
         # it is ASCII.
-        for i in range(n):
+        i = 0
+        while i < n:
             c = t[i]
             if c >= 128:
                 wide = True
                 break
-            if 48 <= c <= 57:
+            if c < 65 and _view_mark(c, before, &starts, &ats, i, &colons, &dot):
                 any_digit = True
-            elif c == 64:
-                at = True
-            elif c == 46:
-                dot = True
-            elif c == 58:
-                colons += 1
+            before = c
+            i += 1
         if wide:
             v = <Py_UCS4*>PyMem_Malloc((n + 1) * sizeof(Py_UCS4))
             if v == NULL:
@@ -604,34 +625,33 @@ cdef object mask_one(str text, dict placeholders, dict counts):
                 if c >= 128:
                     if nd_digit(c):
                         c = 48 + Py_UNICODE_TODECIMAL(c)
-                        any_digit = True
                     elif c == 0xA0 or c == 0x2007 or c == 0x2009 or c == 0x202F:
                         c = 32
                     elif c == 0xFF20:
                         c = 64
-                        at = True
-                elif 48 <= c <= 57:
+                if c < 65 and _view_mark(c, before, &starts, &ats, i, &colons, &dot):
                     any_digit = True
-                elif c == 64:
-                    at = True
-                elif c == 46:
-                    dot = True
-                elif c == 58:
-                    colons += 1
                 v[i] = c
+                before = c
                 i += 1
         else:
             v = t
+        at = ats.count > 0
         if not any_digit and not at:
             return text
         if dot:
             first = first_11 if colons >= 3 else first_10
         else:
             first = first_01 if colons >= 3 else first_00
-        # Only "<", digits, "+", "(" (and hex letters for IPv6) start a match in the view.
-        span_init_filtered(&f, v, n, first, at, False,
-                           b"<+(0123456789abcdefABCDEF" if colons >= 3 else b"<+(0123456789",
-                           NON_ASCII_NEVER)
+        if colons >= 3:
+            # Hex letters start an IPv6 address too: asked at every "<+(", digit and letter.
+            span_init_filtered(&f, v, n, first, at, False, b"<+(0123456789abcdefABCDEF",
+                               NON_ASCII_NEVER)
+        else:
+            # Only "<", "+", "(" and a digit after no digit start a match in the view
+            # (first_at), and every "@" is known.
+            span_init_hinted(&f, v, n, first, at, False, starts.data, starts.count, ats.data,
+                             ats.count)
         # Every replacement of the first pass is numbered before the token pass reads the
         # pieces between them.
         replacements = []
@@ -664,3 +684,5 @@ cdef object mask_one(str text, dict placeholders, dict counts):
         PyMem_Free(t)
         PyMem_Free(spans)
         PyMem_Free(o.buf)
+        PyMem_Free(starts.data)
+        PyMem_Free(ats.data)

@@ -49,27 +49,6 @@ cdef Py_UCS4* _room(Scratch* t, Py_ssize_t need) except NULL:
     return t.data
 
 
-cdef struct Positions:
-    Py_ssize_t* data
-    Py_ssize_t count
-    Py_ssize_t cap
-
-
-cdef int _push(Positions* p, Py_ssize_t i) except -1:
-    cdef Py_ssize_t* grown
-    cdef Py_ssize_t cap
-    if p.count == p.cap:
-        cap = max(2 * p.cap, 64)
-        grown = <Py_ssize_t*>PyMem_Realloc(p.data, cap * sizeof(Py_ssize_t))
-        if grown == NULL:
-            raise MemoryError()
-        p.data = grown
-        p.cap = cap
-    p.data[p.count] = i
-    p.count += 1
-    return 0
-
-
 cdef inline void _add(object named, object value) except *:
     PySet_Add(named, value)
 
