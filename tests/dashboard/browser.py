@@ -173,11 +173,15 @@ def body_text(driver: WebDriver) -> str:
 
 
 def wait_for_text(driver: WebDriver, *texts: str, what: str) -> str:
-    """Wait until the page's visible text holds every one of `texts`; the text."""
+    """Wait until the page's visible text holds every one of `texts`; the text. A body
+    replaced while it is read (a sign-in moving on to the app) is read again."""
     try:
-        WebDriverWait(driver, PAGE_SECONDS, poll_frequency=0.2).until(
-            lambda d: all(t in body_text(d) for t in texts)
-        )
+        WebDriverWait(
+            driver,
+            PAGE_SECONDS,
+            poll_frequency=0.2,
+            ignored_exceptions=(StaleElementReferenceException,),
+        ).until(lambda d: all(t in body_text(d) for t in texts))
     except TimeoutException:
         shown = body_text(driver)
         missing = [t for t in texts if t not in shown]
