@@ -20,6 +20,8 @@ cdef extern from "Python.h":
     object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
     int PyUnicode_4BYTE_KIND
     Py_UCS4 PyUnicode_READ_CHAR(object text, Py_ssize_t index)
+    bint PyUnicode_IS_ASCII(object text)
+    void* PyUnicode_DATA(object text)
 
 
 # The kinds of the first pass's matches (find_spans' `other`: kinds >= 10).
@@ -32,8 +34,17 @@ cdef enum:
     K_SSN = 15
     K_PHONE = 16
 
-# The placeholder types, in redaction.TYPES' order (KEEP's alternation order).
+# The placeholder types, in redaction.TYPES' order (KEEP's alternation order), and each
+# one's index there.
 _NAMES = ("EMAIL", "IP", "IDCARD", "CARD", "PHONE", "ID", "NUM")
+cdef enum:
+    P_EMAIL = 0
+    P_IP = 1
+    P_IDCARD = 2
+    P_CARD = 3
+    P_PHONE = 4
+    P_ID = 5
+    P_NUM = 6
 
 
 cdef inline bint digit(Py_UCS4 c) noexcept nogil:
@@ -317,23 +328,28 @@ cdef str without_zero_width(const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end):
 
 
 # "<KIND_n>" spelt once per process for the first numbers of each type (a result's secrets
-# are numbered from 1 in every Masker, so the same few strings are made over and over).
-cdef dict _SPELT = {}
+# are numbered from 1 in every Masker, so the same few strings are made over and over),
+# per type (_NAMES' order) a list: the spelling of n at n - 1.
+cdef list _SPELT = [[] for _ in _NAMES]
 cdef Py_ssize_t _SPELT_MAX = 1000
 
 
-cdef str placeholder(dict placeholders, dict counts, str kind, str key):
+cdef str placeholder(dict placeholders, dict counts, int type_index, str key):
+    cdef str kind = <str>_NAMES[type_index]
     cdef tuple pair = (kind, key)
+    cdef list spelt
+    cdef Py_ssize_t count
     found = placeholders.get(pair)
     if found is None:
         count = counts.get(kind, 0) + 1
         counts[kind] = count
-        name = (kind, count)
-        found = _SPELT.get(name)
-        if found is None:
+        spelt = <list>_SPELT[type_index]
+        if count <= len(spelt):
+            found = spelt[count - 1]
+        else:
             found = f"<{kind}_{count}>"
-            if count <= _SPELT_MAX:
-                _SPELT[name] = found
+            if count == len(spelt) + 1 and count <= _SPELT_MAX:
+                spelt.append(found)
         placeholders[pair] = found
     return found  # (type-checked: a str)
 
@@ -373,11 +389,11 @@ cdef object replace(dict placeholders, dict counts, int kind, const Py_UCS4* v, 
                 octet = 0
             else:
                 octet = octet * 10 + <int>v[j] - 48
-        return placeholder(placeholders, counts, "IP", chars(v, start, end))
+        return placeholder(placeholders, counts, P_IP, chars(v, start, end))
     if kind == K_IP6:
-        return placeholder(placeholders, counts, "IP", chars(v, start, end))
+        return placeholder(placeholders, counts, P_IP, chars(v, start, end))
     if kind == K_SSN:
-        return placeholder(placeholders, counts, "NUM", digits_of(v, start, end))
+        return placeholder(placeholders, counts, P_NUM, digits_of(v, start, end))
     if kind == K_CARD:
         key = digits_of(v, start, end)
         plain = True
@@ -386,10 +402,10 @@ cdef object replace(dict placeholders, dict counts, int kind, const Py_UCS4* v, 
                 plain = False
                 break
         if plain and not luhn(v, start, end):
-            return placeholder(placeholders, counts, "NUM", key)
-        return placeholder(placeholders, counts, "CARD", key)
+            return placeholder(placeholders, counts, P_NUM, key)
+        return placeholder(placeholders, counts, P_CARD, key)
     if kind == K_IDCARD:
-        return placeholder(placeholders, counts, "IDCARD", digits_of(v, start, end))
+        return placeholder(placeholders, counts, P_IDCARD, digits_of(v, start, end))
     if kind == K_PHONE:
         key = digits_of(v, start, end)
         # phone_key: without the 00 prefix, +86 mobiles as dialled at home.
@@ -397,11 +413,11 @@ cdef object replace(dict placeholders, dict counts, int kind, const Py_UCS4* v, 
             key = key[2:]
         if len(key) == 13 and key.startswith("861"):
             key = key[2:]
-        return placeholder(placeholders, counts, "PHONE", key)
+        return placeholder(placeholders, counts, P_PHONE, key)
     if kind == K_EMAIL:
         # Without its zero-width characters, lower case.
         key = without_zero_width(v, start, end).lower()
-        return placeholder(placeholders, counts, "EMAIL", key)
+        return placeholder(placeholders, counts, P_EMAIL, key)
     return None
 
 
@@ -441,10 +457,16 @@ cdef int put(Out* o, const Py_UCS4* s, Py_ssize_t start, Py_ssize_t end) except 
 cdef int put_str(Out* o, str text) except -1:
     """A placeholder appended."""
     cdef Py_ssize_t k, n = len(text)
+    cdef const unsigned char* ascii
     o.changed = True
     reserve(o, n)
-    for k in range(n):
-        o.buf[o.len + k] = PyUnicode_READ_CHAR(text, k)
+    if PyUnicode_IS_ASCII(text):  # every placeholder: its characters, as they are stored
+        ascii = <const unsigned char*>PyUnicode_DATA(text)
+        for k in range(n):
+            o.buf[o.len + k] = ascii[k]
+    else:
+        for k in range(n):
+            o.buf[o.len + k] = PyUnicode_READ_CHAR(text, k)
     o.len += n
     return 0
 
@@ -512,7 +534,7 @@ cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ss
                     digits += 1
             if letters and digits >= 2:
                 put(o, t, copied, left)
-                put_str(o, placeholder(placeholders, counts, "ID", chars(v, left, right)))
+                put_str(o, placeholder(placeholders, counts, P_ID, chars(v, left, right)))
                 copied = right
                 continue
         # _LONG_DIGIT_RUN.finditer(view, start, pos)
@@ -524,7 +546,7 @@ cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ss
                     e += 1
                 if e - k >= 6:
                     put(o, t, copied, k)
-                    put_str(o, placeholder(placeholders, counts, "NUM", chars(v, k, e)))
+                    put_str(o, placeholder(placeholders, counts, P_NUM, chars(v, k, e)))
                     copied = e
                 k = e
             else:
