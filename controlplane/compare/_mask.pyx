@@ -487,27 +487,44 @@ cdef bint is_placeholder(const Py_UCS4* t, Py_ssize_t first, Py_ssize_t last) no
     return e == last - 1 and 1 <= e - j <= most
 
 
+cdef inline Py_ssize_t next_run(const Py_UCS4* v, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t j,
+                                const Positions* starts, Py_ssize_t* cursor) noexcept nogil:
+    """Where the first digit run of v[lo:hi] starting at j or later starts, or -1. Past lo
+    it is one of `starts` (a digit after no digit in the view); at lo a digit starts one
+    (the piece begins there). `cursor` only moves forward, as the pieces do."""
+    cdef Py_ssize_t k
+    if j == lo and lo < hi and digit(v[lo]):
+        return lo
+    while cursor[0] < starts.count:
+        k = starts.data[cursor[0]]
+        if k >= hi:
+            return -1
+        if k >= j and digit(v[k]):
+            return k
+        cursor[0] += 1
+    return -1
+
+
 cdef int tokens(Out* o, const Py_UCS4* t, const Py_UCS4* v, Py_ssize_t lo, Py_ssize_t hi,
-                dict placeholders, dict counts) except -1:
-    """Masker._tokens on text[lo:hi] (its view v[lo:hi]), appended to the output."""
+                dict placeholders, dict counts, const Positions* starts,
+                Py_ssize_t* cursor) except -1:
+    """Masker._tokens on text[lo:hi] (its view v[lo:hi]), appended to the output; `starts`
+    holds where a digit after no digit stands in the view (and more), read from `cursor`."""
     cdef Py_ssize_t copied = lo, pos = lo, j, e, start, end, left, right, k, letters, digits
     cdef bint found
     while True:
         # _TOKEN_DIGIT_RUN.search(view, pos): a whole digit run, long or in a token.
         found = False
-        j = pos
-        while j < hi:
-            if digit(v[j]) and (j == lo or not digit(v[j - 1])):
-                e = j + 1
-                while e < hi and digit(v[e]):
-                    e += 1
-                if (e - j >= 6 or (j > lo and token_letter(v[j - 1]))
-                        or (e < hi and token_letter(v[e]))):
-                    found = True
-                    break
-                j = e
-            else:
-                j += 1
+        j = next_run(v, lo, hi, pos, starts, cursor)
+        while j >= 0:
+            e = j + 1
+            while e < hi and digit(v[e]):
+                e += 1
+            if (e - j >= 6 or (j > lo and token_letter(v[j - 1]))
+                    or (e < hi and token_letter(v[e]))):
+                found = True
+                break
+            j = next_run(v, lo, hi, e, starts, cursor)
         if not found:
             break
         start, end = j, e
@@ -609,7 +626,7 @@ cdef object mask_one(str text, dict placeholders, dict counts):
     cdef Py_ssize_t* grown
     cdef Py_UCS4 c, before = 0
     cdef bint any_digit = False, at = False, dot = False, wide = False
-    cdef Py_ssize_t colons = 0, hint = 0
+    cdef Py_ssize_t colons = 0, cursor = 0
     # Where the first pass's other patterns may start in the view ("<", "+", "(", a digit
     # after no digit), and where the "@"s stand: its finders are asked only there.
     cdef Positions starts, ats
@@ -693,10 +710,10 @@ cdef object mask_one(str text, dict placeholders, dict counts):
         reserve(&o, n + 16)
         copied = 0
         for k in range(count):
-            tokens(&o, t, v, copied, spans[2 * k], placeholders, counts)
+            tokens(&o, t, v, copied, spans[2 * k], placeholders, counts, &starts, &cursor)
             put_str(&o, <str>replacements[k])
             copied = spans[2 * k + 1]
-        tokens(&o, t, v, copied, n, placeholders, counts)
+        tokens(&o, t, v, copied, n, placeholders, counts, &starts, &cursor)
         if not o.changed:
             return text  # nothing replaced
         return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, o.buf, o.len)
