@@ -13,6 +13,7 @@ include "_text.pxi"
 from collections import Counter
 
 from cpython.pycapsule cimport PyCapsule_New
+from libc.string cimport memmove
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
 
@@ -127,6 +128,30 @@ cdef inline bint blank_stop(Py_UCS4 c) noexcept nogil:
     return code < 0x10000 and (BLANK_STOPS[code >> 6] >> (code & 63)) & 1
 
 
+cdef inline Py_ssize_t next_marked(const Py_UCS4* s, Py_ssize_t i, Py_ssize_t n,
+                                   const unsigned long long* stops) noexcept nogil:
+    """The first position from i whose character `stops` marks or lies past the Basic
+    Multilingual Plane, or n: four characters tested at a time, one branch for the four."""
+    cdef unsigned int a, b, c, d
+    while i + 4 <= n:
+        a = s[i]
+        b = s[i + 1]
+        c = s[i + 2]
+        d = s[i + 3]
+        if (a | b | c | d) >= 0x10000 or (
+            (stops[a >> 6] >> (a & 63)) | (stops[b >> 6] >> (b & 63))
+            | (stops[c >> 6] >> (c & 63)) | (stops[d >> 6] >> (d & 63))
+        ) & 1:
+            break
+        i += 4
+    while i < n:
+        a = s[i]
+        if a >= 0x10000 or (stops[a >> 6] >> (a & 63)) & 1:
+            return i
+        i += 1
+    return n
+
+
 # --- _NOT_NUMBERS_ZH -------------------------------------------------------------------
 
 
@@ -182,9 +207,33 @@ cdef Py_ssize_t blank(Py_UCS4* s, Py_ssize_t n) noexcept nogil:
 
     Written at m <= i: what a match at i reads (s[i - 1] to s[i + 3]) is not written yet
     when m < i, and when m == i nothing was blanked and s[i - 1] is only translated."""
-    cdef Py_ssize_t i = 0, m = 0, k
+    cdef Py_ssize_t i = 0, m = 0, j, k
     cdef Py_UCS4 c
+    # Nothing moves until a match is blanked: translated in place till then.
+    while True:
+        i = next_marked(s, i, n, BLANK_STOPS)
+        if i == n:
+            return n
+        c = s[i]
+        if c >= 0x10000:
+            i += 1
+        elif c >= 0xFF05:
+            s[i] = fullwidth(c)
+            i += 1
+        else:
+            k = not_number_length(s, n, i)
+            if k:
+                break
+            i += 1
+    m = i
     while i < n:
+        # The characters up to the next stop move back as they are, in one copy.
+        j = next_marked(s, i, n, BLANK_STOPS)
+        memmove(s + m, s + i, (j - i) * sizeof(Py_UCS4))
+        m += j - i
+        i = j
+        if i == n:
+            break
         c = s[i]
         if blank_stop(c):
             if c >= 0xFF05:
@@ -523,8 +572,11 @@ cdef void read_numbers(const Py_UCS4* b, Py_ssize_t m, object counts) except *:
     cdef Py_UCS4 c, big
     cdef bint comma, point, percent
     while i < m:
+        i = next_marked(b, i, m, NUMBER_STOPS)  # neither \d nor a numeral: most characters
+        if i == m:
+            break
         c = b[i]
-        if not number_stop(c):  # neither \d nor a numeral: most characters
+        if not number_stop(c):  # past the plane and no digit
             i += 1
             continue
         if digit(c):
