@@ -1,10 +1,11 @@
-"""The wheel is the whole product: built from the repository's tracked files alone (what a
-fresh clone holds), installed (not editable) into a fresh venv outside the checkout, it
+"""The wheel is the whole product: built from the sdist of the repository's tracked files
+alone (what a fresh clone holds), installed (not editable) into a fresh venv outside the checkout, it
 sets up a database, registers an example task, serves the API with the compiled text
 reader, takes results, runs a pass and answers flags, with nothing read from the checkout.
 
-About 40 s: the wheel's build compiles the text reader, the venv installs the
-dependencies from pip's cache (filled by scripts/test's own install)."""
+About 50 s: the wheel's build compiles the text reader, the venv installs the
+dependencies from pip's cache (filled by scripts/test's own install). Without a compiler,
+the sdist still builds, without the reader, and says so."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,36 +30,65 @@ TRACKED_ONLY = "the wheel is built from the tracked files, as a fresh clone has 
 def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
     assert done.returncode == 0, f"{' '.join(map(str, argv))} failed:\n{done.stdout}\n{done.stderr}"
-    return done  # type: ignore[no-any-return]
+    return done
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel` of a copy of the repository's tracked files (no build/, no .so, no
+def make_sdist(base: Path) -> Path:
+    """The sdist of a copy of the repository's tracked files (no build/, no .so, no
     untracked file can make it pass)."""
-    base = tmp_path_factory.mktemp("wheel")
     source = base / "src"
     tracked = _run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
     for name in filter(None, tracked):
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    out = base / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)])
+    _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(base), str(source)])
+    (built,) = base.glob("shadowplane-*.tar.gz")
+    return built
+
+
+def make_wheel(sdist: Path, out: Path) -> Path:
+    """The binary wheel `pip wheel` builds from the sdist, here, with a C compiler."""
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(sdist)])
     (built,) = out.glob("shadowplane-*.whl")
     return built
 
 
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def check_without_a_compiler(sdist: Path, tmp_path: Path) -> None:
+    """Without a compiler the sdist still builds, without the reader, and says so."""
+    env = {**os.environ, "CC": "/bin/false"}
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-deps",
+        "-w",
+        str(tmp_path),
+        str(sdist),
+    ]
+    done = _run(argv, env=env)
+    for module in ("_counts", "_numbers", "_spans", "_mask", "_normal"):
+        assert (
+            f'building extension "controlplane.compare.{module}" failed'
+            in done.stdout + done.stderr
+        )
+    (built,) = tmp_path.glob("shadowplane-*.whl")
+    names = zipfile.ZipFile(built).namelist()
+    assert "controlplane/compare/native.py" in names
+    assert not [n for n in names if n.endswith(".so")], names
+
+
+def make_venv(wheel: Path, home: Path) -> Path:
     """A fresh venv with the wheel and its dependencies installed, nothing of the checkout."""
-    home = tmp_path_factory.mktemp("venv") / "venv"
     _run([sys.executable, "-m", "venv", str(home)])
     _run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", str(wheel)])
     return home
 
 
-def test_the_wheel_is_binary_and_carries_what_a_deployment_needs(wheel: Path) -> None:
+def check_contents(wheel: Path) -> None:
+    """A platform wheel, with the migrations and the examples, without sources."""
     # A platform wheel (the compiled reader inside), with the migrations and the examples.
     assert not wheel.name.endswith("-none-any.whl"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
@@ -84,27 +113,27 @@ def test_the_wheel_is_binary_and_carries_what_a_deployment_needs(wheel: Path) ->
     assert not [n for n in names if n.endswith((".pyx", ".pxi", ".c"))]
 
 
-@pytest.fixture
-def outside(venv: Path, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A folder outside the checkout and the environment `shadowplane` runs in there."""
-    assert ROOT not in tmp_path.parents
+def test_the_wheel_is_the_whole_product(tmp_path: Path) -> None:
+    # One test, in order: each step needs the one before (xdist would repeat a shared
+    # fixture in each of its processes).
+    sdist = make_sdist(tmp_path / "sdist")
+    check_without_a_compiler(sdist, tmp_path / "fallback")
+    wheel = make_wheel(sdist, tmp_path / "wheel")
+    check_contents(wheel)
+    venv = make_venv(wheel, tmp_path / "venv")
+    here = tmp_path / "outside"
+    here.mkdir()
+    assert ROOT not in here.parents
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHADOWPLANE_", "PYTHON"))}
     env.update(
         {
             "PATH": f"{venv / 'bin'}:{env.get('PATH', '')}",
-            "SHADOWPLANE_DATABASE_URL": f"sqlite:///{tmp_path / 'shadowplane.db'}",
+            "SHADOWPLANE_DATABASE_URL": f"sqlite:///{here / 'shadowplane.db'}",
             # The compiled reader or an error naming why it is not there.
             "SHADOWPLANE_TEXT_READER": "native",
             "SHADOWPLANE_LOG_LEVEL": "WARNING",
         }
     )
-    yield tmp_path, env
-
-
-def test_the_installed_wheel_runs_the_loop_outside_the_checkout(
-    venv: Path, outside: tuple[Path, dict[str, str]]
-) -> None:
-    here, env = outside
     cli = str(venv / "bin" / "shadowplane")
 
     def sp(*args: str) -> str:
