@@ -69,10 +69,20 @@ cdef struct Out:
     bint gap  # whitespace seen since the last character put
 
 
+# No character past U+3000 (the ideographic space) is white space (str.isspace), so the
+# CJK text past it needs no look-up (tests/ingest/test_native_classes.py checks it).
+cdef enum:
+    LAST_SPACE = 0x3000
+
+
+cdef inline bint _space(Py_UCS4 c) noexcept:
+    return <unsigned int>c <= LAST_SPACE and Py_UNICODE_ISSPACE(c)
+
+
 cdef inline int _put(Out *out, Py_UCS4 c) except -1:
     """Append `c`, whitespace runs collapsed to one space and none at either end."""
     cdef Py_UCS4 *grown
-    if Py_UNICODE_ISSPACE(c):
+    if _space(c):
         out.gap = out.size > 0
         return 0
     if out.size + 2 > out.cap:
