@@ -80,6 +80,7 @@ from benchmarks._support import (  # noqa: E402
     start_services,
     stop_services,
 )
+from controlplane.catalog.examples import FOLDER as EXAMPLE_TASKS  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import forget_engines, get_engine, in_transaction, session_scope  # noqa: E402
 from controlplane.ingest import service, validation  # noqa: E402
@@ -104,7 +105,7 @@ TASK = {
 }
 
 
-TEXT_TASK = ROOT / "examples" / "tasks" / "reply_rewrite.yaml"
+TEXT_TASK = EXAMPLE_TASKS / "reply_rewrite.yaml"
 TEXT_CHARS = 3000
 
 

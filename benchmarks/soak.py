@@ -64,13 +64,13 @@ from benchmarks._support import (  # noqa: E402
     start_services,
     stop_services,
 )
+from controlplane.catalog.examples import FOLDER as EXAMPLE_TASKS  # noqa: E402
 from controlplane.db import forget_engines, get_engine, session_scope  # noqa: E402
 from controlplane.keys.service import create_key  # noqa: E402
 from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.sim import runner  # noqa: E402
 from controlplane.sim.profiles import GENERATORS  # noqa: E402
 
-EXAMPLE_TASKS = ROOT / "examples" / "tasks"
 CANARY = "ticket_classify"
 LATENESS = 10
 TABLES = [
