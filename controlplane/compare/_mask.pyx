@@ -661,6 +661,15 @@ cdef object mask_one(str text, dict placeholders, dict counts):
             memcpy(v, t, i * sizeof(Py_UCS4))
             while i < n:
                 c = t[i]
+                if 0x3010 <= c < 0xA620:
+                    # A run of CJK (most of Chinese text): the view reads it as it is.
+                    k = i + 1
+                    while k < n and 0x3010 <= t[k] < 0xA620:
+                        k += 1
+                    memcpy(v + i, t + i, (k - i) * sizeof(Py_UCS4))
+                    before = t[k - 1]
+                    i = k
+                    continue
                 if c >= 128:
                     if nd_digit(c):
                         c = 48 + Py_UNICODE_TODECIMAL(c)
