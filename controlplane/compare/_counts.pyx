@@ -540,7 +540,15 @@ cdef tuple counts_of(const Py_UCS4* buffer, Py_ssize_t n):
             cjk += 1
             f = ZH_CLASS[c - CJK_LO]
             if f == 0:
+                # The ideographs that follow, counted in one tight loop up to the next
+                # one with a class (most of a Chinese text).
                 i += 1
+                while i < n:
+                    c = s[i]
+                    if c < CJK_LO or c > CJK_HI or ZH_CLASS[c - CJK_LO]:
+                        break
+                    cjk += 1
+                    i += 1
                 continue
             if f & Z_NUMERAL and i >= number_next:
                 if c == BAI and i + 3 < n and s[i + 1] == FEN and s[i + 2] == ZHI and zh_numeral(s[i + 3]):
