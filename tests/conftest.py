@@ -111,8 +111,9 @@ def _switch_text_reader(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     monkeypatch.setattr(native, "ACTIVE", reader is not None)
 
 
-# The longest tests, each started first by one of the pytest-xdist workers, so that no
-# worker starts one near the end while the others have nothing left.
+# The longest tests (most of them waiting on servers, windows and processes more than they
+# compute), each run by one of the pytest-xdist workers early, so that no worker starts one
+# near the end while the others have nothing left.
 SLOW_FIRST = (
     "tests/test_demo.py",
     "tests/api/test_schema_fuzz.py",
@@ -123,6 +124,7 @@ SLOW_FIRST = (
     "tests/review/test_blind_adversary.py",
     "tests/test_text_reader.py::test_pip_wheel",
     "tests/test_text_reader.py::test_a_wheel",
+    "tests/packaging/",
     "tests/rollout/test_rollback_e2e.py",
     "tests/test_readme_production.py",
     "tests/rollout/test_flag_serving.py",
@@ -135,6 +137,9 @@ SLOW_FIRST = (
     "tests/actions/test_concurrency.py",
     "tests/dashboard/test_hostile_sre.py",
 )
+# The first of them (the demo, the schema fuzz) start at once; the others are spread over
+# the first half of their worker's part, between modules of quick tests.
+LEADING = 2
 # Before any of those, the two tests of one reset that must run one after the other on
 # one worker: a worker runs the first tests it is given before any can be taken from it.
 FIRST = "tests/test_database_reset.py"
@@ -143,7 +148,7 @@ FIRST = "tests/test_database_reset.py"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # `--dist worksteal` gives each of the W workers one contiguous run of the list, in
     # equal parts, then moves tests still waiting from a busy worker to an idle one. Each
-    # part starts with its share of the longest tests, dealt round; the tests of a module
+    # part holds its share of the longest tests, dealt round; the tests of a module
     # that share a fixture built once per module (a dashboard and its browser, a reviewed
     # corpus) are dealt together, or each worker dealt one would build it again.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -169,11 +174,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     remaining, ordered = len(items), []
     for i, part in enumerate(parts):
         size = remaining // (workers - i)  # what worksteal hands the i-th worker
-        part += itertools.islice(rest, max(size - len(part), 0))
-        ordered += part
-        remaining -= len(part)
+        quick = list(itertools.islice(rest, max(size - len(part), 0)))
+        leading = [item for item in part if rank(item) < LEADING]
+        spread = [item for item in part if rank(item) >= LEADING]
+        ordered += leading + _interleaved(spread, quick, phase=(i + 0.5) / workers)
+        remaining -= len(part) + len(quick)
     ordered += rest
     items[:] = ordered
+
+
+def _interleaved(
+    slow: list[pytest.Item], quick: list[pytest.Item], phase: float
+) -> list[pytest.Item]:
+    """`slow`, module by module, spread evenly over the first half of `quick`: a worker
+    waiting on a slow test's servers leaves the cores to the quick tests of the others,
+    where four workers starting their slow tests together left them idle. Each worker's
+    slow tests are a `phase` (0 to 1) of the spacing later than the first worker's, so the
+    workers wait at different times. A module whose tests share a fixture built once per
+    module is never parted."""
+    chunks = [list(run) for _, run in itertools.groupby(slow, key=lambda item: item.path)]
+    if not chunks:
+        return quick
+    shared = {item.path for item in quick if _shared_with(item) != item.nodeid}
+    cuts = [
+        i
+        for i in range(1, len(quick) + 1)
+        if i == len(quick) or quick[i].path != quick[i - 1].path or quick[i].path not in shared
+    ]
+    out: list[pytest.Item] = []
+    start = 0
+    for n, chunk in enumerate(chunks):
+        due = int((n + phase) * len(quick) / (2 * len(chunks)))
+        stop = next(cut for cut in cuts if cut >= due) if due > start else start
+        out += quick[start:stop] + chunk
+        start = stop
+    return out + quick[start:]
 
 
 def _shared_with(item: pytest.Item) -> str:
