@@ -5,6 +5,9 @@
 #   docker build -t shadowplane:0.1.0 .
 #   docker build --secret id=pip_cert,src=/path/to/ca-bundle.crt -t shadowplane:0.1.0 .
 #
+# It needs BuildKit (build secrets and mounts): the default where the buildx plugin is
+# installed; with Docker 20.10's own client, set DOCKER_BUILDKIT=1.
+#
 # The base images are build arguments: the official Python slim image by default (any
 # Debian-like image with Python 3.11 or newer and its venv module will do). The package
 # index's certificate, where one is needed, is a build secret: it is used by pip in the
@@ -45,7 +48,12 @@ built = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("controlpl
 sys.exit(None if len(built) == 5 else f"the compiled text reader was not built into {wheel}: {built}")'
 
 FROM ${RUNTIME_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="Shadowplane" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.description="Control plane that decides, from evidence, whether an LLM task may be served by an edge model."
 ENV PATH=/opt/shadowplane/bin:$PATH \
+    HOME=/var/lib/shadowplane \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # The wheels come from the build stage through a mount: none of them stays in a layer.
@@ -56,16 +64,21 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
         --find-links /wheels shadowplane; \
     /opt/shadowplane/bin/pip uninstall -q -y pip; \
     useradd --uid 10001 --user-group --home-dir /var/lib/shadowplane \
-        --create-home --shell /usr/sbin/nologin shadowplane
-# The working folder is the user's own: the embedded SQLite default, eval set exports and
-# beat's schedule state land there (mount a volume on it to keep them).
+        --create-home --shell /usr/sbin/nologin shadowplane; \
+    chgrp 0 /var/lib/shadowplane; \
+    chmod 2775 /var/lib/shadowplane
+# The working folder and home: the embedded SQLite default, eval set exports and beat's
+# schedule state land there (mount a volume on it to keep them; with a read-only root
+# filesystem, beat needs it). It is writable by the root group too, so the image also runs
+# under an arbitrary uid (docker run --user, Kubernetes runAsUser, OpenShift).
 WORKDIR /var/lib/shadowplane
+COPY deploy/healthcheck.py /opt/shadowplane/healthcheck.py
 USER shadowplane
 EXPOSE 8000 8501
-# For the API: its liveness, /healthz, on HEALTHCHECK_PORT (set it where the API listens
-# on another port). compose gives the other processes checks of their own.
-ENV HEALTHCHECK_PORT=8000
+# Asks the process the container runs, by its own command line: the API's /healthz and the
+# dashboard's /_stcore/health on their --host and --port; any other command is healthy
+# while it runs and is not stopped (deploy/healthcheck.py).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"HEALTHCHECK_PORT\"]}/healthz', timeout=2)"]
+    CMD ["python3", "/opt/shadowplane/healthcheck.py"]
 ENTRYPOINT ["shadowplane"]
 CMD ["api", "--host", "0.0.0.0", "--port", "8000"]

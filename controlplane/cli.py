@@ -34,8 +34,23 @@ app.add_typer(alerts_app, name="alerts")
 app.add_typer(evalset_app, name="evalset")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"shadowplane {version('shadowplane')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _settings_first() -> None:
+def _settings_first(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Refuse to start on settings that cannot work, naming them (before any command runs)."""
     from pydantic import ValidationError
 
@@ -48,7 +63,12 @@ def _settings_first() -> None:
 
 
 def _actor() -> str:
-    return f"cli:{getpass.getuser()}"
+    """Who the audit log credits: the login name, else (a container run under a uid with no
+    user, as Kubernetes and OpenShift run images) the uid."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return f"cli:uid-{os.getuid()}"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -87,10 +107,17 @@ def _decision_line(d: dict[str, Any]) -> str:
 @app.command()
 def migrate() -> None:
     """Bring the database schema to the latest version (Alembic)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from controlplane.migrate import upgrade
 
     url = get_settings().database_url
-    upgrade(url)
+    try:
+        upgrade(url)
+    except SQLAlchemyError as exc:
+        # The driver's own words, first line: unreachable, refused login, no such database.
+        words = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise _fail(f"SHADOWPLANE_DATABASE_URL: cannot migrate {_safe_url(url)}: {words}") from None
     typer.echo(f"migrated {_safe_url(url)}")
 
 

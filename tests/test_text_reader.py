@@ -1,14 +1,12 @@
 """Which text reader runs: chosen by SHADOWPLANE_TEXT_READER, logged at startup, exported on
-/metrics; and a package built where no C compiler exists installs and reads with the Python
-reader."""
+/metrics. That a package built where no C compiler exists installs and reads with the Python
+reader, and a wheel built with one has the compiled reader, is tests/packaging/test_wheel.py's."""
 
 from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,72 +104,3 @@ def test_metrics_export_which_reader_runs(
     assert _gauge(api) == 0
     monkeypatch.setattr(native, "ACTIVE", True)
     assert _gauge(api) == 1
-
-
-def _wheel(tmp_path: Path, **env: str) -> Path:
-    """`pip wheel` of the repository's tracked files (no build products) under `env`."""
-    source = tmp_path / "source"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.split(b"\0")
-    for name in filter(None, tracked):
-        target = source / name.decode()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((ROOT / name.decode()).read_bytes())
-    wheels = tmp_path / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"]
-        + ["-w", str(wheels), str(source)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    [wheel] = wheels.glob("shadowplane-*.whl")
-    return wheel
-
-
-def test_pip_wheel_makes_a_binary_wheel_with_the_compiled_reader(tmp_path: Path) -> None:
-    # Compiled without optimisation (CFLAGS come after Python's own -O3): what is checked
-    # is the wheel's content, and -O0 compiles in a third of the time.
-    wheel = _wheel(tmp_path, CFLAGS="-O0")
-    # A binary wheel: tagged for this interpreter and platform, not pure Python.
-    assert not wheel.name.endswith("-py3-none-any.whl"), wheel.name
-    with zipfile.ZipFile(wheel) as archive:
-        built = sorted(n for n in archive.namelist() if n.endswith(".so"))
-    assert [Path(n).name.split(".")[0] for n in built] == [
-        "_counts",
-        "_mask",
-        "_normal",
-        "_numbers",
-        "_spans",
-    ]
-    assert all(n.startswith("controlplane/compare/") for n in built), built
-
-
-def test_a_wheel_built_without_a_compiler_installs_and_reads_with_python(
-    tmp_path: Path,
-) -> None:
-    # Built with a compiler that always fails.
-    wheel = _wheel(tmp_path, CC="/bin/false")
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        assert "controlplane/compare/conservation.py" in names
-        assert not [n for n in names if n.endswith(".so")], names
-        archive.extractall(tmp_path / "installed")
-    # The unpacked wheel first on the path: its modules, not the repository's, are imported.
-    installed = str(tmp_path / "installed")
-    probe = (
-        "import controlplane.compare.native as n, controlplane.compare.conservation as c;"
-        f"assert n.__file__.startswith({installed!r}), n.__file__;"
-        "print(n.ACTIVE, sorted(c.read('Hi John, not 3 apples.').spans))"
-    )
-    ran = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=tmp_path,  # `-c` puts the working directory first on the path
-        env={**os.environ, "PYTHONPATH": installed, native.ENV: "auto"},
-        capture_output=True,
-        text=True,
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split() == ["False", "['John']"]

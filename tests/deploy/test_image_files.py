@@ -138,8 +138,9 @@ def test_the_dockerfile_builds_on_arguments_and_runs_as_a_user_with_a_health_che
     user = re.findall(r"^USER (\S+)$", runtime, re.M)
     assert user and user[-1] not in ("root", "0"), user
     assert re.search(r"^ENTRYPOINT \[\"shadowplane\"\]$", runtime, re.M)
-    [health] = re.findall(r"^HEALTHCHECK .*?CMD (.+)$", runtime, re.M | re.S)
-    assert "/healthz" in health, health
+    [health] = re.findall(r"^HEALTHCHECK .*?CMD (\[.*?\])$", runtime, re.M | re.S)
+    assert health == '["python3", "/opt/shadowplane/healthcheck.py"]', health
+    assert "COPY deploy/healthcheck.py /opt/shadowplane/healthcheck.py" in runtime
     # The certificate is a secret of the build stage, never copied into a layer.
     assert "--mount=type=secret,id=pip_cert" in text
     assert "pip_cert" not in runtime and not re.search(r"^(COPY|ADD) .*cert", text, re.M | re.I)
