@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from controlplane.compare import native as reader
 from controlplane.compare.conservation import Reading, read, read_python
-from tests.ingest import test_linear_time
+from tests.ingest import test_linear_time, test_redaction, test_text_conservation
 
 T = TypeVar("T")
 
@@ -128,4 +128,19 @@ def assert_alike_in_linear_time(
         small_calls=10,
         max_growth=test_linear_time.NATIVE_MAX_GROWTH,
         collect=collect,
+    )
+
+
+def table_texts(*more: str) -> list[str]:
+    """The readers' table texts (every text of the conservation and redaction tables) and
+    `more`, sorted, each once."""
+    return sorted(
+        {
+            side
+            for case in test_text_conservation.CASES
+            for side in (case[1], case[2])
+            if isinstance(side, str)
+        }
+        | {text for text, _ in test_redaction.CASES}
+        | set(more)
     )

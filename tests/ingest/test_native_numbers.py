@@ -12,12 +12,13 @@ import pytest
 from hypothesis import strategies as st
 
 from controlplane.compare.conservation import numbers, spans
-from tests.ingest import test_linear_time, test_redaction, test_text_conservation
+from tests.ingest import test_linear_time, test_text_conservation
 from tests.ingest.native_support import (
     alike_on,
     any_texts,
     assert_alike_in_linear_time,
     native,
+    table_texts,
     texts,
 )
 
@@ -39,20 +40,11 @@ def assert_same_read(text: str) -> None:
     assert_same(spans(text).rest)
 
 
-TABLE_TEXTS = sorted(
-    {
-        side
-        for case in test_text_conservation.CASES
-        for side in (case[1], case[2])
-        if isinstance(side, str)
-    }
-    | {text for text, _ in test_redaction.CASES}
-    | {
-        "退款2.5万元，百分之三十五点五，第三名，两个人，快一点，三点开会",
-        "1,000,000 and 3.5 percent and ３５％",
-        "二〇二六" * 2_000 + "年，共 " + "1" * 5_000 + " 件，另 3 件",
-        "1" * 4_300,
-    }
+TABLE_TEXTS = table_texts(
+    "退款2.5万元，百分之三十五点五，第三名，两个人，快一点，三点开会",
+    "1,000,000 and 3.5 percent and ３５％",
+    "二〇二六" * 2_000 + "年，共 " + "1" * 5_000 + " 件，另 3 件",
+    "1" * 4_300,
 )
 
 

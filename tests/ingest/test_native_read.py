@@ -11,23 +11,13 @@ from collections import Counter
 import pytest
 
 from controlplane.compare.conservation import read_python
-from tests.ingest import test_redaction, test_text_conservation
-from tests.ingest.native_support import alike_on, any_texts, native, texts
+from tests.ingest.native_support import alike_on, any_texts, native, table_texts, texts
 
-TABLE_TEXTS = sorted(
-    {
-        side
-        for case in test_text_conservation.CASES
-        for side in (case[1], case[2])
-        if isinstance(side, str)
-    }
-    | {text for text, _ in test_redaction.CASES}
-    | {
-        "",
-        "一起去，一样好，统一，十分 ３５％ 三个",  # blanked by the number reader, no spans
-        "订单 SO-2901826 预计3天内送达，请拨打 15768748905，一起 user1@example.com",
-        "Call +86 138 0013 8000 or (555) 123-4567; INV-2024-001 is 10kg, 3pm.",
-    }
+TABLE_TEXTS = table_texts(
+    "",
+    "一起去，一样好，统一，十分 ３５％ 三个",  # blanked by the number reader, no spans
+    "订单 SO-2901826 预计3天内送达，请拨打 15768748905，一起 user1@example.com",
+    "Call +86 138 0013 8000 or (555) 123-4567; INV-2024-001 is 10kg, 3pm.",
 )
 
 
