@@ -20,10 +20,11 @@ from typer.main import get_command
 from controlplane.cli import app
 from controlplane.settings import Settings
 from tests.liveapi import ROOT
+from tests.test_readme_production import production_section
+from tests.test_readme_settings import readme_settings
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "deploy" / "compose.yaml"
-README = ROOT / "README.md"
 # The compose services that run the image, and the command each runs.
 PROCESSES = {
     "migrate": "migrate",
@@ -39,20 +40,7 @@ def settings_names() -> set[str]:
     """The settings' variables, and those the README's settings table documents beside them
     (SHADOWPLANE_TEXT_READER is read where the reader loads)."""
     fields = {f"SHADOWPLANE_{name.upper()}" for name in Settings.model_fields}
-    table = README.read_text(encoding="utf-8").split("### Settings", 1)[1].split("\n## ", 1)[0]
-    documented = {
-        name
-        for row in table.splitlines()
-        if row.startswith("| `SHADOWPLANE_")
-        for name in SETTING.findall(row.split("|")[1])
-    }
-    return fields | documented
-
-
-def production_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Running it in production\n")
-    return text[start : text.index("\n## ", start + 1)]
+    return fields | set(readme_settings())
 
 
 def required_in_production() -> set[str]:

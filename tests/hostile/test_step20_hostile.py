@@ -20,9 +20,9 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from tests.liveapi import ROOT, free_port
+from tests.test_readme_production import production_section
 
 COMPOSE = ROOT / "deploy" / "compose.yaml"
-README = ROOT / "README.md"
 
 # Variables compose interpolates: ${NAME}, ${NAME:-default}, ${NAME:?message}.
 INTERPOLATED = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
@@ -46,12 +46,6 @@ def interpolate(text: str, env: dict[str, str]) -> str:
 def compose_services() -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     return document["services"]
-
-
-def production_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Running it in production\n")
-    return text[start : text.index("\n## ", start + 1)]
 
 
 # --- deploy/compose.yaml -----------------------------------------------------------------
