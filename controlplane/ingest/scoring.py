@@ -6,7 +6,6 @@ here from the raw key. Pure: no session, the receipt time is passed in.
 
 from __future__ import annotations
 
-import hmac
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,7 @@ from typing import Any
 
 from controlplane.catalog.service import TaskRuntime
 from controlplane.compare.comparators import Comparison, compare
-from controlplane.compare.fingerprint import fingerprint, input_hash, repeat_outcome
+from controlplane.compare.fingerprint import fingerprint, input_hash, keyed_hex, repeat_outcome
 from controlplane.compare.redaction import MAX_CHARS, Masker, redact_payload
 from controlplane.ingest.buckets import length_bucket, sticky_bucket
 from controlplane.ingest.repository import EDGE_FIELDS, SIDE_FIELDS
@@ -139,7 +138,7 @@ bucket_of = lru_cache(maxsize=16384)(sticky_bucket)
 
 @lru_cache(maxsize=16384)
 def _id_hash(key: bytes, value: str) -> str:
-    return "h:" + hmac.digest(key, value.encode(), "sha256").hex()[:32]
+    return "h:" + keyed_hex(key, value.encode())[:32]
 
 
 def hashed_id(key: bytes | None, value: str | None) -> str | None:

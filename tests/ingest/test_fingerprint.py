@@ -248,4 +248,4 @@ def test_keyed_digest_is_hmac_sha256(key_length: int) -> None:
     key = bytes(range(key_length % 256)) * (key_length // 256 + 1)
     key = key[:key_length]
     for data in (b"", b"refund", "退款 ".encode() * 400):
-        assert fingerprints._keyed(key, data) == hmac.new(key, data, "sha256").hexdigest()
+        assert fingerprints.keyed_hex(key, data) == hmac.new(key, data, "sha256").hexdigest()
