@@ -16,6 +16,9 @@ PostgreSQL compresses values over 2 kB with pglz by default; LZ4 does it in abou
 server's time for the same size. Stored values stay as they are; every partition, and each
 new one, compresses new values so. A server built without LZ4 keeps pglz (the migration says so and goes on).
 
+The BRIN build reads `result_keys` once while ingest's writes wait (0.14 s for 729,000
+keys on a 2-core development machine).
+
 SQLite: the foreign key goes too (the table is rebuilt); no BRIN, no compression.
 
 Revision ID: b4d1e7f3a2c9
