@@ -25,9 +25,8 @@ def as_utc(value: datetime) -> datetime:
 
 # An ISO 8601 date-time, its offset optional. pydantic alone also reads a number as seconds
 # since 1970 and a bare date as its midnight, which a `date-time` in the document is not.
-_DATE_TIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})?"
-)
+DATE_TIME_OFFSET_OPTIONAL = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+_DATE_TIME = re.compile(DATE_TIME_OFFSET_OPTIONAL)
 FIRST_MOMENT = datetime.min.replace(tzinfo=UTC)
 LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
 

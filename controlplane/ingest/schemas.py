@@ -10,15 +10,53 @@ from typing import Annotated, Any, Literal, NotRequired
 
 import msgspec
 from msgspec import Meta
-from pydantic import BaseModel, ConfigDict, Field, with_config
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, with_config
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL
+
 Side = Literal["edge", "cloud"]
+
+
+# A value of the JSON type the contract gives, or refused: pydantic's lax mode would read
+# `true` or "300" as a count, "1.5" as a measure and "false" as a boolean, and store them.
+# A number stays lax (300.0 is the integer 300 to JSON Schema, and a huge one is "not
+# finite"), so these only turn strings and booleans away. Only pydantic's paths run them:
+# msgspec's types refuse the same values by themselves.
+def _integer(value: Any) -> Any:
+    if type(value) is bool or type(value) is str:
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def _number(value: Any) -> Any:
+    if type(value) is bool or type(value) is str:
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
+def _date_time(value: Any) -> Any:
+    """A `ts` as the contract spells one: a string, an ISO 8601 date-time (its offset may be
+    left out: UTC). pydantic alone also reads a number or a digit string as seconds since
+    1970 and a bare date as its midnight."""
+    if value is None or (type(value) is str and _TS_TEXT.fullmatch(value)):
+        return value
+    raise PydanticCustomError(
+        "datetime_type",
+        "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset it is UTC)",
+    )
+
+
+_TS_TEXT = re.compile(DATE_TIME_OFFSET_OPTIONAL)
 # Counts are stored as 32-bit integers.
-Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Count = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integer)]
 # Times, costs and confidences are finite: JSON has no Infinity, yet Python's parser reads
 # `Infinity`, `NaN` and an overflowing `1e999` as floats.
-Measure = Annotated[float | None, Field(default=None, ge=0, allow_inf_nan=False)]
+Measure = Annotated[
+    float | None, Field(default=None, ge=0, allow_inf_nan=False), BeforeValidator(_number)
+]
+Flag = Annotated[bool, Field(strict=True)]
 # The longest session or user id stored (characters): the sticky keys a bucket is computed
 # from. OFREP holds an evaluation context's keys to the same length.
 MAX_ID_LENGTH = 200
@@ -44,27 +82,33 @@ class SideIn(TypedDict):
 
 class EdgeSideIn(SideIn):
     confidence: NotRequired[
-        Annotated[float | None, Field(default=None, ge=0, le=1, allow_inf_nan=False)]
+        Annotated[
+            float | None,
+            Field(default=None, ge=0, le=1, allow_inf_nan=False),
+            BeforeValidator(_number),
+        ]
     ]
-    valid: NotRequired[Annotated[bool | None, Field(default=None)]]
+    valid: NotRequired[Annotated[Flag | None, Field(default=None)]]
 
 
 @with_config(ConfigDict(extra="allow"))  # the input is payload: keep all of it
 class InputIn(TypedDict):
     text: NotRequired[Annotated[Any, Field(default=None)]]
-    segments: NotRequired[Annotated[list[int] | None, Field(default=None)]]
+    segments: NotRequired[
+        Annotated[list[Annotated[int, BeforeValidator(_integer)]] | None, Field(default=None)]
+    ]
 
 
 class ResultIn(TypedDict):
     request_id: Annotated[str, Field(min_length=1, max_length=200)]
     task: Annotated[str, Field(min_length=1, max_length=100)]
-    ts: NotRequired[Annotated[datetime | None, Field(default=None)]]
+    ts: NotRequired[Annotated[datetime | None, Field(default=None), BeforeValidator(_date_time)]]
     session_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
     user_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
     input_tokens: Count
     decision: Side
     served: Side
-    degraded: NotRequired[Annotated[bool, Field(default=False)]]
+    degraded: NotRequired[Annotated[Flag, Field(default=False)]]
     degrade_reason: NotRequired[Annotated[str | None, Field(default=None, max_length=200)]]
     flag_version: NotRequired[Annotated[Count | None, Field(default=None)]]
     input: NotRequired[Annotated[InputIn | None, Field(default=None)]]
@@ -84,7 +128,8 @@ class ResultBatch(TypedDict):
 
 # The same contract for msgspec, which decodes a batch of valid results in less than half
 # pydantic's time (controlplane/ingest/validation.py, `decode_batch`). Stricter on purpose:
-# no lax coercion (a number for a string, "1" or 1.0 for a count, 0 for a boolean), no
+# no value of another JSON type (pydantic refuses those too) nor 1.0 for a count (which
+# pydantic takes), no
 # unknown field (so it reads every string of the body: its parser, like pydantic's, refuses
 # lone surrogates and bad UTF-8), no number it cannot read exactly (`1e999`, 4,300 digits);
 # whatever it refuses, pydantic decides as before. Fields in the TypedDicts' order, so that
@@ -116,7 +161,8 @@ class EdgeSideWire(SideWire, forbid_unknown_fields=True, kw_only=True, gc=False)
 class ResultWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
     request_id: Annotated[str, Meta(min_length=1, max_length=200)]
     task: Annotated[str, Meta(min_length=1, max_length=100)]
-    ts: str | None = None  # read by pydantic's own datetime parser, to the same datetime
+    # Read by pydantic's own datetime parser, to the same datetime.
+    ts: Annotated[str, Meta(pattern=f"^{DATE_TIME_OFFSET_OPTIONAL}\\Z")] | None = None
     session_id: _WireId | None = None
     user_id: _WireId | None = None
     input_tokens: _WireCount

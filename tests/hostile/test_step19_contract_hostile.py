@@ -167,7 +167,6 @@ LAX_RESULTS: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("field", "override"), LAX_RESULTS)
-@pytest.mark.xfail(strict=True, reason="ingest's lax fallback converts what ResultIn refuses")
 def test_a_result_the_document_refuses_is_rejected(
     lite_api: Api, field: str, override: dict[str, Any]
 ) -> None:

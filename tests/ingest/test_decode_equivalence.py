@@ -298,6 +298,11 @@ LEFT = {
     "an unknown field": {"note": "from a newer router"},
     "segments as floats": {"input": {"text": "t", "segments": [1.0]}},
     "a time as a number": {"ts": 1700000000},
+    "a time as digits": {"ts": "1700000000"},
+    "a bare date": {"ts": "2026-11-30"},
+    "a count sent as a boolean": {"input_tokens": True},
+    "a boolean sent as a string": {"degraded": "false"},
+    "a measure sent as a string": {"cloud": {"output": "a", "latency_ms": "12"}},
     "an output nested 64 deep": {"cloud": {"output": nested(64)}},
 }
 
@@ -312,6 +317,41 @@ def test_these_are_taken_by_msgspec(overrides: dict[str, Any]) -> None:
 def test_these_are_left_to_pydantic(overrides: dict[str, Any]) -> None:
     body = dumps({"results": [make_result(request_id="r", **overrides), make_result()]})
     assert assert_same_answers(body) is None
+
+
+# A value of another JSON type than the contract gives, which pydantic's lax mode would
+# convert and store (a boolean or a string for a count or a measure, a string for a
+# boolean, a number or a bare date for a time): rejected alone, its field named first.
+OTHER_TYPES = [
+    ("ts", {"ts": "2026-11-30"}),
+    ("ts", {"ts": 1795996800}),
+    ("ts", {"ts": "1795996800"}),
+    ("input_tokens", {"input_tokens": True}),
+    ("input_tokens", {"input_tokens": "300"}),
+    ("flag_version", {"flag_version": "3"}),
+    ("degraded", {"degraded": "false"}),
+    ("degraded", {"degraded": 0}),
+    ("edge.valid", {"edge": {"output": "a", "valid": "true"}}),
+    ("edge.confidence", {"edge": {"output": "a", "confidence": True}}),
+    ("cloud.latency_ms", {"cloud": {"output": "a", "latency_ms": "12.5"}}),
+    ("cloud.output_tokens", {"cloud": {"output": "a", "output_tokens": False}}),
+    ("input.segments.0", {"input": {"text": "t", "segments": ["1"]}}),
+]
+
+
+@pytest.mark.parametrize(("field", "overrides"), OTHER_TYPES, ids=repr)
+def test_a_value_of_another_json_type_is_rejected_naming_its_field(
+    field: str, overrides: dict[str, Any]
+) -> None:
+    good = make_result(request_id="good")
+    body = dumps({"results": [good, make_result(request_id="r", **overrides)]})
+    assert assert_same_answers(body) is None
+    kept, rejected = validate_body(body, 1000)
+    assert [i for i, _ in kept] == [0]
+    ((index, request_id, error),) = [(r.index, r.request_id, r.error) for r in rejected]
+    assert (index, request_id) == (1, "r")
+    assert error.startswith(f"{field}: "), error
+    assert "valid" in error or "not a date-time" in error, error
 
 
 # Every bound of the contract, at it and one past it, on a result and on each side.
