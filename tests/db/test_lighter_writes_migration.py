@@ -80,7 +80,7 @@ def test_keys_lose_their_foreign_key_and_keep_their_claims(db_url: str) -> None:
     assert _foreign_keys(db_url) == ["tasks"]
     if postgres:
         assert _ts_index_method(db_url) == "btree"
-        assert _compression(db_url) == dict.fromkeys(PAYLOAD_TEXTS, "p")  # pglz
+        assert _compression(db_url) == dict.fromkeys(PAYLOAD_TEXTS, "default")
     # A key claimed by the code of that revision, for a task it knew.
     apply_tasks(get_engine(db_url), [TICKET_TASK], actor="test")
     with get_engine(db_url).begin() as conn:

@@ -57,11 +57,6 @@ def _compression(url: str) -> set[str]:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SQLite downgrade copies keys of deleted tasks into the rebuilt table and fails "
-    "on the foreign key; the PostgreSQL branch deletes them first",
-)
 def test_sqlite_downgrade_with_a_key_of_a_deleted_task(sqlite_url: str) -> None:
     """Without the foreign key a task's deletion (by hand: `DELETE FROM tasks`) leaves its
     keys behind. The PostgreSQL way down deletes such keys before it puts the key back;
@@ -83,11 +78,6 @@ def test_sqlite_downgrade_with_a_key_of_a_deleted_task(sqlite_url: str) -> None:
 
 @pytest.mark.integration
 @pytest.mark.fresh_db  # migrates down and up
-@pytest.mark.xfail(
-    strict=True,
-    reason="on a server without LZ4 the migration's RAISE NOTICE is dropped (psycopg has no "
-    "notice handler): `shadowplane migrate` says nothing, though the migration claims it does",
-)
 def test_a_server_without_lz4_is_told_so(
     pg_url: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,11 +100,6 @@ def test_a_server_without_lz4_is_told_so(
 
 @pytest.mark.integration
 @pytest.mark.fresh_db  # migrates down
-@pytest.mark.xfail(
-    strict=True,
-    reason="downgrade pins pglz on the payload texts instead of putting back the server's "
-    "default (SET COMPRESSION DEFAULT) they had before the upgrade",
-)
 def test_downgrade_puts_back_the_default_compression(pg_url: str) -> None:
     """Before b4d1e7f3a2c9 the payload texts had no compression of their own (''): they
     followed default_toast_compression, which an operator may have set to lz4 for the
