@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
-from controlplane.db import session_scope
-from controlplane.ingest.retention import parse_duration, prune
+from controlplane.db import get_engine, session_scope
+from controlplane.ingest.retention import _prune_keys, parse_duration, prune
 from controlplane.models import Payload, Result, WindowMetrics
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
@@ -78,3 +78,35 @@ def test_prune_command_reports_what_it_deleted(sqlite_url: str, tmp_path: Path) 
     assert done.stdout.startswith("deleted 0 results and 0 payloads with ts before ")
     bad = run_cli(["prune", "--older-than", "a month"], env, tmp_path)
     assert bad.returncode == 1 and "older-than: 'a month' is not a duration" in bad.stderr
+
+
+@pytest.mark.integration
+def test_a_key_batch_reads_its_own_keys_not_the_whole_key_table(pg_url: str) -> None:
+    """Pruning keys by the batch: every key older than the cut-off (as after a long outage
+    of the daily prune), 30,000 of them and a batch of 1,000. Matched back by (task, request
+    id), the planner hash-joined the batch against the whole table (a full read per batch,
+    quadratic in the backlog); by their row addresses a batch reads about its own keys."""
+    engine = get_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO result_keys (task_id, request_id, ts) "
+                "SELECT 1, 'backlog-' || g, now() - interval '40 days' "
+                "FROM generate_series(1, 30000) AS g"
+            )
+        )
+        conn.execute(text("ANALYZE result_keys"))
+    with session_scope(engine) as session:
+        deleted = _prune_keys(session, before=NOW - timedelta(days=30), batch_size=1000)
+        # This transaction's own reads of the table (no statistics collector delay).
+        read = session.execute(
+            text(
+                "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+                "WHERE relname = 'result_keys'"
+            )
+        ).scalar_one()
+    assert deleted == 1000
+    assert read <= 2 * 1000, read
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT count(*) FROM result_keys")).scalar_one()
+    assert left == 29000
