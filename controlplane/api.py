@@ -35,10 +35,13 @@ from controlplane.evalsets.endpoints import router as evalsets_router
 from controlplane.exporter import router as exporter_router
 from controlplane.grading.endpoints import router as grading_router
 from controlplane.http import (
+    HEAD_MARK,
     BodyGuard,
     BodyRefused,
+    HeadAsGet,
     ORJSONResponse,
     RequestLog,
+    is_json,
     log,
 )
 from controlplane.ingest.endpoints import router as results_router
@@ -113,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # (controlplane.rollout.flagpolls); every other request passes through.
     app.state.fast_polls = FastPolls()
     app.add_middleware(FlagPolls, counts=app.state.fast_polls)
+    # HEAD as GET without its body, inside the log (which records it as HEAD).
+    app.add_middleware(HeadAsGet)
     app.add_middleware(RequestLog)
     # Routes are matched in this order, each miss costing tens of microseconds: the flag
     # polls and evaluations, the hottest requests, are matched first.
@@ -199,8 +204,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         raise exc
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> ORJSONResponse:
+    async def invalid_request(request: Request, exc: RequestValidationError) -> ORJSONResponse:
         errors = [_validation_error(e) for e in exc.errors()]
+        content_type = request.headers.get("content-type", "")
+        body_refused = any(e["loc"][:1] == ("body",) for e in exc.errors())
+        if body_refused and content_type and not is_json(content_type.lower().encode()):
+            # FastAPI reads a body as JSON only under a JSON type: under another, whatever
+            # the body says is "not an object", which names no reason.
+            sent = short_repr(content_type, 80)
+            errors = [
+                f"content-type: the body was sent as {sent}; send JSON as application/json",
+                *(e for e in errors if not e.startswith("body")),
+            ]
         return ORJSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(HTTPException)
@@ -210,8 +225,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Starlette names the methods of the first route matching the path; routers that
         # share a path (GET and POST /v1/tasks) would each hide the others' methods.
         allowed = ", ".join(_methods_of(request))
+        method = "HEAD" if request.scope.get(HEAD_MARK) else request.method
         return ORJSONResponse(
-            {"detail": f"method: {request.method} is not allowed on this path; allowed: {allowed}"},
+            {"detail": f"method: {method} is not allowed on this path; allowed: {allowed}"},
             status_code=405,
             headers={"Allow": allowed},
         )
@@ -250,13 +266,16 @@ METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 def _methods_of(request: Request) -> list[str]:
-    """Every method some route of the app answers on the request's path."""
+    """Every method some route of the app answers on the request's path (HEAD where GET is:
+    HeadAsGet)."""
     routes = request.app.router.routes
     return [
         method
         for method in METHODS
         if any(
-            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+            route.matches({**request.scope, "method": "GET" if method == "HEAD" else method})[0]
+            is Match.FULL
+            for route in routes
         )
     ]
 

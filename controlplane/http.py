@@ -137,7 +137,7 @@ class BodyGuard:
             return
         finished = not chunked and not declared
         check_shape = (
-            not finished and scope["path"] not in self.unchecked_paths and _is_json(content_type)
+            not finished and scope["path"] not in self.unchecked_paths and is_json(content_type)
         )
         shape: JsonShape | None = None
         received = 0
@@ -190,7 +190,7 @@ class BodyGuard:
 _CLOSE = (b"connection", b"close")
 
 
-def _is_json(content_type: bytes) -> bool:
+def is_json(content_type: bytes) -> bool:
     # No content type: FastAPI and the endpoints read the body as JSON.
     if not content_type:
         return True
@@ -332,3 +332,40 @@ class RequestLog:
                         }
                     ).decode()
                 )
+
+
+# Where HeadAsGet marks a HEAD request it passes on as a GET.
+HEAD_MARK = "shadowplane.head"
+
+
+class HeadAsGet:
+    """Pure ASGI middleware: HEAD is answered wherever GET is (RFC 9110 9.3.2), as that GET
+    with the same authentication, status and headers, and no body. Load balancers and uptime
+    checks probe with HEAD. A streaming answer is told the client left once its headers are
+    sent, so it stops."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        ended = False
+
+        async def head_receive() -> Message:
+            if started:
+                return {"type": "http.disconnect"}
+            return await receive()
+
+        async def head_send(message: Message) -> None:
+            nonlocal started, ended
+            if message["type"] == "http.response.start":
+                started = True
+                await send(message)
+            elif message["type"] == "http.response.body" and not ended:
+                ended = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self.app({**scope, "method": "GET", HEAD_MARK: True}, head_receive, head_send)

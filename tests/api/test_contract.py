@@ -73,9 +73,28 @@ def test_a_405_names_every_method_of_the_path(api: Api) -> None:
     for path in ("/v1/tasks", "/v1/evalsets/ticket_classify/runs"):
         response = api.client.request("PUT", path, headers=api.headers("admin"))
         assert response.status_code == 405, response.text
-        assert response.headers["allow"] == "GET, POST"
+        assert response.headers["allow"] == "GET, HEAD, POST"
         detail = response.json()["detail"]
-        assert "PUT" in detail and "GET, POST" in detail, detail
+        assert "PUT" in detail and "GET, HEAD, POST" in detail, detail
+
+
+def test_head_is_the_get_without_its_body(api: Api) -> None:
+    """RFC 9110 9.3.2: the same status and headers as GET (its length, its ETag), no body,
+    the same key checks; a path without GET refuses HEAD naming it; a stream's headers come
+    and it ends."""
+    for path in ("/healthz", "/v1/tasks", "/v1/flags"):
+        got = api.client.get(path, headers=api.headers("admin"))
+        head = api.client.head(path, headers=api.headers("admin"))
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        for name in ("content-length", "content-type", "etag"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)
+    assert api.client.head("/v1/tasks").status_code == 401
+    assert api.client.head("/v1/tasks", headers=api.headers("ingest")).status_code == 403
+    refused = api.client.head("/v1/kill", headers=api.headers("admin"))
+    assert (refused.status_code, refused.headers["allow"]) == (405, "POST")
+    stream = api.client.head("/v1/flags/stream", headers=api.headers("admin"))
+    assert stream.status_code == 200 and stream.content == b""
+    assert stream.headers["content-type"].startswith("text/event-stream")
 
 
 @pytest.mark.integration
