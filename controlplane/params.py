@@ -4,10 +4,11 @@ FastAPI refuses a value past it with a 422 naming the parameter, before any quer
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import Path, Query
-from pydantic import WithJsonSchema
+from pydantic import BeforeValidator, WithJsonSchema
 
 # The largest value of an INTEGER column (alerts, decisions, tasks) and of a BIGINT one
 # (review items, eval items' order). PostgreSQL refuses to compare a column with a larger
@@ -15,8 +16,30 @@ from pydantic import WithJsonSchema
 INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
 
-Int4Id = Annotated[int, Path(ge=1, le=INT4_MAX, description="An id (a 32-bit column).")]
-Int8Id = Annotated[int, Path(ge=1, le=INT8_MAX, description="An id (a 64-bit column).")]
+
+def _id_text(value: Any) -> Any:
+    """An id as a path spells an integer (OpenAPI's simple style): digits, the first not 0.
+    pydantic alone reads `1.0`, `+1`, `01` and ` 1` as 1."""
+    if isinstance(value, str) and not _ID_TEXT.fullmatch(value):
+        raise ValueError(
+            "not an integer as a path writes one: digits alone (no sign, point, space or leading 0)"
+        )
+    return value
+
+
+_ID_TEXT = re.compile("0|[1-9][0-9]*")
+
+
+Int4Id = Annotated[
+    int,
+    Path(ge=1, le=INT4_MAX, description="An id (a 32-bit column)."),
+    BeforeValidator(_id_text),
+]
+Int8Id = Annotated[
+    int,
+    Path(ge=1, le=INT8_MAX, description="An id (a 64-bit column)."),
+    BeforeValidator(_id_text),
+]
 
 # A task's name as a config may give it (controlplane.catalog.schemas.TASK_NAME, which
 # tests/api/test_contract.py holds to the same rule): anything else names no task.

@@ -141,7 +141,6 @@ def test_a_config_refused_for_one_field_is_refused_by_the_document(
 
 
 @pytest.mark.parametrize("raw", ["1.0", "+1", "01", "%201"])
-@pytest.mark.xfail(strict=True, reason="path ids read loosely (1.0, +1, 01)")
 def test_an_id_that_is_not_an_integer_s_text_is_refused(lite_api: Api, raw: str) -> None:
     """The document says `integer`: `1.0`, `+1`, `01` and ` 1` are not how an integer is
     written in a path (OpenAPI's simple style), yet each is read as item 1."""
