@@ -102,14 +102,17 @@ def make_venv(wheel: Path, home: Path) -> Path:
     .pth files, the checkout's editable hook among them, are not read), and `pip check`
     holds the wheel's declared requirements against them. Resolving and installing them
     from the index is scripts/test-image's (the image installs the wheel with its
-    dependencies, from wheels alone), a minute of CPU the suite does not repeat."""
-    _run([sys.executable, "-m", "venv", str(home)])
+    dependencies, from wheels alone), a minute of CPU the suite does not repeat. The venv
+    gets no pip of its own (ensurepip is about 5 s of CPU): the suite's pip installs into
+    it and checks it (`pip --python`)."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(home)])
     python = str(home / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", str(wheel)])
+    pip = [sys.executable, "-m", "pip", "--python", python]
+    _run([*pip, "install", "-q", "--no-compile", "--no-deps", str(wheel)])
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     suite = sysconfig.get_paths()["purelib"]
     (Path(site.stdout.strip()) / "zz_suite_dependencies.pth").write_text(suite + "\n")
-    _run([python, "-m", "pip", "check"])
+    _run([*pip, "check"])
     return home
 
 
