@@ -24,6 +24,7 @@ from pydantic import (
     JsonValue,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -68,13 +69,59 @@ Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
+def stated(**keywords: Any) -> Any:
+    """JSON Schema keywords the document states for a field whose rule a validator below
+    enforces, so that the refusal keeps its own words (pydantic's would be "String should
+    match pattern ...")."""
+    return Field(json_schema_extra=keywords)
+
+
+def whole_numbers(low: int, high: int, digits: int) -> str:
+    """A regex of the whole numbers from `low` (at least 1) to `high` written with at most
+    `digits` digits, leading zeros included: a span's bounds as a pattern can state them."""
+    options = []
+    for width in range(len(str(low)), len(str(high)) + 1):
+        least, most = max(low, 10 ** (width - 1)), min(high, 10**width - 1)
+        zeros = f"0{{0,{digits - width}}}" if digits > width else ""
+        options.append(zeros + _digits_between(str(least), str(most)))
+    return "(?:" + "|".join(options) + ")"
+
+
+def _digits_between(low: str, high: str) -> str:
+    """A regex of the numbers from `low` to `high`, both written with as many digits."""
+    if not low:
+        return ""
+    if low[0] == high[0]:
+        return low[0] + _digits_between(low[1:], high[1:])
+    rest = len(low) - 1
+    options = []
+    first, last = int(low[0]), int(high[0])
+    if low[1:] != "0" * rest:
+        options.append(low[0] + _digits_between(low[1:], "9" * rest))
+        first += 1
+    if high[1:] != "9" * rest:
+        options.append(high[0] + _digits_between("0" * rest, high[1:]))
+        last -= 1
+    if first <= last:
+        digit = str(first) if first == last else f"[{first}-{last}]"
+        options.append(digit + {0: "", 1: "[0-9]"}.get(rest, f"[0-9]{{{rest}}}"))
+    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LabelSpec(Strict):
     kind: Literal["label"]
-    labels: list[str] | None = Field(None, max_length=MAX_ENTRIES)
+    labels: (
+        Annotated[
+            list[Annotated[str, stated(pattern=r"\S")]],
+            Field(max_length=MAX_ENTRIES),
+            stated(minItems=1),
+        ]
+        | None
+    ) = None
 
     @field_validator("labels")
     @classmethod
@@ -96,6 +143,7 @@ class JsonFieldsSpec(Strict):
     fields: Annotated[
         dict[str, Literal["string", "number", "integer", "boolean", "array", "object"]],
         Field(max_length=MAX_ENTRIES),
+        stated(minProperties=1),
     ]
     required: list[str] = Field([], max_length=MAX_ENTRIES)
 
@@ -188,10 +236,31 @@ RuleMetric = Literal[
 # bucket scope; each has a span, by default these many seconds.
 SPAN_METRICS: dict[str, int] = {"net_savings": DAY, "input_shift": 2 * 3600}
 # A span is whole seconds or a duration: `90m`, `24h`, `2d`.
-SPAN = re.compile(r"^\s*(\d{1,7})\s*([smhd]?)\s*$")
+# Digits are ASCII, as the document's pattern below writes them.
+SPAN = re.compile(r"^\s*([0-9]{1,7})\s*([smhd]?)\s*$")
 SPAN_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": DAY}
 # The longest span, and the most windows one may hold (an evaluation reads them all).
+MIN_SPAN_SECONDS = 60
 MAX_SPAN_SECONDS = 30 * DAY
+# A span the document allows: whole seconds in bounds, or text whose number and unit are.
+SPAN_SCHEMA: dict[str, JsonValue] = {
+    "anyOf": [
+        {"type": "integer", "minimum": MIN_SPAN_SECONDS, "maximum": MAX_SPAN_SECONDS},
+        {
+            "type": "string",
+            "pattern": r"^\s*(?:"
+            + "|".join(
+                whole_numbers(-(-MIN_SPAN_SECONDS // size), MAX_SPAN_SECONDS // size, 7)
+                + r"\s*"
+                + ("s?" if size == 1 else unit)
+                for unit, size in SPAN_UNITS.items()
+                if unit != "s"
+            )
+            + r")\s*$",
+        },
+        {"type": "null"},
+    ]
+}
 MAX_SPAN_WINDOWS = 2016
 # net_savings judges money: its threshold is in the task's currency over the span.
 MAX_MONEY = 1e12
@@ -281,7 +350,7 @@ class Rule(Strict):
     mode: Literal["auto_rollback", "notify", "off"] = "auto_rollback"
     # net_savings and input_shift only: the trailing span judged at each window close,
     # seconds or a duration (`90m`, `24h`); by default SPAN_METRICS'.
-    span: int | str | None = None
+    span: Annotated[int | str | None, WithJsonSchema(SPAN_SCHEMA)] = None
     detector: Detector | None = None
     min_samples: int | None = Field(
         None,
@@ -318,7 +387,7 @@ class Rule(Strict):
             or (isinstance(span, str) and SPAN.match(span) is None)
         ):
             raise ValueError("not a span: whole seconds, or a duration such as 90m, 24h or 2d")
-        if not 60 <= span_seconds(span) <= MAX_SPAN_SECONDS:
+        if not MIN_SPAN_SECONDS <= span_seconds(span) <= MAX_SPAN_SECONDS:
             raise ValueError(f"must be between 60 seconds and 30 days ({MAX_SPAN_SECONDS} seconds)")
         return span
 
@@ -572,8 +641,16 @@ def _ramps_rise(model: BaseModel, *names: str) -> None:
             raise ValueError(f"{name}: the first value ({low}) must be below the second ({high})")
 
 
-GRADING_SPAN = re.compile(r"^\s*(\d{1,4})\s*([dh])\s*$")
+GRADING_SPAN = re.compile(r"^\s*([0-9]{1,4})\s*([dh])\s*$")
+MAX_GRADING_DAYS = 90
+# What GRADING_SPAN reads and GradingConfig._span bounds (1h to 90d), as the document says it.
+GRADING_SPAN_PATTERN = (
+    rf"^\s*(?:{whole_numbers(1, MAX_GRADING_DAYS, 4)}\s*d"
+    rf"|{whole_numbers(1, MAX_GRADING_DAYS * 24, 4)}\s*h)\s*$"
+)
 MIN_WEIGHT = 0.001
+# A weight is 0 or at least MIN_WEIGHT (GradingWeights._zero_or_weighs says so in words).
+Weight = Annotated[Fraction, stated(anyOf=[{"const": 0}, {"minimum": MIN_WEIGHT}])]
 GRADE_TIERS = ("offload", "shadow", "keep_cloud", "forbid", "insufficient")
 FORBIDDEN_KINDS = ("planning", "fresh_knowledge")
 
@@ -582,10 +659,10 @@ class GradingWeights(Strict):
     """How much each dimension weighs in the grade's score (docs/grading.md); the score
     divides by their sum, so only their ratios matter."""
 
-    input_length: Fraction = 0.3
-    determinism: Fraction = 0.3
-    error_cost: Fraction = 0.25
-    frequency: Fraction = 0.15
+    input_length: Weight = 0.3
+    determinism: Weight = 0.3
+    error_cost: Weight = 0.25
+    frequency: Weight = 0.15
 
     @field_validator("input_length", "determinism", "error_cost", "frequency")
     @classmethod
@@ -672,7 +749,7 @@ class GradingConfig(Strict):
     repeat_rate: Fraction = 0.01
     # The traffic a grade reads: this much before the grade, within the current config
     # version. Whole days or hours: `7d`, `36h`.
-    span: str = "7d"
+    span: Annotated[str, stated(pattern=GRADING_SPAN_PATTERN)] = "7d"
     # A field (json_fields) or check (text_conservation) the cloud changes on more than this
     # share of its repeats is reported as noisy.
     noisy_field_rate: Fraction = 0.05
@@ -695,7 +772,9 @@ class GradingConfig(Strict):
         match = GRADING_SPAN.match(span)
         if (
             not match
-            or not 1 <= int(match.group(1)) * (24 if match.group(2) == "d" else 1) <= 90 * 24
+            or not 1
+            <= int(match.group(1)) * (24 if match.group(2) == "d" else 1)
+            <= MAX_GRADING_DAYS * 24
         ):
             raise ValueError("must be whole days or hours between 1h and 90d, e.g. 7d or 36h")
         return f"{int(match.group(1))}{match.group(2)}"
@@ -726,6 +805,7 @@ class GradingConfig(Strict):
 
 # An action name a task's outputs may trigger ("refund"): short and plain.
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+ActionName = Annotated[str, stated(pattern=f"^{ACTION_NAME.pattern}$")]
 
 
 class TaskConfig(Strict):
@@ -737,8 +817,9 @@ class TaskConfig(Strict):
     )
     comparator: ComparatorSpec
     stage: Literal["shadow", "cloud"] = "shadow"
-    length_buckets: list[Annotated[int, Field(le=INT32_MAX)]] = Field(
-        [128, 512, 2048], max_length=32
+    # Rising is checked below (_buckets_increasing); the document states what one bound can.
+    length_buckets: list[Annotated[int, Field(le=INT32_MAX), stated(minimum=1)]] = Field(
+        [128, 512, 2048], max_length=32, json_schema_extra={"uniqueItems": True}
     )
     error_cost: Fraction = 0.2
     max_input_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
@@ -756,14 +837,21 @@ class TaskConfig(Strict):
     fixed_cost_per_day: float = Field(40.0, ge=0, le=1e9, allow_inf_nan=False)
     # The fixed costs itemised, per day (`{routing: 10, gpu: 25, ops: 5}`): their sum is
     # fixed_cost_per_day, which may then be left out.
-    fixed_costs: Annotated[dict[str, Price], Field(max_length=100)] | None = None
+    fixed_costs: (
+        Annotated[
+            dict[str, Price],
+            Field(max_length=100),
+            stated(propertyNames={"pattern": f"^{ACTION_NAME.pattern}$"}),
+        ]
+        | None
+    ) = None
     alerts: AlertsConfig = AlertsConfig()
     rollback: RollbackConfig = RollbackConfig()
     promotion: PromotionConfig = PromotionConfig()
     review: ReviewConfig = ReviewConfig()
     # Actions the task's outputs may trigger that cannot be undone: never executed from a
     # model's answer without confirmation (client `resolve`), and named by the grade.
-    irreversible_actions: list[str] = Field(
+    irreversible_actions: list[ActionName] = Field(
         ["refund", "permission_grant", "external_notify"], max_length=100
     )
     # planning (long-chain planning) or fresh_knowledge (recent facts without retrieval):
