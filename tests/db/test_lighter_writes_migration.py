@@ -7,27 +7,15 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from controlplane.db import get_engine
-from controlplane.migrate import alembic_config, current_revisions, upgrade
 from controlplane.rollout.configs import apply_tasks
 from tests.conftest import TICKET_TASK, Api, make_result
+from tests.db.migrating import migrate_to
 
 BEFORE = "9e4a6c2d8b13"
 REVISION = "b4d1e7f3a2c9"
 PAYLOAD_TEXTS = ("input", "edge_output", "cloud_output", "diff")
-
-
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    get_engine(url).dispose()  # no pooled connection holds a lock the migration waits on
-    if down:
-        command.downgrade(alembic_config(url), revision)
-    else:
-        upgrade(url, revision)
-    get_engine(url).dispose()
-    with get_engine(url).connect() as conn:
-        assert current_revisions(conn) == {revision}
 
 
 def _foreign_keys(url: str) -> list[str]:
@@ -76,7 +64,7 @@ def test_keys_lose_their_foreign_key_and_keep_their_claims(db_url: str) -> None:
         assert _ts_index_method(db_url) == "brin"
         assert _compression(db_url) == dict.fromkeys(PAYLOAD_TEXTS, "l")  # lz4
 
-    _migrate(db_url, BEFORE, down=True)
+    migrate_to(db_url, BEFORE, down=True)
     assert _foreign_keys(db_url) == ["tasks"]
     if postgres:
         assert _ts_index_method(db_url) == "btree"
@@ -95,7 +83,7 @@ def test_keys_lose_their_foreign_key_and_keep_their_claims(db_url: str) -> None:
             {"t": task_id},
         )
 
-    _migrate(db_url, REVISION)
+    migrate_to(db_url, REVISION)
     assert _foreign_keys(db_url) == []
     if postgres:
         assert _ts_index_method(db_url) == "brin"

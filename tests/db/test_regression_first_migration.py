@@ -11,31 +11,19 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from controlplane.catalog.schemas import REGRESSION_ITEMS, config_hash
 from controlplane.db import get_engine
-from controlplane.migrate import alembic_config, current_revisions, upgrade
 from controlplane.models.review import PRIORITY_OTHER, PRIORITY_REGRESSION
 from controlplane.rollout.configs import apply_tasks
 from tests.conftest import INVOICE_TASK, TICKET_TASK
+from tests.db.migrating import migrate_to
 from tests.review.queuedata import item_row
 
 BEFORE = "5d8e2f7a9c10"
 REVISION = "7b3e9d1c4f28"
 CLAIM_INDEXES = ("ix_review_items_claim", "ix_review_items_claim_any")
 JSON_COLUMNS = {"input", "diff", "provenance", "edge_output", "cloud_output"}
-
-
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    get_engine(url).dispose()  # no pooled connection holds a lock the migration waits on
-    if down:
-        command.downgrade(alembic_config(url), revision)
-    else:
-        upgrade(url, revision)
-    get_engine(url).dispose()
-    with get_engine(url).connect() as conn:
-        assert current_revisions(conn) == {revision}
 
 
 def _configs(url: str) -> dict[tuple[int, int], tuple[dict[str, Any], str]]:
@@ -61,7 +49,7 @@ def test_review_items_get_their_priority_and_configs_the_review_defaults(db_url:
     apply_tasks(engine, [TICKET_TASK, INVOICE_TASK], actor="test")
 
     # Down to the revision before: configs lose the fields, review items their priority.
-    _migrate(db_url, BEFORE, down=True)
+    migrate_to(db_url, BEFORE, down=True)
     for document, digest in _configs(db_url).values():
         assert set(document["review"]) & {"regression_items", "guidelines"} == set()
         assert digest == config_hash(document)
@@ -80,7 +68,7 @@ def test_review_items_get_their_priority_and_configs_the_review_defaults(db_url:
             conn.execute(sa.insert(table).values(**row))
     before = _configs(db_url)
 
-    _migrate(db_url, REVISION)
+    migrate_to(db_url, REVISION)
     with get_engine(db_url).connect() as conn:
         priorities = dict(conn.execute(sa.text("SELECT layer, priority FROM review_items")).all())
     assert priorities == {"regression": PRIORITY_REGRESSION, "boundary": PRIORITY_OTHER}
@@ -107,7 +95,7 @@ def test_review_items_get_their_priority_and_configs_the_review_defaults(db_url:
     assert _configs(db_url) == after
 
     # And down again: no priority, the fields gone, the hash the stored document's.
-    _migrate(db_url, BEFORE, down=True)
+    migrate_to(db_url, BEFORE, down=True)
     with get_engine(db_url).connect() as conn:
         columns = {c["name"] for c in sa.inspect(conn).get_columns("review_items")}
     assert "priority" not in columns

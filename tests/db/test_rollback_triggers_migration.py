@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from controlplane.catalog.schemas import config_document, config_hash, parse_config
 from controlplane.db import get_engine
-from controlplane.migrate import alembic_config, current_revisions, upgrade
 from controlplane.rollout import actions
 from controlplane.rollout.configs import apply_tasks
 from tests.conftest import INVOICE_TASK, TICKET_TASK
+from tests.db.migrating import migrate_to
 
 BEFORE = "3c1f0a9e7b21"
 REVISION = "5d8e2f7a9c10"
@@ -71,17 +70,6 @@ def _rows(url: str) -> dict[str, list[Any]]:
         }
 
 
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    get_engine(url).dispose()  # no pooled connection holds a lock the migration waits on
-    if down:
-        command.downgrade(alembic_config(url), revision)
-    else:
-        upgrade(url, revision)
-    get_engine(url).dispose()
-    with get_engine(url).connect() as conn:
-        assert current_revisions(conn) == {revision}
-
-
 def _old_code_document(document: dict[str, Any]) -> dict[str, Any]:
     """A config as the code of revision 3c1f0a9e7b21 stored it: no fixed costs, no rule
     spans and no input_shift rule, and its own p95 drift line."""
@@ -109,7 +97,7 @@ def test_stored_configs_move_to_the_input_shift_alert_and_every_task_row_survive
     actions.rearm(engine, "ticket_classify", actor="test", reason="drill over")
 
     # Down to the revision before: configs stored by today's code name the p95 drift again.
-    _migrate(db_url, BEFORE, down=True)
+    migrate_to(db_url, BEFORE, down=True)
     for document, digest in _configs(db_url).values():
         assert document["alerts"]["input_p95_drift"] == 0.3
         assert "input_shift" not in document["alerts"]
@@ -144,7 +132,7 @@ def test_stored_configs_move_to_the_input_shift_alert_and_every_task_row_survive
     assert (len(rows["flags"]), len(rows["decisions"])) == (2, 2), rows
     assert len(rows["flag_history"]) >= 4, rows
 
-    _migrate(db_url, REVISION)
+    migrate_to(db_url, REVISION)
     after = _configs(db_url)
     assert after.keys() == before.keys()
     for key, (document, digest) in after.items():
@@ -163,7 +151,7 @@ def test_stored_configs_move_to_the_input_shift_alert_and_every_task_row_survive
     # A document today's code stored is its own normalised form again (once the later
     # migrations have added their fields too): applying the same config still answers
     # with its version.
-    _migrate(db_url, LATER)
+    migrate_to(db_url, LATER)
     after = _configs(db_url)
     for key in [(task_id, 1), *(k for k in after if k[0] != task_id)]:
         document, digest = after[key]
@@ -178,7 +166,7 @@ def test_stored_configs_move_to_the_input_shift_alert_and_every_task_row_survive
     assert [tuple(m) for m in marks] == [(False, None, None)] * 2
 
     # And down again: the p95 drift's line is back (its default: the value it had is gone).
-    _migrate(db_url, BEFORE, down=True)
+    migrate_to(db_url, BEFORE, down=True)
     for document, digest in _configs(db_url).values():
         assert document["alerts"]["input_p95_drift"] == 0.3
         assert "input_shift" not in document["alerts"]
