@@ -122,8 +122,6 @@ SLOW_FIRST = (
     "tests/dashboard/test_browser",
     "tests/dashboard/test_console.py",
     "tests/review/test_blind_adversary.py",
-    "tests/test_text_reader.py::test_pip_wheel",
-    "tests/test_text_reader.py::test_a_wheel",
     "tests/packaging/",
     "tests/rollout/test_rollback_e2e.py",
     "tests/test_readme_production.py",
