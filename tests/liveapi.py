@@ -493,6 +493,7 @@ class Proxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        self._closed = False
         self.accepted = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -512,6 +513,10 @@ class Proxy:
                 client.close()
                 continue
             with self._lock:
+                if self._closed:  # accepted as close() ran: never handed to a pump
+                    client.close()
+                    upstream.close()
+                    return
                 self._open += [client, upstream]
                 self.accepted += 1
             for a, b in ((client, upstream), (upstream, client)):
@@ -541,6 +546,8 @@ class Proxy:
             s.close()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         self.flowing.set()
         self._listener.close()
         self.cut()
