@@ -9,10 +9,9 @@ import logging
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from controlplane.db import get_engine
-from controlplane.migrate import alembic_config, current_revisions, upgrade
+from tests.db.migrating import migrate_to
 
 BEFORE = "9e4a6c2d8b13"
 REVISION = "b4d1e7f3a2c9"
@@ -27,17 +26,6 @@ NO_LZ4 = (
     "USING ERRCODE = 'feature_not_supported'; END IF; END $$",
     "CREATE EVENT TRIGGER no_lz4 ON ddl_command_start EXECUTE FUNCTION no_lz4()",
 )
-
-
-def _downgrade(url: str) -> None:
-    get_engine(url).dispose()  # no pooled connection holds a lock the migration waits on
-    command.downgrade(alembic_config(url), BEFORE)
-    get_engine(url).dispose()
-
-
-def _revision(url: str) -> set[str]:
-    with get_engine(url).connect() as conn:
-        return current_revisions(conn)
 
 
 def _compression(url: str) -> set[str]:
@@ -70,8 +58,7 @@ def test_sqlite_downgrade_with_a_key_of_a_deleted_task(sqlite_url: str) -> None:
                 "VALUES (999, 'orphan', CURRENT_TIMESTAMP)"
             )
         )
-    _downgrade(sqlite_url)
-    assert _revision(sqlite_url) == {BEFORE}
+    migrate_to(sqlite_url, BEFORE, down=True)
     with get_engine(sqlite_url).connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM result_keys")).scalar() == 0
 
@@ -83,15 +70,13 @@ def test_a_server_without_lz4_is_told_so(
 ) -> None:
     """The migration's docstring: 'A server built without LZ4 keeps pglz (the migration says
     so and goes on)'. It goes on; what it says is a NOTICE no one reads."""
-    _downgrade(pg_url)
+    migrate_to(pg_url, BEFORE, down=True)
     with get_engine(pg_url).begin() as conn:
         for statement in NO_LZ4:
             conn.execute(sa.text(statement))
     get_engine(pg_url).dispose()
     caplog.set_level(logging.DEBUG)
-    upgrade(pg_url, REVISION)
-    get_engine(pg_url).dispose()
-    assert _revision(pg_url) == {REVISION}  # it went on
+    migrate_to(pg_url, REVISION)  # it went on
     assert "l" not in _compression(pg_url)  # and kept pglz
     out, err = capfd.readouterr()
     told = caplog.text + out + err
@@ -105,6 +90,5 @@ def test_downgrade_puts_back_the_default_compression(pg_url: str) -> None:
     followed default_toast_compression, which an operator may have set to lz4 for the
     whole server. The way down sets pglz on every one, so such a server compresses new
     payloads with pglz after a downgrade where it used LZ4 before the upgrade."""
-    _downgrade(pg_url)
-    assert _revision(pg_url) == {BEFORE}
+    migrate_to(pg_url, BEFORE, down=True)
     assert _compression(pg_url) == {""}

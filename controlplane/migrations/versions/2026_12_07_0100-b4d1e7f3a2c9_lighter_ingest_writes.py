@@ -77,23 +77,18 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        # Keys of tasks deleted meanwhile (by hand) cannot go back under the foreign key.
-        op.execute(
-            sa.text(
-                "DELETE FROM result_keys WHERE NOT EXISTS "
-                "(SELECT 1 FROM tasks WHERE tasks.id = result_keys.task_id)"
-            )
+    # Keys of tasks deleted meanwhile (by hand) cannot go back under the foreign key.
+    op.execute(
+        sa.text(
+            "DELETE FROM result_keys WHERE NOT EXISTS "
+            "(SELECT 1 FROM tasks WHERE tasks.id = result_keys.task_id)"
         )
+    )
+    if op.get_bind().dialect.name != "postgresql":
         with op.batch_alter_table("result_keys") as batch:
             batch.create_foreign_key(FK, "tasks", ["task_id"], ["id"], ondelete="CASCADE")
         return
     _set_compression("DEFAULT")  # as before: the server's default_toast_compression
     op.drop_index("ix_result_keys_ts", table_name="result_keys")
     op.create_index("ix_result_keys_ts", "result_keys", ["ts"])
-    op.execute(
-        sa.text(
-            "DELETE FROM result_keys k WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = k.task_id)"
-        )
-    )
     op.create_foreign_key(FK, "result_keys", "tasks", ["task_id"], ["id"], ondelete="CASCADE")
