@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -27,6 +27,7 @@ from controlplane.auth.service import Principal
 from controlplane.compare import native
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
+from controlplane.http import api_router
 from controlplane.metrics.fields import COUNTS, PERCENTILE_FIELDS, RATES
 from controlplane.metrics.service import lag, latest_closed_rows
 from controlplane.models.base import utcnow
@@ -34,7 +35,7 @@ from controlplane.notify.repository import delivery_counts
 from controlplane.rollout.flags import flags_document
 from controlplane.rollout.repository import decision_counts
 
-router = APIRouter(tags=["metrics"])
+router = api_router(tag="metrics")
 
 
 # Fields of the latest closed window exported per task and bucket.

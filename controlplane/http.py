@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +31,14 @@ class ORJSONResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return dumps(content)
+
+
+def api_router(prefix: str = "", *, tag: str) -> APIRouter:
+    """A router of the API. Its routes answer with ORJSONResponse unless they say otherwise,
+    as they are built here, at import: create_app adds them to each app as they are
+    (controlplane.api), where FastAPI's include_router would build every route anew for
+    each app on its first request."""
+    return APIRouter(prefix=prefix, tags=[tag], default_response_class=ORJSONResponse)
 
 
 class BodyRefused(Exception):

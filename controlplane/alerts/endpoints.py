@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import Body, Depends, Query, Request
 
 from controlplane.alerts import actions, service
 from controlplane.alerts.schemas import AckIn, AlertOut, AlertsOut
@@ -12,10 +12,10 @@ from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.params import Int4Id, TaskFilter
 
-router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
+router = api_router("/v1/alerts", tag="alerts")
 
 
 @router.get("", response_model=AlertsOut, responses=error_responses(401, 403, 422, 429, 503))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 
 from controlplane.audit import service
 from controlplane.audit.schemas import AuditOut
@@ -12,11 +12,11 @@ from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.params import TaskFilter, text_filter
 from controlplane.timeutil import UTCTime
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = api_router("/v1/audit", tag="audit")
 
 
 @router.get("", response_model=AuditOut, responses=error_responses(401, 403, 422, 429, 503))

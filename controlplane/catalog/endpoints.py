@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
@@ -13,9 +13,9 @@ from controlplane.catalog import service
 from controlplane.catalog.schemas import TasksOut
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+router = api_router("/v1/tasks", tag="tasks")
 
 
 @router.get("", response_model=TasksOut, responses=error_responses(401, 403, 429, 503))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import Depends, HTTPException, Query, Request, Response
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.scopes import grants
@@ -23,10 +23,10 @@ from controlplane.evalsets.schemas import (
     RunOut,
     RunsOut,
 )
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.params import INT8_MAX, TaskName, text_filter
 
-router = APIRouter(prefix="/v1/evalsets", tags=["evalsets"])
+router = api_router("/v1/evalsets", tag="evalsets")
 NDJSON = "application/x-ndjson"
 # Who reads eval sets: reviewers (the blind form) and `read` keys (the full form).
 READERS = ("review", "read")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
@@ -12,11 +12,11 @@ from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.grading import service
 from controlplane.grading.schemas import GradeOut, GradesOut
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.models.base import utcnow
 from controlplane.params import TaskName
 
-router = APIRouter(tags=["grading"])
+router = api_router(tag="grading")
 
 
 @router.get(

@@ -6,7 +6,7 @@ import time
 from typing import Annotated, Literal
 
 import psycopg
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -17,13 +17,13 @@ from controlplane.auth.service import Principal
 from controlplane.catalog.service import task_or_404
 from controlplane.db import in_transaction, session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse, read_body
+from controlplane.http import ORJSONResponse, api_router, read_body
 from controlplane.ingest import repository, scoring, service, validation
 from controlplane.ingest.schemas import IngestReport, ResultOut
 from controlplane.models.base import utcnow
 from controlplane.params import TaskName
 
-router = APIRouter(prefix="/v1/results", tags=["results"])
+router = api_router("/v1/results", tag="results")
 
 
 class _AnyText(Convertor[str]):

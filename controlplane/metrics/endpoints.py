@@ -8,7 +8,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from controlplane.auth.dependencies import require
@@ -17,7 +17,7 @@ from controlplane.catalog.schemas import INT32_MAX
 from controlplane.catalog.service import runtime_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.metrics import service, whatif
 from controlplane.metrics.fields import ALL, FIELDS
@@ -26,7 +26,7 @@ from controlplane.models.base import utcnow
 from controlplane.params import TaskName
 from controlplane.timeutil import FIRST_MOMENT, UTCTime
 
-router = APIRouter(prefix="/v1/tasks", tags=["windows"])
+router = api_router("/v1/tasks", tag="windows")
 DEFAULT_SPAN = timedelta(hours=24)
 MAX_WHATIF_SPAN = timedelta(days=31)
 # A bucket's name: `0-127`, `2048+`, or `all` (controlplane.ingest.buckets).

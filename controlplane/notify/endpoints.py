@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
+from controlplane.http import api_router
 from controlplane.notify import repository
 from controlplane.notify.schemas import DeliveriesOut, DeliveryOut, DeliveryStatus
 from controlplane.params import TaskFilter
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+router = api_router("/v1/webhooks", tag="webhooks")
 
 
 @router.get(

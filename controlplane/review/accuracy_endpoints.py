@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.catalog.service import TaskRuntime, runtime_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.params import TaskName
 from controlplane.review import accuracy, agreement, calibration
 from controlplane.review.schemas import AgreementOut, CalibrationOut, RouteAccuracyOut
 
-router = APIRouter(prefix="/v1/tasks", tags=["review"])
+router = api_router("/v1/tasks", tag="review")
 
 NO_LABELS = (
     "payload_policy is none: no text is kept, so nothing is reviewed and route accuracy "

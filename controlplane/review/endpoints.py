@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import Body, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from controlplane.auth.dependencies import require
 from controlplane.auth.service import Principal
 from controlplane.errors import error_responses
-from controlplane.http import ORJSONResponse
+from controlplane.http import ORJSONResponse, api_router
 from controlplane.params import TASK_NAME_PATTERN, Int8Id
 from controlplane.review import actions
 from controlplane.review.schemas import (
@@ -24,7 +24,7 @@ from controlplane.review.schemas import (
     ReleaseOut,
 )
 
-router = APIRouter(prefix="/v1/review", tags=["review"])
+router = api_router("/v1/review", tag="review")
 
 TaskName = Annotated[
     str | None, Query(pattern=TASK_NAME_PATTERN, description="Only this task's items.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine
@@ -20,7 +20,7 @@ from controlplane.catalog.service import runtime_or_404, task_or_404
 from controlplane.db import session_scope
 from controlplane.errors import error_responses
 from controlplane.evalsets.gate import progress_view
-from controlplane.http import ORJSONResponse, read_body
+from controlplane.http import ORJSONResponse, api_router, read_body
 from controlplane.metrics.service import latest_closed_rows
 from controlplane.params import TaskFilter, TaskName
 from controlplane.rollout import actions, configs, flags, service
@@ -44,7 +44,7 @@ from controlplane.rollout.schemas import (
     UnblockOut,
 )
 
-router = APIRouter(prefix="/v1/flags", tags=["flags"])
+router = api_router("/v1/flags", tag="flags")
 
 # Answered from the process's copy of the flags (controlplane.rollout.flagcopy): bytes
 # rendered once per revision, never a query. Documented, not re-validated.
@@ -216,7 +216,7 @@ def flag_history(
 
 # POST /v1/tasks publishes a flag, and GET /v1/tasks/{task} shows it with the latest
 # metrics: both read above the catalog, so they live here (tagged with the catalog's name).
-catalog_router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+catalog_router = api_router("/v1/tasks", tag="tasks")
 
 
 @catalog_router.post(
@@ -291,9 +291,9 @@ def get_task(
     return ORJSONResponse(view)
 
 
-tasks_router = APIRouter(prefix="/v1/tasks", tags=["rollout"])
-decisions_router = APIRouter(prefix="/v1/decisions", tags=["rollout"])
-kill_router = APIRouter(prefix="/v1/kill", tags=["rollout"])
+tasks_router = api_router("/v1/tasks", tag="rollout")
+decisions_router = api_router("/v1/decisions", tag="rollout")
+kill_router = api_router("/v1/kill", tag="rollout")
 
 
 def _engine(request: Request) -> Engine:

@@ -17,7 +17,7 @@ from email.utils import formatdate
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -27,13 +27,13 @@ from controlplane.auth.service import Principal
 from controlplane.client.routing import evaluate
 from controlplane.compare.jsonutil import dumps, short_repr
 from controlplane.errors import ErrorOut, error_responses
-from controlplane.http import BodyRefused, BodyTooLarge, read_body
+from controlplane.http import BodyRefused, BodyTooLarge, api_router, read_body
 from controlplane.ingest.schemas import MAX_ID_LENGTH
 from controlplane.params import INT4_MAX, JSON_VALUE_REF
 from controlplane.rollout.flagcopy import FlagSnapshot, NoFlagsYet
 from controlplane.rollout.flags import etag, matches
 
-router = APIRouter(prefix="/ofrep/v1", tags=["ofrep"])
+router = api_router("/ofrep/v1", tag="ofrep")
 
 # When no copy of the flags was ever loaded and storage is down (nothing to answer from).
 NO_FLAGS_RETRY_SECONDS = 5
