@@ -17,7 +17,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -132,18 +132,14 @@ def _best_time(reader: Callable[[str], object], text: str, calls: int = 1) -> fl
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _frozen_heap() -> Iterator[None]:
-    """While this module's tests run, what the process held before them (the app and the
-    suite it imported, other tests' leftovers) is out of the cyclic collector's sight
-    (`gc.freeze`, after a full collection): the collection before each measure then looks
-    at what these tests made, not at everything (about 0.1 s each, more than the reading).
-    The frozen objects are handed back to the collector when the module's tests end."""
+def _frozen_heap() -> None:
+    """What the process holds when this module's tests start is collected and frozen out of
+    the cyclic collector's sight, as tests/conftest.py does at the end of each module: the
+    collection before each measure then looks at what these tests made, not at everything
+    the process imported, also where this module is the first one the process runs (this
+    file alone: the collections were about 0.1 s a test, more than the readings)."""
     gc.collect()
     gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _growth(
