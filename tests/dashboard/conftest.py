@@ -8,6 +8,7 @@ page tests share one copy (`seeded_once`) and one render of each page they read.
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import uuid
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from controlplane.db import get_engine, make_engine
@@ -31,6 +33,13 @@ from controlplane.scheduler import fill_regression_sets
 from controlplane.sim.evalset_example import END, REVIEWER, seed
 from dashboard.common import SESSION_TOKEN
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
+
+# Each AppTest run scans every installed distribution's metadata for Streamlit components
+# (about 0.1 s of CPU; `streamlit run` scans once, at start). What is installed does not
+# change during the suite: the scan runs once a process, its answer kept.
+manifest_scanner.scan_component_manifests = functools.cache(  # type: ignore[method-assign]
+    manifest_scanner.scan_component_manifests
+)
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
 SEEDED_DB = per_worker("sp_test_dashboard_seed")  # one per pytest-xdist worker
