@@ -15,6 +15,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -36,11 +37,13 @@ from controlplane.exporter import router as exporter_router
 from controlplane.grading.endpoints import router as grading_router
 from controlplane.http import (
     HEAD_MARK,
+    SERVING_APP,
     BodyGuard,
     BodyRefused,
     HeadAsGet,
     ORJSONResponse,
     RequestLog,
+    api_router,
     is_json,
     log,
 )
@@ -254,13 +257,42 @@ def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
     """Each router's routes, added to the app as they were built at import. FastAPI's
     include_router would build every one of them again for each app, on its first request
     (about 60 ms of CPU an app: once a process in production, once a test in the suite).
-    Nothing include_router would add is lost: no router here includes another, registers
-    start-up handlers or is included with options, and each answers with the app's
-    response class (controlplane.http.api_router)."""
+    A router made by controlplane.http.api_router loses nothing include_router would give
+    it: it answers with the app's response class and the serving app's dependency
+    overrides; one that holds anything more for include_router to merge (event handlers,
+    a lifespan, dependencies, responses, callbacks, a body limit, routers of its own) is
+    refused."""
     for router in routers:
-        if router.default_response_class is not ORJSONResponse or router.on_startup:
-            raise ValueError(f"{router.prefix or '/'}: not made by controlplane.http.api_router")
+        refused = [
+            what
+            for what, held in (
+                ("its response class", router.default_response_class is not ORJSONResponse),
+                ("dependency overrides", router.dependency_overrides_provider is not SERVING_APP),
+                ("start-up handlers", bool(router.on_startup)),
+                ("shutdown handlers", bool(router.on_shutdown)),
+                ("a lifespan", type(router.lifespan_context) is not _NO_LIFESPAN),
+                ("dependencies", bool(router.dependencies)),
+                ("responses", bool(router.responses)),
+                ("callbacks", bool(router.callbacks)),
+                ("a body limit", getattr(router, "max_body_size", None) is not None),
+                ("routers or routes of other kinds", _other_routes(router)),
+            )
+            if held
+        ]
+        if refused:
+            raise ValueError(
+                f"{router.prefix or '/'}: not made by controlplane.http.api_router "
+                f"({', '.join(refused)})"
+            )
         app.router.routes.extend(router.routes)
+
+
+# What a router made by api_router holds as its lifespan: FastAPI's stand-in for none.
+_NO_LIFESPAN = type(api_router(tag="_").lifespan_context)
+
+
+def _other_routes(router: APIRouter) -> bool:
+    return any(not isinstance(route, APIRoute) for route in router.routes)
 
 
 async def healthz() -> dict[str, str]:

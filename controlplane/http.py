@@ -9,6 +9,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,8 +38,30 @@ def api_router(prefix: str = "", *, tag: str) -> APIRouter:
     """A router of the API. Its routes answer with ORJSONResponse unless they say otherwise,
     as they are built here, at import: create_app adds them to each app as they are
     (controlplane.api), where FastAPI's include_router would build every route anew for
-    each app on its first request."""
-    return APIRouter(prefix=prefix, tags=[tag], default_response_class=ORJSONResponse)
+    each app on its first request. The app serving a request is found at request time, so
+    its `dependency_overrides` still apply (SERVING_APP)."""
+    return APIRouter(
+        prefix=prefix,
+        tags=[tag],
+        default_response_class=ORJSONResponse,
+        dependency_overrides_provider=SERVING_APP,
+    )
+
+
+class _ServingApp:
+    """The dependency overrides of the app serving the current request: a route built once
+    is shared by every app of the process, so it cannot hold one app as include_router's
+    copies did. RequestLog, every app's outermost middleware, notes the app."""
+
+    current: ContextVar[Any] = ContextVar("shadowplane_serving_app", default=None)
+
+    @property
+    def dependency_overrides(self) -> dict[Any, Any]:
+        app = self.current.get()
+        return app.dependency_overrides if app is not None else {}
+
+
+SERVING_APP = _ServingApp()
 
 
 class BodyRefused(Exception):
@@ -316,6 +339,7 @@ class RequestLog:
             return
         started = time.perf_counter()
         status = 500
+        SERVING_APP.current.set(scope.get("app"))
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status

@@ -1,11 +1,13 @@
 """What adding each router's import-time routes to the app (controlplane.api._add_routes)
-loses against FastAPI's include_router: found by a hostile review of 1d85370, each kept as a
-strict xfail until fixed."""
+loses against FastAPI's include_router: found by a hostile review of 1d85370, each fixed."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
-from fastapi import FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.testclient import TestClient
 
 from controlplane import api
@@ -15,12 +17,6 @@ from controlplane.rollout import ofrep
 from controlplane.settings import Settings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="1d85370: routes built at import carry no dependency_overrides_provider, so "
-    "app.dependency_overrides (honoured through include_router, which gives each route the "
-    "app as its provider) is ignored on every router's route",
-)
 def test_the_apps_dependency_overrides_reach_a_routers_route(sqlite_url: str) -> None:
     app = create_app(Settings(database_url=sqlite_url, tick_seconds=0))
 
@@ -33,13 +29,40 @@ def test_the_apps_dependency_overrides_reach_a_routers_route(sqlite_url: str) ->
     assert answer.status_code == 418, answer.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="1d85370: _add_routes refuses a router with start-up handlers but takes one with "
-    "shutdown handlers, which include_router would register and _add_routes drops",
-)
 def test_a_router_with_a_shutdown_handler_is_refused() -> None:
     router = api_router("/v1/hostile", tag="hostile")
     router.add_event_handler("shutdown", lambda: None)
     with pytest.raises(ValueError, match="not made by controlplane.http.api_router"):
+        api._add_routes(FastAPI(), router)
+
+
+def _with_dependency(router: APIRouter) -> None:
+    router.dependencies.append(Depends(lambda: None))
+
+
+def _with_router(router: APIRouter) -> None:
+    inner = api_router("/inner", tag="inner")
+
+    @inner.get("/x")
+    def x() -> dict[str, int]:
+        return {"x": 1}
+
+    router.include_router(inner)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (_with_dependency, "dependencies"),
+        (lambda r: r.responses.update({418: {"description": "tea"}}), "responses"),
+        (_with_router, "routers or routes of other kinds"),
+        (lambda r: r.add_event_handler("startup", lambda: None), "start-up handlers"),
+    ],
+)
+def test_a_router_holding_more_for_include_router_is_refused_naming_it(
+    change: Callable[[APIRouter], None], named: str
+) -> None:
+    router = api_router("/v1/hostile", tag="hostile")
+    change(router)
+    with pytest.raises(ValueError, match=re.escape(named)):
         api._add_routes(FastAPI(), router)
