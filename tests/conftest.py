@@ -219,6 +219,13 @@ def _shared_with(item: pytest.Item) -> str:
     return item.nodeid
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collecting imported is frozen before the first module runs, as what each module
+    # leaves is after it (below): a collection then looks only at what the tests since made.
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield  # the module's fixtures are torn down by now when the next test is another module's

@@ -131,17 +131,6 @@ def _best_time(reader: Callable[[str], object], text: str, calls: int = 1) -> fl
     return best / calls
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _frozen_heap() -> None:
-    """What the process holds when this module's tests start is collected and frozen out of
-    the cyclic collector's sight, as tests/conftest.py does at the end of each module: the
-    collection before each measure then looks at what these tests made, not at everything
-    the process imported, also where this module is the first one the process runs (this
-    file alone: the collections were about 0.1 s a test, more than the readings)."""
-    gc.collect()
-    gc.freeze()
-
-
 def _growth(
     reader: Callable[[str], object], small: str, large: str, small_calls: int, collect: bool
 ) -> float:
