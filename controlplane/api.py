@@ -275,7 +275,10 @@ def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
                 ("responses", bool(router.responses)),
                 ("callbacks", bool(router.callbacks)),
                 ("a body limit", getattr(router, "max_body_size", None) is not None),
-                ("routers or routes of other kinds", _other_routes(router)),
+                (
+                    "routers or routes of other kinds",
+                    any(not isinstance(route, APIRoute) for route in router.routes),
+                ),
             )
             if held
         ]
@@ -289,10 +292,6 @@ def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
 
 # What a router made by api_router holds as its lifespan: FastAPI's stand-in for none.
 _NO_LIFESPAN = type(api_router(tag="_").lifespan_context)
-
-
-def _other_routes(router: APIRouter) -> bool:
-    return any(not isinstance(route, APIRoute) for route in router.routes)
 
 
 async def healthz() -> dict[str, str]:
