@@ -78,7 +78,13 @@ def test_the_router_in_fifteen_lines_routes_by_the_flag_and_reports(
     classify = namespace["classify"]
     sent: list[dict[str, Any]] = []
     report = reporter.report
-    reporter.report = lambda result: bool(sent.append(result) or report(result))  # type: ignore[method-assign]
+
+    def recording(result: dict[str, Any]) -> bool:
+        queued = report(result)
+        sent.append(result)
+        return queued
+
+    reporter.report = recording  # type: ignore[method-assign]
     try:
         assert flags.wait_ready(30)
         # Shadow: the cloud answers.
@@ -97,6 +103,9 @@ def test_the_router_in_fifteen_lines_routes_by_the_flag_and_reports(
         # An edge answer `validate` refuses is never served.
         small.answer = "not a label"
         assert classify(ticket(4)) == "exchange"
+        # Each result is reported when its side run ends, on another thread: the router
+        # closes its reporter once its requests are done, not while a side run still goes.
+        wait_until(lambda: len(sent) == 4, "the four calls' side runs to report")
         assert reporter.close(timeout=60) is True
     finally:
         flags.close()
