@@ -896,18 +896,21 @@ class _Loop:
     def _gate(self, clock: Callable[[], float]) -> bool:
         """Wait for the gate over the new model's shadow windows; print each window closed."""
         deadline = time.monotonic() + LOOP_WAIT_SECONDS
-        shown = 0
+        shown: tuple[Any, ...] = ()
         while True:
             answer = self.reader.get(f"/v1/tasks/{CANARY}/gate")
             answer.raise_for_status()
             gate = answer.json()
-            if gate["windows"] > shown:
-                shown = gate["windows"]
+            # Each change is printed: a window more, or (once the gate reads its last
+            # `min_windows`) a newer window that changed the verdict.
+            seen = (gate["windows"], gate["passed"], tuple(gate["reasons"]))
+            if gate["windows"] and seen != shown:
+                shown = seen
                 verdict = "passed" if gate["passed"] else "not yet: " + "; ".join(gate["reasons"])
                 _step(
                     clock(),
-                    f"GATE on {shown} of the {DEMO_PROMOTION['min_windows']} shadow windows it "
-                    f"reads: {verdict}",
+                    f"GATE on {gate['windows']} of the {DEMO_PROMOTION['min_windows']} shadow "
+                    f"windows it reads: {verdict}",
                 )
             if gate["passed"] or time.monotonic() > deadline:
                 break
