@@ -116,7 +116,11 @@ def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> alt.Chart | 
                 scale=alt.Scale(domain=kinds, range=[EVENT_COLOURS[k] for k in kinds]),
                 legend=legend(EVENT),
             ),
-            tooltip=[time_tooltip("at", "at", seconds=seconds), "kind:N", "text:N"],
+            tooltip=[
+                time_tooltip("at", "at", seconds=seconds),
+                alt.Tooltip("kind:N"),
+                alt.Tooltip("text:N"),
+            ],
         )
     )
 
@@ -125,12 +129,17 @@ def _layered(
     layers: list[Any], events: pd.DataFrame | None, title: str, *, seconds: bool
 ) -> alt.LayerChart:
     """The layers with the events' rules over them: the events' colours are a scale of
-    their own (a legend of their own), apart from the lines'."""
-    chart = alt.layer(*layers)
+    their own (a legend of their own), apart from the lines'.
+
+    Each LayerChart is made by one constructor with all it holds: Altair deep-copies every
+    layer in each LayerChart it makes (alt.layer, resolve_scale and properties each make
+    one), which was a third of drawing a chart."""
     marks = events_layer(events, seconds=seconds) if events is not None else None
-    if marks is not None:
-        chart = alt.layer(chart, marks).resolve_scale(color="independent")
-    return cast(alt.LayerChart, chart.properties(title=title, height=HEIGHT, autosize=FIT_WIDTH))
+    top: dict[str, Any] = {"title": title, "height": HEIGHT, "autosize": FIT_WIDTH}
+    if marks is None:
+        return alt.LayerChart(layer=layers, **top)
+    independent = alt.Resolve(scale=alt.ScaleResolveMap(color="independent"))
+    return alt.LayerChart(layer=[alt.LayerChart(layer=layers), marks], resolve=independent, **top)
 
 
 def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
@@ -184,7 +193,10 @@ def band_lines(
     domain = value_domain(drawn[y], rule=threshold, percent=percent, signed=signed)
     axis = _y(y, chart.y_title, percent, signed=signed, domain=domain)
     time = time_tooltip("window_start", "window from", seconds=seconds)
-    keys = [f"{chart.color}:N", *([f"{chart.dash}:N"] if chart.dash else [])]
+    keys = [
+        alt.Tooltip(f"{chart.color}:N"),
+        *([alt.Tooltip(f"{chart.dash}:N")] if chart.dash else []),
+    ]
     tooltip: list[Any] = [
         time,
         *keys,
@@ -204,9 +216,9 @@ def band_lines(
             .encode(
                 x=time_x(),
                 y=_y(low, chart.y_title, percent, signed=signed, domain=domain),
-                y2=f"{high}:Q",
+                y2=alt.Y2(f"{high}:Q"),
                 color=colour,
-                **({"detail": f"{chart.dash}:N"} if chart.dash else {}),
+                **({"detail": alt.Detail(f"{chart.dash}:N")} if chart.dash else {}),
             )
         )
     encoding: dict[str, Any] = {"x": time_x(), "y": axis, "color": colour, "tooltip": tooltip}
@@ -237,12 +249,12 @@ def threshold_rule(at: float, label: str, y: alt.Y) -> list[alt.Chart]:
     """A dashed rule across the chart at `at` (on the chart's axis `y`, of a `threshold`
     column), its label, which says where it is, written on it at the left."""
     rule = alt.Chart(pd.DataFrame({"threshold": [at], "label": [label]})).encode(
-        y=y, tooltip=["label:N"]
+        y=y, tooltip=[alt.Tooltip("label:N")]
     )
     return [
         rule.mark_rule(strokeDash=[6, 4], color="#333333"),
         rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#333333").encode(
-            x=alt.value(0), text="label:N"
+            x=alt.XValue(0), text=alt.Text("label:N")
         ),
     ]
 
@@ -263,8 +275,8 @@ def lines(
         "color": _colour(chart.color, order),
         "tooltip": [
             time_tooltip("window_start", "window from", seconds=seconds),
-            f"{chart.color}:N",
-            *([f"{dash}:N"] if dash else []),
+            alt.Tooltip(f"{chart.color}:N"),
+            *([alt.Tooltip(f"{dash}:N")] if dash else []),
             alt.Tooltip(f"{y}:Q", format=formats.tooltip_format(percent, fine=True)),
         ],
     }
@@ -366,35 +378,39 @@ def bars(
                 legend=alt.Legend(title=chart.color, orient="bottom"),
             ),
             tooltip=[
-                f"{chart.y}:N",
+                alt.Tooltip(f"{chart.y}:N"),
                 alt.Tooltip(f"{chart.x}:Q", format=formats.tooltip_format(False)),
-                *(f"{c}:N" for c in others),
+                *(alt.Tooltip(f"{c}:N") for c in others),
             ],
         )
     ]
     if rules:
         at = pd.DataFrame({"rule": list(rules), "at": list(rules.values())})
-        rule = alt.Chart(at).encode(x=alt.X("at:Q", scale=scale), tooltip=["rule:N", "at:Q"])
+        rule = alt.Chart(at).encode(
+            x=alt.X("at:Q", scale=scale), tooltip=[alt.Tooltip("rule:N"), alt.Tooltip("at:Q")]
+        )
         layers += [
             rule.mark_rule(strokeDash=[6, 4], color="#333333"),
             rule.mark_text(align="left", dx=3, dy=-4, baseline="bottom", color="#333333").encode(
-                text="rule:N", y=alt.value(0)
+                text=alt.Text("rule:N"), y=alt.YValue(0)
             ),
         ]
     if ticks is not None and not ticks.empty:
         layers.append(
             alt.Chart(ticks)
             .mark_tick(color=EVENT_COLOURS["decision"], thickness=3)
-            .encode(x=alt.X("at:Q", scale=scale), y=y, tooltip=["label:N", "at:Q"])
+            .encode(
+                x=alt.X("at:Q", scale=scale),
+                y=y,
+                tooltip=[alt.Tooltip("label:N"), alt.Tooltip("at:Q")],
+            )
         )
     # A band per bar (a fixed height would squeeze the bars when there are many). Not a
     # Vega-Lite step: Streamlit's frontend fits a chart's height, which a step height
     # cannot (Vega warns it drops "fit-y").
-    return cast(
-        alt.LayerChart,
-        alt.layer(*layers).properties(
-            title=chart.title, height=BAR_STEP * len(order), autosize=FIT_WIDTH
-        ),
+    # One constructor (see _layered).
+    return alt.LayerChart(
+        layer=layers, title=chart.title, height=BAR_STEP * len(order), autosize=FIT_WIDTH
     )
 
 
@@ -431,7 +447,7 @@ def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart
                 legend=legend("inputs"),
             ),
             tooltip=[
-                "bin:N",
+                alt.Tooltip("bin:N"),
                 alt.Tooltip("share:Q", format=formats.tooltip_format(True)),
                 alt.Tooltip("count:Q", format=","),
             ],

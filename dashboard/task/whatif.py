@@ -262,7 +262,9 @@ def _chart(
         layers.append(
             alt.Chart(band[[SERIES, "edge_share", f"{y}_low", f"{y}_high"]])
             .mark_area(opacity=0.15, clip=True)
-            .encode(x=_x(), y=alt.Y(f"{y}_low:Q", title=y), y2=f"{y}_high:Q", color=_colour())
+            .encode(
+                x=_x(), y=alt.Y(f"{y}_low:Q", title=y), y2=alt.Y2(f"{y}_high:Q"), color=_colour()
+            )
         )
     columns = [SERIES, "cap", "edge_share", y]
     if not on_curve.empty:
@@ -289,8 +291,12 @@ def _chart(
         )
     # Fit the width only: with Streamlit's default ("fit") the height would hold the axis
     # and the legend too, leaving the plot a strip.
-    return alt.layer(*layers).properties(
-        title=title, height=240, autosize=alt.AutoSizeParams(type="fit-x", contains="padding")
+    # One constructor: Altair deep-copies the layers in each LayerChart it makes.
+    return alt.LayerChart(
+        layer=layers,
+        title=title,
+        height=240,
+        autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
     )
 
 
