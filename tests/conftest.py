@@ -15,7 +15,10 @@ import gc
 import itertools
 import os
 import shutil
+import sys
+import traceback
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
@@ -82,6 +86,7 @@ GC_THRESHOLDS = (10_000, 10, 10)
 def pytest_configure(config: pytest.Config) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     controlplane.db.make_engine = _sharing_compiled_sql(controlplane.db.make_engine)  # type: ignore[assignment]
+    _noting_where_opened()
     config.addinivalue_line(
         "markers",
         "fresh_db: pg_url is a database cloned for this test alone, dropped after it (for "
@@ -106,6 +111,7 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
     @functools.wraps(make)
     def make_engine(url: str) -> Engine:
         engine = make(url)
+        _made.setdefault(url, []).append(weakref.ref(engine))
         name = engine.dialect.name
         found = _shared_dialects.get(name)
         if found is not None:
@@ -123,6 +129,50 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
         return engine
 
     return make_engine
+
+
+# Every engine made for a URL, the process's cache's and those it let go.
+_made: dict[str, list[weakref.ref[Engine]]] = {}
+
+
+def dispose_engines(url: str) -> None:
+    """Close the pooled connections of every engine made for `url`. get_engine keeps at
+    most controlplane.db.ENGINES; one it lets go during a test (its pool closed) opens
+    connections anew for whoever still holds it, and those were left to the garbage
+    collector, whose psycopg warns (an error here) in whichever test it runs."""
+    for ref in _made.pop(url, []):
+        engine = ref()
+        if engine is not None:
+            engine.dispose()
+
+
+# A psycopg connection collected while open warns (an error here) in whichever test the
+# collector runs in, far from the code that left it open: each connection notes where it
+# was opened, and one collected open says so (in the test's captured stderr) as it warns.
+def _noting_where_opened() -> None:
+    connect = psycopg.Connection.connect.__func__  # type: ignore[attr-defined]
+    collected = psycopg.Connection.__del__
+
+    @functools.wraps(connect)
+    def noted(cls: type[psycopg.Connection[Any]], *args: Any, **kwargs: Any) -> Any:
+        conn = connect(cls, *args, **kwargs)
+        frames = traceback.walk_stack(sys._getframe(1))
+        opened = traceback.StackSummary.extract(frames, limit=40, lookup_lines=False)
+        opened.reverse()  # the outermost call first, as a traceback
+        conn._opened_at = opened
+        return conn
+
+    def warned(self: psycopg.Connection[Any], *args: Any) -> None:
+        opened = getattr(self, "_opened_at", None)
+        if opened is not None and hasattr(self, "pgconn") and not self.closed:
+            if not hasattr(self, "_pool"):
+                where = "".join(opened.format())
+                print(f"psycopg connection collected open; opened at:\n{where}", file=sys.stderr)
+        collected(self, *args)
+
+    psycopg.Connection.connect = classmethod(noted)  # type: ignore[assignment]
+    psycopg.connect = psycopg.Connection.connect  # the module's name for it, bound at import
+    psycopg.Connection.__del__ = warned  # type: ignore[method-assign]
 
 
 # The tests that read texts run with each reader: the compiled one and the Python reference.
@@ -334,7 +384,7 @@ def cloned_database() -> Iterator[str]:
     try:
         yield url
     finally:
-        get_engine(url).dispose()
+        dispose_engines(url)
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
@@ -375,7 +425,7 @@ def pg_url(request: pytest.FixtureRequest, pg_template: str) -> Iterator[str]:
         .render_as_string(hide_password=False)
     )
     yield url
-    get_engine(url).dispose()
+    dispose_engines(url)
 
 
 @pytest.fixture(scope="session")
@@ -399,7 +449,7 @@ def own_pg(migrated_cluster: PgServer) -> Iterator[PgServer]:
     try:
         yield server
     finally:
-        get_engine(server.url).dispose()
+        dispose_engines(server.url)
         if server.running():
             try:
                 server.stop("immediate")
@@ -427,7 +477,7 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> Iterator[str]:
     shutil.copy(sqlite_template, path)
     url = f"sqlite:///{path}"
     yield url
-    get_engine(url).dispose()
+    dispose_engines(url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])

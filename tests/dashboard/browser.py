@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -168,8 +172,19 @@ def as_shown(text: str) -> str:
     return text
 
 
-def body_text(driver: WebDriver) -> str:
-    return str(driver.find_element(By.TAG_NAME, "body").text)
+# What Chromium answers when the body is replaced while its text is read (a page moving on):
+# read again, as for a stale element.
+REPLACED_WHILE_READ = "does not belong to the document"
+
+
+def body_text(driver: WebDriver, attempts: int = 3) -> str:
+    while True:
+        try:
+            return str(driver.find_element(By.TAG_NAME, "body").text)
+        except WebDriverException as exc:
+            attempts -= 1
+            if REPLACED_WHILE_READ not in str(exc.msg) or attempts == 0:
+                raise
 
 
 def wait_for_text(driver: WebDriver, *texts: str, what: str) -> str:
