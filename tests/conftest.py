@@ -112,6 +112,7 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
     def make_engine(url: str) -> Engine:
         engine = make(url)
         _made.setdefault(url, []).append(weakref.ref(engine))
+        _closing_what_comes_back_late(engine)
         name = engine.dialect.name
         found = _shared_dialects.get(name)
         if found is not None:
@@ -129,6 +130,23 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
         return engine
 
     return make_engine
+
+
+def _closing_what_comes_back_late(engine: Engine) -> None:
+    """A connection checked in after its engine was disposed (a thread of an app that was
+    still finishing when the test's teardown disposed it) goes back to the pool that
+    dispose() replaced, which nobody reads again: it was closed only when the collector
+    freed that pool, and psycopg then warned in whichever test was running. It is closed as
+    it comes back instead."""
+    held = weakref.ref(engine)
+
+    def checked_in(dbapi_connection: Any, record: Any) -> None:
+        current = held()
+        pool = record._ConnectionRecord__pool  # the pool it goes back to
+        if dbapi_connection is not None and (current is None or pool is not current.pool):
+            dbapi_connection.close()
+
+    event.listen(engine.pool, "checkin", checked_in)
 
 
 # Every engine made for a URL, the process's cache's and those it let go.
