@@ -98,13 +98,13 @@ def pytest_configure(config: pytest.Config) -> None:
 # keyed by the engine's dialect object. Each test has a database URL of its own, so an
 # engine of its own, and compiled every statement again: tests/ingest, tests/rollout and
 # tests/alerts spent 138 s of CPU with that, 125 s without.
-# Here the engines that get_engine makes (controlplane.db.make_engine) share one dialect
-# object and one compiled cache per backend, once an engine of it has connected (its
-# dialect then initialised from a real server). Pools, URLs and every cache keyed by a
-# URL stay each test's own; every engine is made by make_engine alike, so their dialects
-# are the same settings.
+# Here the engines that get_engine makes (controlplane.db.make_engine, so all with the same
+# settings) share one dialect object and one compiled cache per backend, driver and server
+# version. An engine joins once its own dialect has been initialised from its server (after
+# create_engine's own listener, on its first connection: one whose initialisation failed
+# joins none); pools, URLs and every cache keyed by a URL stay each test's own.
 SHARED_COMPILED_STATEMENTS = 5000
-_shared_dialects: dict[str, tuple[Dialect, LRUCache[Any, Any]]] = {}
+_shared_dialects: dict[tuple[Any, ...], tuple[Dialect, LRUCache[Any, Any]]] = {}
 
 
 def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engine]:
@@ -113,20 +113,22 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
         engine = make(url)
         _made.setdefault(url, []).append(weakref.ref(engine))
         _closing_what_comes_back_late(engine)
-        name = engine.dialect.name
-        found = _shared_dialects.get(name)
-        if found is not None:
-            engine.dialect, engine._compiled_cache = found
-            return engine
+        held = weakref.ref(engine)
 
         def initialised(*_: Any) -> None:
-            # After create_engine's own first_connect listener: the dialect is initialised.
+            current = held()
+            version = getattr(current and current.dialect, "server_version_info", None)
+            if current is None or version is None:
+                return  # not initialised: it keeps its own
+            dialect = current.dialect
+            key = (dialect.name, dialect.driver, tuple(version))
             shared = _shared_dialects.setdefault(
-                name, (engine.dialect, LRUCache(SHARED_COMPILED_STATEMENTS))
+                key, (dialect, LRUCache(SHARED_COMPILED_STATEMENTS))
             )
-            engine.dialect, engine._compiled_cache = shared
+            current.dialect, current._compiled_cache = shared
 
-        event.listen(engine.pool, "first_connect", initialised)
+        # Registered after create_engine's own listener, which initialises the dialect.
+        event.listen(engine.pool, "connect", initialised, once=True)
         return engine
 
     return make_engine

@@ -1,14 +1,15 @@
 """Hostile review of 52522a8 (tests/conftest.py shares one dialect per backend among the
 engines make_engine makes in the suite).
 
-conftest shares the dialect of the first engine of a backend as that engine's pool fires
-`first_connect`, on the word that create_engine's own listener has initialised the
-dialect by then. It has not: SQLAlchemy initialises the dialect in a `connect` listener,
-which the pool fires after `first_connect`. Shared that early, the dialect is the one every
-later engine of the backend compiles and reflects with; when the first engine's first
-connection fails inside the dialect's initialisation (a server lost between its handshake
-and initialise's first query), every later engine of the backend in that worker reflects
-with a dialect that has no server version, and reflection raises TypeError."""
+conftest shared the dialect of the first engine of a backend as that engine's pool fired
+`first_connect`, on the word that create_engine's own listener had initialised the dialect
+by then. It had not: SQLAlchemy initialises the dialect in a `connect` listener, which the
+pool fires after `first_connect`. Shared that early, when the first engine's first
+connection failed inside the dialect's initialisation (a server lost between its handshake
+and initialise's first query), every later engine of the backend in that worker reflected
+with a dialect that had no server version, and reflection raised TypeError. An engine now
+joins the shared dialect only once its own is initialised (a `connect` listener after
+create_engine's); one whose initialisation failed joins none."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ import controlplane.db
 from tests import conftest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="conftest shares a dialect at first_connect, before SQLAlchemy initialises it",
-    raises=TypeError,
-)
 def test_a_first_engine_that_fails_while_initialising_shares_no_uninitialised_dialect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

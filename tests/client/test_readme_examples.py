@@ -105,7 +105,7 @@ def test_the_router_in_fifteen_lines_routes_by_the_flag_and_reports(
         assert classify(ticket(4)) == "exchange"
         # Each result is reported when its side run ends, on another thread: the router
         # closes its reporter once its requests are done, not while a side run still goes.
-        wait_until(lambda: len(sent) == 4, "the four calls' side runs to report")
+        wait_until(lambda: len(sent) >= 4, "the four calls' side runs to report")
         assert reporter.close(timeout=60) is True
     finally:
         flags.close()
