@@ -894,7 +894,7 @@ class _Loop:
         )
 
     def _gate(self, clock: Callable[[], float]) -> bool:
-        """Wait for the gate over the new model's shadow windows; print each window closed."""
+        """Wait for the gate over the new model's shadow windows; print each change of it."""
         deadline = time.monotonic() + LOOP_WAIT_SECONDS
         shown: tuple[Any, ...] = ()
         while True:

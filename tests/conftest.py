@@ -117,11 +117,12 @@ def _sharing_compiled_sql(make: Callable[[str], Engine]) -> Callable[[str], Engi
 
         def initialised(*_: Any) -> None:
             current = held()
-            version = getattr(current and current.dialect, "server_version_info", None)
-            if current is None or version is None:
-                return  # not initialised: it keeps its own
+            if current is None:
+                return
             dialect = current.dialect
-            key = (dialect.name, dialect.driver, tuple(version))
+            if dialect.server_version_info is None:
+                return  # not initialised: it keeps its own
+            key = (dialect.name, dialect.driver, tuple(dialect.server_version_info))
             shared = _shared_dialects.setdefault(
                 key, (dialect, LRUCache(SHARED_COMPILED_STATEMENTS))
             )
