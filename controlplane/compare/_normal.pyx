@@ -13,13 +13,15 @@ database): normalising each piece alone gives what normalising the whole gives (
 
 from cpython.unicode cimport Py_UNICODE_ISSPACE, PyUnicode_DATA, PyUnicode_KIND, PyUnicode_READ
 from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp
 
 
 cdef extern from "Python.h":
+    int PyUnicode_1BYTE_KIND
     int PyUnicode_4BYTE_KIND
     str PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
 
-from unicodedata import is_normalized, normalize
+from unicodedata import combining, is_normalized, normalize
 
 # The ranges `_boundary` accepts, for the test that checks them (inclusive).
 BOUNDARY_RANGES = (
@@ -100,11 +102,67 @@ cdef inline int _put(Out *out, Py_UCS4 c) except -1:
     return 0
 
 
+cdef object _collapsed_latin1(str text):
+    """" ".join(text.split()) of a text of one byte a character (Latin-1) whose every
+    character is its own NFKC (and so the whole text is: no Latin-1 character combines
+    with the one before it), in one scan over its bytes; the text itself when nothing is
+    collapsed or trimmed. None when a character is not its own NFKC (², ½, the no-break
+    space...): the caller normalises. Split and join make a string a word, 5 ns a
+    character; NFKC's quick check alone costs 2 ns."""
+    cdef Py_ssize_t n = len(text), i, size = 0
+    cdef const unsigned char *data = <const unsigned char *> PyUnicode_DATA(text)
+    cdef unsigned char c, what
+    cdef bint gap = False
+    cdef char *chars = <char *> malloc(n + 1)
+    if chars == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            c = data[i]
+            what = _LATIN1[c]
+            if what == KEEP:
+                if gap:
+                    chars[size] = 0x20
+                    size += 1
+                    gap = False
+                chars[size] = c
+                size += 1
+            elif what == SPACE:
+                gap = size > 0
+            else:
+                return None
+        if size == n and memcmp(chars, data, n) == 0:
+            return text  # nothing collapsed, trimmed or turned into a space
+        return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, chars, size)
+    finally:
+        free(chars)
+
+
+# What each Latin-1 character is to the scan above: white space to str.split(), its own
+# NFKC (kept), or neither (the text goes the general way).
+cdef enum:
+    KEEP = 0
+    SPACE = 1
+    OTHER = 2
+
+cdef unsigned char _LATIN1[256]
+for _code in range(256):
+    if Py_UNICODE_ISSPACE(_code):
+        _LATIN1[_code] = SPACE
+    elif normalize("NFKC", chr(_code)) == chr(_code) and not combining(chr(_code)):
+        _LATIN1[_code] = KEEP
+    else:
+        _LATIN1[_code] = OTHER
+
+
 def normal(str text):
     """" ".join(unicodedata.normalize("NFKC", text).split()), in one pass: NFKC only on the
     pieces that need it."""
-    if text.isascii():
-        return " ".join(text.split())  # ASCII is its own NFKC
+    cdef object latin1
+    if PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND:
+        latin1 = _collapsed_latin1(text)
+        if latin1 is not None:
+            return latin1
     # Its own NFKC already (a quick check over the text: most text in any script, Greek,
     # Arabic or Devanagari too): only the whitespace to collapse.
     cdef bint normalised = is_normalized("NFKC", text)
