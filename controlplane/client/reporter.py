@@ -101,9 +101,10 @@ class ResultReporter:
         self._dropped = 0
         self._drop_reasons: Counter[str] = Counter()
         self._inflight = 0
-        # Results waiting for the cloud's repeat (`report(..., repeat=)`); guarded by it.
-        self._repeating = 0
-        self._repeats_done = threading.Condition(threading.Lock())
+        # Results handed over that come later (`hold`): waiting for the cloud's repeat
+        # (`report(..., repeat=)`), or in `shadow_compare` for a side beside; guarded by it.
+        self._held = 0
+        self._held_done = threading.Condition(threading.Lock())
         self._last_error: str | None = None
         self._last_drop_log = 0.0
         # The API's reasons for the last rejected items: {"request_id": ..., "error": ...}.
@@ -140,28 +141,32 @@ class ResultReporter:
                 ) and _answered(result.get("cloud"))
                 if due:
                     fields = _repeat_fields(result, repeat_fields)
-                    with self._repeats_done:
-                        self._repeating += 1
+                    held = self.hold()
                     try:
                         repeat_then_report(
-                            _AfterRepeat(self),
-                            result,
-                            repeat,
-                            timeout=repeat_timeout,
-                            fields=fields,
+                            held, result, repeat, timeout=repeat_timeout, fields=fields
                         )
                     except Exception:
-                        self._repeat_done()
+                        held.release()
                         raise
                     return True
             except Exception as exc:  # the caller's request must never fail on reporting
                 log.warning("results: the cloud's repeat was not started: %s", exc)
         return self._queue(result)
 
-    def _repeat_done(self) -> None:
-        with self._repeats_done:
-            self._repeating -= 1
-            self._repeats_done.notify_all()
+    def hold(self) -> Held:
+        """A result that will come later (`shadow_compare` calls this when a side beside,
+        or the cloud's repeat, is still running once the answer is given): the one report
+        through the returned `Held` queues it. Until then it counts as `pending`, and
+        `close()` waits for it, as for a repeat `report` asked for."""
+        with self._held_done:
+            self._held += 1
+        return Held(self)
+
+    def _release(self) -> None:
+        with self._held_done:
+            self._held -= 1
+            self._held_done.notify_all()
 
     def _queue(self, result: Mapping[str, Any]) -> bool:
         try:
@@ -242,8 +247,8 @@ class ResultReporter:
 
     @property
     def pending(self) -> int:
-        """Results queued or being sent, or waiting for the cloud's repeat."""
-        return len(self._items) + self._inflight + self._repeating
+        """Results queued or being sent, or held until a repeat or a side beside is in."""
+        return len(self._items) + self._inflight + self._held
 
     @property
     def queued_bytes(self) -> int:
@@ -258,14 +263,15 @@ class ResultReporter:
 
     def close(self, timeout: float = 10.0) -> bool:
         """Send what is queued, for up to `timeout` seconds (plus a request in flight), the
-        results waiting for a repeat included (each waits at most its `repeat_timeout`);
-        what is still unsent then is dropped and counted. True when everything queued
-        reached the API (stored, duplicate, or rejected item by item)."""
+        results held included: those waiting for a repeat, and `shadow_compare`'s waiting
+        for the side beside the served one (each waits at most its side's timeout, or its
+        `repeat_timeout`); what is still unsent then is dropped and counted. True when
+        everything queued reached the API (stored, duplicate, or rejected item by item)."""
         dropped_before = self._dropped
         deadline = time.monotonic() + timeout
-        with self._repeats_done:
-            while self._repeating > 0 and (left := deadline - time.monotonic()) > 0:
-                self._repeats_done.wait(left)
+        with self._held_done:
+            while self._held > 0 and (left := deadline - time.monotonic()) > 0:
+                self._held_done.wait(left)
         self._closing.set()
         with self._ready:
             self._ready.notify_all()
@@ -448,18 +454,27 @@ class ResultReporter:
             log.warning("results: dropped %d (%d in all): %s", n, dropped, why)
 
 
-class _AfterRepeat:
-    """Where a result comes back once its repeat is in: the queue, and the count of results
-    waiting for one."""
+class Held:
+    """Where one held result comes back (`ResultReporter.hold`): its report queues it and
+    ends the hold; a second report is queued as any would be, the hold ended once."""
 
     def __init__(self, owner: ResultReporter) -> None:
         self.owner = owner
+        self._lock = threading.Lock()
+        self._ended = False
 
     def report(self, result: Mapping[str, Any]) -> bool:
         try:
             return self.owner.report(result)
         finally:
-            self.owner._repeat_done()
+            self.release()
+
+    def release(self) -> None:
+        """End the hold without a report (the result will not come)."""
+        with self._lock:
+            ended, self._ended = self._ended, True
+        if not ended:
+            self.owner._release()
 
 
 def _answered(cloud: Any) -> bool:

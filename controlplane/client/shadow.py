@@ -55,7 +55,9 @@ class Router(Protocol):
 
 
 class Reporter(Protocol):
-    """What `shadow_compare` needs from a reporter (`ResultReporter` is one)."""
+    """What `shadow_compare` needs from a reporter (`ResultReporter` is one). One that also
+    has `hold()` (returning a reporter for one result) is told each result whose report
+    comes after the answer, so it can wait for them when it closes."""
 
     def report(self, result: Mapping[str, Any]) -> bool: ...
 
@@ -168,6 +170,7 @@ class _Pair:
         self.answered = False
         self.repeat: Callable[[_Pair], None] | None = None
         self.lock = threading.Lock()
+        self.held = False
 
     def expect(self, side: SideName) -> None:
         with self.lock:
@@ -190,6 +193,8 @@ class _Pair:
             self.answered = True
             start = self._repeat_due()
             ready = not self.waiting
+            if not ready:
+                self._hold()
         self._then(start, ready)
 
     def answered_already(self) -> None:
@@ -198,7 +203,23 @@ class _Pair:
             self.answered = True
             start = self._repeat_due()
             ready = not self.waiting
+            if not ready:
+                self._hold()
         self._then(start, ready)
+
+    def _hold(self) -> None:
+        """Under the lock, the answer given and the report to come later (a side beside or
+        the repeat still running): a reporter that holds results (`ResultReporter.hold`)
+        counts this one as pending until it is reported, so its `close()` waits for it."""
+        hold = getattr(self.reporter, "hold", None)
+        if hold is None or self.held:
+            return
+        try:
+            self.reporter = hold()
+        except Exception:  # holding is the reporter's courtesy: the answer goes out anyway
+            log.exception("shadow_compare: the reporter's hold raised")
+            return
+        self.held = True
 
     def skip(self, name: SideName, why: str) -> None:
         """The side beside was not run (`why`); it is named under `skipped`."""
