@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .shadow import repeat_then_report
+from .shadow import HoldsResults, repeat_then_report
 from .sticky import wants_repeat
 
 log = logging.getLogger("shadowplane.client")
@@ -36,7 +36,7 @@ _ENVELOPE = len(b'{"results":[]}')
 ANSWER_BYTES = 4 * 1024 * 1024
 
 
-class ResultReporter:
+class ResultReporter(HoldsResults):
     """``reporter.report(result)`` on the request path; ``reporter.close()`` at shutdown."""
 
     def __init__(

@@ -55,11 +55,21 @@ class Router(Protocol):
 
 
 class Reporter(Protocol):
-    """What `shadow_compare` needs from a reporter (`ResultReporter` is one). One that also
-    has `hold()` (returning a reporter for one result) is told each result whose report
-    comes after the answer, so it can wait for them when it closes."""
+    """What `shadow_compare` needs from a reporter (`ResultReporter` is one)."""
 
     def report(self, result: Mapping[str, Any]) -> bool: ...
+
+
+class HoldsResults:
+    """The base of a reporter that `shadow_compare` tells of each result it will report
+    after the answer (a side beside, or the cloud's repeat, still running): `hold()` gives
+    where that one result then goes, and the reporter counts it as pending until it comes
+    (`ResultReporter`, whose `close()` waits for them). Only a reporter of this class is
+    told: any other (a wrapper, a test double) gets every result through its own `report`,
+    as it always has."""
+
+    def hold(self) -> Reporter:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,7 @@ def _ms(started: float) -> float:
 def _jsonable(value: Any) -> bool:
     try:
         json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deeply
         return False
     return True
 
@@ -209,16 +219,18 @@ class _Pair:
 
     def _hold(self) -> None:
         """Under the lock, the answer given and the report to come later (a side beside or
-        the repeat still running): a reporter that holds results (`ResultReporter.hold`)
-        counts this one as pending until it is reported, so its `close()` waits for it."""
-        hold = getattr(self.reporter, "hold", None)
-        if hold is None or self.held:
+        the repeat still running): a reporter that holds results (`HoldsResults`, as
+        `ResultReporter`) counts this one as pending until it is reported, so its `close()`
+        waits for it."""
+        reporter = self.reporter
+        if self.held or not isinstance(reporter, HoldsResults):
             return
         try:
-            self.reporter = hold()
+            held = reporter.hold()
         except Exception:  # holding is the reporter's courtesy: the answer goes out anyway
             log.exception("shadow_compare: the reporter's hold raised")
             return
+        self.reporter = held
         self.held = True
 
     def skip(self, name: SideName, why: str) -> None:
@@ -227,8 +239,11 @@ class _Pair:
             self.skipped[name] = why
 
     def forget(self, name: SideName, why: str) -> None:
-        """A side expected that will never come (`why`, under `skipped`)."""
+        """A side expected that will never come (`why`, under `skipped`); nothing for a
+        side already in."""
         with self.lock:
+            if name not in self.waiting:
+                return
             self.skipped[name] = why
             self.waiting.discard(name)
             ready = self.answered and not self.waiting
@@ -708,7 +723,18 @@ async def _abeside(
     timeout: float,
     to_side: Callable[[_Raw], dict[str, Any]],
 ) -> None:
-    pair.put(name, to_side(await _within(task, timeout)))
+    """Put the side when it is in; whatever else ends this (the loop cancelling it as it
+    shuts down) forgets it, so the pair is still reported, the side named under `skipped`."""
+    try:
+        side = to_side(await _within(task, timeout))
+    except asyncio.CancelledError:
+        pair.forget(name, "not reported: cancelled before it finished (the event loop ended?)")
+        raise
+    except Exception as exc:
+        log.exception("shadow_compare: reading the %s side failed", name)
+        pair.forget(name, f"not reported: {_message(exc)}")
+        return
+    pair.put(name, side)
 
 
 async def async_shadow_compare(

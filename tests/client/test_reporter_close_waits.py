@@ -104,6 +104,37 @@ def test_a_side_that_times_out_ends_the_wait_with_its_timeout() -> None:
     assert posted["cloud"]["error"] == "timeout" and posted["cloud"]["output"] is None
 
 
+def test_a_side_that_raises_ends_the_wait_with_its_error() -> None:
+    ingest = Ingest()
+    release = threading.Event()
+
+    def broken(payload: str) -> str:
+        release.wait(WAIT)
+        raise RuntimeError("boom")
+
+    with FakeServer(ingest) as server:
+        reporter = ResultReporter(server.base, "k", flush_interval=0.01)
+        try:
+            shadow_compare(
+                "t",
+                lambda p: "refund",
+                broken,
+                client=EdgeWithCloudBeside(),
+                reporter=reporter,
+                request_id="r-5",
+                **KW,
+            )
+            assert reporter.pending == 1
+            release.set()
+            assert reporter.close(timeout=WAIT) is True
+        finally:
+            release.set()
+    assert (reporter.accepted, reporter.pending, reporter.dropped) == (1, 0, 0)
+    [posted] = ingest.posted
+    assert posted["cloud"]["error"] == "exception"
+    assert posted["cloud"]["error_message"] == "RuntimeError: boom"
+
+
 def test_close_waits_for_an_async_side_beside() -> None:
     ingest = Ingest()
 

@@ -102,6 +102,15 @@ def test_drawn_latin1_texts_read_alike(text: str) -> None:
     assert (out is text) == (out == text)
 
 
+def test_every_pair_of_latin1_characters_reads_alike() -> None:
+    """The one-byte scan's table, every entry beside every other, bare and between words."""
+    chars = [chr(code) for code in range(256)]
+    for a in chars:
+        for b in chars:
+            for text in (a + b, f"x{a}{b}y"):
+                assert compiled(text) == reference(text), (f"U+{ord(a):04X} U+{ord(b):04X}", text)
+
+
 def test_identity_uses_the_compiled_normaliser() -> None:
     """The input hash reads through it when the compiled reader runs (so the tests above
     guard every stored input hash)."""
