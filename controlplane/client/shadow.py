@@ -104,7 +104,11 @@ def _jsonable(value: Any) -> bool:
 
 
 def _message(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ raises: its type still says something
+        text = "(its message cannot be read)"
+    return f"{type(exc).__name__}: {text}"[:500]
 
 
 def _edge_side(raw: _Raw, validate: Callable[[Any], bool] | None) -> dict[str, Any]:
@@ -475,8 +479,15 @@ def _beside(
     """Report the side not served when it finishes, or as a timeout at `deadline`."""
 
     def finished(f: Future[_Raw]) -> None:
-        if not f.cancelled():
-            pair.put(name, to_side(f.result()))
+        if f.cancelled():
+            return
+        try:
+            side = to_side(f.result())
+        except Exception as exc:  # else it would be reported as a timeout at its deadline
+            log.exception("shadow_compare: reading the %s side failed", name)
+            pair.forget(name, f"not reported: {_message(exc)}")
+            return
+        pair.put(name, side)
 
     future.add_done_callback(finished)
 
@@ -655,10 +666,24 @@ def _serve_cloud(
 _background: set[asyncio.Task[None]] = set()
 
 
-def _keep(coro: Awaitable[None]) -> None:
+def _keep_side(pair: _Pair, name: SideName, coro: Awaitable[None]) -> None:
+    """Run `_abeside` for one side as a task of its own; if the task ends without putting
+    the side (cancelled as the loop shuts down, even before its first step), the side is
+    forgotten, so the pair is still reported, the side named under `skipped`."""
     task: asyncio.Task[None] = asyncio.ensure_future(coro)
     _background.add(task)  # the loop keeps weak references only
     task.add_done_callback(_background.discard)
+
+    def ended(done: asyncio.Task[None]) -> None:
+        if done.cancelled():
+            why = "not reported: cancelled before it finished (the event loop ended?)"
+        elif (exc := done.exception()) is not None:
+            why = f"not reported: {_message(exc)}"
+        else:
+            return
+        pair.forget(name, why)  # nothing when the side came in
+
+    task.add_done_callback(ended)
 
 
 async def _acall(fn: Callable[[P], Awaitable[T]], payload: P) -> _Raw:
@@ -723,13 +748,9 @@ async def _abeside(
     timeout: float,
     to_side: Callable[[_Raw], dict[str, Any]],
 ) -> None:
-    """Put the side when it is in; whatever else ends this (the loop cancelling it as it
-    shuts down) forgets it, so the pair is still reported, the side named under `skipped`."""
+    """Put the side when it is in (a cancellation of this task is `_keep_side`'s to see)."""
     try:
         side = to_side(await _within(task, timeout))
-    except asyncio.CancelledError:
-        pair.forget(name, "not reported: cancelled before it finished (the event loop ended?)")
-        raise
     except Exception as exc:
         log.exception("shadow_compare: reading the %s side failed", name)
         pair.forget(name, f"not reported: {_message(exc)}")
@@ -777,7 +798,11 @@ async def async_shadow_compare(
     if wants_repeat(task, pair.result["request_id"], route.repeat_rate):
 
         def start_repeat(p: _Pair) -> None:  # called on the loop: by put or answer
-            _keep(_abeside(p, REPEAT, _spawn(cloud_fn, payload), cloud_timeout, _cloud_side))
+            _keep_side(
+                p,
+                REPEAT,
+                _abeside(p, REPEAT, _spawn(cloud_fn, payload), cloud_timeout, _cloud_side),
+            )
 
         pair.repeat = start_repeat
 
@@ -788,7 +813,11 @@ async def async_shadow_compare(
         pair.expect("cloud")
         if route.run_other:
             pair.expect("edge")
-            _keep(_abeside(pair, "edge", _spawn(edge_fn, payload), edge_timeout, edge_side))
+            _keep_side(
+                pair,
+                "edge",
+                _abeside(pair, "edge", _spawn(edge_fn, payload), edge_timeout, edge_side),
+            )
         return await _aserve_cloud(pair, _acall(cloud_fn, payload), None)
 
     pair.expect("edge")
@@ -807,7 +836,7 @@ async def async_shadow_compare(
     if _ok(side):
         if cloud is not None:
             left = cloud_timeout - (time.monotonic() - started)
-            _keep(_abeside(pair, "cloud", cloud, left, _cloud_side))
+            _keep_side(pair, "cloud", _abeside(pair, "cloud", cloud, left, _cloud_side))
         pair.answer("edge")
         return raw.output
     if cloud is not None:

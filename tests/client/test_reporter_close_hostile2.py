@@ -1,6 +1,8 @@
 """Second hostile review of `shadow_compare`'s hold on the reporter (02fe549, fixing c8d69a4).
 
-Defects (strict xfails until fixed):
+Defects found there, each a test here (fixed since: the side's task is forgotten when it
+ends without its side, whenever it was cancelled; an exception's message that cannot be
+read is named by its type):
 
 1. An async side beside (or repeat) whose task is cancelled before its first step never
    enters `_abeside`'s `try`: a coroutine cancelled before it starts raises at its first
@@ -99,10 +101,6 @@ async def _never(payload: str) -> str:
 # -- 1. a side beside cancelled before it started --------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an _abeside task cancelled before its first step skips its try: never forgotten",
-)
 def test_cancelling_the_other_tasks_right_after_the_answer_still_reports_the_pair() -> None:
     reporter = Recording()
 
@@ -125,10 +123,6 @@ def test_cancelling_the_other_tasks_right_after_the_answer_still_reports_the_pai
         reporter.close(timeout=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an _abeside task cancelled before its first step skips its try: never forgotten",
-)
 def test_a_request_answered_as_the_loop_stops_still_reports_the_pair() -> None:
     reporter = Recording()
 
@@ -156,10 +150,6 @@ def test_a_request_answered_as_the_loop_stops_still_reports_the_pair() -> None:
 # -- 2. a side whose exception cannot be read --------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sync: _cloud_side raising in the done callback leaves the side to its deadline",
-)
 def test_a_sync_side_beside_whose_exception_cannot_be_read_is_reported_when_it_ends() -> None:
     got: list[dict[str, Any]] = []
 
@@ -190,9 +180,6 @@ def test_a_sync_side_beside_whose_exception_cannot_be_read_is_reported_when_it_e
     assert len(got) == 1 and got[0]["cloud"]["error"] in ("exception", "invalid")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="_edge_side's _message raises on the serving path, to the caller"
-)
 def test_an_edge_whose_exception_cannot_be_read_never_reaches_the_caller() -> None:
     got: list[dict[str, Any]] = []
 
