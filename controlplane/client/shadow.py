@@ -98,17 +98,22 @@ def _ms(started: float) -> float:
 def _jsonable(value: Any) -> bool:
     try:
         json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deeply
-        return False
+    except Exception:  # TypeError, ValueError, RecursionError (nested too deeply), or
+        return False  # whatever an odd value's own methods raise: not JSON either way
     return True
 
 
 def _message(exc: BaseException) -> str:
+    """`Type: message`, whatever the exception makes of its name and its message."""
     try:
-        text = str(exc)
-    except Exception:  # an exception whose __str__ raises: its type still says something
+        name = str.__str__(type(exc).__name__)
+    except Exception:
+        name = "(an exception whose type has no name)"
+    try:
+        text = str.__str__(str(exc))  # str.__str__: a str subclass's own format never runs
+    except Exception:
         text = "(its message cannot be read)"
-    return f"{type(exc).__name__}: {text}"[:500]
+    return (name + ": " + text)[:500]
 
 
 def _edge_side(raw: _Raw, validate: Callable[[Any], bool] | None) -> dict[str, Any]:
@@ -476,10 +481,14 @@ def _beside(
     timeout: float,
     to_side: Callable[[_Raw], dict[str, Any]],
 ) -> None:
-    """Report the side not served when it finishes, or as a timeout at `deadline`."""
+    """Report the side not served when it finishes, or as a timeout at `deadline`; one
+    its executor cancels before it ran (a shutdown) is left out, named under `skipped`."""
+    expired_first = False  # set by `expired` before it takes the queued call back
 
     def finished(f: Future[_Raw]) -> None:
         if f.cancelled():
+            if not expired_first:
+                pair.forget(name, "not run: cancelled in its executor before it started")
             return
         try:
             side = to_side(f.result())
@@ -492,6 +501,8 @@ def _beside(
     future.add_done_callback(finished)
 
     def expired() -> None:
+        nonlocal expired_first
+        expired_first = True
         future.cancel()  # still queued behind hung calls: never start it
         pair.put(name, to_side(_Raw(None, None, round(timeout * 1000, 3), timed_out=True)))
 
@@ -664,12 +675,24 @@ def _serve_cloud(
 # -- async ---------------------------------------------------------------------------------
 
 _background: set[asyncio.Task[None]] = set()
+# How long past an async side's timeout its loop may stand still before the side is
+# given up for one whose loop stopped (a loop that runs puts the timeout itself).
+LOOP_GRACE = 1.0
 
 
-def _keep_side(pair: _Pair, name: SideName, coro: Awaitable[None]) -> None:
+def _keep_side(pair: _Pair, name: SideName, coro: Awaitable[None], timeout: float) -> None:
     """Run `_abeside` for one side as a task of its own; if the task ends without putting
-    the side (cancelled as the loop shuts down, even before its first step), the side is
-    forgotten, so the pair is still reported, the side named under `skipped`."""
+    the side (cancelled as the loop shuts down, even before its first step), or its loop
+    is no longer running a second past the side's timeout (closed without cancelling its
+    tasks), the side is forgotten, so the pair is still reported, the side named under
+    `skipped`."""
+    loop = asyncio.get_running_loop()
+
+    def stranded() -> None:  # on the deadline thread; a running loop puts the side itself
+        if not loop.is_running():
+            pair.forget(name, "not reported: its event loop stopped before the side ended")
+
+    _deadlines.call_at(time.monotonic() + max(timeout, 0.0) + LOOP_GRACE, stranded)
     task: asyncio.Task[None] = asyncio.ensure_future(coro)
     _background.add(task)  # the loop keeps weak references only
     task.add_done_callback(_background.discard)
@@ -802,6 +825,7 @@ async def async_shadow_compare(
                 p,
                 REPEAT,
                 _abeside(p, REPEAT, _spawn(cloud_fn, payload), cloud_timeout, _cloud_side),
+                cloud_timeout,
             )
 
         pair.repeat = start_repeat
@@ -817,6 +841,7 @@ async def async_shadow_compare(
                 pair,
                 "edge",
                 _abeside(pair, "edge", _spawn(edge_fn, payload), edge_timeout, edge_side),
+                edge_timeout,
             )
         return await _aserve_cloud(pair, _acall(cloud_fn, payload), None)
 
@@ -836,7 +861,7 @@ async def async_shadow_compare(
     if _ok(side):
         if cloud is not None:
             left = cloud_timeout - (time.monotonic() - started)
-            _keep_side(pair, "cloud", _abeside(pair, "cloud", cloud, left, _cloud_side))
+            _keep_side(pair, "cloud", _abeside(pair, "cloud", cloud, left, _cloud_side), left)
         pair.answer("edge")
         return raw.output
     if cloud is not None:

@@ -1,6 +1,6 @@
 """Third hostile review of `shadow_compare`'s hold on the reporter (82c1feb, fixing 02fe549).
 
-Defects found, each a strict xfail here:
+Defects found, each a test here (fixed since):
 
 1. An async side beside whose event loop is closed without cancelling its tasks
    (`loop.run_until_complete(...)` then `loop.close()`, as older code and some servers do)
@@ -89,10 +89,6 @@ async def _never(payload: str) -> str:
 # -- 1. a loop closed without cancelling its tasks ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="82c1feb: a side beside on a loop closed without cancelling it keeps the hold",
-)
 def test_a_side_beside_on_a_loop_closed_without_cancelling_it_ends_the_hold() -> None:
     reporter = Recording()
     loop = asyncio.new_event_loop()
@@ -122,10 +118,6 @@ def test_a_side_beside_on_a_loop_closed_without_cancelling_it_ends_the_hold() ->
 # -- 2. a sync side cancelled in the caller's executor -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="82c1feb: a side its executor cancelled is reported as a timeout at its deadline",
-)
 def test_a_side_beside_cancelled_by_its_executor_is_not_reported_as_a_timeout() -> None:
     reporter = Recording()
     executor = ThreadPoolExecutor(1)
@@ -180,9 +172,6 @@ class OddMessageError(Exception):
         return _Unformattable("odd")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="82c1feb: _message guards str(exc) only, not its type name or format"
-)
 @pytest.mark.parametrize("error", [NamelessError, OddMessageError])
 def test_an_edge_raising_an_exception_that_cannot_be_named_never_reaches_the_caller(
     error: type[Exception],
@@ -213,9 +202,6 @@ class LazyMapping(dict[str, Any]):
         raise KeyError("not loaded")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="_jsonable lets a KeyError from the output's items() reach the caller"
-)
 def test_an_edge_output_whose_json_check_raises_never_reaches_the_caller() -> None:
     reporter = Recording()
 
