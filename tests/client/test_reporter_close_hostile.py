@@ -26,27 +26,9 @@ from typing import Any
 from unittest import mock
 
 from controlplane.client import ResultReporter, async_shadow_compare, shadow_compare
-from controlplane.client.routing import Route
 from tests.client.fake import FakeServer
+from tests.client.holding import KW, WAIT, CloudThenRepeat, EdgeWithCloudBeside
 from tests.client.test_repeats import Ingest
-
-WAIT = 30.0  # generous bound for a background event that must happen
-KW: dict[str, Any] = {"task": "ticket_classify", "input_tokens": 100, "session_id": "s-1"}
-
-
-class EdgeWithCloudBeside:
-    """A router whose flag serves the edge and runs the cloud beside it, no repeats."""
-
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", True, 3, "canary", "edge+cloud")
-
-
-class CloudThenRepeat:
-    """Serves the cloud, runs nothing beside, and repeats every request."""
-
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("cloud", False, 3, "canary", "cloud", repeat_rate=1.0)
-
 
 # -- 1. holds that never end ----------------------------------------------------------------
 

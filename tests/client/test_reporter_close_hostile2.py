@@ -39,64 +39,22 @@ import pytest
 
 from controlplane.client import ResultReporter, async_shadow_compare, shadow_compare
 from controlplane.client import shadow as shadow_module
-from controlplane.client.routing import Route
 from tests.client.fake import FakeServer
+from tests.client.holding import (
+    KW,
+    WAIT,
+    CloudThenRepeat,
+    CloudWithEdgeBeside,
+    EdgeOnly,
+    EdgeWithCloudBeside,
+    Recording,
+    Unprintable,
+    answers,
+    never_answers,
+)
 from tests.client.test_repeats import Ingest
 from tests.conftest import TICKET_TASK
 from tests.liveapi import ApiServer
-
-WAIT = 30.0  # generous bound for a background event that must happen
-KW: dict[str, Any] = {"task": "ticket_classify", "input_tokens": 100, "session_id": "s-1"}
-NOWHERE = "http://127.0.0.1:9"  # the recording reporters below never send
-
-
-class EdgeWithCloudBeside:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", True, 3, "canary", "edge+cloud")
-
-
-class CloudWithEdgeBeside:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("cloud", True, 3, "canary", "cloud+edge")
-
-
-class CloudThenRepeat:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("cloud", False, 3, "canary", "cloud", repeat_rate=1.0)
-
-
-class EdgeOnly:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", False, 3, "canary", "edge")
-
-
-class Recording(ResultReporter):
-    """A ResultReporter whose `report` keeps each result here instead of sending it."""
-
-    def __init__(self) -> None:
-        super().__init__(NOWHERE, "k")
-        self.got: list[dict[str, Any]] = []
-
-    def report(self, result: Any, **_: Any) -> bool:
-        self.got.append(dict(result))
-        return True
-
-
-class Unprintable(Exception):
-    """An exception whose message cannot be read (its `__str__` raises)."""
-
-    def __str__(self) -> str:
-        raise KeyError("detail")
-
-
-async def _edge(payload: str) -> str:
-    return "refund"
-
-
-async def _never(payload: str) -> str:
-    await asyncio.Event().wait()
-    return "refund"
-
 
 # -- 1. a side beside cancelled before it started --------------------------------------------
 
@@ -106,7 +64,7 @@ def test_cancelling_the_other_tasks_right_after_the_answer_still_reports_the_pai
 
     async def main() -> str:
         answer = await async_shadow_compare(
-            "t", _edge, _never, client=EdgeWithCloudBeside(), reporter=reporter, **KW
+            "t", answers, never_answers, client=EdgeWithCloudBeside(), reporter=reporter, **KW
         )
         others = asyncio.all_tasks() - {asyncio.current_task()}
         for other in others:  # the usual graceful shutdown
@@ -131,7 +89,7 @@ def test_a_request_answered_as_the_loop_stops_still_reports_the_pair() -> None:
 
     async def handle() -> str:
         return await async_shadow_compare(
-            "t", _never, cloud, client=CloudWithEdgeBeside(), reporter=reporter, **KW
+            "t", never_answers, cloud, client=CloudWithEdgeBeside(), reporter=reporter, **KW
         )
 
     async def main() -> None:
@@ -288,8 +246,8 @@ def test_a_result_whose_side_was_cancelled_is_taken_and_stored_by_the_api(
     async def main() -> str:
         return await async_shadow_compare(
             "t",
-            _edge,
-            _never,
+            answers,
+            never_answers,
             client=EdgeWithCloudBeside(),
             reporter=reporter,
             task=task,

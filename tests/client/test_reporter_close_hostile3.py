@@ -37,54 +37,19 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import ResultReporter, async_shadow_compare, shadow_compare
-from controlplane.client.routing import Route
-
-WAIT = 30.0  # generous bound for a background event that must happen
-KW: dict[str, Any] = {"task": "ticket_classify", "input_tokens": 100, "session_id": "s-1"}
-NOWHERE = "http://127.0.0.1:9"  # the recording reporters below never send
-
-
-class EdgeWithCloudBeside:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", True, 3, "canary", "edge+cloud")
-
-
-class CloudWithEdgeBeside:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("cloud", True, 3, "canary", "cloud+edge")
-
-
-class CloudThenRepeat:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("cloud", False, 3, "canary", "cloud", repeat_rate=1.0)
-
-
-class EdgeOnly:
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", False, 3, "canary", "edge")
-
-
-class Recording(ResultReporter):
-    """A ResultReporter whose `report` keeps each result here instead of sending it."""
-
-    def __init__(self) -> None:
-        super().__init__(NOWHERE, "k")
-        self.got: list[dict[str, Any]] = []
-
-    def report(self, result: Any, **_: Any) -> bool:
-        self.got.append(dict(result))
-        return True
-
-
-async def _edge(payload: str) -> str:
-    return "refund"
-
-
-async def _never(payload: str) -> str:
-    await asyncio.Event().wait()
-    return "refund"
-
+from controlplane.client import async_shadow_compare, shadow_compare
+from tests.client.holding import (
+    KW,
+    WAIT,
+    CloudThenRepeat,
+    CloudWithEdgeBeside,
+    EdgeOnly,
+    EdgeWithCloudBeside,
+    Recording,
+    Unprintable,
+    answers,
+    never_answers,
+)
 
 # -- 1. a loop closed without cancelling its tasks ---------------------------------------------
 
@@ -96,8 +61,8 @@ def test_a_side_beside_on_a_loop_closed_without_cancelling_it_ends_the_hold() ->
         answer = loop.run_until_complete(
             async_shadow_compare(
                 "t",
-                _edge,
-                _never,
+                answers,
+                never_answers,
                 client=EdgeWithCloudBeside(),
                 reporter=reporter,
                 cloud_timeout=0.01,
@@ -298,13 +263,13 @@ def test_a_base_exception_from_an_async_side_never_reaches_the_caller(
 
     async def main() -> list[str]:
         served = await async_shadow_compare(
-            "t", edge, _edge, client=EdgeOnly(), reporter=reporter, **KW
+            "t", edge, answers, client=EdgeOnly(), reporter=reporter, **KW
         )
         beside = await async_shadow_compare(
-            "t", _edge, edge, client=EdgeWithCloudBeside(), reporter=reporter, **KW
+            "t", answers, edge, client=EdgeWithCloudBeside(), reporter=reporter, **KW
         )
         repeated = await async_shadow_compare(
-            "t", _edge, cloud, client=CloudThenRepeat(), reporter=reporter, **KW
+            "t", answers, cloud, client=CloudThenRepeat(), reporter=reporter, **KW
         )
         for _ in range(1000):  # the side beside and the repeat end on this loop
             if not reporter.pending:
@@ -320,11 +285,6 @@ def test_a_base_exception_from_an_async_side_never_reaches_the_caller(
         assert reporter.got[2]["cloud_repeat"]["error"] == "exception"
     finally:
         reporter.close(timeout=0)
-
-
-class Unprintable(Exception):
-    def __str__(self) -> str:
-        raise KeyError("detail")
 
 
 def test_a_sync_side_racing_its_deadline_is_reported_once() -> None:

@@ -16,19 +16,9 @@ import threading
 from typing import Any
 
 from controlplane.client import ResultReporter, async_shadow_compare, shadow_compare
-from controlplane.client.routing import Route
 from tests.client.fake import FakeServer
+from tests.client.holding import KW, WAIT, EdgeWithCloudBeside
 from tests.client.test_repeats import Ingest
-
-WAIT = 30.0  # generous bound for a background event that must happen
-KW: dict[str, Any] = {"task": "ticket_classify", "input_tokens": 100, "session_id": "s-1"}
-
-
-class EdgeWithCloudBeside:
-    """A router whose flag serves the edge and runs the cloud beside it, no repeats."""
-
-    def route(self, task: str, **_: Any) -> Route:
-        return Route("edge", True, 3, "canary", "edge+cloud")
 
 
 def _closing(reporter: ResultReporter, outcome: list[bool]) -> threading.Thread:
