@@ -927,9 +927,13 @@ def _router_key_or_fail(url: str, key: str) -> None:
     nothing. An API that does not answer is left to the run, which counts and retries."""
     import httpx
 
+    from controlplane.client.tls import default_tls
+
     base, headers = url.rstrip("/"), {"Authorization": f"Bearer {key}"}
     try:
-        with httpx.Client(base_url=base, headers=headers, timeout=10) as client:
+        with httpx.Client(
+            base_url=base, headers=headers, timeout=10, verify=default_tls()
+        ) as client:
             answers = {
                 "flags:read": client.get("/v1/flags"),
                 # An empty batch: stores nothing, and a key without the scope gets 403.

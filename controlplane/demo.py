@@ -47,6 +47,7 @@ from controlplane.api import create_app
 from controlplane.catalog import examples as example_tasks
 from controlplane.catalog.schemas import DEFAULT_RULES, SPAN_METRICS
 from controlplane.catalog.service import task_runtimes
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine, session_scope
 from controlplane.grading.service import grade_task
 from controlplane.ingest.repository import conflict_ids
@@ -254,7 +255,10 @@ class Dashboard:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self._proc.poll() is None:
             try:
-                if httpx.get(f"{self.url}/_stcore/health", timeout=1).text == "ok":
+                if (
+                    httpx.get(f"{self.url}/_stcore/health", timeout=1, verify=default_tls()).text
+                    == "ok"
+                ):
                     self.ready = True
                     return True
             except httpx.HTTPError:
@@ -360,7 +364,10 @@ def _demo(
         _keep_going(api, router_key, tasks, rate, Plan(), dashboard, time.monotonic())
         return
     reader = httpx.Client(
-        base_url=base, headers={"Authorization": f"Bearer {admin_key}"}, timeout=HTTP_TIMEOUT
+        base_url=base,
+        headers={"Authorization": f"Bearer {admin_key}"},
+        timeout=HTTP_TIMEOUT,
+        verify=default_tls(),
     )
     started = datetime.now(UTC)
     last_print = [0.0]
@@ -766,6 +773,7 @@ class _Loop:
             base_url=self.base,
             headers={"Authorization": f"Bearer {self.review_key}"},
             timeout=HTTP_TIMEOUT,
+            verify=default_tls(),
         ) as client:
 
             def counts() -> dict[str, Any]:

@@ -26,6 +26,7 @@ import httpx
 
 from .routing import Route, route
 from .sse import COMMENT, Event, EventReader, StreamTooLarge
+from .tls import default_tls
 
 log = logging.getLogger("shadowplane.client")
 
@@ -123,6 +124,7 @@ class FlagClient:
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": "shadowplane-client"},
             timeout=timeout,
+            verify=default_tls(),
         )
         self._lock = threading.Lock()
         # Replaced whole, never mutated: `route` reads it without the lock.

@@ -23,6 +23,7 @@ import httpx
 
 from .shadow import HoldsResults, repeat_then_report
 from .sticky import wants_repeat
+from .tls import default_tls
 
 log = logging.getLogger("shadowplane.client")
 
@@ -92,6 +93,7 @@ class ResultReporter(HoldsResults):
                 "User-Agent": "shadowplane-client",
             },
             timeout=timeout,
+            verify=default_tls(),
         )
         self._rng = rng or random.Random()
         self._lock = threading.Lock()

@@ -26,6 +26,7 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from controlplane.client.tls import default_tls
 from controlplane.compare.jsonutil import dumps
 from controlplane.db import in_transaction, session_scope
 from controlplane.models.base import utcnow
@@ -173,7 +174,9 @@ def deliver_pending(
     in_transaction(engine, partial(repository.retire_unconfigured, urls=urls, now=clock()))
     lease = timedelta(seconds=settings.webhook_timeout_seconds) + LEASE_GRACE
     deadline = time.monotonic() + budget_seconds
-    with httpx.Client(timeout=settings.webhook_timeout_seconds, follow_redirects=False) as http:
+    with httpx.Client(
+        timeout=settings.webhook_timeout_seconds, follow_redirects=False, verify=default_tls()
+    ) as http:
         for _ in range(limit):
             if time.monotonic() > deadline:
                 break
