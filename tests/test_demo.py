@@ -23,6 +23,7 @@ import httpx
 import pandas as pd
 from sqlalchemy import create_engine, text
 
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine
 from controlplane.demo import (
     CANARY,
@@ -59,7 +60,7 @@ DASHBOARD_LINE = re.compile(r"^Dashboard on (http://127\.0\.0\.1:\d+): ", re.MUL
 
 def _health(url: str) -> str | None:
     try:
-        return httpx.get(f"{url}/_stcore/health", timeout=2).text
+        return httpx.get(f"{url}/_stcore/health", timeout=2, verify=default_tls()).text
     except httpx.HTTPError:
         return None
 
@@ -445,6 +446,7 @@ def _closed_windows(base: str, key: str, task: str) -> list[dict[str, Any]]:
         params={"bucket": "all"},
         headers={"Authorization": f"Bearer {key}"},
         timeout=10,
+        verify=default_tls(),
     )
     answer.raise_for_status()
     return [w for w in answer.json()["windows"] if w["closed"] and w["n_results"]]
@@ -564,7 +566,7 @@ def test_ctrl_c_after_the_scenario_stops_the_demo_cleanly(tmp_path: Path) -> Non
     assert int(stopped.group(1).replace(",", "")) == _stored(database) > 0
     assert _health(dashboard.group(1)) is None
     try:
-        httpx.get(f"{api.group(1)}/healthz", timeout=2)
+        httpx.get(f"{api.group(1)}/healthz", timeout=2, verify=default_tls())
         answered = True
     except httpx.HTTPError:
         answered = False

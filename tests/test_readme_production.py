@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
+from controlplane.client.tls import default_tls
 from tests.liveapi import (
     ROOT,
     ApiServer,
@@ -196,7 +197,7 @@ def check_scope(shell: Shell, line: Line) -> None:
 
     def status(name: str) -> int:
         headers = {"Authorization": f"Bearer {keys[name]}"}
-        return httpx.get(url, headers=headers, timeout=30).status_code
+        return httpx.get(url, headers=headers, timeout=30, verify=default_tls()).status_code
 
     # A key made a moment ago is known to the API within about a second.
     wait_until(lambda: status("only") != 401, "the API to know the new keys", every=0.2)
@@ -329,7 +330,9 @@ def test_the_readme_production_steps_end_with_a_canary_the_scenario_rolls_back(
         rollback
     )
     admin = {"Authorization": f"Bearer {shell.variables['ADMIN_KEY']}"}
-    flag = httpx.get(f"{api.base}/v1/flags/ticket_classify", headers=admin, timeout=30).json()
+    flag = httpx.get(
+        f"{api.base}/v1/flags/ticket_classify", headers=admin, timeout=30, verify=default_tls()
+    ).json()
     assert flag["stage"] == "rolled_back" and flag["edge_percent"] == 0, flag
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from controlplane.client.tls import default_tls
 from tests.liveapi import ApiServer
 
 
@@ -31,9 +32,11 @@ def test_api_command_serves_with_two_workers(tmp_path: Path) -> None:
     # the server's log if it exits or never answers.
     server = ApiServer(url, tmp_path / "api.log", {"read": key}, workers=2).start()
     try:
-        assert httpx.get(f"{server.base}/readyz", timeout=5).status_code == 200, server.log()
+        assert (
+            httpx.get(f"{server.base}/readyz", timeout=5, verify=default_tls()).status_code == 200
+        ), server.log()
         answers = {server.call("GET", "/v1/tasks", "read").status_code for _ in range(20)}
         assert answers == {200}
-        assert httpx.get(f"{server.base}/v1/tasks").status_code == 401
+        assert httpx.get(f"{server.base}/v1/tasks", verify=default_tls()).status_code == 401
     finally:
         server.stop()

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.client.tls import default_tls
 from tests.liveapi import ApiServer, new_keys
 
 TEXT_TASK = {
@@ -89,6 +90,7 @@ def test_healthz_answers_within_a_second_while_a_mib_of_hostile_text_is_read(
                 json=result,
                 headers={"Authorization": f"Bearer {key}"},
                 timeout=600,
+                verify=default_tls(),
             )
             posted.update(
                 status=response.status_code,
@@ -99,7 +101,7 @@ def test_healthz_answers_within_a_second_while_a_mib_of_hostile_text_is_read(
         poster = threading.Thread(target=post)
         poster.start()
         polls: list[float] = []
-        with httpx.Client(base_url=base, timeout=30) as client:
+        with httpx.Client(base_url=base, timeout=30, verify=default_tls()) as client:
             while poster.is_alive():
                 started = time.monotonic()
                 assert client.get("/healthz").status_code == 200

@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 
+from controlplane.client.tls import default_tls
 from tests.conftest import Api, make_result
 from tests.liveapi import ApiServer, seed, stop_all
 
@@ -81,10 +82,15 @@ def test_every_line_the_api_prints_is_json_at_the_level_set(
     ).start()
     try:
         for server in (told, quiet):
-            assert httpx.get(f"{server.base}/healthz").status_code == 200
+            assert httpx.get(f"{server.base}/healthz", verify=default_tls()).status_code == 200
             assert server.call("GET", "/v1/tasks", "read").status_code == 200
             wrong = {"Authorization": "Bearer sp_wrong"}
-            assert httpx.get(f"{server.base}/v1/tasks", headers=wrong).status_code == 401
+            assert (
+                httpx.get(
+                    f"{server.base}/v1/tasks", headers=wrong, verify=default_tls()
+                ).status_code
+                == 401
+            )
     finally:
         stop_all(told, quiet)
 

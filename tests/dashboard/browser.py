@@ -30,6 +30,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+from controlplane.client.tls import default_tls
 from tests.liveapi import free_port, wait_until
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def serve_dashboard(url: str, folder: Path) -> Iterator[str]:
                 + log_path.read_text(errors="replace")
             )
         try:
-            return httpx.get(f"{base}/_stcore/health", timeout=2).text == "ok"
+            return httpx.get(f"{base}/_stcore/health", timeout=2, verify=default_tls()).text == "ok"
         except httpx.HTTPError:
             return False
 

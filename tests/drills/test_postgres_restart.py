@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from controlplane.client.reporter import ResultReporter
+from controlplane.client.tls import default_tls
 from tests.conftest import make_result
 from tests.drills.servers import PgServer, poll, waiting_on_lock
 from tests.liveapi import ApiServer, new_keys, seed
@@ -103,10 +104,11 @@ def test_the_reporter_gets_503s_then_every_result_is_stored_exactly_once(
                 json={"results": batch("probe", 5)},
                 headers={"Authorization": f"Bearer {api.keys['ingest']}"},
                 timeout=30,
+                verify=default_tls(),
             )
             assert probe.status_code == 503, probe.text
             assert probe.headers.get("Retry-After")
-            ready = httpx.get(f"{api.base}/readyz", timeout=30)
+            ready = httpx.get(f"{api.base}/readyz", timeout=30, verify=default_tls())
             assert ready.status_code == 503
             assert ready.json()["checks"]["database"].startswith("error")
             assert reporter.accepted == 300 and reporter.dropped == 0
@@ -138,7 +140,9 @@ def test_a_key_already_seen_keeps_working_through_a_database_outage(
     own_pg.stop("fast")
     try:
         poll(
-            lambda: httpx.get(f"{api.base}/readyz", timeout=30).status_code == 503,
+            lambda: (
+                httpx.get(f"{api.base}/readyz", timeout=30, verify=default_tls()).status_code == 503
+            ),
             "/readyz to report the outage",
         )
 
@@ -161,12 +165,15 @@ def test_a_key_already_seen_keeps_working_through_a_database_outage(
             f"{api.base}/v1/flags/ticket_classify",
             headers={"Authorization": "Bearer sp_never_seen"},
             timeout=30,
+            verify=default_tls(),
         )
         assert unknown.status_code == 503, unknown.text
     finally:
         own_pg.start()
     poll(
-        lambda: httpx.get(f"{api.base}/readyz", timeout=30).status_code == 200,
+        lambda: (
+            httpx.get(f"{api.base}/readyz", timeout=30, verify=default_tls()).status_code == 200
+        ),
         "/readyz to report the recovery",
     )
     # A key created after the outage works within about a second.
@@ -177,6 +184,7 @@ def test_a_key_already_seen_keeps_working_through_a_database_outage(
                 f"{api.base}/v1/flags/ticket_classify",
                 headers={"Authorization": f"Bearer {created}"},
                 timeout=30,
+                verify=default_tls(),
             ).status_code
             == 200
         ),

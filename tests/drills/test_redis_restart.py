@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy import text
 
 from controlplane.client.reporter import ResultReporter
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine, session_scope
 from controlplane.rollout.configs import apply_config
 from tests.conftest import make_result
@@ -90,7 +91,7 @@ def stored(pg: PgServer) -> tuple[int, int]:
 
 
 def ready(api: ApiServer) -> tuple[int, dict[str, str]]:
-    response = httpx.get(f"{api.base}/readyz", timeout=30)
+    response = httpx.get(f"{api.base}/readyz", timeout=30, verify=default_tls())
     return response.status_code, response.json()["checks"]
 
 

@@ -12,6 +12,7 @@ import httpx
 from sqlalchemy import select
 
 from controlplane.client import verify_signature
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine, session_scope
 from controlplane.models import OutboxEvent, WebhookDelivery
 from controlplane.models.base import utcnow
@@ -92,7 +93,7 @@ def test_an_event_committed_before_a_crash_is_delivered_once_after_restart(
                 "the delivery after the restart",
             )
             assert proc.poll() is None, server.log()
-            assert httpx.get(f"{server.base}/healthz").status_code == 200
+            assert httpx.get(f"{server.base}/healthz", verify=default_tls()).status_code == 200
         finally:
             server.stop()
         got = receiver.received

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.client.tls import default_tls
 from controlplane.rollout.flagcopy import DB_BACKSTOP_SECONDS
 from tests.drills.servers import PgServer
 from tests.liveapi import (
@@ -59,11 +60,17 @@ class Poller:
 
     def get(self, path: str = "/v1/flags", etag: str | None = None) -> httpx.Response:
         headers = {**self.read, **({"If-None-Match": etag} if etag else {})}
-        return httpx.get(f"{self.api.base}{path}", headers=headers, timeout=10)
+        return httpx.get(
+            f"{self.api.base}{path}", headers=headers, timeout=10, verify=default_tls()
+        )
 
     def act(self, path: str, reason: str) -> None:
         response = httpx.post(
-            f"{self.api.base}{path}", json={"reason": reason}, headers=self.admin, timeout=30
+            f"{self.api.base}{path}",
+            json={"reason": reason},
+            headers=self.admin,
+            timeout=30,
+            verify=default_tls(),
         )
         assert response.status_code == 200, response.text
 

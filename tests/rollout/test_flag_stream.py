@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine
 from controlplane.rollout import actions
 from tests.liveapi import ApiServer, EventReader, Message, new_keys, seed, wait_until
@@ -70,7 +71,9 @@ def server(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[ApiServer, dict[st
 
 
 def _flags(api: ApiServer, key: str) -> httpx.Response:
-    return httpx.get(f"{api.base}/v1/flags", headers={"Authorization": f"Bearer {key}"})
+    return httpx.get(
+        f"{api.base}/v1/flags", headers={"Authorization": f"Bearer {key}"}, verify=default_tls()
+    )
 
 
 def test_document_on_connect_then_an_event_per_rollback(
@@ -96,6 +99,7 @@ def test_document_on_connect_then_an_event_per_rollback(
             f"{api.base}/v1/tasks/ticket_classify/rollback",
             json={"reason": "agreement fell"},
             headers={"Authorization": f"Bearer {keys['admin']}"},
+            verify=default_tls(),
         )
         assert rolled.status_code == 200
         after = stream.next_event()

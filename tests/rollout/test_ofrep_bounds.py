@@ -14,6 +14,7 @@ import orjson
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from controlplane.client.tls import default_tls
 from controlplane.ingest.schemas import MAX_ID_LENGTH, ResultIn
 from controlplane.rollout.ofrep import MAX_EVALUATION_BODY_BYTES, Refused, read_context
 from tests.conftest import Api
@@ -129,6 +130,7 @@ def server(pg_url: str, tmp_path: Path) -> Iterator[Server]:
                 json={"task": name, "comparator": COMPARATOR},
                 headers=admin,
                 timeout=30,
+                verify=default_tls(),
             )
             assert created.status_code == 201, created.text
             running.act(f"/v1/tasks/{name}/promote", reason="test", force=True)
@@ -162,7 +164,7 @@ def test_long_keys_at_every_body_limit_do_not_stop_the_api_answering(server: Ser
 
     def post(path: str, content: Any) -> None:
         try:
-            with httpx.Client(timeout=120) as client:
+            with httpx.Client(timeout=120, verify=default_tls()) as client:
                 answers.append(client.post(server.base + path, content=content, headers=headers))
         except httpx.TransportError as exc:  # a refused body may close the connection early
             answers.append(exc)
@@ -179,7 +181,7 @@ def test_long_keys_at_every_body_limit_do_not_stop_the_api_answering(server: Ser
         threading.Thread(target=post, args=case, daemon=True) for case in cases for _ in range(2)
     ]
     health: list[int | str] = []
-    with httpx.Client(timeout=5) as poll:
+    with httpx.Client(timeout=5, verify=default_tls()) as poll:
         for t in senders:
             t.start()
         while any(t.is_alive() for t in senders) or len(health) < 20:

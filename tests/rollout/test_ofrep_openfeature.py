@@ -24,6 +24,7 @@ from openfeature.exception import ErrorCode
 from openfeature.flag_evaluation import FlagEvaluationDetails, Reason
 
 from controlplane.client.sticky import sticky_bucket
+from controlplane.client.tls import default_tls
 from controlplane.db import get_engine, session_scope
 from controlplane.keys.service import create_key
 from controlplane.rollout.configs import apply_config
@@ -53,7 +54,9 @@ class Server:
 
     def act(self, path: str, **body: Any) -> None:
         headers = {"Authorization": f"Bearer {self.admin_key}"}
-        response = httpx.post(f"{self.base}{path}", json=body, headers=headers, timeout=30)
+        response = httpx.post(
+            f"{self.base}{path}", json=body, headers=headers, timeout=30, verify=default_tls()
+        )
         assert response.status_code == 200, response.text
 
     def provider(self, **headers: str) -> OFREPProvider:
