@@ -109,11 +109,13 @@ def migrate() -> None:
     """Bring the database schema to the latest version (Alembic)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from controlplane.migrate import upgrade
+    from controlplane.migrate import MigrationLocked, upgrade
 
     url = get_settings().database_url
     try:
         upgrade(url)
+    except MigrationLocked as exc:
+        raise _fail(f"cannot migrate {_safe_url(url)} now: {exc}") from None
     except SQLAlchemyError as exc:
         # The driver's own words, first line: unreachable, refused login, no such database.
         words = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from pathlib import Path
 
 from alembic import command
@@ -39,9 +40,70 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    """Migrate, then create the day partitions a result may arrive for (PostgreSQL)."""
-    command.upgrade(alembic_config(database_url), revision)
+# PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
+# A migration that gave up on a lock tries again this many times in all, this far apart:
+# what held it is usually a query or a transaction that ends within seconds.
+LOCK_ATTEMPTS = 3
+LOCK_PAUSE_SECONDS = 5.0
+
+
+class MigrationLocked(RuntimeError):
+    """A migration gave up waiting for a lock another session held; nothing was changed."""
+
+
+def upgrade(
+    database_url: str,
+    revision: str = "head",
+    *,
+    lock_timeout_seconds: float | None = None,
+    attempts: int | None = None,
+    pause_seconds: float | None = None,
+) -> None:
+    """Migrate, then create the day partitions a result may arrive for (PostgreSQL).
+
+    On PostgreSQL each lock is waited for at most `lock_timeout_seconds` (default
+    SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS): an ALTER waiting behind a long query would
+    hold every later query on its table in line, ingest's and the flags' included. The
+    migrations run in one transaction, so one that gives up changes nothing; it is tried
+    `attempts` times (LOCK_ATTEMPTS), then MigrationLocked names the statement that waited."""
+    attempts = LOCK_ATTEMPTS if attempts is None else attempts
+    pause_seconds = LOCK_PAUSE_SECONDS if pause_seconds is None else pause_seconds
+    cfg = alembic_config(database_url)
+    if lock_timeout_seconds is not None:
+        cfg.attributes["lock_timeout_seconds"] = lock_timeout_seconds
+    for attempt in range(1, attempts + 1):
+        try:
+            command.upgrade(cfg, revision)
+            break
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            waited = (
+                lock_timeout_seconds
+                if lock_timeout_seconds is not None
+                else get_settings().migrate_lock_timeout_seconds
+            )
+            statement = " ".join(str(exc.statement or "").split())[:160]
+            if attempt == attempts:
+                raise MigrationLocked(
+                    f"another session held a lock the migration needs past "
+                    f"{waited:g} s, {attempts} times (waiting on: {statement}); nothing was "
+                    "changed. Find the holder with SELECT pid, state, xact_start, query FROM "
+                    "pg_stat_activity WHERE xact_start IS NOT NULL ORDER BY xact_start, "
+                    "then run `shadowplane migrate` again (SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_"
+                    "SECONDS sets the wait)"
+                ) from exc
+            log.warning(
+                "migration waited %g s for a lock (attempt %d of %d, on: %s); nothing was "
+                "changed, trying again in %g s",
+                waited,
+                attempt,
+                attempts,
+                statement,
+                pause_seconds,
+            )
+            time.sleep(pause_seconds)
     engine = make_engine(database_url)
     try:
         keep_partitions(engine, utcnow(), get_settings().max_backfill)

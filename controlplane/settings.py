@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # one is used; past them the database counts as unavailable (a 503, a job retried: one
     # WARNING per process), and TCP keepalives find a silent connection in about twice this.
     database_timeout_seconds: float = Field(5.0, gt=0, le=600)
+    # `shadowplane migrate` on PostgreSQL: how long each lock a migration takes is waited
+    # for. Queries that come after a waiting ALTER queue behind it (ingest, flags), so a
+    # migration never waits long: it gives up, changes nothing and tries again (3 attempts).
+    migrate_lock_timeout_seconds: float = Field(10.0, gt=0, le=3600)
     # How far back a result's `ts` may lie (ISO 8601 duration such as P7D, or seconds);
     # older results are rejected per item. Results may lie at most 5 minutes ahead.
     max_backfill: timedelta = Field(timedelta(days=7), gt=timedelta(0))

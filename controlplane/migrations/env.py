@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from alembic import context
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from controlplane.db import make_engine
 from controlplane.models import Base
@@ -41,6 +41,17 @@ def _run(connection: Connection) -> None:
         include_object=_include_object,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # For this transaction only: a lock the migration waits for holds every later
+            # query on that table in line behind it, so it is waited for a while, not for
+            # good (controlplane.migrate gives up, tries again, then says who held it).
+            seconds = config.attributes.get("lock_timeout_seconds")
+            if seconds is None:
+                seconds = get_settings().migrate_lock_timeout_seconds
+            connection.execute(
+                text("SELECT set_config('lock_timeout', :timeout, true)"),
+                {"timeout": f"{max(1, round(seconds * 1000))}ms"},
+            )
         context.run_migrations()
 
 
