@@ -68,6 +68,8 @@ def upgrade(
     migrations run in one transaction, so one that gives up changes nothing; it is tried
     `attempts` times (LOCK_ATTEMPTS), then MigrationLocked names the statement that waited."""
     attempts = LOCK_ATTEMPTS if attempts is None else attempts
+    if attempts < 1:
+        raise ValueError(f"attempts: must be at least 1 (one try, no retry), got {attempts!r}")
     pause_seconds = LOCK_PAUSE_SECONDS if pause_seconds is None else pause_seconds
     cfg = alembic_config(database_url)
     if lock_timeout_seconds is not None:

@@ -81,3 +81,25 @@ def test_every_http_client_the_product_makes_shares_the_context() -> None:
         if (lines := _clients_without_the_context(path))
     }
     assert not found, f"httpx clients built without verify=default_tls(): {found}"
+
+
+def test_a_connection_s_alpn_request_does_not_rewrite_the_shared_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpcore asks for ALPN at every TLS connection: on the shared context the same
+    request is not applied again (another thread's handshake may be reading it)."""
+    shared = default_tls()
+    applied: list[list[str]] = []
+    real = ssl.SSLContext.set_alpn_protocols
+
+    def counting(self: ssl.SSLContext, protocols: list[str]) -> None:
+        applied.append(list(protocols))
+        real(self, protocols)
+
+    monkeypatch.setattr(ssl.SSLContext, "set_alpn_protocols", counting)
+    for _ in range(3):
+        shared.set_alpn_protocols(["http/1.1"])  # what httpcore asks without http2
+    assert applied == []
+    shared.set_alpn_protocols(["http/1.1", "h2"])  # an HTTP/2 client given the context
+    shared.set_alpn_protocols(["http/1.1"])
+    assert applied == [["http/1.1", "h2"], ["http/1.1"]]

@@ -1,8 +1,9 @@
 """Hostile review of ef0891b (one TLS context a process, controlplane/client/tls.py), 1dda161
 (the test harness shares it; the server forker freezes its heap before forking) and 0751a9c
 (`shadowplane migrate` waits for a lock at most SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS),
-tried as a hostile operator would. Each defect is a strict xfail while it stands; the plain
-tests pin what held.
+tried as a hostile operator would. The four defects it found were strict xfails until they
+were fixed (a bundle re-read when it changes, the lock renewed in a forked child, the docs'
+way to end an idle transaction, `attempts` of at least 1); the rest pin what held.
 
 The HTTPS receivers use the two self-signed certificates below, made for this file alone
 (EC P-256, valid 2000-2100, subjectAltName IP:127.0.0.1): test keys for a server on the
@@ -11,6 +12,7 @@ loopback interface, no secret of anyone's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import threading
@@ -209,14 +211,6 @@ def test_a_webhook_to_a_self_signed_receiver_is_refused_until_ssl_cert_file_trus
     assert len(receiver.bodies) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="ef0891b: the CA bundle is read once a process (default_tls), so a certificate "
-    "an operator removes from SSL_CERT_FILE stays trusted by a running webhook runner (the "
-    "Celery worker, the API's delivery thread) until it restarts; httpx's default, which "
-    "each pass built before, reads the bundle as it is now and refuses the receiver",
-)
 def test_a_certificate_removed_from_ssl_cert_file_is_refused_by_the_next_webhook_pass(
     sqlite_url: str,
     tmp_path: Path,
@@ -347,15 +341,6 @@ print("child exit", os.waitstatus_to_exitcode(status), flush=True)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="ef0891b: default_tls() builds the context under a threading.Lock and nothing "
-    "resets it at fork: a process that forks while another thread is building the context "
-    "(reading the CA bundle, GIL released) leaves the lock held for good in the child, whose "
-    "every FlagClient, ResultReporter or webhook pass then blocks forever in default_tls(); "
-    "httpx's own per-client context took no lock",
-)
 def test_a_child_forked_while_a_thread_builds_the_context_can_still_build_one(
     tmp_path: Path,
 ) -> None:
@@ -487,24 +472,21 @@ def test_sqlite_migrations_send_no_lock_timeout(sqlite_url: str) -> None:
     assert not [s for s in sent if "lock_timeout" in s]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MigrationLocked,
-    reason="0751a9c: docs/operations.md says to let the session in the way end 'or SELECT "
-    "pg_cancel_backend(pid)'; for the 'transaction left open' it names (idle in "
-    "transaction) PostgreSQL ignores a cancel, the transaction keeps its lock and the "
-    "migration is refused again (pg_terminate_backend ends it)",
-)
 @pytest.mark.fresh_db  # migrates down and up
-def test_the_documented_cancel_lets_migrate_through_a_transaction_left_open(
+def test_the_documented_way_ends_a_transaction_left_open_and_migrate_goes_through(
     pg_url: str,
 ) -> None:
     migrate_to(pg_url, BEFORE, down=True)
-    with holding(pg_url, "SELECT count(*) FROM result_keys") as left_open:
+    engine = sa.create_engine(pg_url, poolclass=NullPool)
+    left_open = engine.connect()
+    try:
+        left_open.execute(sa.text("SELECT count(*) FROM result_keys"))
         mine = left_open.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         with pytest.raises(MigrationLocked):
             upgrade(pg_url, lock_timeout_seconds=0.2, attempts=1)
-        # docs/operations.md: find the holder with its query, then pg_cancel_backend(pid).
+        # docs/operations.md: find the holder with its query; a session idle in its
+        # transaction ignores pg_cancel_backend (the migration is refused again), and
+        # pg_terminate_backend(pid) ends it.
         with holding(pg_url, "SELECT 1") as operator:
             found = operator.execute(
                 sa.text(
@@ -512,10 +494,19 @@ def test_the_documented_cancel_lets_migrate_through_a_transaction_left_open(
                     "WHERE xact_start IS NOT NULL ORDER BY xact_start"
                 )
             ).all()
-            assert mine in {row.pid for row in found}, found
+            assert (mine, "idle in transaction") in {(row.pid, row.state) for row in found}
             assert operator.execute(sa.text(f"SELECT pg_cancel_backend({mine})")).scalar_one()
             operator.commit()
-        upgrade(pg_url, lock_timeout_seconds=0.2, attempts=1)
+            with pytest.raises(MigrationLocked):
+                upgrade(pg_url, lock_timeout_seconds=0.2, attempts=1)
+            ended = operator.execute(sa.text(f"SELECT pg_terminate_backend({mine})"))
+            assert ended.scalar_one()
+            operator.commit()
+        upgrade(pg_url, lock_timeout_seconds=5, attempts=1)
+    finally:
+        with contextlib.suppress(sa.exc.DBAPIError):  # its session was ended under it
+            left_open.close()
+        engine.dispose()
     assert _revision(pg_url) == {HEAD}
 
 
@@ -525,13 +516,6 @@ def _revision(url: str) -> set[str]:
         return current_revisions(conn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="0751a9c: upgrade(url, attempts=0) (read as 'no retries') runs no attempt at all "
-    "and returns as if it had migrated: the schema is left where it was, keep_partitions "
-    "runs, and nothing says so",
-)
 def test_upgrade_with_no_attempts_does_not_pass_for_a_migration(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'never.db'}"
     try:
