@@ -71,9 +71,13 @@ def upgrade(
     if attempts < 1:
         raise ValueError(f"attempts: must be at least 1 (one try, no retry), got {attempts!r}")
     pause_seconds = LOCK_PAUSE_SECONDS if pause_seconds is None else pause_seconds
+    waited = (
+        get_settings().migrate_lock_timeout_seconds
+        if lock_timeout_seconds is None
+        else lock_timeout_seconds
+    )
     cfg = alembic_config(database_url)
-    if lock_timeout_seconds is not None:
-        cfg.attributes["lock_timeout_seconds"] = lock_timeout_seconds
+    cfg.attributes["lock_timeout_seconds"] = waited
     for attempt in range(1, attempts + 1):
         try:
             command.upgrade(cfg, revision)
@@ -81,11 +85,6 @@ def upgrade(
         except OperationalError as exc:
             if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
-            waited = (
-                lock_timeout_seconds
-                if lock_timeout_seconds is not None
-                else get_settings().migrate_lock_timeout_seconds
-            )
             statement = " ".join(str(exc.statement or "").split())[:160]
             if attempt == attempts:
                 raise MigrationLocked(

@@ -46,7 +46,7 @@ def _run(connection: Connection) -> None:
             # query on that table in line behind it, so it is waited for a while, not for
             # good (controlplane.migrate gives up, tries again, then says who held it).
             seconds = config.attributes.get("lock_timeout_seconds")
-            if seconds is None:
+            if seconds is None:  # `alembic upgrade` run by hand, not controlplane.migrate
                 seconds = get_settings().migrate_lock_timeout_seconds
             connection.execute(
                 text("SELECT set_config('lock_timeout', :timeout, true)"),

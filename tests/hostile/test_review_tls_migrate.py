@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
@@ -184,15 +184,22 @@ def _last_errors(url: str) -> list[str | None]:
         return [row.last_error for row in rows]
 
 
+@pytest.fixture
+def to_a(
+    sqlite_url: str, receivers: tuple[TLSReceiver, TLSReceiver]
+) -> tuple[TLSReceiver, Settings, Engine]:
+    """Webhooks configured to receiver A, and the engine of their database."""
+    receiver, _ = receivers
+    return receiver, _webhooks_to(sqlite_url, receiver), get_engine(sqlite_url)
+
+
 def test_a_webhook_to_a_self_signed_receiver_is_refused_until_ssl_cert_file_trusts_it(
     sqlite_url: str,
     tmp_path: Path,
-    receivers: tuple[TLSReceiver, TLSReceiver],
+    to_a: tuple[TLSReceiver, Settings, Engine],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    receiver, _ = receivers
-    settings = _webhooks_to(sqlite_url, receiver)
-    engine = get_engine(sqlite_url)
+    receiver, settings, engine = to_a
     _event(sqlite_url)
     start = utcnow()
     # The default trust (certifi's bundle): the self-signed receiver is refused, nothing sent.
@@ -214,12 +221,10 @@ def test_a_webhook_to_a_self_signed_receiver_is_refused_until_ssl_cert_file_trus
 def test_a_certificate_removed_from_ssl_cert_file_is_refused_by_the_next_webhook_pass(
     sqlite_url: str,
     tmp_path: Path,
-    receivers: tuple[TLSReceiver, TLSReceiver],
+    to_a: tuple[TLSReceiver, Settings, Engine],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    receiver, _ = receivers
-    settings = _webhooks_to(sqlite_url, receiver)
-    engine = get_engine(sqlite_url)
+    receiver, settings, engine = to_a
     bundle = tmp_path / "bundle.pem"
     bundle.write_text(A_CERT)
     _fresh_context(monkeypatch, bundle)
