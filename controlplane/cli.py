@@ -107,20 +107,32 @@ def _decision_line(d: dict[str, Any]) -> str:
 @app.command()
 def migrate() -> None:
     """Bring the database schema to the latest version (Alembic)."""
+    url = get_settings().database_url
+    _migrate(url)
+    typer.echo(f"migrated {_safe_url(url)}")
+
+
+def _migrate(url: str) -> None:
+    """Migrate `url`, or exit 1 with one line saying why not (`migrate`, `demo`)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from controlplane.migrate import MigrationLocked, upgrade
 
-    url = get_settings().database_url
     try:
         upgrade(url)
     except MigrationLocked as exc:
         raise _fail(f"cannot migrate {_safe_url(url)} now: {exc}") from None
     except SQLAlchemyError as exc:
-        # The driver's own words, first line: unreachable, refused login, no such database.
+        # The driver's own words, first line: unreachable, refused login, no such database;
+        # or what a statement of the migration met (the URL is not at fault then).
         words = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise _fail(f"SHADOWPLANE_DATABASE_URL: cannot migrate {_safe_url(url)}: {words}") from None
-    typer.echo(f"migrated {_safe_url(url)}")
+        statement = getattr(exc, "statement", None)
+        if statement is None:
+            raise _fail(
+                f"SHADOWPLANE_DATABASE_URL: cannot migrate {_safe_url(url)}: {words}"
+            ) from None
+        running = " ".join(str(statement).split())[:160]
+        raise _fail(f"cannot migrate {_safe_url(url)}: {words} (running: {running})") from None
 
 
 @app.command()
@@ -782,7 +794,17 @@ def demo(
 
     if scenario not in SCENARIOS:
         raise _fail(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
-    run_demo(port, rate, duration, once, scenario_after, scenario, shadow_seconds=shadow_seconds)
+    _migrate(get_settings().database_url)
+    run_demo(
+        port,
+        rate,
+        duration,
+        once,
+        scenario_after,
+        scenario,
+        shadow_seconds=shadow_seconds,
+        migrated=True,
+    )
 
 
 @app.command()

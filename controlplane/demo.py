@@ -287,14 +287,17 @@ def run_demo(
     *,
     steady_only: bool = False,
     shadow_seconds: float = SHADOW_SECONDS,
+    migrated: bool = False,
 ) -> None:
     """The demo; after its scenario (unless `once`) traffic at a steady rate until Ctrl-C,
     which ends it with exit code 0 (its usual end, as a server's); a Ctrl-C during the
     scenario ends it with 130. `steady_only` skips the scenario (for a test of the steady
     phase; no option names it); `shadow_seconds` is the shadow phase's least length (a test
-    shortens it with the hidden option of the same name)."""
+    shortens it with the hidden option of the same name); `migrated`: the caller has migrated
+    the database (the command does, to say in one line why it could not)."""
     settings = get_settings()
-    upgrade(settings.database_url)
+    if not migrated:
+        upgrade(settings.database_url)
     # Started first: it imports Streamlit while the API starts; stopped however the demo ends
     # (Ctrl-C, an error, or a SIGTERM, which would otherwise end this process at once and
     # leave the dashboard running without it).

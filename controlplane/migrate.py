@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from controlplane.db import make_engine
+from controlplane.db import TRANSIENT_SQLSTATES, make_engine
 from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.settings import get_settings
@@ -49,7 +49,8 @@ LOCK_PAUSE_SECONDS = 5.0
 
 
 class MigrationLocked(RuntimeError):
-    """A migration gave up waiting for a lock another session held; nothing was changed."""
+    """A migration gave up on a lock another session held (it waited past the timeout, or
+    PostgreSQL ended it as one side of a deadlock); nothing was changed."""
 
 
 def upgrade(
@@ -66,7 +67,8 @@ def upgrade(
     SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS): an ALTER waiting behind a long query would
     hold every later query on its table in line, ingest's and the flags' included. The
     migrations run in one transaction, so one that gives up changes nothing; it is tried
-    `attempts` times (LOCK_ATTEMPTS), then MigrationLocked names the statement that waited."""
+    `attempts` times (LOCK_ATTEMPTS), then MigrationLocked names the statement that waited.
+    A migration PostgreSQL rolls back as one side of a deadlock is tried again the same way."""
     attempts = LOCK_ATTEMPTS if attempts is None else attempts
     if attempts < 1:
         raise ValueError(f"attempts: must be at least 1 (one try, no retry), got {attempts!r}")
@@ -83,22 +85,31 @@ def upgrade(
             command.upgrade(cfg, revision)
             break
         except OperationalError as exc:
-            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            state = getattr(exc.orig, "sqlstate", None)
+            # Given up on a lock, or rolled back by PostgreSQL as one side of a deadlock (or
+            # a serialization failure): the transaction changed nothing and can run again.
+            if state != LOCK_NOT_AVAILABLE and state not in TRANSIENT_SQLSTATES:
                 raise
             statement = " ".join(str(exc.statement or "").split())[:160]
+            waiting = state == LOCK_NOT_AVAILABLE
             if attempt == attempts:
+                held = (
+                    f"another session held a lock the migration needs past {waited:g} s"
+                    if waiting
+                    else "PostgreSQL ended the migration as one side of a deadlock with "
+                    "another session"
+                )
                 raise MigrationLocked(
-                    f"another session held a lock the migration needs past "
-                    f"{waited:g} s, {attempts} times (waiting on: {statement}); nothing was "
+                    f"{held}, {attempts} times (waiting on: {statement}); nothing was "
                     "changed. Find the holder with SELECT pid, state, xact_start, query FROM "
                     "pg_stat_activity WHERE xact_start IS NOT NULL ORDER BY xact_start, "
                     "then run `shadowplane migrate` again (SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_"
                     "SECONDS sets the wait)"
                 ) from exc
             log.warning(
-                "migration waited %g s for a lock (attempt %d of %d, on: %s); nothing was "
-                "changed, trying again in %g s",
-                waited,
+                "migration %s (attempt %d of %d, on: %s); nothing was changed, trying again "
+                "in %g s",
+                f"waited {waited:g} s for a lock" if waiting else "deadlocked with another session",
                 attempt,
                 attempts,
                 statement,

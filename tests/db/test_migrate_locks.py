@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -130,4 +131,101 @@ def test_the_command_says_why_it_stopped_and_exits_non_zero(pg_url: str, tmp_pat
     assert "0.2 s, 3 times" in err and "result_keys" in err and "nothing was changed" in err
     assert "SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS" in err, err
     assert "migrated" not in done.stdout
+    assert _revision(pg_url) == {BEFORE}
+
+
+@pytest.mark.fresh_db
+def test_a_migration_ended_by_a_deadlock_is_tried_again(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The migration holds result_keys and waits for tasks, which another session holds
+    and then asks for result_keys: PostgreSQL ends one side of the deadlock. That session
+    never checks first (its deadlock_timeout is long), so the migration is the side ended;
+    its transaction changed nothing, and it runs again once the other session is done."""
+    migrate_to(pg_url, BEFORE, down=True)
+    caplog.set_level(logging.WARNING, "shadowplane.migrate")
+    raised: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(pg_url, lock_timeout_seconds=HANG, attempts=2, pause_seconds=0.5)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    waiting_on_tasks = sa.text(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'tasks'::regclass"
+    )
+    worker = threading.Thread(target=migrate, daemon=True)
+    with engine.connect() as conn, engine.connect() as watch:
+        conn.execute(sa.text("SET deadlock_timeout = '60s'"))
+        conn.execute(sa.text("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE"))
+        worker.start()
+        for _ in range(int(HANG / 0.02)):
+            if watch.execute(waiting_on_tasks).scalar_one():
+                break
+            watch.rollback()
+            time.sleep(0.02)
+        else:
+            pytest.fail("the migration never waited for tasks")
+        # Waits for the migration's lock on result_keys until PostgreSQL ends the migration.
+        conn.execute(sa.text("SELECT count(*) FROM result_keys"))
+        conn.rollback()
+    engine.dispose()
+    worker.join(HANG)
+    assert not worker.is_alive(), f"the migration still runs after {HANG} s"
+    assert raised == [], raised
+    warned = [r.getMessage() for r in caplog.records if "trying again" in r.getMessage()]
+    assert len(warned) == 1 and "deadlocked with another session" in warned[0], warned
+    assert _revision(pg_url) == {HEAD}
+    assert _foreign_keys(pg_url) == []
+
+
+@pytest.mark.fresh_db
+def test_a_statement_that_fails_is_named_and_not_blamed_on_the_url(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A migration's statement that fails (here the foreign key it drops is gone already)
+    is named with PostgreSQL's words; the database URL, which was reached, is not blamed."""
+    migrate_to(pg_url, BEFORE, down=True)
+    [fk] = [
+        f["name"]
+        for f in sa.inspect(get_engine(pg_url)).get_foreign_keys("result_keys")
+        if f["referred_table"] == "tasks"
+    ]
+    with get_engine(pg_url).begin() as conn:
+        conn.execute(sa.text(f'ALTER TABLE result_keys DROP CONSTRAINT "{fk}"'))
+    env = {**os.environ, "SHADOWPLANE_DATABASE_URL": pg_url}
+    code = "from controlplane.cli import app\napp(args=['migrate'], prog_name='shadowplane')\n"
+    done = run_python(code, env, tmp_path, timeout=HANG)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    [err] = done.stderr.strip().splitlines()
+    assert err.startswith("error: cannot migrate "), err
+    assert "SHADOWPLANE_DATABASE_URL" not in err, err
+    assert fk in err and "does not exist" in err and "(running: ALTER TABLE" in err, err
+    assert _revision(pg_url) == {BEFORE}
+
+
+@pytest.mark.fresh_db
+def test_the_demo_says_in_one_line_why_it_cannot_migrate(pg_url: str, tmp_path: Path) -> None:
+    """`shadowplane demo` on a database whose lock a session holds: the migrate command's
+    one line, not a traceback."""
+    migrate_to(pg_url, BEFORE, down=True)
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": pg_url,
+        "SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS": "0.2",
+    }
+    code = (
+        "import controlplane.migrate as m\n"
+        "m.LOCK_PAUSE_SECONDS = 0\n"
+        "from controlplane.cli import app\n"
+        "app(args=['demo', '--once'], prog_name='shadowplane')\n"
+    )
+    with reading_result_keys(pg_url):
+        done = run_python(code, env, tmp_path, timeout=HANG)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    err = done.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: cannot migrate ") and "result_keys" in err, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
     assert _revision(pg_url) == {BEFORE}
