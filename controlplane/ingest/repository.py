@@ -39,7 +39,7 @@ SIDE_FIELDS = ("error", "latency_ms", "ttfb_ms", "model", "input_tokens", "outpu
 EDGE_FIELDS = (*SIDE_FIELDS, "confidence", "valid")
 RESULT_COLUMNS = [c.name for c in Result.__table__.columns if c.name != "id"]
 PAYLOAD_COLUMNS = [c.name for c in Payload.__table__.columns]
-JSON_RESULT_COLUMNS = {"input_segments", "repeat_diff", "cloud_print"}
+JSON_RESULT_COLUMNS = {"input_segments", "repeat_diff", "cloud_print", "skipped"}
 # Below this many rows the round trips of the COPY path cost more than they save.
 COPY_MIN_ROWS = 20
 
@@ -221,6 +221,7 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
         "degrade_reason": r.degrade_reason,
         "flag_version": r.flag_version,
         "input_segments": r.input_segments,
+        "skipped": r.skipped,
         "bucket": r.bucket,
         "config_version": r.config_version,
         "edge": side("edge"),

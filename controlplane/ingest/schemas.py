@@ -17,6 +17,9 @@ from typing_extensions import TypedDict
 from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL
 
 Side = Literal["edge", "cloud"]
+# The sides a result may name under `skipped`: a side the router did not run, and why.
+Skippable = Literal["edge", "cloud", "cloud_repeat"]
+SKIP_REASON_CHARS = 200
 
 
 # A value of the JSON type the contract gives, or refused: pydantic's lax mode would read
@@ -117,6 +120,14 @@ class ResultIn(TypedDict):
     # A second cloud answer to the same input, asked on a sampled share of requests
     # (`grading.repeat_rate`): scored against `cloud`, the cloud's own noise floor.
     cloud_repeat: NotRequired[Annotated[SideIn | None, Field(default=None)]]
+    # The sides the router did not run (its threads were all busy, its event loop shut
+    # down), each with why: a missing side is then known to be skipped, not lost.
+    skipped: NotRequired[
+        Annotated[
+            dict[Skippable, Annotated[str, Field(max_length=SKIP_REASON_CHARS)]] | None,
+            Field(default=None),
+        ]
+    ]
 
 
 class ResultBatch(TypedDict):
@@ -175,6 +186,7 @@ class ResultWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=Fa
     edge: EdgeSideWire | None = None
     cloud: SideWire | None = None
     cloud_repeat: SideWire | None = None
+    skipped: dict[Skippable, Annotated[str, Meta(max_length=SKIP_REASON_CHARS)]] | None = None
 
 
 class BatchWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -194,6 +206,9 @@ def consistency_problem(item: ResultIn) -> str | None:
         return "degraded is true, so served must be 'cloud' (the request escalated)"
     if item["degraded"] and edge is None:
         return "degraded is true but there is no 'edge' side (the edge was tried)"
+    for side in item["skipped"] or ():
+        if item[side] is not None:
+            return f"skipped names '{side}', which the result carries (a side ran or it did not)"
     return None
 
 
@@ -221,6 +236,7 @@ def nul_fields(item: ResultIn) -> list[str]:
         side: dict[str, Any] | None = fields[side_name]
         if side is not None:
             found += [f"{side_name}.{n}" for n in SIDE_TEXT_FIELDS if "\x00" in (side[n] or "")]
+    found += [f"skipped.{name}" for name, why in (fields["skipped"] or {}).items() if "\x00" in why]
     return found
 
 
@@ -376,6 +392,9 @@ class ResultOut(BaseModel):
     degrade_reason: str | None
     flag_version: int | None
     input_segments: list[int] | None
+    # The sides the router did not run, and why (the reasons masked as degrade_reason is;
+    # none under `payload_policy: none`); None when it named none.
+    skipped: dict[str, str | None] | None
     bucket: str
     config_version: int
     edge: ResultEdgeOut | None

@@ -297,12 +297,24 @@ def score(
     session_id, user_id = item["session_id"], item["user_id"]
     sticky = bucket_of(task.name, session_id if config.sticky_by == "session" else user_id)
     reason = item["degrade_reason"]
+    # Which sides the router did not run, and why ({} names none: stored as null).
+    posted_skips = item["skipped"] or {}
+    skipped: dict[str, str | None] | None = {
+        side: why for side, why in posted_skips.items()
+    } or None
     if policy != "full":
         # A raw id is personal data: under `redacted` and `none` only its keyed hash is kept.
         session_id = hashed_id(context.id_hash_key, session_id)
         user_id = hashed_id(context.id_hash_key, user_id)
         if reason is not None:
             reason = _masked(reason, context.max_chars) if policy == "redacted" else None
+        if skipped:
+            skipped = {
+                side: _masked(why, context.max_chars, f"skipped.{side}")
+                if policy == "redacted"
+                else None
+                for side, why in posted_skips.items()
+            }
     row = {
         "task_id": task.id,
         "request_id": item["request_id"],
@@ -328,6 +340,7 @@ def score(
         **repeat,
         "input_hash": hashed_input,
         "cloud_print": cloud_print,
+        "skipped": skipped,
     }
     row.update(zip(EDGE_KEYS, _edge_values(edge) if edge else NO_EDGE, strict=True))
     row.update(zip(CLOUD_KEYS, _cloud_values(cloud) if cloud else NO_CLOUD, strict=True))
@@ -352,11 +365,11 @@ def score(
     return Scored(row, payload)
 
 
-def _masked(reason: str, max_chars: int) -> str:
+def _masked(reason: str, max_chars: int, field: str = "degrade_reason") -> str:
     try:
         return Masker().text(reason, max_chars)[:DEGRADE_REASON_CHARS]
     except Exception as exc:
-        raise ItemError("degrade_reason", problem_of(exc)) from exc
+        raise ItemError(field, problem_of(exc)) from exc
 
 
 # Payload columns and the posted field each holds, in the order they are checked.

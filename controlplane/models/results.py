@@ -112,6 +112,9 @@ class Result(Base):
     # label; each field; each conservation check), so a later duplicate input can be scored
     # against it without the text being kept. NULL when the cloud gave no output.
     cloud_print: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The sides the router did not run ({"cloud_repeat": "busy"}): reasons raw under `full`,
+    # masked under `redacted`, null under `none`. NULL when it named none.
+    skipped: Mapped[dict[str, str | None] | None] = mapped_column(JSONType)
 
 
 class Payload(Base):

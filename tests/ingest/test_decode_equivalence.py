@@ -208,7 +208,12 @@ def raw_items(draw: st.DrawFn) -> bytes:
             )
         else:  # a text field at its limits, astral characters, NUL, empty
             text = draw(st.sampled_from(["", "x" * 200, "x" * 201, "😀" * 100, "e\x00", "ok"]))
-            result[draw(st.sampled_from(["session_id", "user_id", "degrade_reason"]))] = text
+            name = draw(st.sampled_from(["session_id", "user_id", "degrade_reason", "skipped"]))
+            if name == "skipped":  # a skipped side's reason, the side maybe carried too
+                side = draw(st.sampled_from([*SIDES, "repeat"]))
+                result["skipped"] = {side: text if draw(st.booleans()) else hostile()}
+            else:
+                result[name] = text
     body = dumps(result)
     twice = draw(st.sampled_from([False] * 4 + [True]))
     if twice:  # a key given twice: the later one counts, in both
@@ -290,6 +295,12 @@ TAKEN = {
     "a naive time": {"ts": "2026-11-30T02:00:00"},
     "a NUL in a text field (rejected after decoding)": {"session_id": "s\x00"},
     "an impossible result (rejected after decoding)": {"served": "edge", "edge": None},
+    "the sides a client skipped": {"edge": None, "served": "cloud", "skipped": {"edge": "busy"}},
+    "no side skipped": {"skipped": {}},
+    "a side skipped and carried (rejected after decoding)": {"skipped": {"cloud": "busy"}},
+    "a NUL in a skipped side's reason (rejected after decoding)": {
+        "skipped": {"cloud_repeat": "a\x00"}
+    },
 }
 LEFT = {
     "a count sent as a string": {"input_tokens": "300"},
@@ -304,6 +315,9 @@ LEFT = {
     "a boolean sent as a string": {"degraded": "false"},
     "a measure sent as a string": {"cloud": {"output": "a", "latency_ms": "12"}},
     "an output nested 64 deep": {"cloud": {"output": nested(64)}},
+    "a side skipped that no result has": {"skipped": {"repeat": "busy"}},
+    "a skipped side's reason too long": {"skipped": {"cloud_repeat": "x" * 201}},
+    "skipped as a list": {"skipped": ["edge"]},
 }
 
 

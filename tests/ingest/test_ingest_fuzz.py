@@ -42,6 +42,7 @@ FIELDS = [
     "input",
     "edge",
     "cloud",
+    "skipped",
 ]
 
 
