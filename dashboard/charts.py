@@ -1,24 +1,36 @@
-"""Altair charts of metrics over time, from pandas frames with a `window_start` column.
+"""Vega-Lite charts of metrics over time, from pandas frames with a `window_start` column.
 
 Every chart shares the time axis (UTC, 24-hour), so rules for events (alerts, decisions)
 can be layered over any of them; every chart has a legend; `draw` makes each chart a page
 shows from its `Chart` description. A chart draws only columns holding a value (a
 column of gaps would give Vega an infinite extent): `drawable` says whether there is
-anything to draw at all."""
+anything to draw at all.
+
+Each single-mark layer is written with Altair, without data, and turned into its Vega-Lite
+dict on its own; the layers are put together, and their frames named, here. A chart is a
+dict (`Spec`) Streamlit draws with `st.vega_lite_chart`, its frames sent as Arrow. Altair's
+own layering deep-copies every layer (each of its properties, set or not) several times
+over in each LayerChart it makes and again when the chart becomes a dict, and validates the
+whole spec on every render: three quarters of a task page's CPU, about 45 ms a chart.
+tests/dashboard/task/test_chart_specs.py validates every kind of chart against Vega-Lite's
+schema instead, once."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import altair as alt
 import pandas as pd
 
 from dashboard import formats
 
-# A page draws a few months of windows per bucket: more than Altair's default of 5,000 rows.
-alt.data_transformers.disable_max_rows()
+# A Vega-Lite spec, its `datasets` pandas frames (by name).
+Spec = dict[str, Any]
+# A single-mark layer written with Altair, without data, and the frame it draws.
+Unit = tuple[alt.Chart, pd.DataFrame]
 
 EVENT_COLOURS = {"decision": "#d62728", "alert": "#ff7f0e"}
 # The lines' colours, in order: none is an event's.
@@ -28,7 +40,7 @@ EVENT = "event"
 HEIGHT = 240
 # A chart fits its column's width, and its plot keeps its height under the legends and
 # axes (Streamlit's default fits the whole chart, legends included, into the height).
-FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 # How light an interval's band is beside its line.
 BAND_OPACITY = 0.08
 
@@ -99,15 +111,15 @@ def _value(rate: bool, signed: bool, *, fine: bool = False) -> str:
     return formats.DIFFERENCE_TOOLTIP if signed else formats.tooltip_format(rate, fine=fine)
 
 
-def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> alt.Chart | None:
+def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> Unit | None:
     """Vertical rules at events, one colour per kind (red decisions, orange alerts) with
     their own legend: columns `at` (time), `kind` (decision | alert), `text`. None without
     an event."""
     if events.empty:
         return None
     kinds = [k for k in EVENT_COLOURS if k in set(events["kind"])]
-    return (
-        alt.Chart(events[["at", "kind", "text"]])
+    rules = (
+        alt.Chart()
         .mark_rule(strokeWidth=2, opacity=0.7)
         .encode(
             x=time_x("at"),
@@ -123,23 +135,57 @@ def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> alt.Chart | 
             ],
         )
     )
+    return rules, events[["at", "kind", "text"]]
 
 
-def _layered(
-    layers: list[Any], events: pd.DataFrame | None, title: str, *, seconds: bool
-) -> alt.LayerChart:
+class _Frames:
+    """The frames of one spec, each named by a digest of its content (as Streamlit names
+    the frames of its Altair charts): a frame drawn by several layers is sent once."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, pd.DataFrame] = {}
+        self._names: dict[int, str] = {}
+
+    def unit(self, layer: Unit) -> Spec:
+        """The layer's Vega-Lite dict, reading its frame by name."""
+        chart, frame = layer
+        spec = chart.to_dict(validate=False)
+        # Altair gives a chart without data an empty dataset, and a chart at the top
+        # level its schema and theme: the spec's top has them (it has no theme).
+        for key in ("$schema", "config", "datasets"):
+            spec.pop(key, None)
+        spec["data"] = {"name": self._name(frame)}
+        return spec
+
+    def _name(self, frame: pd.DataFrame) -> str:
+        name = self._names.get(id(frame))
+        if name is None:
+            digest = hashlib.sha256(repr(list(frame.columns)).encode())
+            digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+            name = self._names[id(frame)] = f"data-{digest.hexdigest()[:20]}"
+            self.named[name] = frame
+        return name
+
+
+def spec(units: Sequence[Unit | Spec], frames: _Frames | None = None, **top: Any) -> Spec:
+    """The layers (each a Unit, or a layer spec whose frames are in `frames`) as one
+    Vega-Lite spec with the `top` properties and the frames they draw."""
+    frames = frames or _Frames()
+    layers = [u if isinstance(u, dict) else frames.unit(u) for u in units]
+    return {"$schema": alt.SCHEMA_URL, **top, "layer": layers, "datasets": frames.named}
+
+
+def _layered(layers: list[Unit], events: pd.DataFrame | None, title: str, *, seconds: bool) -> Spec:
     """The layers with the events' rules over them: the events' colours are a scale of
-    their own (a legend of their own), apart from the lines'.
-
-    Each LayerChart is made by one constructor with all it holds: Altair deep-copies every
-    layer in each LayerChart it makes (alt.layer, resolve_scale and properties each make
-    one), which was a third of drawing a chart."""
+    their own (a legend of their own), apart from the lines'."""
     marks = events_layer(events, seconds=seconds) if events is not None else None
     top: dict[str, Any] = {"title": title, "height": HEIGHT, "autosize": FIT_WIDTH}
     if marks is None:
-        return alt.LayerChart(layer=layers, **top)
-    independent = alt.Resolve(scale=alt.ScaleResolveMap(color="independent"))
-    return alt.LayerChart(layer=[alt.LayerChart(layer=layers), marks], resolve=independent, **top)
+        return spec(layers, **top)
+    frames = _Frames()
+    lines = {"layer": [frames.unit(layer) for layer in layers]}
+    independent = {"scale": {"color": "independent"}}
+    return spec([lines, frames.unit(marks)], frames, resolve=independent, **top)
 
 
 def _only(frame: pd.DataFrame, *columns: str | None) -> pd.DataFrame:
@@ -182,7 +228,7 @@ def band_lines(
     rule_label: str | None = None,
     events: pd.DataFrame | None = None,
     seconds: bool = False,
-) -> alt.LayerChart:
+) -> Spec:
     """A line per `color` (and `dash`) value with its interval as a light band behind it
     (never stacked), a dashed rule at `threshold` labelled `rule_label` (else the chart's
     `rule`), and the `events` marked."""
@@ -207,10 +253,10 @@ def band_lines(
     ]
     colour = _colour(chart.color, order)
     # Every layer reads the one frame (sent once), each filtering the rows it draws.
-    base = alt.Chart(drawn)
-    layers: list[Any] = []
+    base = alt.Chart()
+    layers: list[Unit] = []
     if not _held(drawn, low, high).empty:
-        layers.append(
+        band = (
             base.transform_filter(f"isValid(datum['{low}']) && isValid(datum['{high}'])")
             .mark_area(opacity=BAND_OPACITY, clip=True)
             .encode(
@@ -221,9 +267,10 @@ def band_lines(
                 **({"detail": alt.Detail(f"{chart.dash}:N")} if chart.dash else {}),
             )
         )
+        layers.append((band, drawn))
     encoding: dict[str, Any] = {"x": time_x(), "y": axis, "color": colour, "tooltip": tooltip}
     if chart.dash is None:
-        layers.append(base.mark_line(point=True, clip=True).encode(**encoding))
+        layers.append((base.mark_line(point=True, clip=True).encode(**encoding), drawn))
     else:
         # The first dash value is the chart's own figure, drawn with its points (a layer of
         # their own: points on the dashed lines would make the dash legend's symbols
@@ -231,13 +278,14 @@ def band_lines(
         held = set(drawn[chart.dash])
         dashes = [d for d in chart.dashes or sorted(held) if d in held]
         encoding["strokeDash"] = _dash(chart.dash, dashes)
-        layers.append(base.mark_line(clip=True).encode(**encoding))
+        layers.append((base.mark_line(clip=True).encode(**encoding), drawn))
         points = {k: v for k, v in encoding.items() if k != "strokeDash"}
-        layers.append(
+        dots = (
             base.transform_filter(alt.datum[chart.dash] == dashes[0])
             .mark_point(filled=True, clip=True)
             .encode(**points)
         )
+        layers.append((dots, drawn))
     if threshold is not None:
         axis = _y("threshold", chart.y_title, percent, signed=signed, domain=domain)
         at = formats.percent(threshold) if percent else formats.number(threshold)
@@ -245,16 +293,18 @@ def band_lines(
     return _layered(layers, events, chart.title, seconds=seconds)
 
 
-def threshold_rule(at: float, label: str, y: alt.Y) -> list[alt.Chart]:
+def threshold_rule(at: float, label: str, y: alt.Y) -> list[Unit]:
     """A dashed rule across the chart at `at` (on the chart's axis `y`, of a `threshold`
     column), its label, which says where it is, written on it at the left."""
-    rule = alt.Chart(pd.DataFrame({"threshold": [at], "label": [label]})).encode(
-        y=y, tooltip=[alt.Tooltip("label:N")]
-    )
+    frame = pd.DataFrame({"threshold": [at], "label": [label]})
+    rule = alt.Chart().encode(y=y, tooltip=[alt.Tooltip("label:N")])
     return [
-        rule.mark_rule(strokeDash=[6, 4], color="#333333"),
-        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#333333").encode(
-            x=alt.XValue(0), text=alt.Text("label:N")
+        (rule.mark_rule(strokeDash=[6, 4], color="#333333"), frame),
+        (
+            rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#333333").encode(
+                x=alt.XValue(0), text=alt.Text("label:N")
+            ),
+            frame,
         ),
     ]
 
@@ -266,7 +316,7 @@ def lines(
     order: Sequence[str] | None = None,
     events: pd.DataFrame | None = None,
     seconds: bool = False,
-) -> alt.LayerChart:
+) -> Spec:
     """A line per `color` (and `dash`) value."""
     y, dash, percent = chart.y, chart.dash, chart.percent
     encoding: dict[str, Any] = {
@@ -283,8 +333,8 @@ def lines(
     if dash is not None:
         encoding["strokeDash"] = _dash(dash)
     drawn = _held(_only(frame, chart.color, dash, y), y)
-    line = alt.Chart(drawn).mark_line(point=True).encode(**encoding)
-    return _layered([line], events, chart.title, seconds=seconds)
+    line = alt.Chart().mark_line(point=True).encode(**encoding)
+    return _layered([(line, drawn)], events, chart.title, seconds=seconds)
 
 
 def long_form(frame: pd.DataFrame, columns: dict[str, dict[str, str]], value: str) -> pd.DataFrame:
@@ -353,7 +403,7 @@ def bars(
     *,
     rules: Mapping[str, float] | None = None,
     ticks: pd.DataFrame | None = None,
-) -> alt.LayerChart:
+) -> Spec:
     """The `chart` of `frame`: a bar per row, a dashed rule at each of `rules` (label →
     position) with its label on top, and a tick per row of `ticks` (columns `chart.y`,
     `at`, `label`)."""
@@ -361,8 +411,8 @@ def bars(
     y = alt.Y(f"{chart.y}:N", sort=order, title=None)
     scale = alt.Scale(domain=[0, 1])
     others = [c for c in frame.columns if c not in (chart.y, chart.x)]
-    layers: list[Any] = [
-        alt.Chart(frame)
+    bar = (
+        alt.Chart()
         .mark_bar()
         .encode(
             x=alt.X(
@@ -383,21 +433,25 @@ def bars(
                 *(alt.Tooltip(f"{c}:N") for c in others),
             ],
         )
-    ]
+    )
+    layers: list[Unit] = [(bar, frame)]
     if rules:
         at = pd.DataFrame({"rule": list(rules), "at": list(rules.values())})
-        rule = alt.Chart(at).encode(
+        rule = alt.Chart().encode(
             x=alt.X("at:Q", scale=scale), tooltip=[alt.Tooltip("rule:N"), alt.Tooltip("at:Q")]
         )
         layers += [
-            rule.mark_rule(strokeDash=[6, 4], color="#333333"),
-            rule.mark_text(align="left", dx=3, dy=-4, baseline="bottom", color="#333333").encode(
-                text=alt.Text("rule:N"), y=alt.YValue(0)
+            (rule.mark_rule(strokeDash=[6, 4], color="#333333"), at),
+            (
+                rule.mark_text(
+                    align="left", dx=3, dy=-4, baseline="bottom", color="#333333"
+                ).encode(text=alt.Text("rule:N"), y=alt.YValue(0)),
+                at,
             ),
         ]
     if ticks is not None and not ticks.empty:
-        layers.append(
-            alt.Chart(ticks)
+        tick = (
+            alt.Chart()
             .mark_tick(color=EVENT_COLOURS["decision"], thickness=3)
             .encode(
                 x=alt.X("at:Q", scale=scale),
@@ -405,13 +459,11 @@ def bars(
                 tooltip=[alt.Tooltip("label:N"), alt.Tooltip("at:Q")],
             )
         )
+        layers.append((tick, ticks))
     # A band per bar (a fixed height would squeeze the bars when there are many). Not a
     # Vega-Lite step: Streamlit's frontend fits a chart's height, which a step height
     # cannot (Vega warns it drops "fit-y").
-    # One constructor (see _layered).
-    return alt.LayerChart(
-        layer=layers, title=chart.title, height=BAR_STEP * len(order), autosize=FIT_WIDTH
-    )
+    return spec(layers, title=chart.title, height=BAR_STEP * len(order), autosize=FIT_WIDTH)
 
 
 @dataclass(frozen=True)
@@ -426,12 +478,12 @@ class Histogram:
     label: str
 
 
-def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart:
+def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> Spec:
     """The `chart` of `frame`, its share axis from 0 to `top` (the larger of the two
     histograms' tallest bar, so side by side they read on one scale)."""
-    return cast(
-        alt.Chart,
-        alt.Chart(frame.assign(inputs=chart.label))
+    frames = _Frames()
+    bars = (
+        alt.Chart()
         .mark_bar()
         .encode(
             x=alt.X("bin:N", sort=list(frame["bin"]), title=chart.x_title),
@@ -452,8 +504,10 @@ def histogram(chart: Histogram, frame: pd.DataFrame, *, top: float) -> alt.Chart
                 alt.Tooltip("count:Q", format=","),
             ],
         )
-        .properties(title=chart.title, height=HEIGHT, autosize=FIT_WIDTH),
     )
+    drawn = frames.unit((bars, frame.assign(inputs=chart.label)))
+    top_level = {"title": chart.title, "height": HEIGHT, "autosize": FIT_WIDTH}
+    return {"$schema": alt.SCHEMA_URL, **top_level, **drawn, "datasets": frames.named}
 
 
 def draw(
@@ -467,7 +521,7 @@ def draw(
     rules: Mapping[str, float] | None = None,
     ticks: pd.DataFrame | None = None,
     seconds: bool = False,
-) -> alt.LayerChart:
+) -> Spec:
     """The chart `chart` describes, of `frame`: for a line chart with a rule at
     `threshold` (a band chart's only) and the `events` marked, times to the second when
     `seconds`; for bars with the `rules` and `ticks` (`bars`)."""

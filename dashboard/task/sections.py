@@ -35,8 +35,8 @@ def draw(
     if not charts.drawable(chart, frame):
         st.caption(evidence.nothing_to_draw(chart))
         return
-    st.altair_chart(
-        charts.draw(
+    st.vega_lite_chart(
+        spec=charts.draw(
             chart,
             frame,
             order=order,
@@ -237,8 +237,8 @@ def grade(shown: Shown) -> None:
     st.markdown(grading.tier_line(found))
     frame = grading.bar_frame(found)
     if not frame.empty:
-        st.altair_chart(
-            charts.draw(
+        st.vega_lite_chart(
+            spec=charts.draw(
                 grading.BARS,
                 frame,
                 rules=grading.thresholds(shown.config),
@@ -422,8 +422,8 @@ def agreement_difference(
             f"{chart.title}: no pairs compared in these windows, so there is nothing to draw."
         )
         return
-    st.altair_chart(
-        charts.draw(
+    st.vega_lite_chart(
+        spec=charts.draw(
             chart,
             frame,
             order=order,
@@ -487,11 +487,11 @@ def input_lengths(shown: Shown) -> None:
         if baseline is None:
             st.caption("No baseline: nothing to draw.")
         else:
-            st.altair_chart(
-                charts.histogram(spans.BASELINE_BARS, baseline, top=top), width="stretch"
+            st.vega_lite_chart(
+                spec=charts.histogram(spans.BASELINE_BARS, baseline, top=top), width="stretch"
             )
     with now_col:
-        st.altair_chart(charts.histogram(spans.NOW_BARS, now, top=top), width="stretch")
+        st.vega_lite_chart(spec=charts.histogram(spans.NOW_BARS, now, top=top), width="stretch")
     stage = shown.state["stage"]
     st.markdown(spans.alert_sentence(found))
     st.markdown(

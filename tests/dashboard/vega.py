@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Any
 
+import jsonschema
 import pandas as pd
 import pyarrow as pa
+from altair.vegalite.v6.schema import load_schema
 from streamlit.testing.v1 import AppTest
 
 Spec = Mapping[str, Any]
@@ -136,3 +139,33 @@ def layer_data(chart: Drawn, mark: str) -> list[pd.DataFrame]:
     spec, data = chart
     marks = [unit for unit, _ in units(spec) if unit["mark"]["type"] == mark]
     return [data[unit["data"]["name"]] for unit in marks]
+
+
+@cache
+def _validator() -> Any:
+    schema = load_schema()
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _rows(datasets: Mapping[str, pd.DataFrame]) -> dict[str, list[Any]]:
+    """Frames as Vega-Lite receives them: rows of JSON, times in ISO 8601."""
+    return {
+        name: json.loads(frame.to_json(orient="records", date_format="iso"))
+        for name, frame in datasets.items()
+    }
+
+
+def schema_problems(spec: Spec, datasets: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Where a chart breaks Vega-Lite's schema (each place, and why), its data as sent."""
+    sent = {**spec, "datasets": _rows(datasets)}
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
+        for e in _validator().iter_errors(sent)
+    ]
+
+
+def as_sent(spec: Spec) -> dict[str, Any]:
+    """A chart of dashboard/charts.py as Vega-Lite receives it, its frames as rows of JSON,
+    checked against Vega-Lite's schema (the dashboard does not validate on every render)."""
+    assert schema_problems(spec, spec["datasets"]) == []
+    return {**spec, "datasets": _rows(spec["datasets"])}

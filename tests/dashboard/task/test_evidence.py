@@ -9,7 +9,7 @@ import pytest
 
 from dashboard import charts
 from dashboard.task import evidence
-from tests.dashboard.vega import problems
+from tests.dashboard.vega import as_sent, problems
 
 CONFIG = {
     "rollback": {
@@ -117,7 +117,8 @@ def test_every_chart_draws_with_its_threshold_and_events_and_nothing_vega_warns_
         rule_label=evidence.zero_label(0.85, "the agreement rule's"),
         events=the_events(),
         seconds=True,
-    ).to_dict()
+    )
+    difference = as_sent(difference)
     [drawn, marked] = difference["layer"]
     assert [layer["mark"]["type"] for layer in drawn["layer"]] == [
         "area",
@@ -132,7 +133,7 @@ def test_every_chart_draws_with_its_threshold_and_events_and_nothing_vega_warns_
     assert difference["title"] == evidence.DIFFERENCE.title
     assert problems(difference, difference["datasets"]) == []
 
-    degrades = charts.draw(evidence.DEGRADES, frame, order=order, threshold=0.05).to_dict()
+    degrades = as_sent(charts.draw(evidence.DEGRADES, frame, order=order, threshold=0.05))
     assert [layer["mark"]["type"] for layer in degrades["layer"]] == [
         "area",
         "line",
@@ -143,7 +144,7 @@ def test_every_chart_draws_with_its_threshold_and_events_and_nothing_vega_warns_
     # The y range fits the lines (1%, 2%) and the rule (5%), not the bands (up to 80%).
     low, high = degrades["layer"][1]["encoding"]["y"]["scale"]["domain"]
     assert low == 0.0 and 0.05 < high < 0.1
-    latency = charts.draw(
+    latency_chart = charts.draw(
         evidence.of_bucket("latency", "all"),
         evidence.latencies(
             frame.assign(
@@ -155,7 +156,8 @@ def test_every_chart_draws_with_its_threshold_and_events_and_nothing_vega_warns_
             )
         ),
         events=the_events(),
-    ).to_dict()
+    )
+    latency = as_sent(latency_chart)
     assert latency["layer"][0]["layer"][0]["encoding"]["strokeDash"]["field"] == "percentile"
     assert problems(latency, latency["datasets"]) == []
 

@@ -19,6 +19,7 @@ from controlplane.rollout.taskview import cost_view, judging_rule, lengths_view
 from dashboard import charts
 from dashboard.task import spans, views
 from tests.dashboard.conftest import shown
+from tests.dashboard.vega import as_sent
 
 HOUR = 3600
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
@@ -116,7 +117,7 @@ def test_a_span_cut_by_the_stage_and_a_loss_read_as_such() -> None:
 def test_the_cost_chart_draws_each_component_of_each_window() -> None:
     cost = cost_of(config(net_rule()))
     frame = spans.cost_frame(cost)
-    drawn = charts.draw(spans.COST, frame, order=list(spans.COMPONENTS.values())).to_dict()
+    drawn = as_sent(charts.draw(spans.COST, frame, order=list(spans.COMPONENTS.values())))
     [data] = drawn["datasets"].values()
     by = {(row["component"], row["window_start"][:13]): row["amount"] for row in data}
     fixed = 48 / 24
@@ -223,7 +224,7 @@ def test_the_two_histograms_and_the_index_between_them() -> None:
     assert list(base_frame["share"]) == [1.0, 0.0] and list(base_frame["count"]) == [100, 0]
     top = spans.histogram_top(base_frame, now_frame)
     assert top == 1.0
-    drawn = charts.histogram(spans.NOW_BARS, now_frame, top=top).to_dict()
+    drawn = as_sent(charts.histogram(spans.NOW_BARS, now_frame, top=top))
     [data] = drawn["datasets"].values()
     assert [(r["bin"], r["share"], r["count"]) for r in data] == [
         ("256-511", 0.5, 100),
