@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -41,6 +42,25 @@ def reading_result_keys(url: str) -> Iterator[None]:
         finally:
             conn.rollback()
     engine.dispose()
+
+
+def command_behind_a_lock(url: str, tmp_path: Path, *args: str) -> Any:
+    """`shadowplane ARGS` as an operator runs it (its pauses between attempts taken out)
+    on the database migrated down to BEFORE, while a session reads result_keys."""
+    migrate_to(url, BEFORE, down=True)
+    env = {
+        **os.environ,
+        "SHADOWPLANE_DATABASE_URL": url,
+        "SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS": "0.2",
+    }
+    code = (
+        "import controlplane.migrate as m\n"
+        "m.LOCK_PAUSE_SECONDS = 0\n"
+        "from controlplane.cli import app\n"
+        f"app(args={list(args)!r}, prog_name='shadowplane')\n"
+    )
+    with reading_result_keys(url):
+        return run_python(code, env, tmp_path, timeout=HANG)
 
 
 def _revision(url: str) -> set[str]:
@@ -107,21 +127,7 @@ def test_a_lock_released_between_attempts_lets_the_migration_through(pg_url: str
 
 @pytest.mark.fresh_db
 def test_the_command_says_why_it_stopped_and_exits_non_zero(pg_url: str, tmp_path: Path) -> None:
-    migrate_to(pg_url, BEFORE, down=True)
-    env = {
-        **os.environ,
-        "SHADOWPLANE_DATABASE_URL": pg_url,
-        "SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS": "0.2",
-    }
-    # The command as an operator runs it, its pauses between attempts taken out.
-    code = (
-        "import controlplane.migrate as m\n"
-        "m.LOCK_PAUSE_SECONDS = 0\n"
-        "from controlplane.cli import app\n"
-        "app(args=['migrate'], prog_name='shadowplane')\n"
-    )
-    with reading_result_keys(pg_url):
-        done = run_python(code, env, tmp_path, timeout=HANG)
+    done = command_behind_a_lock(pg_url, tmp_path, "migrate")
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     *tries, err = done.stderr.strip().splitlines()
     assert err.startswith("error: cannot migrate "), done.stderr
@@ -209,20 +215,7 @@ def test_a_statement_that_fails_is_named_and_not_blamed_on_the_url(
 def test_the_demo_says_in_one_line_why_it_cannot_migrate(pg_url: str, tmp_path: Path) -> None:
     """`shadowplane demo` on a database whose lock a session holds: the migrate command's
     one line, not a traceback."""
-    migrate_to(pg_url, BEFORE, down=True)
-    env = {
-        **os.environ,
-        "SHADOWPLANE_DATABASE_URL": pg_url,
-        "SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS": "0.2",
-    }
-    code = (
-        "import controlplane.migrate as m\n"
-        "m.LOCK_PAUSE_SECONDS = 0\n"
-        "from controlplane.cli import app\n"
-        "app(args=['demo', '--once'], prog_name='shadowplane')\n"
-    )
-    with reading_result_keys(pg_url):
-        done = run_python(code, env, tmp_path, timeout=HANG)
+    done = command_behind_a_lock(pg_url, tmp_path, "demo", "--once")
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     err = done.stderr.strip().splitlines()[-1]
     assert err.startswith("error: cannot migrate ") and "result_keys" in err, done.stderr
