@@ -114,14 +114,29 @@ def migrate() -> None:
 
 def _migrate(url: str) -> None:
     """Migrate `url`, or exit 1 with one line saying why not (`migrate`, `demo`)."""
+    from alembic.util import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     from controlplane.migrate import MigrationLocked, upgrade
 
+    problem = _unreadable(url)
+    if problem is not None:
+        raise _fail(f"SHADOWPLANE_DATABASE_URL: {problem}")
     try:
         upgrade(url)
     except MigrationLocked as exc:
         raise _fail(f"cannot migrate {_safe_url(url)} now: {exc}") from None
+    except CommandError as exc:
+        # Alembic's own: a revision in the database this release does not know (a newer
+        # release migrated it, and the deploy was rolled back).
+        words = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = (
+            ": the database was migrated by a newer release of Shadowplane; run that release, "
+            "or take the schema down with it first (alembic downgrade)"
+            if "Can't locate revision" in words
+            else ""
+        )
+        raise _fail(f"cannot migrate {_safe_url(url)}: {words}{hint}") from None
     except SQLAlchemyError as exc:
         # The driver's own words, first line: unreachable, refused login, no such database;
         # or what a statement of the migration met (the URL is not at fault then).
@@ -977,9 +992,30 @@ def _router_key_or_fail(url: str, key: str) -> None:
 
 
 def _safe_url(url: str) -> str:
+    """The URL to print: its password masked, given before the host or as a query parameter
+    (`?password=`, libpq's keyword); a URL that cannot be read is not printed."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - ArgumentError, or ValueError for a port
+        return "(a URL that cannot be read)"
+    query = {k: "***" if "password" in k.lower() else v for k, v in parsed.query.items()}
+    return parsed.set(query=query).render_as_string(hide_password=True)
+
+
+def _unreadable(url: str) -> str | None:
+    """Why a database URL cannot be read (never quoting it: it may hold a password), or None."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(url)
+    except Exception:  # noqa: BLE001 - ArgumentError, or ValueError for a port
+        return (
+            "not a database URL this can read: it must be dialect+driver://user:password@"
+            "host:port/database (is '://' there after the scheme? is the port a number?)"
+        )
+    return None
 
 
 if __name__ == "__main__":

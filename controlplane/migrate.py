@@ -46,6 +46,14 @@ LOCK_NOT_AVAILABLE = "55P03"
 # what held it is usually a query or a transaction that ends within seconds.
 LOCK_ATTEMPTS = 3
 LOCK_PAUSE_SECONDS = 5.0
+# Why an attempt was given up (it changed nothing, and can run again), by SQLSTATE: as the
+# warning says it, and as the final error counts it.
+GIVEN_UP = {
+    LOCK_NOT_AVAILABLE: ("waited {waited:g} s for a lock", "a lock held past {waited:g} s"),
+    "40P01": ("deadlocked with another session", "a deadlock with another session"),
+    "40001": ("was ended by a serialization failure", "a serialization failure"),
+}
+assert set(GIVEN_UP) == {LOCK_NOT_AVAILABLE, *TRANSIENT_SQLSTATES}
 
 
 class MigrationLocked(RuntimeError):
@@ -68,7 +76,9 @@ def upgrade(
     hold every later query on its table in line, ingest's and the flags' included. The
     migrations run in one transaction, so one that gives up changes nothing; it is tried
     `attempts` times (LOCK_ATTEMPTS), then MigrationLocked names the statement that waited.
-    A migration PostgreSQL rolls back as one side of a deadlock is tried again the same way."""
+    A migration PostgreSQL rolls back as one side of a deadlock (or for a serialization
+    failure) is tried again the same way. Two migrations at once run one after the other
+    (migrations/env.py), the second finding the schema migrated."""
     attempts = LOCK_ATTEMPTS if attempts is None else attempts
     if attempts < 1:
         raise ValueError(f"attempts: must be at least 1 (one try, no retry), got {attempts!r}")
@@ -80,36 +90,23 @@ def upgrade(
     )
     cfg = alembic_config(database_url)
     cfg.attributes["lock_timeout_seconds"] = waited
+    given_up: list[str] = []  # each attempt's SQLSTATE
     for attempt in range(1, attempts + 1):
         try:
             command.upgrade(cfg, revision)
             break
         except OperationalError as exc:
             state = getattr(exc.orig, "sqlstate", None)
-            # Given up on a lock, or rolled back by PostgreSQL as one side of a deadlock (or
-            # a serialization failure): the transaction changed nothing and can run again.
-            if state != LOCK_NOT_AVAILABLE and state not in TRANSIENT_SQLSTATES:
+            if state not in GIVEN_UP:
                 raise
+            given_up.append(state)
             statement = " ".join(str(exc.statement or "").split())[:160]
-            waiting = state == LOCK_NOT_AVAILABLE
             if attempt == attempts:
-                held = (
-                    f"another session held a lock the migration needs past {waited:g} s"
-                    if waiting
-                    else "PostgreSQL ended the migration as one side of a deadlock with "
-                    "another session"
-                )
-                raise MigrationLocked(
-                    f"{held}, {attempts} times (waiting on: {statement}); nothing was "
-                    "changed. Find the holder with SELECT pid, state, xact_start, query FROM "
-                    "pg_stat_activity WHERE xact_start IS NOT NULL ORDER BY xact_start, "
-                    "then run `shadowplane migrate` again (SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_"
-                    "SECONDS sets the wait)"
-                ) from exc
+                raise MigrationLocked(_given_up(given_up, waited, statement)) from exc
             log.warning(
                 "migration %s (attempt %d of %d, on: %s); nothing was changed, trying again "
                 "in %g s",
-                f"waited {waited:g} s for a lock" if waiting else "deadlocked with another session",
+                GIVEN_UP[state][0].format(waited=waited),
                 attempt,
                 attempts,
                 statement,
@@ -123,6 +120,30 @@ def upgrade(
         log.warning("day partitions not created now (the beat creates them): %s", exc)
     finally:
         engine.dispose()
+
+
+def _given_up(states: list[str], waited: float, statement: str) -> str:
+    """The error of a migration given up at every attempt (`states`, in order): what ended
+    each, the statement the last was on, and what to do."""
+    n = len(states)
+    times = "once" if n == 1 else f"{n} times"
+    if set(states) == {LOCK_NOT_AVAILABLE}:
+        why = f"another session held a lock the migration needs past {waited:g} s, {times}"
+    elif set(states) == {"40P01"}:
+        why = f"PostgreSQL ended the migration as one side of a deadlock with another session, {times}"
+    else:
+        ends = ", then ".join(GIVEN_UP[s][1].format(waited=waited) for s in states)
+        why = f"the migration was given up {times}: {ends}"
+    wait = (
+        " (SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS sets the wait)"
+        if LOCK_NOT_AVAILABLE in states
+        else ""
+    )
+    return (
+        f"{why} (waiting on: {statement}); nothing was changed. Find the other session with "
+        "SELECT pid, state, xact_start, query FROM pg_stat_activity WHERE xact_start IS NOT "
+        f"NULL ORDER BY xact_start, then run `shadowplane migrate` again{wait}"
+    )
 
 
 def check(database_url: str) -> None:

@@ -15,6 +15,9 @@ from controlplane.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata
+# The advisory lock one migration holds for its transaction (any number, the same in every
+# release: "shadow" in ASCII).
+MIGRATE_LOCK = 0x736861646F77
 
 
 def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
@@ -52,6 +55,11 @@ def _run(connection: Connection) -> None:
                 text("SELECT set_config('lock_timeout', :timeout, true)"),
                 {"timeout": f"{max(1, round(seconds * 1000))}ms"},
             )
+            # Two migrations at once (two replicas starting a deploy) run one after the
+            # other: the second reads the schema's revision once the first has committed,
+            # and finds nothing left to do (it would otherwise run the same ALTERs again).
+            # Waited for like any lock, within the timeout above.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK})
         context.run_migrations()
 
 

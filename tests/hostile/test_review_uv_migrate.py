@@ -77,6 +77,17 @@ def _wait_for_lock_wait(watch: Connection, table: str) -> None:
     watch.rollback()
 
 
+def _wait_for_advisory_lock_wait(watch: Connection) -> None:
+    """Until a session waits for an advisory lock (a second migration for the first)."""
+    waiting = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'")
+    deadline = time.monotonic() + HANG
+    while not watch.execute(waiting).scalar_one():
+        watch.rollback()
+        assert time.monotonic() < deadline, f"no session waited for an advisory lock in {HANG} s"
+        time.sleep(0.02)
+    watch.rollback()
+
+
 def _refuse_ddl(url: str, message: str, detail: str = "", sqlstate: str = "P0001") -> None:
     """An operator's event trigger that refuses every DDL statement with `message` (a guard
     against schema changes outside a release window, say): PostgreSQL's own error, raised
@@ -104,19 +115,10 @@ def _refuse_ddl(url: str, message: str, detail: str = "", sqlstate: str = "P0001
         )
 
 
-# Defects (strict xfails).
+# Defects found, fixed since (they were strict xfails).
 
 
 @pytest.mark.fresh_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="two `shadowplane migrate` at once (two replicas of a deploy, say): the second "
-    "reads the revision, waits for the first's lock on result_keys, then runs the same ALTER "
-    "once the first committed, and exits 1 with 'constraint ... does not exist (running: "
-    "ALTER TABLE result_keys ...)' although the database is at head. Only a wait past the "
-    "lock timeout is retried (and would find nothing to do); the common case, the first "
-    "done within it, fails. Predates b8fb959, whose new line now blames the statement",
-)
 def test_two_migrate_commands_at_once_both_end_at_head(pg_url: str, tmp_path: Path) -> None:
     migrate_to(pg_url, BEFORE, down=True)
     get_engine(pg_url).dispose()
@@ -132,9 +134,10 @@ def test_two_migrate_commands_at_once_both_end_at_head(pg_url: str, tmp_path: Pa
         holder.execute(sa.text("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE"))
         first = start_python(code, full, first_dir)
         _wait_for_lock_wait(watch, "tasks")
-        # The second has read the revision (BEFORE) and waits for result_keys behind it.
+        # The second waits for the first to end before it reads the revision (it read
+        # BEFORE, and waited for result_keys behind the first, before the fix).
         second = start_python(code, full, second_dir)
-        _wait_for_lock_wait(watch, "result_keys")
+        _wait_for_advisory_lock_wait(watch)
         holder.rollback()
     engine.dispose()
     codes = [first.wait(HANG), second.wait(HANG)]
@@ -146,13 +149,6 @@ def test_two_migrate_commands_at_once_both_end_at_head(pg_url: str, tmp_path: Pa
 
 
 @pytest.mark.fresh_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a password given as the URL's `password` query parameter (libpq's keyword, "
-    "which psycopg takes) is printed in clear: _safe_url masks only the password before the "
-    "@. The new 'cannot migrate <url>: ... (running: ...)' line prints it, as the "
-    "'SHADOWPLANE_DATABASE_URL: cannot migrate' and 'migrated <url>' lines did before",
-)
 def test_a_password_in_the_url_query_is_not_printed(pg_url: str, tmp_path: Path) -> None:
     migrate_to(pg_url, BEFORE, down=True)
     with get_engine(pg_url).begin() as conn:
@@ -176,14 +172,6 @@ def test_a_password_in_the_url_query_is_not_printed(pg_url: str, tmp_path: Path)
     ],
     ids=["port", "scheme"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/operations.md: 'Any other failure is one line too', and 'SHADOWPLANE_"
-    "DATABASE_URL: cannot migrate' means the URL is at fault; a URL SQLAlchemy cannot parse "
-    "gives a traceback instead (the port: ValueError from make_url, not caught; the scheme: "
-    "ArgumentError, caught as a SQLAlchemyError, then raised again by _safe_url(url) inside "
-    "the handler). `shadowplane demo` the same",
-)
 def test_a_url_that_does_not_parse_is_one_line_blaming_the_url(url: str, tmp_path: Path) -> None:
     done = _cli(["migrate"], url, tmp_path)
     assert done.returncode == 1, done.stderr[-2000:]
@@ -193,13 +181,6 @@ def test_a_url_that_does_not_parse_is_one_line_blaming_the_url(url: str, tmp_pat
 
 
 @pytest.mark.fresh_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a database at a revision this release does not know (migrated by a newer "
-    "release, the deployment then rolled back): Alembic's CommandError ('Can't locate "
-    "revision identified by ...') is neither MigrationLocked nor a SQLAlchemyError, so the "
-    "command ends in a traceback, where docs/operations.md says any other failure is one line",
-)
 def test_a_database_ahead_of_this_release_is_one_line(pg_url: str, tmp_path: Path) -> None:
     with get_engine(pg_url).begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = 'ffffffffffff'"))
@@ -230,13 +211,6 @@ class _OnRetry(logging.Handler):
 
 
 @pytest.mark.fresh_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="the last attempt's kind is said for every attempt: a migration that gave up on a "
-    "lock once and was then ended by a deadlock exits with 'PostgreSQL ended the migration "
-    "as one side of a deadlock with another session, 2 times' (and a deadlock, then a lock "
-    "timeout, says 'held a lock ... past N s, 2 times')",
-)
 def test_the_last_message_counts_only_the_deadlocks_there_were(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -288,13 +262,6 @@ def test_the_last_message_counts_only_the_deadlocks_there_were(
 
 
 @pytest.mark.fresh_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a serialization failure (40001), retried with the deadlocks, is logged and "
-    "reported as 'deadlocked with another session' / 'ended the migration as one side of a "
-    "deadlock': PostgreSQL said no such thing. (Raised here by an event trigger with "
-    "PostgreSQL's own words and SQLSTATE: the migrations up to head cause none themselves)",
-)
 def test_a_serialization_failure_is_not_called_a_deadlock(pg_url: str) -> None:
     migrate_to(pg_url, BEFORE, down=True)
     _refuse_ddl(pg_url, "could not serialize access due to concurrent update", sqlstate="40001")
