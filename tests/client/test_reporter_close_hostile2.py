@@ -264,6 +264,7 @@ def test_a_result_whose_side_was_cancelled_is_taken_and_stored_by_the_api(
     assert (reporter.accepted, reporter.rejected, reporter.dropped) == (1, 0, 0)
     stored = shared_api.call("GET", f"/v1/results/{task}/h2-api", scope="read").json()
     assert stored["request_id"] == "h2-api" and stored["served"] == "edge"
-    # Stored without the cloud; `skipped` is the client's note, not part of the contract.
+    # Stored without the cloud, which `skipped` names with why (the API keeps it).
     assert stored["edge"]["model"] == "small@3" and stored["edge"]["error"] is None
-    assert stored["cloud"] is None and "skipped" not in stored
+    assert stored["cloud"] is None and list(stored["skipped"]) == ["cloud"], stored
+    assert stored["skipped"]["cloud"].startswith("not reported: cancelled before it finished")
