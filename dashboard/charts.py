@@ -11,9 +11,10 @@ dict on its own; the layers are put together, and their frames named, here. A ch
 dict (`Spec`) Streamlit draws with `st.vega_lite_chart`, its frames sent as Arrow. Altair's
 own layering deep-copies every layer (each of its properties, set or not) several times
 over in each LayerChart it makes and again when the chart becomes a dict, and validates the
-whole spec on every render: three quarters of a task page's CPU, about 45 ms a chart.
-tests/dashboard/task/test_chart_specs.py validates every kind of chart against Vega-Lite's
-schema instead, once."""
+whole spec on every render: three quarters of a task page's CPU, about 45 ms a chart. The
+tests validate the charts against Vega-Lite's schema instead: every kind in
+tests/dashboard/task/test_evidence.py and test_spans.py (tests/dashboard/vega.py's
+`as_sent`), and every chart the task page draws in tests/dashboard/test_task.py."""
 
 from __future__ import annotations
 
@@ -139,8 +140,9 @@ def events_layer(events: pd.DataFrame, *, seconds: bool = False) -> Unit | None:
 
 
 class _Frames:
-    """The frames of one spec, each named by a digest of its content (as Streamlit names
-    the frames of its Altair charts): a frame drawn by several layers is sent once."""
+    """The frames of one spec, each named by a digest of its columns, their types and its
+    rows (Streamlit names the frames of its Altair charts by their Arrow bytes, which a
+    type or a time zone changes too): a frame drawn by several layers is sent once."""
 
     def __init__(self) -> None:
         self.named: dict[str, pd.DataFrame] = {}
@@ -160,7 +162,10 @@ class _Frames:
     def _name(self, frame: pd.DataFrame) -> str:
         name = self._names.get(id(frame))
         if name is None:
-            digest = hashlib.sha256(repr(list(frame.columns)).encode())
+            # Row hashes alone read a naive time and a UTC one alike, 1 and True alike.
+            digest = hashlib.sha256(
+                repr([*map(str, frame.columns), *map(str, frame.dtypes)]).encode()
+            )
             digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
             name = self._names[id(frame)] = f"data-{digest.hexdigest()[:20]}"
             self.named[name] = frame

@@ -538,8 +538,11 @@ REDACTED_FIELDS = (
 )
 
 
-def redact_payload(payload: dict[str, Any], *, max_chars: int = MAX_CHARS) -> dict[str, Any]:
-    """The payload with every text field masked by one Masker (shared numbering), each
-    string cut to `max_chars` characters."""
-    masker = Masker()
+def redact_payload(
+    payload: dict[str, Any], *, max_chars: int = MAX_CHARS, masker: Masker | None = None
+) -> dict[str, Any]:
+    """The payload with every text field masked by one Masker (shared numbering: `masker`,
+    which may have masked other fields of the same result already), each string cut to
+    `max_chars` characters."""
+    masker = masker or Masker()
     return {k: masker.json(v, max_chars) if k in REDACTED_FIELDS else v for k, v in payload.items()}

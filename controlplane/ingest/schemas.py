@@ -19,7 +19,8 @@ from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL
 Side = Literal["edge", "cloud"]
 # The sides a result may name under `skipped`: a side the router did not run, and why.
 Skippable = Literal["edge", "cloud", "cloud_repeat"]
-SKIP_REASON_CHARS = 200
+# Room for the Python client's longest reason (an exception's message: 514 characters).
+SKIP_REASON_CHARS = 1000
 
 
 # A value of the JSON type the contract gives, or refused: pydantic's lax mode would read

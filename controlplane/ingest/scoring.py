@@ -302,16 +302,24 @@ def score(
     skipped: dict[str, str | None] | None = {
         side: why for side, why in posted_skips.items()
     } or None
+    # One masker for the whole result under `redacted`: a value gets one placeholder in
+    # every field it is masked in (the reasons, the payload), two values two.
+    masker = Masker() if policy == "redacted" else None
     if policy != "full":
         # A raw id is personal data: under `redacted` and `none` only its keyed hash is kept.
         session_id = hashed_id(context.id_hash_key, session_id)
         user_id = hashed_id(context.id_hash_key, user_id)
         if reason is not None:
-            reason = _masked(reason, context.max_chars) if policy == "redacted" else None
+            reason = (
+                _masked(masker, reason, context.max_chars, "degrade_reason")[:DEGRADE_REASON_CHARS]
+                if masker is not None
+                else None
+            )
         if skipped:
+            # A JSON column: a masked reason is kept whole, however long its placeholders.
             skipped = {
-                side: _masked(why, context.max_chars, f"skipped.{side}")
-                if policy == "redacted"
+                side: _masked(masker, why, context.max_chars, f"skipped.{side}")
+                if masker is not None
                 else None
                 for side, why in posted_skips.items()
             }
@@ -361,13 +369,13 @@ def score(
     }
     if policy == "redacted":
         # Compared above on the original text; only the masked text is stored.
-        payload = _redacted(payload, context.max_chars)
+        payload = _redacted(payload, context.max_chars, masker)
     return Scored(row, payload)
 
 
-def _masked(reason: str, max_chars: int, field: str = "degrade_reason") -> str:
+def _masked(masker: Masker, text: str, max_chars: int, field: str) -> str:
     try:
-        return Masker().text(reason, max_chars)[:DEGRADE_REASON_CHARS]
+        return masker.text(text, max_chars)
     except Exception as exc:
         raise ItemError(field, problem_of(exc)) from exc
 
@@ -383,9 +391,11 @@ PAYLOAD_FIELDS = {
 }
 
 
-def _redacted(payload: dict[str, Any], max_chars: int) -> dict[str, Any]:
+def _redacted(
+    payload: dict[str, Any], max_chars: int, masker: Masker | None = None
+) -> dict[str, Any]:
     try:
-        return redact_payload(payload, max_chars=max_chars)
+        return redact_payload(payload, max_chars=max_chars, masker=masker)
     except Exception as exc:
         # Which field the masker cannot read: mask each alone.
         field = "(payload)"

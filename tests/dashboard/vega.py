@@ -156,12 +156,16 @@ def _rows(datasets: Mapping[str, pd.DataFrame]) -> dict[str, list[Any]]:
 
 
 def schema_problems(spec: Spec, datasets: Mapping[str, pd.DataFrame]) -> list[str]:
-    """Where a chart breaks Vega-Lite's schema (each place, and why), its data as sent."""
+    """Where a chart breaks Vega-Lite's schema (each place, and why), its data as sent. A
+    spec fits one of several shapes (a layer, a single view...): each error is followed into
+    the shape that read furthest into it, so it names the place within it, not the spec's root."""
     sent = {**spec, "datasets": _rows(datasets)}
-    return [
-        f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
-        for e in _validator().iter_errors(sent)
-    ]
+    found = []
+    for error in _validator().iter_errors(sent):
+        while error.context:  # the branch that read furthest into the spec
+            error = max(error.context, key=lambda e: len(e.absolute_path))
+        found.append(f"{'/'.join(map(str, error.absolute_path))}: {error.message[:200]}")
+    return found
 
 
 def as_sent(spec: Spec) -> dict[str, Any]:

@@ -3,7 +3,7 @@ why) and cf417b1 (the Task page's charts are Vega-Lite dicts drawn with st.vega_
 their frames named by a content digest in dashboard/charts.py, the per-render schema
 validation replaced by test-time checks), tried as a hostile user would.
 
-Six defects are strict xfails:
+Six defects were found, strict xfails until they were fixed (now plain tests):
 
 - the Python client names a side under `skipped` with a reason of up to 514 characters
   ("not reported: " and `_message`'s 500) where the API refuses more than 200, and the
@@ -131,11 +131,6 @@ class RefusingExecutor(Executor):
         return refused
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the client names a skipped side with a reason of up to 514 characters; the API "
-    "refuses more than 200 and rejects the whole result (its cloud answer lost)",
-)
 def test_a_result_the_python_client_reports_with_a_long_skip_reason_is_kept(api: Api) -> None:
     got = Recording()
     served = shadow_compare(
@@ -164,11 +159,6 @@ def masked_past_200(pad: int = 2) -> str:
 
 
 @pytest.mark.text_reader  # masked by each reader, the compiled one and the Python one
-@pytest.mark.xfail(
-    strict=True,
-    reason="a masked reason is cut at 200 characters after masking: half a placeholder "
-    "('<EMAIL_1' for the 19th address) is stored, and the cut is not marked",
-)
 def test_a_masked_reason_keeps_whole_placeholders(redacted_api: Api) -> None:
     reason = masked_past_200()
     assert len(reason) == 200
@@ -181,11 +171,6 @@ def test_a_masked_reason_keeps_whole_placeholders(redacted_api: Api) -> None:
 
 
 @pytest.mark.text_reader  # masked by each reader, the compiled one and the Python one
-@pytest.mark.xfail(
-    strict=True,
-    reason="each reason is masked by a Masker of its own: two different addresses in two "
-    "reasons of one result both become <EMAIL_1>",
-)
 def test_two_values_in_two_reasons_keep_two_placeholders(redacted_api: Api) -> None:
     posted = cloud_only(
         request_id="two-1",
@@ -224,10 +209,10 @@ SPELLINGS = {
     '{"\\u0435dge":"x"}': "skipped.\u0435dge.[key]: Input should be",  # Cyrillic е
     '{"edge ":"x"}': "skipped.edge .[key]: Input should be",
     '{"edge":null}': "skipped.edge: Input should be a valid string",
-    '{"edge":"' + "\U0001f600" * 200 + '"}': {"edge": "\U0001f600" * 200},
-    '{"edge":"' + "\\ud83d\\ude00" * 200 + '"}': {"edge": "\U0001f600" * 200},
-    '{"edge":"' + "\U0001f600" * 201 + '"}': "skipped.edge: String should have at most 200",
-    '{"edge":"' + "x" * 199 + '\\ud83d\\ude00"}': {"edge": "x" * 199 + "\U0001f600"},
+    '{"edge":"' + "\U0001f600" * 1000 + '"}': {"edge": "\U0001f600" * 1000},
+    '{"edge":"' + "\\ud83d\\ude00" * 1000 + '"}': {"edge": "\U0001f600" * 1000},
+    '{"edge":"' + "\U0001f600" * 1001 + '"}': "skipped.edge: String should have at most 1000",
+    '{"edge":"' + "x" * 999 + '\\ud83d\\ude00"}': {"edge": "x" * 999 + "\U0001f600"},
     '{"edge":"\\ud800"}': "skipped: holds a lone surrogate",
     '{"\\udfff":"x"}': "skipped: holds a lone surrogate",
     '{"cloud":"busy"}': "(result): skipped names 'cloud', which the result carries",
@@ -301,7 +286,7 @@ def test_each_policy_stores_and_answers_what_it_allows(redacted_api: Api) -> Non
     posted_schema = document["components"]["schemas"]["ResultIn"]["properties"]["skipped"]
     [as_object, _] = posted_schema["anyOf"]
     assert as_object["propertyNames"] == {"enum": ["edge", "cloud", "cloud_repeat"]}
-    assert as_object["additionalProperties"]["maxLength"] == 200
+    assert as_object["additionalProperties"]["maxLength"] == 1000
 
 
 def test_a_policy_changed_to_none_keeps_no_new_reason(api: Api) -> None:
@@ -455,11 +440,6 @@ ALIKE_BUT_NOT = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_Frames names a frame by pandas' row hashes, blind to dtypes and time zones: two "
-    "frames Streamlit sends as different Arrow tables get one name, one layer draws the other's",
-)
 @pytest.mark.parametrize("pair", ALIKE_BUT_NOT.values(), ids=ALIKE_BUT_NOT.keys())
 def test_frames_sent_differently_are_named_apart(pair: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     first, second = pair
@@ -470,22 +450,14 @@ def test_frames_sent_differently_are_named_apart(pair: tuple[pd.DataFrame, pd.Da
     assert names[0] != names[1] and len(spec["datasets"]) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dashboard/charts.py says tests/dashboard/task/test_chart_specs.py validates every "
-    "kind of chart; no such file exists",
-)
 def test_the_test_the_charts_module_names_exists() -> None:
-    named = "tests/dashboard/task/test_chart_specs.py"
-    assert named in (dashboard.charts.__doc__ or "").replace("\n", " ")
-    assert (REPO / named).is_file()
+    """It named tests/dashboard/task/test_chart_specs.py, which did not exist: every test
+    file its docstring names now does."""
+    doc = (dashboard.charts.__doc__ or "").replace("\n", " ")
+    named = re.findall(r"tests/[\w/]+\.py", doc)
+    assert named and all((REPO / path).is_file() for path in named), named
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema_problems reports a broken mark at the spec's root ('' and the spec's repr "
-    "cut at 200 characters), neither its place nor why; the commit says it names the place",
-)
 def test_the_schema_check_names_the_place_of_a_broken_mark() -> None:
     found = schema_problems(*_broken_mark())
     assert found != []

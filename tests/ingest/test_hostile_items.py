@@ -211,10 +211,10 @@ def test_a_masking_failure_rejects_its_item_naming_the_field(
 ) -> None:
     real = scoring.redact_payload
 
-    def failing(payload: dict[str, Any], *, max_chars: int) -> dict[str, Any]:
+    def failing(payload: dict[str, Any], *, max_chars: int, masker: Any = None) -> dict[str, Any]:
         if payload.get("cloud_output") == "boom":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(payload, max_chars=max_chars)
+        return real(payload, max_chars=max_chars, masker=masker)
 
     monkeypatch.setattr(scoring, "redact_payload", failing)
     for api in make_api(db_url):

@@ -82,7 +82,7 @@ def test_stored_and_read_back(api: Api) -> None:
 BAD = [
     ({"zz": "x"}, "skipped.zz.[key]: Input should be 'edge', 'cloud' or 'cloud_repeat'"),
     ({"edge": 3}, "skipped.edge: Input should be a valid string"),
-    ({"edge": "x" * 201}, "skipped.edge: String should have at most 200 characters"),
+    ({"edge": "x" * 1001}, "skipped.edge: String should have at most 1000 characters"),
     ({"edge": "a\x00b"}, "skipped.edge: must not contain the NUL character"),
     (["edge"], "skipped: Input should be a valid dictionary"),
     ({"cloud": "busy"}, "(result): skipped names 'cloud', which the result carries"),
