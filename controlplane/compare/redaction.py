@@ -538,6 +538,20 @@ REDACTED_FIELDS = (
 )
 
 
+def fit_masked(masked: str, limit: int) -> str:
+    """A masked text in at most `limit` characters (a column's width): when it is longer,
+    cut before any placeholder the cut would split and marked `…<TRUNCATED_n>`, n the
+    characters of the masked text dropped. Half a placeholder (`<EMAIL_1` of `<EMAIL_12>`)
+    would read as another value."""
+    if len(masked) <= limit:
+        return masked
+    cut = max(0, limit - len(f"…<{TRUNCATED}_{len(masked)}>"))
+    for found in _IS_PLACEHOLDER.finditer(masked, max(0, cut - 20), cut + 20):
+        if found.start() < cut < found.end():
+            cut = found.start()
+    return masked[:cut] + f"…<{TRUNCATED}_{len(masked) - cut}>"
+
+
 def redact_payload(
     payload: dict[str, Any], *, max_chars: int = MAX_CHARS, masker: Masker | None = None
 ) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 from controlplane.catalog.service import TaskRuntime
 from controlplane.compare.comparators import Comparison, compare
 from controlplane.compare.fingerprint import fingerprint, input_hash, keyed_hex, repeat_outcome
-from controlplane.compare.redaction import MAX_CHARS, Masker, redact_payload
+from controlplane.compare.redaction import MAX_CHARS, Masker, fit_masked, redact_payload
 from controlplane.ingest.buckets import length_bucket, sticky_bucket
 from controlplane.ingest.repository import EDGE_FIELDS, SIDE_FIELDS
 from controlplane.ingest.schemas import ResultIn, holds_non_finite
@@ -311,7 +311,10 @@ def score(
         user_id = hashed_id(context.id_hash_key, user_id)
         if reason is not None:
             reason = (
-                _masked(masker, reason, context.max_chars, "degrade_reason")[:DEGRADE_REASON_CHARS]
+                fit_masked(
+                    _masked(masker, reason, context.max_chars, "degrade_reason"),
+                    DEGRADE_REASON_CHARS,
+                )
                 if masker is not None
                 else None
             )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.compare.redaction import Masker, mask_text, redact_payload
+from controlplane.compare.redaction import Masker, fit_masked, mask_text, redact_payload
 
 # Runs once with each reader (the text_reader parameter, tests/conftest.py).
 pytestmark = pytest.mark.text_reader
@@ -274,3 +274,21 @@ def test_full_width_digits_belong_to_their_token() -> None:
     masked = mask_text("code 3The7９YY9")
     assert masked == "code <ID_1>"
     assert mask_text(masked) == masked
+
+
+PLACEHOLDERS = re.compile(r"<[A-Z]+_[0-9]+>")
+
+
+@given(st.integers(0, 60), st.integers(20, 220))
+def test_a_masked_text_fits_its_column_without_half_a_placeholder(n: int, limit: int) -> None:
+    """Masking lengthens a text (`a1@b.io` becomes `<EMAIL_1>`): cut to a column's width,
+    it never keeps part of a placeholder, and the cut is marked with what it dropped."""
+    masked = Masker().text(" ".join(f"a{i}@b.io" for i in range(n)))
+    fitted = fit_masked(masked, limit)
+    assert len(fitted) <= limit or len(masked) <= limit
+    if len(masked) <= limit:
+        assert fitted == masked
+        return
+    head, mark = fitted.rsplit("…", 1)
+    assert mark == f"<TRUNCATED_{len(masked) - len(head)}>" and masked.startswith(head)
+    assert "<" not in PLACEHOLDERS.sub("", head), head[-30:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -110,3 +111,17 @@ def test_keep_draw_is_uniform() -> None:
     draws = [keep_draw("t", f"req-{i}") for i in range(20000)]
     for cut in (0.01, 0.05, 0.25, 0.5, 0.9):
         assert abs(sum(d < cut for d in draws) / len(draws) - cut) < 0.01
+
+
+def test_a_masked_degrade_reason_fits_its_column_with_whole_placeholders() -> None:
+    """A 200-character degrade_reason that masking lengthens is cut to its column's 200
+    characters before a placeholder it would split, and says so (it kept `…<EMAIL_1` of
+    the nineteenth address, which read as the first)."""
+    reason = ("x " + " ".join(f"a{i}@b.io" for i in range(40)))[:200]
+    item = parse_result(make_result(degraded=True, served="cloud", degrade_reason=reason))
+    context = IngestContext(id_hash_key=b"k" * 32)
+    stored = score(item, runtime(payload_policy="redacted"), NOW, context).row["degrade_reason"]
+    assert len(stored) <= 200 and "@" not in stored
+    head, mark = stored.rsplit("…", 1)
+    assert mark.startswith("<TRUNCATED_") and mark.endswith(">"), stored[-30:]
+    assert "<" not in re.sub(r"<[A-Z]+_[0-9]+>", "", head), stored[-40:]
