@@ -644,9 +644,9 @@ def routing_whatif(shown: Shown) -> None:
         agreement_col, cost_col = st.columns(2)
         agreement_chart, cost_chart = whatif.curve_charts(whatif.curve_frame(replay))
         with agreement_col:
-            st.altair_chart(agreement_chart, width="stretch")
+            st.vega_lite_chart(spec=agreement_chart, width="stretch")
         with cost_col:
-            st.altair_chart(cost_chart, width="stretch")
+            st.vega_lite_chart(spec=cost_chart, width="stretch")
     st.markdown(whatif.curve_words(replay))
     if replay["curve"]:
         with st.expander("The curve's points"):

@@ -11,6 +11,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from dashboard import charts
 from dashboard.formats import (
     axis_format,
     count,
@@ -245,9 +246,7 @@ def _tooltip(y: str, rate: bool) -> list[alt.Tooltip]:
     ]
 
 
-def _chart(
-    frame: pd.DataFrame, y: str, title: str, *, rate: bool
-) -> alt.LayerChart | alt.FacetChart:
+def _chart(frame: pd.DataFrame, y: str, title: str, *, rate: bool) -> charts.Spec:
     """`y` against the edge's share: the curve as a line (with its interval as a light
     band when there is one), the candidate and today as rules at their share with a point
     where they have the figure. Layers with nothing to draw are left out."""
@@ -256,25 +255,29 @@ def _chart(
     )
     drawn = frame[frame[y].notna()]
     on_curve, markers = drawn[drawn[SERIES] == CURVE], frame[frame[SERIES] != CURVE]
-    layers: list[alt.Chart] = []
+    # Each layer written with Altair without data, and put together as dashboard/charts.py
+    # does (Altair's own layering copies every layer over and over).
+    layers: list[charts.Unit] = []
     band = on_curve.dropna(subset=[f"{y}_low", f"{y}_high"]) if rate else on_curve.iloc[:0]
     if not band.empty:
-        layers.append(
-            alt.Chart(band[[SERIES, "edge_share", f"{y}_low", f"{y}_high"]])
+        area = (
+            alt.Chart()
             .mark_area(opacity=0.15, clip=True)
             .encode(
                 x=_x(), y=alt.Y(f"{y}_low:Q", title=y), y2=alt.Y2(f"{y}_high:Q"), color=_colour()
             )
         )
+        layers.append((area, band[[SERIES, "edge_share", f"{y}_low", f"{y}_high"]]))
     columns = [SERIES, "cap", "edge_share", y]
     if not on_curve.empty:
-        layers.append(
-            alt.Chart(on_curve[columns])
+        line = (
+            alt.Chart()
             .mark_line(point=True)
             .encode(x=_x(), y=y_axis, color=_colour(), tooltip=_tooltip(y, rate))
         )
-    layers.append(
-        alt.Chart(markers[[SERIES, "cap", "edge_share"]])
+        layers.append((line, on_curve[columns]))
+    rule = (
+        alt.Chart()
         .mark_rule(strokeDash=[4, 3], strokeWidth=2)
         .encode(
             x=_x(),
@@ -282,27 +285,21 @@ def _chart(
             tooltip=[alt.Tooltip(f"{SERIES}:N"), alt.Tooltip("cap:N"), _tooltip(y, rate)[2]],
         )
     )
+    layers.append((rule, markers[[SERIES, "cap", "edge_share"]]))
     marked = markers[markers[y].notna()]
     if not marked.empty:
-        layers.append(
-            alt.Chart(marked[columns])
+        point = (
+            alt.Chart()
             .mark_point(filled=True, size=120, shape="diamond", opacity=1)
             .encode(x=_x(), y=y_axis, color=_colour(), tooltip=_tooltip(y, rate))
         )
+        layers.append((point, marked[columns]))
     # Fit the width only: with Streamlit's default ("fit") the height would hold the axis
     # and the legend too, leaving the plot a strip.
-    # One constructor: Altair deep-copies the layers in each LayerChart it makes.
-    return alt.LayerChart(
-        layer=layers,
-        title=title,
-        height=240,
-        autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
-    )
+    return charts.spec(layers, title=title, height=240, autosize=charts.FIT_WIDTH)
 
 
-def curve_charts(
-    frame: pd.DataFrame,
-) -> tuple[alt.LayerChart | alt.FacetChart, alt.LayerChart | alt.FacetChart]:
+def curve_charts(frame: pd.DataFrame) -> tuple[charts.Spec, charts.Spec]:
     """Agreement, and cost, against the edge's share as the cap moves."""
     return (
         _chart(frame, "agreement", AGREEMENT_TITLE, rate=True),

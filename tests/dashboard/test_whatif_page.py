@@ -26,6 +26,7 @@ from dashboard import formats
 from dashboard.task import whatif
 from dashboard.task.whatif import AGREEMENT_TITLE, COST_TITLE
 from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.vega import schema_problems
 from tests.metrics.test_whatif import _wilson, curve_caps, curve_point, replayed
 
 pytestmark = pytest.mark.integration
@@ -265,6 +266,9 @@ def test_the_charts_draw_no_empty_column_and_one_legend(
             assert not empty, f"{title}: {lay['mark']['type']} has all-null {empty}"
         colours = {json.dumps(lay["encoding"]["color"], sort_keys=True) for lay in spec["layer"]}
         assert len(colours) == 1, f"{title}: layers disagree on the colour legend"
+        # As Vega-Lite's schema allows (the page no longer validates its charts).
+        named = {lay["data"]["name"]: frame for lay, frame in zip(spec["layer"], data, strict=True)}
+        assert schema_problems(spec, named) == [], title
 
 
 def test_a_period_without_results_or_backwards_is_a_sentence(seeded_once: Seeded) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dashboard.task import whatif
+from tests.dashboard.vega import as_sent
 
 DAY = dt.date(2026, 11, 30)
 
@@ -178,7 +179,7 @@ def test_the_curve_as_charts_today_rolled_back() -> None:
     assert frame.set_index("setting").loc[whatif.TODAY, "edge_share"] == 0.0
     agreement, cost = whatif.curve_charts(frame)
     for chart in (agreement, cost):
-        spec = chart.to_dict()
+        spec = as_sent(chart)
         marks = [layer["mark"]["type"] for layer in spec["layer"]]
         # Every layer's data has a value in each column it holds, and one colour legend.
         for layer in spec["layer"]:
@@ -188,10 +189,11 @@ def test_the_curve_as_charts_today_rolled_back() -> None:
                 assert any(r[column] is not None for r in rows), (layer["mark"], column)
         assert len({str(layer["encoding"]["color"]) for layer in spec["layer"]}) == 1
         assert "rule" in marks and "line" in marks
-    agreement_layers = agreement.to_dict()["layer"]
+    sent = as_sent(agreement)
+    agreement_layers = sent["layer"]
     points = [layer for layer in agreement_layers if layer["mark"]["type"] == "point"]
     # Only the candidate has an agreement to mark; the line leaves out the cap without pairs.
-    datasets = agreement.to_dict()["datasets"]
+    datasets = sent["datasets"]
     assert [r["setting"] for r in datasets[points[0]["data"]["name"]]] == [whatif.CANDIDATE]
     line = next(layer for layer in agreement_layers if layer["mark"]["type"] == "line")
     assert [r["cap"] for r in datasets[line["data"]["name"]]] == ["≤ 300 tokens", "≤ 1,200 tokens"]
