@@ -991,14 +991,22 @@ def _router_key_or_fail(url: str, key: str) -> None:
         )
 
 
-def _safe_url(url: str) -> str:
-    """The URL to print: its password masked, given before the host or as a query parameter
-    (`?password=`, libpq's keyword); a URL that cannot be read is not printed."""
+def _parsed_url(url: str) -> Any:
+    """The URL as SQLAlchemy reads it, or None when it cannot (ArgumentError, or ValueError
+    for a port that is not a number)."""
     from sqlalchemy.engine import make_url
 
     try:
-        parsed = make_url(url)
-    except Exception:  # noqa: BLE001 - ArgumentError, or ValueError for a port
+        return make_url(url)
+    except Exception:  # noqa: BLE001 - both mean the same: not a URL this can read
+        return None
+
+
+def _safe_url(url: str) -> str:
+    """The URL to print: its password masked, given before the host or as a query parameter
+    (`?password=`, libpq's keyword); a URL that cannot be read is not printed."""
+    parsed = _parsed_url(url)
+    if parsed is None:
         return "(a URL that cannot be read)"
     query = {k: "***" if "password" in k.lower() else v for k, v in parsed.query.items()}
     return parsed.set(query=query).render_as_string(hide_password=True)
@@ -1006,16 +1014,12 @@ def _safe_url(url: str) -> str:
 
 def _unreadable(url: str) -> str | None:
     """Why a database URL cannot be read (never quoting it: it may hold a password), or None."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        make_url(url)
-    except Exception:  # noqa: BLE001 - ArgumentError, or ValueError for a port
-        return (
-            "not a database URL this can read: it must be dialect+driver://user:password@"
-            "host:port/database (is '://' there after the scheme? is the port a number?)"
-        )
-    return None
+    if _parsed_url(url) is not None:
+        return None
+    return (
+        "not a database URL this can read: it must be dialect+driver://user:password@"
+        "host:port/database (is '://' there after the scheme? is the port a number?)"
+    )
 
 
 if __name__ == "__main__":
