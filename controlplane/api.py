@@ -31,7 +31,7 @@ from controlplane.catalog.schemas import TaskConfig
 from controlplane.compare import native
 from controlplane.compare.jsonutil import short_repr
 from controlplane.db import get_engine, make_sessionmaker
-from controlplane.errors import ActionError
+from controlplane.errors import MAX_PROBLEMS, ActionError, field_path, first_problems
 from controlplane.evalsets.endpoints import router as evalsets_router
 from controlplane.exporter import router as exporter_router
 from controlplane.grading.endpoints import router as grading_router
@@ -211,9 +211,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> ORJSONResponse:
-        errors = [_validation_error(e) for e in exc.errors()]
+        every = exc.errors()
+        errors = first_problems([_validation_error(e) for e in every[:MAX_PROBLEMS]], len(every))
         content_type = request.headers.get("content-type", "")
-        body_refused = any(e["loc"][:1] == ("body",) for e in exc.errors())
+        body_refused = any(e["loc"][:1] == ("body",) for e in every)
         if body_refused and content_type and not is_json(content_type.lower().encode()):
             # FastAPI reads a body as JSON only under a JSON type: under another, whatever
             # the body says is "not an object", which names no reason.
@@ -331,7 +332,7 @@ def _validation_error(error: Any) -> str:
     if error.get("type") == "json_invalid":
         position = error["loc"][-1]
         return f"body: not valid JSON ({error.get('ctx', {}).get('error')} at character {position})"
-    where = ".".join(str(p) for p in error["loc"])
+    where = ".".join(field_path(error["loc"]))
     message = error["msg"].removeprefix("Value error, ")
     if error["loc"][0] in ("path", "query") and error.get("type") != "missing":
         # A parameter's value is short and the client typed it: say which was refused.

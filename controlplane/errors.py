@@ -9,15 +9,41 @@ from pydantic import BaseModel, ValidationError
 
 from controlplane.compare.jsonutil import short_repr
 
+# A refusal names at most this many problems, then counts the rest: a body of a million bad
+# values gets a short answer, not one a few times its own size.
+MAX_PROBLEMS = 20
+# A key quoted in a field's path is cut to this many characters (the last one "…").
+MAX_KEY_CHARS = 60
+
+
+def first_problems(sentences: list[str], total: int | None = None) -> list[str]:
+    """The first MAX_PROBLEMS sentences, and `… and N more problems` when there were more
+    (`total`: how many there were, when only the first were described)."""
+    total = len(sentences) if total is None else total
+    kept = sentences[:MAX_PROBLEMS]
+    if total > len(kept):
+        kept.append(f"… and {total - len(kept)} more problems")
+    return kept
+
+
+def field_path(loc: Iterable[Any], skip: Iterable[Any] = ()) -> list[str]:
+    """The parts of an error's location, each key cut to MAX_KEY_CHARS."""
+    skipped = set(skip)
+    return [_key(str(p)) for p in loc if p not in skipped]
+
+
+def _key(part: str) -> str:
+    return part if len(part) <= MAX_KEY_CHARS else part[: MAX_KEY_CHARS - 1] + "…"
+
 
 def describe_errors(
     exc: ValidationError, *, skip_loc: Iterable[Any] = (), root: str = "(config)"
 ) -> list[str]:
-    """One sentence per pydantic error: `field.path: reason (got value)`."""
-    skip = set(skip_loc)
+    """One sentence per pydantic error, `field.path: reason (got value)`, for the first
+    MAX_PROBLEMS errors, then how many more there were."""
     messages = []
-    for err in exc.errors(include_url=False):
-        parts = [str(p) for p in err["loc"] if p not in skip]
+    for err in exc.errors(include_url=False)[:MAX_PROBLEMS]:
+        parts = field_path(err["loc"], skip_loc)
         loc = ".".join(parts) or root
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
@@ -28,7 +54,7 @@ def describe_errors(
             messages.append(f"{loc}: {msg}")
         else:
             messages.append(f"{loc}: {msg} (got {short_repr(err.get('input'))})")
-    return messages
+    return first_problems(messages, exc.error_count())
 
 
 class ActionError(Exception):

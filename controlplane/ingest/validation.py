@@ -16,7 +16,7 @@ from msgspec.structs import asdict
 from pydantic import TypeAdapter, ValidationError
 
 from controlplane.compare.jsonutil import loads
-from controlplane.errors import describe_errors
+from controlplane.errors import MAX_PROBLEMS, describe_errors, field_path, first_problems
 from controlplane.ingest.schemas import (
     SIDES_POSTED,
     BatchWire,
@@ -228,9 +228,12 @@ def _described(exc: ValidationError) -> str:
         return "; ".join(describe_errors(exc, root="(result)"))
     except (RecursionError, ValueError):
         # A refused value too deep (or too odd) to quote: name the fields without it.
+        errors = exc.errors(include_url=False, include_input=False)[:MAX_PROBLEMS]
         return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(result)'}: {e['msg']}"
-            for e in exc.errors(include_url=False, include_input=False)
+            first_problems(
+                [f"{'.'.join(field_path(e['loc'])) or '(result)'}: {e['msg']}" for e in errors],
+                exc.error_count(),
+            )
         )
 
 

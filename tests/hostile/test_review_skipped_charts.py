@@ -220,7 +220,9 @@ SPELLINGS = {
     "{}": {},
     "null": None,
     '["edge"]': "skipped: Input should be a valid dictionary",
-    "{" + ",".join(f'"k{i}":"x"' for i in range(300)) + "}": "skipped.k0.[key]: Input",
+    "{"
+    + ",".join(f'"k{i}":"x"' for i in range(300))
+    + "}": "skipped: at most 3 sides (edge, cloud, cloud_repeat), not 300",
 }
 
 
