@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from controlplane.compare.jsonutil import short_repr
 
@@ -29,20 +30,27 @@ def first_problems(sentences: list[str], total: int | None = None) -> list[str]:
 def field_path(loc: Iterable[Any], skip: Iterable[Any] = ()) -> list[str]:
     """The parts of an error's location, each key cut to MAX_KEY_CHARS."""
     skipped = set(skip)
-    return [_key(str(p)) for p in loc if p not in skipped]
+    return [short_key(str(p)) for p in loc if p not in skipped]
 
 
-def _key(part: str) -> str:
+def short_key(part: str) -> str:
+    """A key (or a name) as a refusal quotes it: cut to MAX_KEY_CHARS, the last one "…"."""
     return part if len(part) <= MAX_KEY_CHARS else part[: MAX_KEY_CHARS - 1] + "…"
 
 
 def describe_errors(
-    exc: ValidationError, *, skip_loc: Iterable[Any] = (), root: str = "(config)"
+    exc: ValidationError,
+    *,
+    skip_loc: Iterable[Any] = (),
+    root: str = "(config)",
+    errors: list[ErrorDetails] | None = None,
 ) -> list[str]:
     """One sentence per pydantic error, `field.path: reason (got value)`, for the first
-    MAX_PROBLEMS errors, then how many more there were."""
+    MAX_PROBLEMS errors, then how many more there were. `errors`: exc.errors(include_url=
+    False) when the caller has them (for a million errors, each call takes seconds)."""
     messages = []
-    for err in exc.errors(include_url=False)[:MAX_PROBLEMS]:
+    every = exc.errors(include_url=False) if errors is None else errors
+    for err in every[:MAX_PROBLEMS]:
         parts = field_path(err["loc"], skip_loc)
         loc = ".".join(parts) or root
         msg = err["msg"].removeprefix("Value error, ")

@@ -32,7 +32,7 @@ from typing_extensions import TypedDict
 
 from controlplane.compare.comparators import FIELD_TYPES, REGISTRY
 from controlplane.compare.jsonutil import short_repr
-from controlplane.errors import describe_errors
+from controlplane.errors import MAX_PROBLEMS, describe_errors, field_path, first_problems, short_key
 
 # Matched with fullmatch: `$` would also match before a trailing newline ("abc\n").
 TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")
@@ -156,7 +156,8 @@ class JsonFieldsSpec(Strict):
         unknown = [name for name in self.required if name not in self.fields]
         if unknown:
             raise ValueError(
-                f"required names {unknown} that are not in fields {sorted(self.fields)}"
+                f"required names {_names(unknown)} that are not in fields "
+                f"{_names(sorted(self.fields))}"
             )
         return self
 
@@ -961,7 +962,7 @@ class TaskConfig(Strict):
         kind = spec.get("kind") if isinstance(spec, dict) else None
         # Not a name at all (a list, a mapping) is no kind either, not a lookup that fails.
         if isinstance(spec, dict) and not (isinstance(kind, str) and kind in REGISTRY):
-            named = repr(kind) if isinstance(kind, str) else short_repr(kind)
+            named = repr(short_key(kind)) if isinstance(kind, str) else short_repr(kind)
             raise ValueError(
                 f"unknown comparator kind {named}; allowed: {', '.join(sorted(REGISTRY))}"
             )
@@ -986,6 +987,13 @@ def _amount(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return amount if math.isfinite(amount) else None
+
+
+def _names(names: list[str]) -> str:
+    """Names as a refusal quotes them: the first MAX_PROBLEMS, each cut (short_key)."""
+    shown = [short_key(n) for n in names[:MAX_PROBLEMS]]
+    more = len(names) - len(shown)
+    return f"{shown}" + (f" and {more} more" if more else "")
 
 
 class ConfigError(ValueError):
@@ -1041,20 +1049,16 @@ def parse_config(raw: Any) -> TaskConfig:
     try:
         config = TaskConfig.model_validate(raw)
     except ValidationError as exc:
+        every = exc.errors(include_url=False)  # once: a million errors take seconds
         # pydantic puts the comparator's kind in the location; the field path reads better without it.
-        errors = describe_errors(exc, skip_loc=REGISTRY)
-        # Name what is allowed where a field is unknown (often a typo of one of them).
-        unknown = [e for e in exc.errors(include_url=False) if e["type"] == "extra_forbidden"]
-        for err in unknown:
-            allowed = allowed_fields(tuple(err["loc"]), raw)
-            name = ".".join(str(p) for p in err["loc"] if p not in REGISTRY)
-            if allowed:
-                errors = [
-                    f"{m}; allowed here: {', '.join(allowed)}"
-                    if m == f"{name}: unknown field"
-                    else m
-                    for m in errors
-                ]
+        errors = describe_errors(exc, skip_loc=REGISTRY, errors=every)
+        # Name what is allowed where a field is unknown (often a typo of one of them): for
+        # the described errors only, each the sentence of the same place.
+        for index, err in enumerate(every[:MAX_PROBLEMS]):
+            if err["type"] == "extra_forbidden" and (
+                allowed := allowed_fields(tuple(err["loc"]), raw)
+            ):
+                errors[index] += f"; allowed here: {', '.join(allowed)}"
         raise ConfigError(errors) from None
     converted = _converted(raw)
     if converted:
@@ -1075,10 +1079,10 @@ def _converted(raw: dict[str, Any]) -> list[str]:
     for error in _document_schema().iter_errors(raw):
         if error.validator not in ("type", "anyOf", "oneOf"):
             continue  # the rest is pydantic's to judge, and it has (an alias, a default)
-        where = ".".join(str(p) for p in error.absolute_path) or "(config)"
+        where = ".".join(field_path(error.absolute_path)) or "(config)"
         wanted = " or ".join(_IN_WORDS.get(t, t) for t in _json_types(error.schema))
         found.append(f"{where}: must be {wanted} (got {short_repr(error.instance)})")
-    return found
+    return first_problems(found)
 
 
 _IN_WORDS = {
@@ -1129,7 +1133,10 @@ def _non_finite(document: Any) -> tuple[str, float] | None:
         if isinstance(value, dict | list) and id(value) not in seen:
             seen.add(id(value))
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in items)
+            stack.extend(
+                (child, f"{path}.{short_key(str(key))}" if path else short_key(str(key)))
+                for key, child in items
+            )
     return None
 
 
@@ -1145,7 +1152,7 @@ def _holding_nul(document: Any) -> str | None:
             seen.add(id(value))
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, child in items:
-                inner = f"{path}.{key}" if path else str(key)
+                inner = f"{path}.{short_key(str(key))}" if path else short_key(str(key))
                 if isinstance(key, str) and "\x00" in key:
                     return inner.replace("\x00", "\\0")
                 stack.append((child, inner))
