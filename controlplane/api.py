@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +34,7 @@ from controlplane.compare.jsonutil import short_repr
 from controlplane.db import get_engine, make_sessionmaker
 from controlplane.errors import MAX_PROBLEMS, ActionError, field_path, first_problems
 from controlplane.evalsets.endpoints import router as evalsets_router
+from controlplane.evalsets.schemas import RunIn
 from controlplane.exporter import router as exporter_router
 from controlplane.grading.endpoints import router as grading_router
 from controlplane.http import (
@@ -114,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         # Ingest reads its own body item by item; it is the hot path, not scanned twice.
         unchecked_paths=(results_router.prefix,),
+        small_bytes=settings.max_small_body_bytes,
+        bulk_paths=BULK_PATHS,
     )
     # Conditional flag polls are answered here, inside the log and before anything else
     # (controlplane.rollout.flagpolls); every other request passes through.
@@ -362,6 +366,10 @@ SECURITY_SCHEMES = {
     "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
 }
 OPEN_PATHS = {"/healthz", "/readyz"}
+# The routes whose bodies may reach SHADOWPLANE_MAX_BODY_BYTES: each reads its body after
+# the key (results, configs) or off the event loop (runs); every other route's body is held
+# to SHADOWPLANE_MAX_SMALL_BODY_BYTES.
+BULK_PATHS = re.compile(r"/v1/results|/v1/tasks|/v1/evalsets/[^/]+/runs")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -376,6 +384,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             ("ResultIn", ResultIn),
             ("ResultBatch", ResultBatch),
             ("TaskConfig", TaskConfig),
+            ("RunIn", RunIn),
         )
         for name, model in documented:
             document = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")

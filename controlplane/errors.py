@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from controlplane.compare.jsonutil import short_repr
 
@@ -23,7 +23,8 @@ def first_problems(sentences: list[str], total: int | None = None) -> list[str]:
     total = len(sentences) if total is None else total
     kept = sentences[:MAX_PROBLEMS]
     if total > len(kept):
-        kept.append(f"… and {total - len(kept)} more problems")
+        more = total - len(kept)
+        kept.append(f"… and {more} more problem{'s' if more > 1 else ''}")
     return kept
 
 
@@ -31,6 +32,54 @@ def field_path(loc: Iterable[Any], skip: Iterable[Any] = ()) -> list[str]:
     """The parts of an error's location, each key cut to MAX_KEY_CHARS."""
     skipped = set(skip)
     return [short_key(str(p)) for p in loc if p not in skipped]
+
+
+class StrictBody(BaseModel):
+    """A request body that refuses unknown fields: each named, as pydantic does, up to
+    MAX_PROBLEMS of them; past that, all in one sentence, before pydantic reads any.
+
+    pydantic builds an error for every unknown field, in one call that holds the GIL (an
+    API process answers nothing else meanwhile): 800,000 of them in a 11 MB body held the
+    flag polls beside it for 1.5 s."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _few_unknown(cls, value: Any) -> Any:
+        if type(value) is not dict:
+            return value
+        known = _known_fields(cls)
+        if len(value) <= len(known) + MAX_PROBLEMS:
+            return value  # at most MAX_PROBLEMS unknown: pydantic names each
+        present = sum(1 for name in known if name in value)
+        first = []
+        for key in value:
+            if key not in known:
+                first.append(short_key(str(key)))
+                if len(first) == 3:
+                    break
+        raise PydanticCustomError(
+            "unknown_fields",
+            "{n} unknown fields ({first}, …); known: {known}",
+            {
+                "n": len(value) - present,
+                "first": ", ".join(first),
+                "known": ", ".join(sorted(known)),
+            },
+        )
+
+
+def _known_fields(model: type[BaseModel]) -> frozenset[str]:
+    found = _KNOWN.get(model)
+    if found is None:
+        names = set(model.model_fields)
+        names.update(f.alias for f in model.model_fields.values() if f.alias)
+        found = _KNOWN[model] = frozenset(names)
+    return found
+
+
+_KNOWN: dict[type[BaseModel], frozenset[str]] = {}
 
 
 def short_key(part: str) -> str:

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     webhook_poll_seconds: float = 1.0
     public_url: str = "http://127.0.0.1:8000"
     max_body_bytes: int = 16 * 1024 * 1024
+    # The body limit of every route but results, task configs and eval-set runs (labels,
+    # actions, backfills): their bodies are parsed before the key is checked.
+    max_small_body_bytes: int = 256 * 1024
     max_batch_items: int = 1000
     error_cost_veto: float = 0.7
     # How long a process trusts a cached API-key record (a revoked key stops within 5 s).

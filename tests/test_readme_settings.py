@@ -63,6 +63,8 @@ def parse_default(text: str) -> Any:
         return match.group(1)
     if match := re.fullmatch(r"(\d+) MiB", text):
         return int(match.group(1)) * MIB
+    if match := re.fullmatch(r"(\d+) KiB", text):
+        return int(match.group(1)) * 1024
     if match := re.fullmatch(r"(\d+) days", text):
         return timedelta(days=int(match.group(1)))
     if re.fullmatch(r"\d+(\.\d+)?", text):

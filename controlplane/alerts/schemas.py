@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from controlplane.errors import StrictBody
 
 AlertState = Literal["open", "acknowledged", "resolved"]
 
 
-class AckIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AckIn(StrictBody):
     note: str | None = Field(None, max_length=2000)
 
 

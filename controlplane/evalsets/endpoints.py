@@ -23,7 +23,7 @@ from controlplane.evalsets.schemas import (
     RunOut,
     RunsOut,
 )
-from controlplane.http import ORJSONResponse, api_router
+from controlplane.http import ORJSONResponse, api_router, json_body
 from controlplane.params import INT8_MAX, TaskName, text_filter
 
 router = api_router("/v1/evalsets", tag="evalsets")
@@ -121,12 +121,19 @@ def layer_items(
     "/{task}/runs",
     response_model=RunOut,
     responses=error_responses(401, 403, 404, 409, 413, 422, 429, 503),
+    # A run may be megabytes: read after the key, off the event loop (json_body).
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunIn"}}},
+        }
+    },
 )
 def store_run(
     task: TaskName,
-    body: RunIn,
     request: Request,
     principal: Annotated[Principal, Depends(require("read"))],
+    body: Annotated[RunIn, Depends(json_body(RunIn))],
 ) -> ORJSONResponse:
     """Score and store a run of an edge model version on one layer (every item answered
     once); 409 while the layer is empty, or when the run does not answer each of its items

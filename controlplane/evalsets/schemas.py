@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from controlplane.errors import StrictBody
 from controlplane.params import TASK_NAME_PATTERN, JsonValue
 
 Layer = Literal["boundary", "anomaly", "regression"]
@@ -14,9 +15,7 @@ Layer = Literal["boundary", "anomaly", "regression"]
 MAX_RUN_LINES = 100_000
 
 
-class BackfillIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BackfillIn(StrictBody):
     task: str | None = Field(None, pattern=TASK_NAME_PATTERN)
     layer: Layer | None = None
 
@@ -59,17 +58,13 @@ class EvalItemsOut(BaseModel):
     next: int | None = Field(description="Cursor for the next page (`after`); null at the end.")
 
 
-class RunLine(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunLine(StrictBody):
     # An eval item's id: the sha256 of its task and input (controlplane.evalsets.items).
     id: str = Field(pattern="^[0-9a-f]{64}$")
     output: JsonValue = None
 
 
-class RunIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunIn(StrictBody):
     model: str = Field(min_length=1, max_length=200, description="The edge model version.")
     layer: Layer = "regression"
     lines: list[RunLine] = Field(max_length=MAX_RUN_LINES)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from controlplane.errors import StrictBody
 from controlplane.params import JsonValue
 
 # Pair verdicts (A/B terms) and single-answer verdicts (controlplane.review.labels).
@@ -44,9 +45,7 @@ class NextOut(BaseModel):
 REVIEW_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
 
 
-class LabelIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LabelIn(StrictBody):
     verdict: Verdict
     # A short class name for what the wrong answer got wrong: `amount`, `wrong_language`
     # (controlplane.catalog.schemas.FAILURE_CLASS).
@@ -69,9 +68,7 @@ class LabelOut(BaseModel):
     reviewers: int
 
 
-class ReleaseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReleaseIn(StrictBody):
     # A skip (or any reason) means the item is never offered to this reviewer again.
     skip: bool = False
     reason: str | None = Field(

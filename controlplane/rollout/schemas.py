@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, Field, StrictBool
 
 from controlplane.catalog.schemas import TaskOut
+from controlplane.errors import StrictBody
 from controlplane.metrics.schemas import WindowRow
 
 # The longest reason a person's action takes: the request bodies below declare it, and
@@ -30,8 +31,7 @@ Reason = Annotated[
 ]
 
 
-class ActionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ActionIn(StrictBody):
     reason: Reason
     force: StrictBool = False
 
@@ -45,8 +45,7 @@ class PromoteIn(ActionIn):
     )
 
 
-class UnblockIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class UnblockIn(StrictBody):
     model: str = Field(min_length=1, max_length=200)
     reason: Reason
     force: StrictBool = Field(
@@ -55,8 +54,7 @@ class UnblockIn(BaseModel):
     )
 
 
-class KillIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class KillIn(StrictBody):
     reason: Reason
 
 
