@@ -368,8 +368,9 @@ SECURITY_SCHEMES = {
 OPEN_PATHS = {"/healthz", "/readyz"}
 # The routes whose bodies may reach SHADOWPLANE_MAX_BODY_BYTES: each reads its body after
 # the key (results, configs) or off the event loop (runs); every other route's body is held
-# to SHADOWPLANE_MAX_SMALL_BODY_BYTES.
-BULK_PATHS = re.compile(r"/v1/results|/v1/tasks|/v1/evalsets/[^/]+/runs")
+# to SHADOWPLANE_MAX_SMALL_BODY_BYTES. Spelt with a trailing slash, each is redirected (307,
+# its body unread) to the route: a client following it must not meet a 413 there first.
+BULK_PATHS = re.compile(r"(?:/v1/results|/v1/tasks|/v1/evalsets/[^/]+/runs)/?")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

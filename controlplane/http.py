@@ -5,6 +5,7 @@ request log, and mapping storage outages to 503."""
 from __future__ import annotations
 
 import codecs
+import email.message
 import json
 import logging
 import re
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -113,8 +114,9 @@ Model = TypeVar("Model", bound=BaseModel)
 
 def json_body(model: type[Model]) -> Callable[[Request], Awaitable[Model]]:
     """A dependency giving the body as `model`, read as FastAPI reads a body parameter (JSON
-    under a JSON content type or none; 422 naming `body.…` fields alike), but only once the
-    dependencies declared before it have passed, and parsed and validated in a worker thread.
+    under the content types FastAPI reads as JSON, `_reads_json`; the same 422 and 400
+    answers), but only once the dependencies declared before it have passed, and parsed and
+    validated in a worker thread.
 
     For bodies of megabytes (a run of 100,000 lines): FastAPI reads, parses and validates a
     body parameter on the event loop before any dependency runs, so one such body, even
@@ -124,32 +126,52 @@ def json_body(model: type[Model]) -> Callable[[Request], Awaitable[Model]]:
 
     async def body(request: Request) -> Model:
         raw = await read_body(request, request.app.state.settings.max_body_bytes)
-        content_type = request.headers.get("content-type", "")
-        return await run_in_threadpool(_validated, model, raw, content_type)
+        return await run_in_threadpool(_validated, model, raw, _reads_json(request))
 
     return body
 
 
-def _validated(model: type[Model], raw: bytes, content_type: str) -> Model:
-    value: Any = raw  # under a type that is not JSON, FastAPI validates the bytes
+def _reads_json(request: Request) -> bool:
+    """Whether FastAPI parses this request's body as JSON: under `application/json` or an
+    `application/…+json` type; without a content type only where the route is not strict
+    about it (`strict_content_type`, on by default in the FastAPI versions that have it).
+    Any other body is validated as the bytes it is (and refused: not an object)."""
+    content_type = request.headers.get("content-type")
+    if not content_type:
+        strict = getattr(request.scope.get("route"), "strict_content_type", False)
+        return not getattr(strict, "value", strict)  # FastAPI's DefaultPlaceholder holds it
+    message = email.message.Message()
+    message["content-type"] = content_type
+    if message.get_content_maintype() != "application":
+        return False
+    subtype = message.get_content_subtype()
+    return subtype == "json" or subtype.endswith("+json")
+
+
+def _validated(model: type[Model], raw: bytes, reads_json: bool) -> Model:
     if not raw:
         missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
         raise RequestValidationError([missing])
-    if is_json(content_type.lower().encode()):
+    value: Any = raw
+    if reads_json:
         try:
             value = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            position = getattr(exc, "pos", getattr(exc, "start", 0))
+        except json.JSONDecodeError as exc:
             error = {
                 "type": "json_invalid",
-                "loc": ("body", position),
+                "loc": ("body", exc.pos),
                 "msg": "JSON decode error",
                 "input": {},
-                "ctx": {"error": getattr(exc, "msg", str(exc))},
+                "ctx": {"error": exc.msg},
             }
             raise RequestValidationError([error]) from None
+        except ValueError:
+            # What FastAPI answers to a body its parse fails on otherwise: an integer of more
+            # than 4300 digits (Python's limit), bytes that are not text.
+            raise HTTPException(400, "There was an error parsing the body") from None
     try:
-        return model.model_validate(value)
+        # As FastAPI validates a body parameter (its refusals read the same).
+        return model.model_validate(value, from_attributes=True)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None

@@ -47,7 +47,7 @@ def test_a_run_without_a_key_is_refused_before_its_body_is_read(api: ApiServer) 
 def test_a_run_is_still_read_as_fastapi_reads_a_body(api: ApiServer) -> None:
     cases = {
         b"": "body: Field required",
-        b"null": "body: Input should be a valid dictionary or instance of RunIn",
+        b"null": "body: Input should be a valid dictionary or object to extract fields from",
         b'{"model": "m", "lines": [': "body: not valid JSON (Expecting value at character 25)",
         b'{"model": "m"}': "body.lines: Field required",
     }
