@@ -31,8 +31,8 @@ RUN set -eu; \
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY controlplane ./controlplane
-COPY workers ./workers
-COPY dashboard ./dashboard
+COPY shadowplane_workers ./shadowplane_workers
+COPY shadowplane_dashboard ./shadowplane_dashboard
 # Wheels of the project and of everything it needs, for the runtime stage to install with
 # no index. The compiled text reader must be in the project's wheel: a build without it
 # fails here (text tasks would run about 20 times slower), never quietly.

@@ -22,7 +22,7 @@ their evidence, trouble on top of the overview, a decision timeline on the task 
    the filled task's page (first in the list), each run with the data caches cleared
    first (what a page costs when its loaders run; a second look within the cache's TTL
    costs less). Ceiling, measured in the same run: the services the page calls. The
-   functions the page script and the dashboard modules it imports (dashboard/task/ for
+   functions the page script and the dashboard modules it imports (shadowplane_dashboard/task/ for
    the task page) import from `controlplane` that take a session or an engine are
    wrapped (the script's import, run on every render, picks the wrapper up; a module's
    name is replaced):
@@ -75,7 +75,7 @@ from controlplane.rollout.configs import apply_config  # noqa: E402
 from controlplane.rollout.evaluation import evaluate_rollout  # noqa: E402
 from controlplane.settings import Settings  # noqa: E402
 
-APP = str(ROOT / "dashboard" / "streamlit_app.py")
+APP = str(ROOT / "shadowplane_dashboard" / "streamlit_app.py")
 WINDOW_SECONDS = 300
 BOUNDARIES = [128, 512, 2048]
 PAGE_TASK = "bench_00"
@@ -484,8 +484,8 @@ def reads(function: Callable[..., Any]) -> bool:
 
 
 def is_module(name: str) -> bool:
-    """Whether `name` is a module (`from dashboard.task import loaders`), not a name in one
-    (`from dashboard.formats import moment`)."""
+    """Whether `name` is a module (`from shadowplane_dashboard.task import loaders`), not a name in one
+    (`from shadowplane_dashboard.formats import moment`)."""
     try:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
@@ -495,7 +495,7 @@ def is_module(name: str) -> bool:
 class Recorder:
     """Wraps the controlplane functions a page script imports (`from controlplane.X import
     f`: the script's import, run on every render, picks up the wrapper), and those the
-    dashboard modules it imports (the Task page's loaders live in dashboard/task/: their
+    dashboard modules it imports (the Task page's loaders live in shadowplane_dashboard/task/: their
     names are replaced in the module), and records each call: its name, its arguments and
     its time."""
 
@@ -579,11 +579,11 @@ def render_page(url: str, key: str, page: str, reps: int, profile: bool = False)
     from streamlit.testing.v1 import AppTest
 
     from controlplane.keys import sessions
-    from dashboard.common import SESSION_TOKEN
+    from shadowplane_dashboard.common import SESSION_TOKEN
 
     logger.set_log_level("ERROR")  # AppTest runs without a server, and says so on each run
 
-    recorder = Recorder(ROOT / "dashboard" / page)
+    recorder = Recorder(ROOT / "shadowplane_dashboard" / page)
     profiled = ""
     try:
         at = AppTest.from_file(APP, default_timeout=600)
@@ -609,7 +609,7 @@ def render_page(url: str, key: str, page: str, reps: int, profile: bool = False)
         last = list(recorder.calls)
         if profile:
             st.cache_data.clear()
-            profiled = sampled_profile(at.run, ROOT / "dashboard" / page)
+            profiled = sampled_profile(at.run, ROOT / "shadowplane_dashboard" / page)
     finally:
         recorder.restore()
     names = ", ".join(sorted({call[0] for call in last}))

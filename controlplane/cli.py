@@ -189,18 +189,18 @@ def dashboard(
     from controlplane.compare.jsonutil import dumps
     from controlplane.logs import configure_process
 
-    spec = importlib.util.find_spec("dashboard")
+    spec = importlib.util.find_spec("shadowplane_dashboard")
     if spec is None or spec.origin is None:
         raise _fail("the dashboard package is not installed with this copy of shadowplane")
     # The Streamlit app behind its sign-in door (one ASGI app, `st.App`): `streamlit run`
-    # (`python -m dashboard`, its logging in JSON lines) finds the app in the file and
+    # (`python -m shadowplane_dashboard`, its logging in JSON lines) finds the app in the file and
     # serves it with uvicorn.
     script = Path(spec.origin).with_name("server.py")
     level = get_settings().log_level
     command = [
         sys.executable,
         "-m",
-        "dashboard",
+        "shadowplane_dashboard",
         "run",
         str(script),
         "--server.address",
@@ -638,11 +638,11 @@ def default_beat_schedule() -> Path:
 
 
 def _celery(*args: str) -> None:
-    # The Celery app lives in workers/, beside the doors: this process becomes Celery's own
-    # program (`python -m workers`, its logging set up first), which loads the app by name
-    # (nothing under controlplane imports workers). The worker consumes the app's default
+    # The Celery app lives in shadowplane_workers/, beside the doors: this process becomes Celery's own
+    # program (`python -m shadowplane_workers`, its logging set up first), which loads the app by name
+    # (nothing under controlplane imports shadowplane_workers). The worker consumes the app's default
     # queue.
-    os.execv(sys.executable, [sys.executable, "-m", "workers", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "shadowplane_workers", *args])
 
 
 def _need_redis() -> None:

@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     tick_seconds: float = 10.0
     # Seconds a window, plan or partition job may run before its worker kills it (the next
     # plans queue its window again); a webhook delivery pass starts no send after it. A job
-    # whose worker died runs again after about twice this (workers/app.py, `job_limits`).
+    # whose worker died runs again after about twice this (shadowplane_workers/app.py, `job_limits`).
     # Half a second to an hour: less kills every job as it starts; more hides a dead worker's job
     # (and infinity, which the float type would take, gives no limit at all).
     job_time_limit_seconds: float = Field(60.0, ge=0.5, le=3600)

@@ -35,15 +35,15 @@ def option(words: list[str], name: str) -> str | None:
 def command_of(argv: list[str]) -> list[str] | None:
     """The `shadowplane` command and its options in a process's argv (the script run
     directly or by its Python), or None for any other process. The commands that become
-    another program are read back: `worker` and `beat` run `python -m workers worker|beat`
-    (Celery's), `dashboard` runs `python -m dashboard run … --server.address HOST
+    another program are read back: `worker` and `beat` run `python -m shadowplane_workers worker|beat`
+    (Celery's), `dashboard` runs `python -m shadowplane_dashboard run … --server.address HOST
     --server.port PORT` (Streamlit's)."""
     for i, word in enumerate(argv[:3]):
         if os.path.basename(word) == "shadowplane":
             return argv[i + 1 :]
-        if word == "-m" and argv[i + 1 : i + 2] == ["workers"]:
+        if word == "-m" and argv[i + 1 : i + 2] == ["shadowplane_workers"]:
             return argv[i + 2 :]
-        if word == "-m" and argv[i + 1 : i + 2] == ["dashboard"]:
+        if word == "-m" and argv[i + 1 : i + 2] == ["shadowplane_dashboard"]:
             rest = argv[i + 2 :]
             host = option(rest, "--server.address") or "127.0.0.1"
             port = option(rest, "--server.port") or str(HTTP["dashboard"][1])

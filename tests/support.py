@@ -77,7 +77,7 @@ class CeleryProcess:
         """Return once the worker answers a control ping on its broker (fail with its log if
         it exits or stays silent for WAIT seconds)."""
         from controlplane.settings import Settings
-        from workers.app import make_celery
+        from shadowplane_workers.app import make_celery
 
         name = self.node_name()
         control = make_celery(

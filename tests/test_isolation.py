@@ -210,7 +210,7 @@ def test_a_task_whose_alerts_or_rollout_fail_does_not_stop_the_others(
 def test_planning_is_per_task_and_the_celery_plan_queues_the_healthy_tasks(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workers.jobs
+    import shadowplane_workers.jobs
 
     ids = task_ids(api.engine)
     real = service._recent_jobs
@@ -230,9 +230,11 @@ def test_planning_is_per_task_and_the_celery_plan_queues_the_healthy_tasks(
     ]
 
     queued: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(workers.jobs, "get_engine", lambda: api.engine)
-    monkeypatch.setattr(workers.jobs.compute_window_job, "delay", lambda *a: queued.append(a))
-    assert workers.jobs.plan_windows.run(now.isoformat()) == len(queued) > 0
+    monkeypatch.setattr(shadowplane_workers.jobs, "get_engine", lambda: api.engine)
+    monkeypatch.setattr(
+        shadowplane_workers.jobs.compute_window_job, "delay", lambda *a: queued.append(a)
+    )
+    assert shadowplane_workers.jobs.plan_windows.run(now.isoformat()) == len(queued) > 0
     assert {task_id for task_id, _, _ in queued} == {ids["invoice_extract"]}
 
 

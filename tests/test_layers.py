@@ -1,5 +1,5 @@
 """The import contract (pyproject.toml `[tool.importlinter]`): imports flow downward only,
-compare and client import nothing else of ours, nothing under controlplane imports workers;
+compare and client import nothing else of ours, nothing under controlplane imports shadowplane_workers;
 the dashboard is a door nothing imports, with no SQL of its own.
 
 The contract holds on the tree, and a scratch copy with one forbidden import added breaks
@@ -34,7 +34,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 def scratch_copy(tmp_path: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in ("controlplane", "workers", "dashboard"):
+    for package in ("controlplane", "shadowplane_workers", "shadowplane_dashboard"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
@@ -70,14 +70,14 @@ def test_the_tree_keeps_the_import_contract() -> None:
         # The Celery app is beside the doors, never under them.
         (
             "controlplane/scheduler.py",
-            "import workers.app",
-            "controlplane.scheduler -> workers.app",
+            "import shadowplane_workers.app",
+            "controlplane.scheduler -> shadowplane_workers.app",
         ),
         # The dashboard writes its own SQL instead of calling a service.
         (
-            "dashboard/app_pages/audit.py",
+            "shadowplane_dashboard/app_pages/audit.py",
             "import sqlalchemy.orm",
-            "dashboard.app_pages.audit -> sqlalchemy",
+            "shadowplane_dashboard.app_pages.audit -> sqlalchemy",
         ),
         # The guard every door uses reaching up into a domain it stands under: key changes
         # are audited by controlplane.keys, never by auth.
@@ -89,8 +89,8 @@ def test_the_tree_keeps_the_import_contract() -> None:
         # Something below reaching up into the dashboard.
         (
             "controlplane/rollout/service.py",
-            "import dashboard.common",
-            "controlplane.rollout.service -> dashboard.common",
+            "import shadowplane_dashboard.common",
+            "controlplane.rollout.service -> shadowplane_dashboard.common",
         ),
     ],
 )

@@ -15,9 +15,9 @@ import pytest
 
 from controlplane.cli import default_worker_name
 from controlplane.settings import Settings
+from shadowplane_workers.app import make_celery
 from tests.fixtures import StartWorker
 from tests.liveapi import WAIT
-from workers.app import make_celery
 
 pytestmark = pytest.mark.integration
 

@@ -2,4 +2,4 @@
 transaction that made them, delivered at least once, signed, by a Celery job or (embedded
 mode) a thread.
 
-Nothing here imports `workers`: the Celery hand-off is a kicker the runner registers."""
+Nothing here imports `shadowplane_workers`: the Celery hand-off is a kicker the runner registers."""

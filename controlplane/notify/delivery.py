@@ -37,7 +37,7 @@ from controlplane.notify.signing import DELIVERY_HEADER, SIGNATURE_HEADER, signa
 from controlplane.settings import Settings
 
 log = logging.getLogger("shadowplane.webhooks")
-# The Celery job's name (workers/jobs.py), and the queue the workers consume (workers/app.py).
+# The Celery job's name (shadowplane_workers/jobs.py), and the queue the workers consume (shadowplane_workers/app.py).
 DELIVER_JOB = "webhooks.deliver_pending"
 JOB_QUEUE = "shadowplane"
 # A claimed delivery is leased for the receiver's timeout plus this, then due again.

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select, update
 
-import workers.jobs
+import shadowplane_workers.jobs
 from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import plan
 from controlplane.models import Alert, Task
@@ -41,8 +41,10 @@ def api(pg_url: str) -> Iterator[Api]:
 def test_no_traffic_waits_out_the_grace_after_a_promotion_then_opens(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workers.jobs, "get_engine", lambda: api.engine)
-    monkeypatch.setattr(workers.jobs, "get_settings", lambda: Settings(database_url=api.url))
+    monkeypatch.setattr(shadowplane_workers.jobs, "get_engine", lambda: api.engine)
+    monkeypatch.setattr(
+        shadowplane_workers.jobs, "get_settings", lambda: Settings(database_url=api.url)
+    )
     for _ in ("shadow", "canary"):
         promoted = api.client.post(
             "/v1/tasks/metrics_task/promote",
@@ -67,7 +69,7 @@ def test_no_traffic_waits_out_the_grace_after_a_promotion_then_opens(
         clock = window + timedelta(seconds=WINDOW + LATENESS)  # when the window closes
         planned = in_transaction(api.engine, lambda session, c=clock: plan(session, c))  # type: ignore[misc]
         for job in planned.jobs:
-            workers.jobs.compute_window_job.run(
+            shadowplane_workers.jobs.compute_window_job.run(
                 job.task_id, job.window_start.isoformat(), clock.isoformat()
             )
         with session_scope(api.engine) as session:

@@ -76,7 +76,7 @@ def _clients_without_the_context(path: Path) -> list[int]:
 def test_every_http_client_the_product_makes_shares_the_context() -> None:
     found = {
         str(path.relative_to(ROOT)): lines
-        for folder in ("controlplane", "workers", "dashboard")
+        for folder in ("controlplane", "shadowplane_workers", "shadowplane_dashboard")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if (lines := _clients_without_the_context(path))
     }

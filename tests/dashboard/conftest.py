@@ -31,7 +31,7 @@ from controlplane.migrate import upgrade
 from controlplane.review import actions as review
 from controlplane.scheduler import fill_regression_sets
 from controlplane.sim.evalset_example import END, REVIEWER, seed
-from dashboard.common import SESSION_TOKEN
+from shadowplane_dashboard.common import SESSION_TOKEN
 from tests.conftest import TEMPLATE_DB, _admin_engine, per_worker, pg_admin_url
 
 # Each AppTest run scans every installed distribution's metadata for Streamlit components
@@ -41,7 +41,7 @@ manifest_scanner.scan_component_manifests = functools.cache(  # type: ignore[met
     manifest_scanner.scan_component_manifests
 )
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
+APP = str(Path(__file__).resolve().parents[2] / "shadowplane_dashboard" / "streamlit_app.py")
 SEEDED_DB = per_worker("sp_test_dashboard_seed")  # one per pytest-xdist worker
 # How many of the sampled review items the seed labels; the others wait in the queue.
 LABELLED = 40
@@ -205,7 +205,7 @@ def ran_page(at: AppTest) -> Path | None:
 
 
 def shown(markdown: str) -> str:
-    """Markdown written through `dashboard.formats.text` as the reader sees it: escapes
+    """Markdown written through `shadowplane_dashboard.formats.text` as the reader sees it: escapes
     dropped, no-break spaces as spaces, hard breaks as plain line breaks."""
     return _ESCAPED.sub(r"\1", markdown).replace("\u00a0", " ").replace("  \n", "\n")
 

@@ -24,7 +24,7 @@ from controlplane.models import Task
 from controlplane.rollout import flags
 from controlplane.rollout.service import list_decisions
 from controlplane.rollout.timeline import COLUMNS, Event, Filters, actors, csv_text, rows, timeline
-from dashboard.auditing import PAGE_EVENTS, page_label, table_rows
+from shadowplane_dashboard.auditing import PAGE_EVENTS, page_label, table_rows
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
 from controlplane.sim.evalset_example import CONFIGS
-from dashboard.formats import money
+from shadowplane_dashboard.formats import money
 from tests.dashboard.browser import (
     PAGE_SECONDS,
     as_shown,

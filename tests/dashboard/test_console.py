@@ -16,7 +16,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
-from dashboard.task import evidence
+from shadowplane_dashboard.task import evidence
 from tests.dashboard.browser import (
     PAGE_SECONDS,
     chart_labels,

@@ -1,4 +1,4 @@
-"""dashboard.formats: every number and time the dashboard writes, without a render."""
+"""shadowplane_dashboard.formats: every number and time the dashboard writes, without a render."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import dashboard
-from dashboard import formats
+from shadowplane_dashboard import formats
 
-DASHBOARD = Path(dashboard.__file__).parent
+DASHBOARD = Path(formats.__file__).parent
 
 
 @pytest.mark.parametrize("gap", [None, math.nan, pd.NA, pd.NaT])

@@ -29,7 +29,7 @@ from controlplane.models import Task, WindowMetrics
 from controlplane.rollout.configs import apply_tasks
 from controlplane.rollout.overview import overview
 from controlplane.settings import Settings
-from dashboard.task import evidence, grading
+from shadowplane_dashboard.task import evidence, grading
 from tests.dashboard.conftest import Seeded, _seeded_copy, open_page, page_text, shown
 from tests.dashboard.graded import (
     HOURS,

@@ -17,7 +17,7 @@ from controlplane.db import session_scope
 from controlplane.evalsets import service as evalsets
 from controlplane.models import ReviewItem
 from controlplane.review import actions
-from dashboard import reviewing
+from shadowplane_dashboard import reviewing
 from tests.dashboard.conftest import Seeded, open_page, page_text
 
 pytestmark = pytest.mark.integration

@@ -32,8 +32,15 @@ from controlplane.rollout.overview import Point, overview
 from controlplane.rollout.service import list_decisions
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import END, START
-from dashboard.formats import count, line, money, percent
-from dashboard.overview import COLUMNS, grade_text, kept_whole, stage_text, standing, when
+from shadowplane_dashboard.formats import count, line, money, percent
+from shadowplane_dashboard.overview import (
+    COLUMNS,
+    grade_text,
+    kept_whole,
+    stage_text,
+    standing,
+    when,
+)
 from tests.conftest import cloned_database
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 

@@ -12,8 +12,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from controlplane.db import session_scope
 from controlplane.rollout.overview import overview
-from dashboard.formats import money, percent
-from dashboard.overview import standing
+from shadowplane_dashboard.formats import money, percent
+from shadowplane_dashboard.overview import standing
 from tests.dashboard.browser import screenshot, sign_in, wait_for_text
 from tests.dashboard.conftest import Seeded
 

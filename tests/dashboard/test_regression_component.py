@@ -1,4 +1,4 @@
-"""The regression-set component (dashboard/regression.py) on the seeded rollout, where
+"""The regression-set component (shadowplane_dashboard/regression.py) on the seeded rollout, where
 ticket_classify's rollback blocked small-int4@3 and the seed labelled the first items
 (the regression sample is handed out first): a read key sees the blocked model, labelled
 of needed and what unblocking still needs, with a bar; a review key sees the same count
@@ -29,7 +29,7 @@ TASK = "ticket_classify"
 
 def component(scopes: list[str]) -> None:
     from controlplane.auth.service import Principal
-    from dashboard import regression
+    from shadowplane_dashboard import regression
 
     regression.render(Principal(name="viewer", scopes=frozenset(scopes)))
 
@@ -37,7 +37,7 @@ def component(scopes: list[str]) -> None:
 def bars(scopes: list[str]) -> list[tuple[int, str]]:
     """The component's bars as (percent filled, text as shown) for a key of those scopes,
     read afresh (the loaders' cache outlives a render in this process)."""
-    from dashboard import regression
+    from shadowplane_dashboard import regression
 
     regression.load_blocks.clear()
     regression.load_counts.clear()

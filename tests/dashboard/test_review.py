@@ -21,8 +21,8 @@ from controlplane.review.progress import reviewer_progress
 from controlplane.review.repository import item_labels
 from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
-from dashboard import reviewing
-from dashboard.common import SESSION_TOKEN
+from shadowplane_dashboard import reviewing
+from shadowplane_dashboard.common import SESSION_TOKEN
 from tests.dashboard.conftest import APP, Seeded, open_page, page_text, session_of, shown
 
 pytestmark = pytest.mark.integration

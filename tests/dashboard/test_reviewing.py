@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controlplane.compare.comparators import compare
 from controlplane.review.blind import blind_diff
-from dashboard import locate, reviewing
+from shadowplane_dashboard import locate, reviewing
 from tests.dashboard.conftest import shown
 
 TEXT = {"kind": "text_conservation"}

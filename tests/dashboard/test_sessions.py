@@ -1,6 +1,6 @@
 """The dashboard's sessions: controlplane.keys.sessions on PostgreSQL (start, expiry by the
 clock given, sign-out, a revoked key, keys that cannot sign in; only the token's hash
-stored), the sign-in page and the gate of dashboard/signin.py through Starlette's test
+stored), the sign-in page and the gate of shadowplane_dashboard/signin.py through Starlette's test
 client, and in Chromium against `shadowplane dashboard`: a sign-in that survives a reload
 and a link opened from another site in a new tab, with the key nowhere to be seen, ended
 in every tab by signing out, and by revoking the key."""
@@ -33,8 +33,8 @@ from starlette.testclient import TestClient
 from controlplane.db import get_engine
 from controlplane.keys import sessions
 from controlplane.keys.actions import create_key, revoke_key
-from dashboard import signin
-from dashboard.common import COOKIE
+from shadowplane_dashboard import signin
+from shadowplane_dashboard.common import COOKIE
 from tests.dashboard.browser import PAGE_SECONDS, body_text, sign_in, wait_for_text
 from tests.dashboard.conftest import Seeded
 
@@ -120,7 +120,7 @@ def test_keys_of_routing_services_unknown_and_revoked_keys_cannot_sign_in(pg_url
     assert _rows(pg_url) == []
 
 
-# --- dashboard/signin.py: the sign-in page and the gate ---
+# --- shadowplane_dashboard/signin.py: the sign-in page and the gate ---
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The page a dashboard page's address loads (dashboard/shell.py): Streamlit's own, with
+"""The page a dashboard page's address loads (shadowplane_dashboard/shell.py): Streamlit's own, with
 the app's base address set before its scripts run, so a page opened by its address asks
 only for what the server has (in Chromium: tests/hostile/test_step17_hostile, a page
 opened by its address writes nothing to the console); /overview sends the browser to the
@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 from streamlit import file_util
 
-from dashboard import common, shell
+from shadowplane_dashboard import common, shell
 
 CLIENT = TestClient(Starlette(routes=shell.ROUTES), follow_redirects=False)
 

@@ -1,4 +1,4 @@
-"""Signed in through a real session (the sign-in page's own, dashboard/signin.py, is in
+"""Signed in through a real session (the sign-in page's own, shadowplane_dashboard/signin.py, is in
 test_sessions): pages by scope, a link to sign in when signed out, sign-out ending the
 session for every tab, a revoked key signed out at its next run."""
 
@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from controlplane.keys.actions import revoke_key
-from dashboard.common import SESSION_TOKEN
+from shadowplane_dashboard.common import SESSION_TOKEN
 from tests.dashboard.conftest import APP, Seeded, open_page, page_text, session_of
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from controlplane.rollout.service import list_decisions
 from controlplane.rollout.taskview import task_state
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import CONFIGS, END
-from dashboard.task import evidence
+from shadowplane_dashboard.task import evidence
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
 from tests.dashboard.vega import charts_on, layer_data, problems, schema_problems
 

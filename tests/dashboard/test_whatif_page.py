@@ -22,9 +22,9 @@ from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.ingest.buckets import bucket_labels
 from controlplane.sim.evalset_example import END, START
-from dashboard import formats
-from dashboard.task import whatif
-from dashboard.task.whatif import AGREEMENT_TITLE, COST_TITLE
+from shadowplane_dashboard import formats
+from shadowplane_dashboard.task import whatif
+from shadowplane_dashboard.task.whatif import AGREEMENT_TITLE, COST_TITLE
 from tests.dashboard.conftest import Seeded, open_page, page_text
 from tests.dashboard.vega import schema_problems
 from tests.metrics.test_whatif import _wilson, curve_caps, curve_point, replayed

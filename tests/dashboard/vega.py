@@ -169,7 +169,7 @@ def schema_problems(spec: Spec, datasets: Mapping[str, pd.DataFrame]) -> list[st
 
 
 def as_sent(spec: Spec) -> dict[str, Any]:
-    """A chart of dashboard/charts.py as Vega-Lite receives it, its frames as rows of JSON,
+    """A chart of shadowplane_dashboard/charts.py as Vega-Lite receives it, its frames as rows of JSON,
     checked against Vega-Lite's schema (the dashboard does not validate on every render)."""
     assert schema_problems(spec, spec["datasets"]) == []
     return {**spec, "datasets": _rows(spec["datasets"])}

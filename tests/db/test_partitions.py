@@ -127,8 +127,8 @@ def test_days_ahead_are_created_and_a_day_the_default_holds_is_left_alone(pg_api
 
 
 def test_the_beat_job_creates_the_days_ahead(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers import jobs
-    from workers.schedule import PARTITIONS_JOB, beat_schedule
+    from shadowplane_workers import jobs
+    from shadowplane_workers.schedule import PARTITIONS_JOB, beat_schedule
 
     monkeypatch.setattr(jobs, "get_engine", lambda: get_engine(pg_url))
     assert beat_schedule(jobs.get_settings())["day-partitions"]["task"] == PARTITIONS_JOB

@@ -61,11 +61,29 @@ health = _load()
         (["shadowplane", "worker", "--concurrency", "2"], None),
         (["shadowplane", "beat"], None),
         # What `shadowplane worker` and `beat` exec: Celery's program.
-        (["/opt/shadowplane/bin/python3", "-m", "workers", "worker", "--concurrency", "2"], None),
-        (["/opt/shadowplane/bin/python3", "-m", "workers", "beat", "-s", "/x"], None),
+        (
+            [
+                "/opt/shadowplane/bin/python3",
+                "-m",
+                "shadowplane_workers",
+                "worker",
+                "--concurrency",
+                "2",
+            ],
+            None,
+        ),
+        (["/opt/shadowplane/bin/python3", "-m", "shadowplane_workers", "beat", "-s", "/x"], None),
         # What `shadowplane dashboard` execs: Streamlit's program.
         (
-            ["python3", "-m", "dashboard", "run", "/x/server.py", "--server.address", "0.0.0.0"]
+            [
+                "python3",
+                "-m",
+                "shadowplane_dashboard",
+                "run",
+                "/x/server.py",
+                "--server.address",
+                "0.0.0.0",
+            ]
             + ["--server.port", "8601", "--server.headless", "true"],
             "http://127.0.0.1:8601/_stcore/health",
         ),

@@ -28,14 +28,14 @@ from sqlalchemy import Connection, text
 
 from controlplane.db import session_scope
 from controlplane.rollout.configs import apply_config
+from shadowplane_workers.app import QUEUE, make_celery
+from shadowplane_workers.schedule import PLAN_JOB
 from tests.conftest import Api, make_api
 from tests.drills.servers import PgServer, poll, waiting_on_lock
 from tests.liveapi import ROOT, WAIT, RedisServer
 from tests.rollout.test_rollback_e2e import HIGH, LATENESS, WINDOW, config, promote, window_results
 from tests.support import CeleryProcess, celery_env
 from tests.windowdata import post_all
-from workers.app import QUEUE, make_celery
-from workers.schedule import PLAN_JOB
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
 TASK = "canary_task"

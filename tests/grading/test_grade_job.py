@@ -50,8 +50,8 @@ def wait_for_grades(engine: Engine, names: set[str], why: Callable[[], str]) -> 
 
 
 def test_beat_queues_the_grading_once_a_day() -> None:
-    from workers.jobs import grade_tasks
-    from workers.schedule import GRADE_JOB, beat_schedule
+    from shadowplane_workers.jobs import grade_tasks
+    from shadowplane_workers.schedule import GRADE_JOB, beat_schedule
 
     entry = beat_schedule(Settings(database_url="sqlite://"))["grade-tasks"]
     assert entry["task"] == GRADE_JOB == grade_tasks.name
@@ -65,8 +65,8 @@ def test_beat_queues_the_grading_once_a_day() -> None:
 def test_a_worker_runs_the_grading_job_and_keeps_a_grade_per_task(
     pg_url: str, redis_url: Callable[[], str], celery_worker: StartWorker
 ) -> None:
-    from workers.app import make_celery
-    from workers.schedule import beat_schedule
+    from shadowplane_workers.app import make_celery
+    from shadowplane_workers.schedule import beat_schedule
 
     engine = get_engine(pg_url)
     now = datetime(2026, 12, 10, 0, 15, tzinfo=utcnow().tzinfo)

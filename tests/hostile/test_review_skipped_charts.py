@@ -1,6 +1,6 @@
 """Hostile review of a393fdd (results keep `skipped`: the sides a router did not run, and
 why) and cf417b1 (the Task page's charts are Vega-Lite dicts drawn with st.vega_lite_chart,
-their frames named by a content digest in dashboard/charts.py, the per-render schema
+their frames named by a content digest in shadowplane_dashboard/charts.py, the per-render schema
 validation replaced by test-time checks), tried as a hostile user would.
 
 Six defects were found, strict xfails until they were fixed (now plain tests):
@@ -15,11 +15,11 @@ Six defects were found, strict xfails until they were fixed (now plain tests):
 - each reason is masked by a Masker of its own: two different addresses in two reasons of
   one result both read `<EMAIL_1>` (one value, one placeholder per result, says
   controlplane/compare/redaction.py);
-- dashboard/charts.py's digest (pandas' row hashes) ignores dtypes and time zones, so two
+- shadowplane_dashboard/charts.py's digest (pandas' row hashes) ignores dtypes and time zones, so two
   frames of one chart that Streamlit sends as different Arrow tables (naive against UTC
   times; booleans against integers) get one name, and one layer draws the other's data
   (no page draws such a pair today);
-- dashboard/charts.py's docstring names tests/dashboard/task/test_chart_specs.py as the
+- shadowplane_dashboard/charts.py's docstring names tests/dashboard/task/test_chart_specs.py as the
   test that validates every kind of chart; there is no such file;
 - tests/dashboard/vega.py's schema_problems reports a broken mark at the spec's root (an
   empty place and the spec's repr cut at 200 characters): neither where nor why, where the
@@ -56,7 +56,7 @@ from fastapi.testclient import TestClient
 from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
-import dashboard.charts
+import shadowplane_dashboard.charts
 from controlplane.api import create_app
 from controlplane.catalog.service import task_runtimes
 from controlplane.client.shadow import shadow_compare
@@ -68,8 +68,8 @@ from controlplane.migrate import check, upgrade
 from controlplane.models.partitions import create_day, ensure_partitions
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
-from dashboard import charts
-from dashboard.task import evidence
+from shadowplane_dashboard import charts
+from shadowplane_dashboard.task import evidence
 from tests.client.holding import KW, CloudWithEdgeBeside, Recording
 from tests.conftest import Api, make_api, make_result
 from tests.dashboard.vega import charts_on, problems, schema_problems
@@ -455,7 +455,7 @@ def test_frames_sent_differently_are_named_apart(pair: tuple[pd.DataFrame, pd.Da
 def test_the_test_the_charts_module_names_exists() -> None:
     """It named tests/dashboard/task/test_chart_specs.py, which did not exist: every test
     file its docstring names now does."""
-    doc = (dashboard.charts.__doc__ or "").replace("\n", " ")
+    doc = (shadowplane_dashboard.charts.__doc__ or "").replace("\n", " ")
     named = re.findall(r"tests/[\w/]+\.py", doc)
     assert named and all((REPO / path).is_file() for path in named), named
 
@@ -539,8 +539,8 @@ def _page() -> None:
     import pandas as pd
     import streamlit as st
 
-    from dashboard import charts
-    from dashboard.task import evidence
+    from shadowplane_dashboard import charts
+    from shadowplane_dashboard.task import evidence
 
     start = pd.Timestamp("2026-11-30 02:00", tz="UTC")
     frame = pd.DataFrame(

@@ -40,7 +40,7 @@ from controlplane.review.calibration import task_calibration
 from controlplane.review.labels import contradiction
 from controlplane.rollout.actions import unblock
 from controlplane.rollout.configs import apply_config
-from dashboard import locate, reviewing
+from shadowplane_dashboard import locate, reviewing
 from tests.conftest import Api, make_api
 from tests.review.queuedata import T0, add_items, task_id
 

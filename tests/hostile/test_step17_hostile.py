@@ -40,8 +40,8 @@ from controlplane.rollout.overview import series_step
 from controlplane.settings import Settings
 from controlplane.sim.evalset_example import CONFIGS
 from controlplane.sim.runner import Plan
-from dashboard import signin
-from dashboard.common import COOKIE
+from shadowplane_dashboard import signin
+from shadowplane_dashboard.common import COOKIE
 from tests.conftest import Api, make_api, make_result
 from tests.dashboard.browser import (  # noqa: F401  (browser_once, dashboard_once: fixtures)
     PAGE_SECONDS,
@@ -103,7 +103,7 @@ def test_ten_minutes_of_ten_second_windows_draw_a_trend() -> None:
 
 @pytest.fixture
 def door(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    """The dashboard's sign-in routes and gate (dashboard/signin.py) on PostgreSQL."""
+    """The dashboard's sign-in routes and gate (shadowplane_dashboard/signin.py) on PostgreSQL."""
     monkeypatch.setenv("SHADOWPLANE_DATABASE_URL", pg_url)
     app = Starlette(routes=signin.ROUTES, middleware=[Middleware(signin.SessionGate)])
     with TestClient(app, follow_redirects=False) as client:

@@ -25,12 +25,12 @@ from sqlalchemy.engine import make_url
 from controlplane.catalog.schemas import DEFAULT_CAP, DEFAULT_H, TaskConfig
 from controlplane.logs import OUTAGES, JsonLines
 from controlplane.settings import Settings, explain
+from shadowplane_workers.app import make_celery
+from shadowplane_workers.schedule import PLAN_JOB
 from tests.conftest import pg_admin_url
 from tests.fixtures import StartWorker
 from tests.liveapi import ROOT, WAIT, Proxy, free_port, run_cli, run_python, wait_until
 from tests.support import CeleryProcess, raised
-from workers.app import make_celery
-from workers.schedule import PLAN_JOB
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -177,11 +177,11 @@ def test_a_bug_raised_while_handling_a_redis_error_is_still_an_error(printed: Pr
 
 
 def test_celerys_shutdown_words_follow_the_log_level(tmp_path: Path) -> None:
-    """`workers.logs.say` writes Celery's signal-handler words ('worker: Warm shutdown',
+    """`shadowplane_workers.logs.say` writes Celery's signal-handler words ('worker: Warm shutdown',
     'Hitting Ctrl+C again ...') as INFO lines whatever SHADOWPLANE_LOG_LEVEL says: a worker
     at WARNING prints INFO lines at every stop."""
     code = (
-        "from workers import logs; logs.configure('WARNING'); "
+        "from shadowplane_workers import logs; logs.configure('WARNING'); "
         "logs.say('worker: Warm shutdown (MainProcess)\\n')"
     )
     done = run_python(code, own_env(), tmp_path)

@@ -92,13 +92,10 @@ def test_readme_compose_commands_each_have_postgres_password() -> None:
 # --- the packages --------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect 4: the wheel installs top-level packages named `dashboard` and `workers` "
-    "into site-packages (top_level.txt: controlplane, dashboard, workers): any other "
-    "distribution with a module of either name overwrites, or is overwritten by, Shadowplane",
-)
 def test_the_wheel_adds_no_generic_top_level_package() -> None:
+    """Defect 4: the wheel installed top-level packages named `dashboard` and `workers` into
+    site-packages, so any other distribution with a module of either name overwrote, or was
+    overwritten by, Shadowplane's. They are `shadowplane_dashboard` and `shadowplane_workers`."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     tops = {pattern.split(".")[0].rstrip("*") for pattern in include}

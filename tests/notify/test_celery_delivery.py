@@ -47,8 +47,8 @@ def _event(url: str, n: int) -> int:
 def test_a_worker_delivers_events_kicked_by_the_commit_and_queued_by_beat(
     pg_url: str, receiver: Receiver, worker: CeleryProcess
 ) -> None:
-    from workers.app import QUEUE, make_celery
-    from workers.schedule import beat_schedule
+    from shadowplane_workers.app import QUEUE, make_celery
+    from shadowplane_workers.schedule import beat_schedule
 
     assert JOB_QUEUE == QUEUE  # the kick lands on the queue the workers consume
     # What the API registers with Redis configured: a commit that wrote events queues the job.

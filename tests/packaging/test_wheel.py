@@ -162,6 +162,10 @@ def check_contents(wheel: Path) -> None:
     )
     # Sources stay out of it: the wheel is what runs.
     assert not [n for n in names if n.endswith((".pyx", ".pxi", ".c"))]
+    # No top-level package another distribution may also install (a `dashboard` or a
+    # `workers` of theirs would overwrite ours, or ours theirs).
+    tops = {n.split("/")[0] for n in names if ".dist-info/" not in n}
+    assert tops == {"controlplane", "shadowplane_dashboard", "shadowplane_workers"}, tops
 
 
 def test_the_wheel_is_the_whole_product(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-import workers.jobs
+import shadowplane_workers.jobs
 from controlplane.db import in_transaction, session_scope
 from controlplane.metrics.service import plan
 from controlplane.models import Alert, AuditEntry, Decision, OutboxEvent, Task
@@ -92,9 +92,9 @@ def in_process(api: Api, start: datetime, windows: int) -> None:
 
 
 def celery(api: Api, start: datetime, windows: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workers.jobs, "get_engine", lambda: api.engine)
+    monkeypatch.setattr(shadowplane_workers.jobs, "get_engine", lambda: api.engine)
     monkeypatch.setattr(
-        workers.jobs,
+        shadowplane_workers.jobs,
         "get_settings",
         lambda: Settings(database_url=api.url, error_cost_veto=VETO),
     )
@@ -104,7 +104,7 @@ def celery(api: Api, start: datetime, windows: int, monkeypatch: pytest.MonkeyPa
         # What `plan_windows` queues, run one job at a time as a worker would.
         planned = in_transaction(api.engine, lambda session, c=clock: plan(session, c))  # type: ignore[misc]
         for job in planned.jobs:
-            workers.jobs.compute_window_job.run(
+            shadowplane_workers.jobs.compute_window_job.run(
                 job.task_id, job.window_start.isoformat(), clock.isoformat()
             )
 

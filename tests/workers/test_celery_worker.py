@@ -14,13 +14,13 @@ import pytest
 from controlplane.compare import native
 from controlplane.settings import Settings
 from controlplane.sim.profiles import generate
+from shadowplane_workers.app import make_celery
+from shadowplane_workers.schedule import beat_schedule
 from tests.conftest import Api, make_result
 from tests.fixtures import StartWorker
 from tests.support import CeleryProcess, celery_env
 from tests.test_tick_command import assert_every_field
 from tests.windowdata import LATENESS, T0, WINDOW, post_all
-from workers.app import make_celery
-from workers.schedule import beat_schedule
 
 pytestmark = pytest.mark.integration
 
@@ -141,8 +141,13 @@ def test_jobs_are_acked_late_and_retried_only_on_transient_errors() -> None:
     import psycopg
     from sqlalchemy.exc import IntegrityError, OperationalError
 
-    from workers.app import app
-    from workers.jobs import compute_window_job, deliver_webhooks, grade_tasks, plan_windows
+    from shadowplane_workers.app import app
+    from shadowplane_workers.jobs import (
+        compute_window_job,
+        deliver_webhooks,
+        grade_tasks,
+        plan_windows,
+    )
 
     assert app.conf.task_acks_late is True and app.conf.task_reject_on_worker_lost is True
     # A lost worker's job comes back, but never while it may still be running elsewhere.

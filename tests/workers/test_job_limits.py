@@ -1,4 +1,4 @@
-"""How long jobs may run, and the visibility timeout that follows (workers/app.py,
+"""How long jobs may run, and the visibility timeout that follows (shadowplane_workers/app.py,
 `job_limits`): a job still waiting or running is never handed to a second worker, and one
 whose worker died comes back a little after the longest a job may stay unacknowledged,
 given back by any running worker within a tick (tests/drills/test_worker_killed.py runs it).
@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from controlplane.settings import Settings
-from workers.app import GRADE_TIME_LIMIT, JobLimits, job_limits, make_celery
+from shadowplane_workers.app import GRADE_TIME_LIMIT, JobLimits, job_limits, make_celery
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_every_worker_looks_for_jobs_past_the_timeout_every_tick(tick: float, ev
 
 
 def test_the_jobs_carry_their_limits() -> None:
-    from workers import jobs
+    from shadowplane_workers import jobs
 
     assert jobs.LIMITS == job_limits(jobs.get_settings())
     limits = jobs.LIMITS

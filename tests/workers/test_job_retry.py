@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 import controlplane.scheduler
-import workers.jobs
+import shadowplane_workers.jobs
 from controlplane.db import session_scope
 from controlplane.models import Task, Window
 from controlplane.rollout.configs import apply_config
@@ -54,8 +54,10 @@ def api(pg_url: str) -> Iterator[Api]:
 def test_the_retry_of_a_job_whose_evaluation_failed_evaluates_the_window_it_closed(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workers.jobs, "get_engine", lambda: api.engine)
-    monkeypatch.setattr(workers.jobs, "get_settings", lambda: Settings(database_url=api.url))
+    monkeypatch.setattr(shadowplane_workers.jobs, "get_engine", lambda: api.engine)
+    monkeypatch.setattr(
+        shadowplane_workers.jobs, "get_settings", lambda: Settings(database_url=api.url)
+    )
     with session_scope(api.engine) as session:
         task_id = session.scalars(select(Task.id).where(Task.name == "canary_task")).one()
 
@@ -71,7 +73,9 @@ def test_the_retry_of_a_job_whose_evaluation_failed_evaluates_the_window_it_clos
         window = start + timedelta(seconds=k * WINDOW)
         clock = start + timedelta(seconds=(k + 1) * WINDOW + LATENESS)
         return str(
-            workers.jobs.compute_window_job.run(task_id, window.isoformat(), clock.isoformat())
+            shadowplane_workers.jobs.compute_window_job.run(
+                task_id, window.isoformat(), clock.isoformat()
+            )
         )
 
     assert [job(0), job(1)] == ["closed", "closed"]

@@ -9,8 +9,8 @@ from typing import Any
 from celery.app.trace import LOG_FAILURE, LOG_RECEIVED, LOG_SUCCESS
 
 from controlplane.notify.delivery import DELIVER_JOB
-from workers.logs import periodic
-from workers.schedule import PLAN_JOB
+from shadowplane_workers.logs import periodic
+from shadowplane_workers.schedule import PLAN_JOB
 
 SENDING = "Scheduler: Sending due task %s (%s)"
 

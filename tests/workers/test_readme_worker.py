@@ -10,7 +10,7 @@ from controlplane.settings import Settings
 def test_beat_queues_the_passes_every_tick_and_reads_the_outbox_every_poll() -> None:
     """README, "Running it in production" and "Settings": beat queues the window work every
     `SHADOWPLANE_TICK_SECONDS` and the webhook delivery every `SHADOWPLANE_WEBHOOK_POLL_SECONDS`."""
-    from workers.schedule import beat_schedule
+    from shadowplane_workers.schedule import beat_schedule
 
     for tick, poll in ((10.0, 1.0), (30.0, 5.0)):
         schedule = beat_schedule(

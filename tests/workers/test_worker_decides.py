@@ -18,6 +18,8 @@ from controlplane.db import session_scope
 from controlplane.models import Task
 from controlplane.rollout.configs import apply_config
 from controlplane.settings import Settings
+from shadowplane_workers.app import make_celery
+from shadowplane_workers.schedule import beat_schedule
 from tests.conftest import Api, make_api
 from tests.grading_support import give_offload_grade
 from tests.rollout.test_rollback_e2e import (
@@ -31,8 +33,6 @@ from tests.rollout.test_rollback_e2e import (
 from tests.support import CeleryProcess
 from tests.windowdata import post_all
 from tests.workers.test_celery_worker import worker  # noqa: F401  (a fixture)
-from workers.app import make_celery
-from workers.schedule import beat_schedule
 
 pytestmark = pytest.mark.integration
 

@@ -1,11 +1,11 @@
-"""dashboard.task.actions: the refusals a click can meet, in sentences, and what it did."""
+"""shadowplane_dashboard.task.actions: the refusals a click can meet, in sentences, and what it did."""
 
 from __future__ import annotations
 
 import pytest
 
 from controlplane.errors import ActionError
-from dashboard.task import actions
+from shadowplane_dashboard.task import actions
 
 
 def refuse(detail: object) -> None:

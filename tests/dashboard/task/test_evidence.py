@@ -1,4 +1,4 @@
-"""dashboard.task.evidence: the Task page's charts and the frames and sentences under them."""
+"""shadowplane_dashboard.task.evidence: the Task page's charts and the frames and sentences under them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from dashboard import charts
-from dashboard.task import evidence
+from shadowplane_dashboard import charts
+from shadowplane_dashboard.task import evidence
 from tests.dashboard.vega import as_sent, problems
 
 CONFIG = {

@@ -1,4 +1,4 @@
-"""dashboard.task.grading and the noise floor in words: what the dashboard shows of a grade
+"""shadowplane_dashboard.task.grading and the noise floor in words: what the dashboard shows of a grade
 made by the real `grade()` from traffic built here, and the cloud against itself in the
 latest window's sentence, without a render (the difference chart's floor:
 test_evidence)."""
@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.grading.grade import Traffic, grade
-from dashboard.task import evidence, grading
+from shadowplane_dashboard.task import evidence, grading
 from tests.dashboard.conftest import shown
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)

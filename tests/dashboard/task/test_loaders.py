@@ -1,4 +1,4 @@
-"""dashboard.task.loaders: the page's reads hand their rows to the same plain functions the
+"""shadowplane_dashboard.task.loaders: the page's reads hand their rows to the same plain functions the
 views tests cover (no second copy of a rule inside a loader)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.task import loaders, views
+from shadowplane_dashboard.task import loaders, views
 
 
 def test_task_names_are_ordered_by_rolled_back_first(monkeypatch: pytest.MonkeyPatch) -> None:

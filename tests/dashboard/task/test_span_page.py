@@ -33,7 +33,7 @@ from controlplane.rollout.configs import apply_tasks
 from controlplane.rollout.service import list_decisions
 from controlplane.scheduler import run_pass
 from controlplane.sim.evalset_example import CONFIGS, END, START
-from dashboard.formats import money
+from shadowplane_dashboard.formats import money
 from tests.dashboard.conftest import Seeded, _seeded_copy, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""dashboard.task.spans: the Task page's cost and input-length sections and a span
+"""shadowplane_dashboard.task.spans: the Task page's cost and input-length sections and a span
 rollback's evidence, from the plain answers of controlplane.rollout.taskview's pure
 views (`cost_view`, `lengths_view`) over windows written here; every figure asserted is
 computed by hand in the test."""
@@ -16,8 +16,8 @@ from controlplane.metrics import lengths
 from controlplane.metrics.shift import Baseline, SpanWindow
 from controlplane.rollout import spans as rules
 from controlplane.rollout.taskview import cost_view, judging_rule, lengths_view
-from dashboard import charts
-from dashboard.task import spans, views
+from shadowplane_dashboard import charts
+from shadowplane_dashboard.task import spans, views
 from tests.dashboard.conftest import shown
 from tests.dashboard.vega import as_sent
 

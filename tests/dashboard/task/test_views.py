@@ -1,4 +1,4 @@
-"""dashboard.task.views: what the Task page's sections say, from plain data, no render."""
+"""shadowplane_dashboard.task.views: what the Task page's sections say, from plain data, no render."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dashboard.task import views
+from shadowplane_dashboard.task import views
 
 NAMES = ["ticket_classify", "invoice_extract"]
 STEP = {

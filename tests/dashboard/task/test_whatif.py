@@ -1,4 +1,4 @@
-"""dashboard.task.whatif: the what-if's period, its kept replays, its figures in percent,
+"""shadowplane_dashboard.task.whatif: the what-if's period, its kept replays, its figures in percent,
 today's flag in words, and the curve's charts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.task import whatif
+from shadowplane_dashboard.task import whatif
 from tests.dashboard.vega import as_sent
 
 DAY = dt.date(2026, 11, 30)
