@@ -10,6 +10,7 @@ in `shadow_compare`'s pool beside, and queues the result with it (`cloud_repeat`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -271,6 +272,13 @@ class ResultReporter(HoldsResults):
         everything queued reached the API (stored, duplicate, or rejected item by item)."""
         dropped_before = self._dropped
         deadline = time.monotonic() + timeout
+        if self._held > 0 and _on_a_running_loop():
+            # The sides it waits for may run on this very loop, which waits with it.
+            log.warning(
+                "results: close() on a running event loop's thread waits for %d result(s) "
+                "whose sides may run on that loop; use `await reporter.aclose()`",
+                self._held,
+            )
         with self._held_done:
             while self._held > 0 and (left := deadline - time.monotonic()) > 0:
                 self._held_done.wait(left)
@@ -284,11 +292,22 @@ class ResultReporter(HoldsResults):
         self._http.close()
         return self.pending == 0 and self._dropped == dropped_before
 
+    async def aclose(self, timeout: float = 10.0) -> bool:
+        """`close` for async code: it waits in a worker thread, so the event loop goes on
+        running the sides beside (`async_shadow_compare`) it waits for."""
+        return await asyncio.to_thread(self.close, timeout)
+
     def __enter__(self) -> ResultReporter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> ResultReporter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -515,3 +534,11 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
+
+
+def _on_a_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
