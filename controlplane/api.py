@@ -40,6 +40,7 @@ from controlplane.grading.endpoints import router as grading_router
 from controlplane.http import (
     HEAD_MARK,
     SERVING_APP,
+    TOO_MANY_DIGITS,
     BodyGuard,
     BodyRefused,
     HeadAsGet,
@@ -48,6 +49,7 @@ from controlplane.http import (
     api_router,
     is_json,
     log,
+    too_many_digits,
 )
 from controlplane.ingest.endpoints import router as results_router
 from controlplane.ingest.schemas import ResultBatch, ResultIn
@@ -231,6 +233,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 400 and too_many_digits(exc.__cause__):
+            return await invalid_request(request, RequestValidationError([TOO_MANY_DIGITS]))
         if exc.status_code != 405:
             return await http_exception_handler(request, exc)
         # Starlette names the methods of the first route matching the path; routers that

@@ -14,7 +14,8 @@ Defects, fixed with these tests:
   pydantic errors in the worker thread, holding the GIL: on a one-worker API the request
   took 22 s and the flag polls beside it waited up to 8.5 s. The first bad line now
   refuses the run (fail_fast): 1.5 s, polls at most 0.2 s;
-- an integer of more than 4300 digits in a run was a 500 (FastAPI answers 400);
+- an integer of more than 4300 digits in a run was a 500 (FastAPI answers 400; both are a
+  422 naming the number since);
 - a run without a content type, or under `text/…+json`, was read as JSON and stored where
   FastAPI (strict about content types) refuses it; `null`, `[]` or a string read
   "…or instance of RunIn" where FastAPI says "…or object to extract fields from";
@@ -80,7 +81,8 @@ def test_a_run_json_cannot_read_is_answered_as_fastapi_answers_it(
     client: tuple[Api, TestClient],
 ) -> None:
     # Python's int() refuses more than 4300 digits: the parse raises ValueError, which
-    # FastAPI answers 400 on every route with a body parameter. The run gave a 500.
+    # FastAPI answers 400 ("There was an error parsing the body") on every route with a
+    # body parameter, and the run gave a 500. Both are a 422 naming the number now.
     api, loose = client
     digits = b"1" * 5000
     run = loose.post(
@@ -91,7 +93,10 @@ def test_a_run_json_cannot_read_is_answered_as_fastapi_answers_it(
     kill = loose.post(
         "/v1/kill", content=b'{"reason": ' + digits + b"}", headers={**api.headers(), **JSON}
     )
-    assert kill.status_code == 400, kill.text
+    assert kill.status_code == 422, kill.text
+    assert kill.json()["detail"] == [
+        "body: holds a number of more than 4300 digits, more than any field takes"
+    ]
     assert (run.status_code, run.json()) == (kill.status_code, kill.json())
 
 
