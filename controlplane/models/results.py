@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Float,
-    ForeignKey,
     Index,
     Integer,
     SmallInteger,
@@ -48,7 +47,10 @@ class Result(Base):
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    # No foreign key: ingest writes results only for tasks it has just read, and a task is
+    # never deleted; the check per stored result cost about 2.7 µs of PostgreSQL's CPU (a
+    # quarter of a binary COPY's row into this table).
+    task_id: Mapped[int] = mapped_column(Integer)
     request_id: Mapped[str] = mapped_column(String(200))
     ts: Mapped[datetime] = mapped_column(UTCDateTime)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
