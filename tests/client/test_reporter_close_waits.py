@@ -15,10 +15,11 @@ import asyncio
 import threading
 from typing import Any
 
-from controlplane.client import ResultReporter, async_shadow_compare, shadow_compare
+from controlplane.client import ResultReporter, shadow_compare
 from tests.client.fake import FakeServer
 from tests.client.holding import KW, WAIT, EdgeWithCloudBeside
 from tests.client.test_repeats import Ingest
+from tests.client.test_reporter_aclose import serve_one
 
 
 def _closing(reporter: ResultReporter, outcome: list[bool]) -> threading.Thread:
@@ -129,27 +130,7 @@ def test_close_waits_for_an_async_side_beside() -> None:
     ingest = Ingest()
 
     async def main(reporter: ResultReporter) -> list[bool]:
-        release, started = asyncio.Event(), asyncio.Event()
-
-        async def edge(payload: str) -> str:
-            return "refund"
-
-        async def cloud(payload: str) -> str:
-            started.set()
-            await release.wait()
-            return "refund"
-
-        answer = await async_shadow_compare(
-            "t",
-            edge,
-            cloud,
-            client=EdgeWithCloudBeside(),
-            reporter=reporter,
-            request_id="r-3",
-            **KW,
-        )
-        await asyncio.wait_for(started.wait(), WAIT)
-        assert answer == "refund" and reporter.pending == 1
+        release = await serve_one(reporter, "r-3")  # its cloud beside waits for release
         outcome: list[bool] = []
         closing = _closing(reporter, outcome)  # close blocks: off the loop, as at shutdown
         await asyncio.sleep(0)
