@@ -6,11 +6,12 @@ means midnight UTC and compares with the aware times the database returns.
 
 from __future__ import annotations
 
+import calendar
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 
 def as_utc(value: datetime) -> datetime:
@@ -26,20 +27,75 @@ def as_utc(value: datetime) -> datetime:
 # An ISO 8601 date-time, its offset optional. pydantic alone also reads a number as seconds
 # since 1970 and a bare date as its midnight, which a `date-time` in the document is not.
 DATE_TIME_OFFSET_OPTIONAL = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?"
-_DATE_TIME = re.compile(DATE_TIME_OFFSET_OPTIONAL)
 FIRST_MOMENT = datetime.min.replace(tzinfo=UTC)
 LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
+
+
+# A time parameter as the server reads it, and as the document gives it: an RFC 3339
+# date-time whose seconds and offset may be left out (no offset: UTC), "T" or a space
+# between date and time. Each field within its range, a day within its month (February
+# always up to 29). A leap second (:60) is read as the last instant of its minute, and year
+# 0000 as the first moment (both are date-times to RFC 3339; Python holds neither).
+_MONTH_DAY = (
+    r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))"
+)
+TIME_PATTERN = (
+    rf"^[0-9]{{4}}-{_MONTH_DAY}[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(?::(?:[0-5][0-9]|60)(?:\.[0-9]+)?)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?$"
+)
+_TIME_PARTS = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2})"
+    r"(?::([0-9]{2})(?:\.([0-9]+))?)?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?"
+)
+_NOT_A_TIME = (
+    "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset it is UTC)"
+)
 
 
 def _date_time_text(value: Any) -> Any:
     if isinstance(value, datetime):
         return value
-    if not isinstance(value, str) or not _DATE_TIME.fullmatch(value):
-        raise ValueError(
-            "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset "
-            "it is UTC)"
-        )
-    return value
+    found = _TIME_PARTS.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(_NOT_A_TIME)
+    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
+    second = int(found.group(6) or 0)
+    fraction = found.group(7) or ""
+    problem = _out_of_range(year, month, day, hour, minute, second)
+    sign, off_hours, off_minutes = found.group(9), found.group(10), found.group(11)
+    if sign is not None and (int(off_hours) > 23 or int(off_minutes) > 59):
+        problem = f"the offset {sign}{off_hours}:{off_minutes} is past ±23:59"
+    if problem is not None:
+        raise ValueError(f"not a date-time: {problem}")
+    if year == 0:
+        return FIRST_MOMENT  # before any time stored
+    micro = int(fraction[:6].ljust(6, "0"))
+    if second == 60:  # a leap second: the last instant of its minute
+        second, micro = 59, 999_999
+    zone = UTC
+    if sign is not None:
+        offset = timedelta(hours=int(off_hours), minutes=int(off_minutes))
+        zone = timezone(-offset if sign == "-" else offset)
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=zone)
+
+
+def _out_of_range(
+    year: int, month: int, day: int, hour: int, minute: int, second: int
+) -> str | None:
+    if not 1 <= month <= 12:
+        return f"month {month:02d} is not one of 01 to 12"
+    # Year 0000 is a leap year (proleptic Gregorian), as 2000 is.
+    days = calendar.monthrange(year or 2000, month)[1]
+    if not 1 <= day <= days:
+        return f"{calendar.month_name[month]} {year:04d} has {days} days, not {day}"
+    if hour > 23:
+        return f"hour {hour} is past 23 (midnight is 00:00 of the next day)"
+    if minute > 59:
+        return f"minute {minute} is past 59"
+    if second > 60:
+        return f"second {second} is past 60 (a leap second)"
+    return None
 
 
 def _within_utc(value: datetime) -> datetime:
@@ -52,7 +108,20 @@ def _within_utc(value: datetime) -> datetime:
         return FIRST_MOMENT if value.year == datetime.min.year else LAST_MOMENT
 
 
-UTCTime = Annotated[datetime, BeforeValidator(_date_time_text), AfterValidator(_within_utc)]
+UTCTime = Annotated[
+    datetime,
+    BeforeValidator(_date_time_text),
+    AfterValidator(_within_utc),
+    # Not `format: date-time`, which wants the seconds and the offset the server never did.
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": TIME_PATTERN,
+            "description": "An RFC 3339 date-time; its seconds and offset may be left out "
+            "(no offset: UTC).",
+        }
+    ),
+]
 
 
 def duration(seconds: int) -> str:
