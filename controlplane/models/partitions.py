@@ -175,13 +175,11 @@ def drop_day(connection: Connection, day: date) -> DroppedDay:
     in); each parent before its day. The other order deadlocks with a batch between its two inserts: it holds `results`
     and waits for `payloads`, which the drop holds while it waits for `results`."""
     counts = {}
-    # Every lock the drop needs, in the order queries take them: `tasks` (dropping a day's
-    # table drops its foreign key, which locks `tasks`; ingest reads `tasks` first), then
-    # each parent before its day (a read or a write locks the parent, then the days it
-    # touches). Taken as needed instead, the drop held a day and waited for `tasks` while
-    # an ingest batch held `tasks` and waited for the day (reading earlier answers for its
-    # free repeats): a deadlock. Queries on these tables wait for the drop instead.
-    connection.execute(text("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE"))
+    # Every lock the drop needs, in the order queries take them: each parent before its
+    # day (a read or a write locks the parent, then the days it touches). Queries on these
+    # tables wait for the drop instead. (`tasks` is not locked: since 6a2f9c1e4b70 no day
+    # holds a foreign key to it. Before, dropping a day dropped its key, which locked
+    # `tasks`, and the drop took that lock first to keep ingest's order.)
     for table in ("results", "payloads"):
         name = partition_name(table, day)
         connection.execute(text(f"LOCK TABLE ONLY {table} IN ACCESS EXCLUSIVE MODE"))

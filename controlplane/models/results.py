@@ -47,8 +47,8 @@ class Result(Base):
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    # No foreign key: ingest writes results only for tasks it has just read, and a task is
-    # never deleted; the check per stored result cost about 2.7 µs of PostgreSQL's CPU (a
+    # No foreign key: ingest writes results only for tasks it knows (read from `tasks`,
+    # again every few seconds), and a task is never deleted; the check per stored result cost about 2.7 µs of PostgreSQL's CPU (a
     # quarter of a binary COPY's row into this table).
     task_id: Mapped[int] = mapped_column(Integer)
     request_id: Mapped[str] = mapped_column(String(200))

@@ -4,14 +4,15 @@ Each stored result paid a foreign-key check against `tasks` (PostgreSQL's trigge
 per row): about 2.7 µs of the server's CPU a result, a quarter of a binary COPY's row into
 `results` and a tenth of all PostgreSQL spends on an ingested result, measured on a 2-core
 development machine (20,000 rows a COPY, with and without the key, in turns). It bought
-nothing: ingest writes results only for tasks it has just read in the same transaction,
-and no code deletes a task (its ON DELETE CASCADE never ran). `result_keys` lost its key to
+nothing: ingest writes results only for tasks it knows (read from `tasks` by its process,
+and read again every few seconds), and no code deletes a task (its ON DELETE CASCADE never
+ran). Retention's drop of a day no longer locks `tasks` either. `result_keys` lost its key to
 `tasks` for the same reason (b4d1e7f3a2c9), and `payloads` never had one.
 
 PostgreSQL: dropping the key changes the catalog of the partitioned parent and of every
 day's partition (no row is read). SQLite: the table is rebuilt without it.
 
-The way down deletes the results, keys and payloads of tasks that no longer exist (only a
+The way down deletes the results and payloads of tasks that no longer exist (only a
 hand-made deletion can have left any), then adds the key back, which reads every row.
 
 Revision ID: 6a2f9c1e4b70
