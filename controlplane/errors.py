@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -70,16 +71,10 @@ class StrictBody(BaseModel):
         )
 
 
+@cache
 def _known_fields(model: type[BaseModel]) -> frozenset[str]:
-    found = _KNOWN.get(model)
-    if found is None:
-        names = set(model.model_fields)
-        names.update(f.alias for f in model.model_fields.values() if f.alias)
-        found = _KNOWN[model] = frozenset(names)
-    return found
-
-
-_KNOWN: dict[type[BaseModel], frozenset[str]] = {}
+    fields = model.model_fields
+    return frozenset([*fields, *(f.alias for f in fields.values() if f.alias)])
 
 
 def short_key(part: str) -> str:

@@ -26,7 +26,12 @@ def as_utc(value: datetime) -> datetime:
 
 # An ISO 8601 date-time, its offset optional. pydantic alone also reads a number as seconds
 # since 1970 and a bare date as its midnight, which a `date-time` in the document is not.
-DATE_TIME_OFFSET_OPTIONAL = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+# Its parts are groups, read by _date_time_text: year, month, day, hour, minute, second,
+# fraction, Z, the offset's sign, hours and minutes.
+DATE_TIME_OFFSET_OPTIONAL = (
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2})"
+    r"(?::([0-9]{2})(?:\.([0-9]+))?)?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?"
+)
 FIRST_MOMENT = datetime.min.replace(tzinfo=UTC)
 LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
 
@@ -44,10 +49,7 @@ TIME_PATTERN = (
     rf"^[0-9]{{4}}-{_MONTH_DAY}[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]"
     r"(?::(?:[0-5][0-9]|60)(?:\.[0-9]+)?)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?$"
 )
-_TIME_PARTS = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2})"
-    r"(?::([0-9]{2})(?:\.([0-9]+))?)?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?"
-)
+_TIME_PARTS = re.compile(DATE_TIME_OFFSET_OPTIONAL)
 _NOT_A_TIME = (
     "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset it is UTC)"
 )
