@@ -33,6 +33,14 @@ VISIBILITY_MARGIN = 5.0
 # run never counts against the visibility timeout (a grading lost with its worker is done
 # again the next day, and on demand by promotion and the grade endpoints).
 GRADE_TIME_LIMIT = 600.0
+# The longest one Redis command of the broker's (a publish, a restore pass) waits for its
+# answer, and a connection to open. Without it a Redis that stops answering without closing
+# its connections (frozen, a failover, a dropped NAT entry) holds beat's publish forever:
+# no plan is queued and nothing is logged. With it the publish fails after its retries
+# (four tries, about 4 x this), beat logs `redis_unavailable` once, and `redis_available`
+# at its first publish after. A Redis command answers in well under a millisecond; the
+# worker's BRPOP waits on the event loop, not on this (kombu checks it on its own).
+BROKER_SOCKET_TIMEOUT = 3.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ def make_celery(settings: Settings) -> Celery:
             # The lock of one such pass: a worker that dies holding it blocks the others for
             # this long, not kombu's 5 minutes.
             "unacked_mutex_expire": tick,
+            "socket_timeout": BROKER_SOCKET_TIMEOUT,
+            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
         },
         beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,

@@ -302,18 +302,16 @@ def test_a_job_on_a_database_that_stopped_answering_is_an_outage_not_a_killed_jo
 
 
 @pytest.mark.integration
-# Not run: it waits out its 20-s bound for nothing while the defect stands.
-@pytest.mark.xfail(run=False, reason="defect 2: a frozen Redis (beat and an idle worker silent)")
 def test_beat_on_a_redis_that_stopped_answering_says_so_once_and_once_when_it_is_back(
     pg_url: str, redis_url: Any, tmp_path: Path
 ) -> None:
-    """Redis stops answering (frozen, not restarted) under beat: its publish waits on the
-    socket without a timeout, so beat stops queueing the plan and says nothing at all —
-    no redis_unavailable, no redis_available when it answers again (a 45-s freeze: 45 s of
-    silence, then it goes on as if nothing happened). The worker alike, but for kombu's own
-    'Redis BRPOP got no reply for 45 seconds; dropping stale connection' WARNING. The close
-    lag grows while every log is quiet. (The test gives beat 20 s to notice a freeze: the
-    bound is this test's choice.)"""
+    """Redis stops answering (frozen, not restarted) under beat. Defect 2, fixed: its
+    publish waited on the socket without a timeout, so beat stopped queueing the plan and
+    said nothing at all — no redis_unavailable, no redis_available when it answered again
+    (a 45-s freeze: 45 s of silence, then it went on as if nothing happened). The broker's
+    commands now time out (`BROKER_SOCKET_TIMEOUT`): the publish fails after its retries and
+    beat says so once, then once when Redis answers. (The test gives beat 20 s to notice a
+    freeze: the bound is this test's choice.)"""
     server = make_url(redis_url())
     proxy = Proxy(server.port or 6379)
     broker = server.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
