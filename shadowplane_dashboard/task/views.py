@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from controlplane.ingest.buckets import bucket_labels
+from controlplane.ingest.schemas import SKIPPABLE
 from shadowplane_dashboard import charts
 from shadowplane_dashboard.formats import (
     count,
@@ -258,8 +259,27 @@ def example_line(result: Row, *, seconds: bool = False) -> str:
         f"Request {line(result['request_id'])} at {moment(result['ts'], seconds=seconds)}: "
         f"{result['input_tokens']} input tokens, "
         f"outcome **{line(result['comparison']['outcome'] or 'none')}**, "
-        f"served by {line(result['served'])}{degraded}"
+        f"served by {line(result['served'])}{degraded}{not_run(result.get('skipped'))}"
     )
+
+
+# How a result's `skipped` sides read.
+_SIDE_WORDS = {"edge": "the edge", "cloud": "the cloud", "cloud_repeat": "the cloud's repeat"}
+
+
+def not_run(skipped: Mapping[str, str | None] | None) -> str:
+    """The sides the router said it did not run, with why (", the cloud not run (budget)"),
+    in the contract's order: without them a missing side reads as lost. A reason its task's
+    policy did not keep (`none`) is said so."""
+    if not skipped:
+        return ""
+    said = [
+        f"{_SIDE_WORDS[side]} not run ({line(why) if why else 'its reason not kept'})"
+        for side in SKIPPABLE
+        if side in skipped
+        for why in (skipped[side],)
+    ]
+    return ", " + ", ".join(said)
 
 
 def gate_passed(evidence: Row) -> str | None:

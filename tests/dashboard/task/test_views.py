@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shadowplane_dashboard.formats import line
 from shadowplane_dashboard.task import views
 
 NAMES = ["ticket_classify", "invoice_extract"]
@@ -258,3 +259,28 @@ def test_the_moves_an_admin_is_offered_at_each_stage(stage: str, offered: set[st
 def test_evidence_that_rounds_to_nothing_has_no_sign() -> None:
     tiny = {"steps": [{**STEP, "contribution": -0.001, "counted": -0.0, "sum": 0.0}]}
     assert "evidence 0.00, counted 0.00, sum **0.00**" in views.step_lines(tiny)
+
+
+RESULT = {
+    "request_id": "r-1",
+    "ts": "2026-11-30T02:56:00+00:00",
+    "input_tokens": 300,
+    "comparison": {"outcome": None},
+    "served": "cloud",
+    "degraded": True,
+    "degrade_reason": "edge pool down",
+}
+
+
+def test_an_example_result_names_the_sides_the_router_did_not_run_and_why() -> None:
+    """Without it a result whose edge was not run reads like one whose edge was lost."""
+    plain = views.example_line(RESULT)
+    assert "not run" not in plain
+    skipped = views.example_line(
+        {**RESULT, "skipped": {"cloud_repeat": None, "edge": "pool *edge-gpu* full"}}
+    )
+    assert skipped == (
+        plain + f", the edge not run ({line('pool *edge-gpu* full')}), "
+        "the cloud's repeat not run (its reason not kept)"
+    )
+    assert views.example_line({**RESULT, "skipped": None}) == plain
