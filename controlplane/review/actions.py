@@ -188,6 +188,12 @@ def label(
     return in_transaction(engine, work)
 
 
+def has_labelled(engine: Engine, item_id: int, reviewer: str) -> bool:
+    """Whether the reviewer has labelled the item (their label stands; they may correct it)."""
+    with session_scope(engine) as session:
+        return repository.has_label(session, item_id, reviewer)
+
+
 def release(
     engine: Engine,
     item_id: int,

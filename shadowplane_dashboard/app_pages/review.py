@@ -7,7 +7,12 @@ A and B (a single answer asks "is this answer right?"), the words where they dif
 highlighted. A verdict key (1–5 for a pair, 1–3 for a single) labels it and the next item
 comes at once; S skips it (with the reason typed, if any), L gives it back. Optional: a
 failure class, the corrected answer and a note. Above it: what you labelled today and in
-this session, and how far each blocked task's regression set is labelled.
+this session, how far each blocked task's regression set is labelled, and the last item
+you labelled, one click (U) from being shown again to change your verdict.
+
+Every button that acts on an item is keyed by the item's id: a key pressed twice, or
+pressed while the next item is drawn, acts on the item it was pressed for (labelled
+already: nothing more is stored), never on the next one, which the reviewer has not seen.
 
 Blind: everything shown comes from the blind view the claim answers (A and B in an order
 drawn per item, the diff in A/B terms); no model, side, sampling reason or routing
@@ -37,16 +42,27 @@ PAIR_VERDICTS = [
 ]
 SINGLE_VERDICTS = [("correct", "Right"), ("wrong", "Wrong"), ("unclear", "Unclear")]
 HELD, FLASH, PAUSED = "review_item", "review_flash", "review_paused"
+# The last item this page labelled (as it was shown, with the verdict given), and whether
+# it is shown again to change that verdict.
+LAST, FIXING = "review_last", "review_fixing"
 # Pressed "Start reviewing" (a key that can do more than review); the review session per
 # task picked (its start, and the items queued then).
 STARTED, SESSIONS = "review_started", "review_sessions"
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]*)\)")
-# The keys that act on the item shown, and what each would have stored.
+# The buttons that act on the item shown (their keys end with the item's id), and what
+# each would have stored.
 PRESSES = {
     **{f"verdict-{v}": "label" for v, _ in PAIR_VERDICTS + SINGLE_VERDICTS},
     "review_skip": "skip",
     "review_release": "give back",
 }
+TITLES = dict(PAIR_VERDICTS + SINGLE_VERDICTS)
+
+
+def key_of(name: str, item: dict[str, Any]) -> str:
+    """A button's key on this item's page: a press sent from another item's page (a key
+    pressed twice, or while the next item is drawn) finds no such button here."""
+    return f"{name}-{item['id']}"
 
 
 @st.cache_data(ttl=common.TTL_SECONDS, show_spinner=False)
@@ -237,14 +253,22 @@ def claim_next(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any] 
         st.session_state[HELD] = fresh
         return fresh
     give_back_quietly(held["id"])
-    pressed = [what for key, what in PRESSES.items() if st.session_state.get(key)]
+    pressed = [what for key, what in PRESSES.items() if st.session_state.get(key_of(key, held))]
+    if pressed and actions.has_labelled(common.engine(), held["id"], reviewer):
+        # A key pressed twice: the first press labelled the item, this one came after.
+        said = (
+            f"You labelled item {held['id']} already (a key pressed twice?), so that second "
+            f"{pressed[0]} was not stored"
+        )
+    else:
+        said = (
+            f"Your lease on item {held['id']} ended (it expired and another reviewer may hold "
+            "it now, it was labelled, skipped or given back in another window, or its task "
+            "stopped keeping text)" + (f", so that {pressed[0]} was not stored" if pressed else "")
+        )
     st.session_state[FLASH] = (
         "warning",
-        f"Your lease on item {held['id']} ended (it expired and another reviewer may hold it "
-        "now, it was labelled, skipped or given back in another window, or its task stopped "
-        "keeping text)"
-        + (f", so that {pressed[0]} was not stored" if pressed else "")
-        + (". Here is the next item." if fresh is not None else "."),
+        said + (". Here is the next item." if fresh is not None else "."),
     )
     if fresh is None:
         st.session_state.pop(HELD, None)
@@ -262,8 +286,14 @@ def answer(title: str, value: Any, marks: list[reviewing.Span]) -> None:
         st.markdown(reviewing.highlighted(reviewing.as_text(value), marks))
 
 
-def submit_label(item: dict[str, Any], verdict: str) -> None:
-    fields = {k: st.session_state.get(f"{k}-{item['id']}") or "" for k in ("fc", "corr", "note")}
+def submit_label(item: dict[str, Any], verdict: str, *, fixing: bool = False) -> None:
+    """Store the verdict (with the fields typed) and show the next item; `fixing`: the
+    reviewer's change of their verdict on the last item labelled (a correction, which the
+    server takes without a lease), then back to the item held."""
+    prefix = "fix-" if fixing else ""
+    fields = {
+        k: st.session_state.get(f"{prefix}{k}-{item['id']}") or "" for k in ("fc", "corr", "note")
+    }
     try:
         corrected = reviewing.corrected_value(fields["corr"])
     except ValueError as exc:
@@ -280,7 +310,7 @@ def submit_label(item: dict[str, Any], verdict: str) -> None:
             note=fields["note"].strip() or None,
         )
     except ActionError as exc:
-        if exc.status == 409:
+        if exc.status == 409 and not fixing:
             done_with_item(
                 "warning",
                 f"Your lease on item {item['id']} expired (or another reviewer holds it now), "
@@ -295,6 +325,17 @@ def submit_label(item: dict[str, Any], verdict: str) -> None:
                 refusal = refusal.replace(name, f"“{title}”")
         st.error(formats.text(refusal))
         return
+    before = st.session_state.get(LAST)
+    st.session_state[LAST] = {"item": item, "verdict": verdict}
+    if fixing:
+        st.session_state.pop(FIXING, None)
+        was = TITLES[before["verdict"]] if before else "?"
+        st.session_state[FLASH] = (
+            "success",
+            f"Item {item['id']}: your verdict is now “{TITLES[verdict]}” (it was “{was}”).",
+        )
+        st.cache_data.clear()
+        st.rerun()
     done_with_item("success", f"Item {item['id']} labelled {verdict}.")
 
 
@@ -349,6 +390,83 @@ def give_back(item: dict[str, Any]) -> None:
     )
 
 
+def show_item(item: dict[str, Any], *, fixing: bool = False) -> None:
+    """The item as the claim answered it (blind), its optional fields and its verdict
+    buttons, keyed by its id; `fixing`: shown again to change the verdict given."""
+    st.subheader(f"Item {item['id']} · {formats.line(item['task'])}")
+    show_guidelines(item, load_progress(url, reviewer))
+    diff = item["diff"]
+    st.markdown("**Input**")
+    with st.container(border=True):
+        st.markdown(
+            reviewing.highlighted(reviewing.as_text(item["input"]), reviewing.input_marks(item))
+        )
+    if item["kind"] == "single":
+        answer("Is this answer right?", item["a"], [])
+        verdicts = SINGLE_VERDICTS
+    else:
+        left, right = st.columns(2)
+        with left:
+            answer("A", item["a"], reviewing.marks(item, "a"))
+        with right:
+            answer("B", item["b"], reviewing.marks(item, "b"))
+        lines = reviewing.differences(diff)
+        if lines:
+            st.markdown(
+                "**Where they differ**\n\n" + "\n".join(f"- {formats.line(x)}" for x in lines)
+            )
+        if item.get("note"):
+            # Every difference shown is on a field the reference itself changes between runs.
+            st.info(formats.line(item["note"]))
+        verdicts = PAIR_VERDICTS
+    prefix = "fix-" if fixing else ""
+    fc, corr, note = st.columns(3)
+    fc.text_input(
+        "Failure class (optional)", key=f"{prefix}fc-{item['id']}", placeholder="e.g. wrong_label"
+    )
+    corr.text_input(
+        "Corrected answer (optional)",
+        key=f"{prefix}corr-{item['id']}",
+        placeholder="a label or text as it is; JSON for an object",
+        help="Only with a verdict that names no right answer (both wrong, wrong, unclear).",
+    )
+    note.text_input("Note (optional)", key=f"{prefix}note-{item['id']}")
+    for column, (n, (verdict, title)) in zip(
+        st.columns(len(verdicts)), enumerate(verdicts, start=1), strict=True
+    ):
+        key = key_of(f"{prefix}verdict-{verdict}", item)
+        if column.button(title, key=key, shortcut=str(n), width="stretch"):
+            submit_label(item, verdict, fixing=fixing)
+
+
+def offer_change() -> None:
+    """The last item this page labelled, one click from being shown again to change the
+    verdict (a key pressed by mistake takes the item away at once)."""
+    last = st.session_state.get(LAST)
+    if last is None or st.session_state.get(FIXING):
+        return
+    item = last["item"]
+    title = f"Change item {item['id']}'s verdict (“{TITLES[last['verdict']]}”)"
+    if st.button(title, key="review_change_last", shortcut="U", help="Shown again as it was"):
+        st.session_state[FIXING] = True
+        st.rerun()
+
+
+def fix_last() -> None:
+    """The last item labelled, shown again as it was, to change the verdict; the item held
+    waits (its lease is renewed when it is shown again)."""
+    last = st.session_state[LAST]
+    item = last["item"]
+    st.info(
+        f"Changing your verdict on item {item['id']} (“{TITLES[last['verdict']]}”): press the "
+        "verdict it should have. Your newer label replaces your earlier one."
+    )
+    show_item(item, fixing=True)
+    if st.button("Keep it as it is", key="review_keep_last", shortcut="K"):
+        st.session_state.pop(FIXING, None)
+        st.rerun()
+
+
 principal = common.require("review")
 reviewer = common.actor(principal)
 url = common.database_url()
@@ -356,7 +474,8 @@ url = common.database_url()
 st.title("Review")
 st.caption(
     "Blind comparisons: the answers are shown as A and B in an order drawn per item. "
-    "Keys: 1–5 verdicts for a pair (1–3 for a single answer), S skip, L give back."
+    "Keys: 1–5 verdicts for a pair (1–3 for a single answer), S skip, L give back, U change "
+    "the verdict you gave last."
 )
 
 queue = load_queue(url)
@@ -370,6 +489,11 @@ task = None if picked == ANY else picked
 shown_queue = [row for row in queue if task is None or row["task"] == task]
 progress = st.empty()
 show_flash()
+offer_change()
+if st.session_state.get(FIXING) and LAST in st.session_state:
+    show_progress(progress, task)
+    fix_last()
+    st.stop()
 
 if st.session_state.get(PAUSED):
     show_progress(progress, task, review_session(task, shown_queue))
@@ -411,51 +535,12 @@ if item is None:
     )
     st.stop()
 
-st.subheader(f"Item {item['id']} · {formats.line(item['task'])}")
-show_guidelines(item, load_progress(url, reviewer))
-diff = item["diff"]
-st.markdown("**Input**")
-with st.container(border=True):
-    st.markdown(
-        reviewing.highlighted(reviewing.as_text(item["input"]), reviewing.input_marks(item))
-    )
-
-if item["kind"] == "single":
-    answer("Is this answer right?", item["a"], [])
-    verdicts = SINGLE_VERDICTS
-else:
-    left, right = st.columns(2)
-    with left:
-        answer("A", item["a"], reviewing.marks(item, "a"))
-    with right:
-        answer("B", item["b"], reviewing.marks(item, "b"))
-    lines = reviewing.differences(diff)
-    if lines:
-        st.markdown("**Where they differ**\n\n" + "\n".join(f"- {formats.line(x)}" for x in lines))
-    if item.get("note"):
-        # Every difference shown is on a field the reference itself changes between runs.
-        st.info(formats.line(item["note"]))
-    verdicts = PAIR_VERDICTS
-
-fc, corr, note = st.columns(3)
-fc.text_input("Failure class (optional)", key=f"fc-{item['id']}", placeholder="e.g. wrong_label")
-corr.text_input(
-    "Corrected answer (optional)",
-    key=f"corr-{item['id']}",
-    placeholder="a label or text as it is; JSON for an object",
-    help="Only with a verdict that names no right answer (both wrong, wrong, unclear).",
-)
-note.text_input("Note (optional)", key=f"note-{item['id']}")
-
-for column, (n, (verdict, title)) in zip(
-    st.columns(len(verdicts)), enumerate(verdicts, start=1), strict=True
-):
-    if column.button(title, key=f"verdict-{verdict}", shortcut=str(n), width="stretch"):
-        submit_label(item, verdict)
-
+show_item(item)
 reason_column, skip_column, release_column = st.columns([3, 1, 1], vertical_alignment="bottom")
 reason = reason_column.text_input("Skip reason (optional)", key=f"skip-reason-{item['id']}")
-if skip_column.button("Skip", key="review_skip", shortcut="S", width="stretch"):
+if skip_column.button("Skip", key=key_of("review_skip", item), shortcut="S", width="stretch"):
     skip_item(item, task, reason.strip() or None)
-if release_column.button("Give back", key="review_release", shortcut="L", width="stretch"):
+if release_column.button(
+    "Give back", key=key_of("review_release", item), shortcut="L", width="stretch"
+):
     give_back(item)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
@@ -211,6 +212,14 @@ def shown(markdown: str) -> str:
 
 
 _ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>$:&=^])")
+
+
+def item_button(at: AppTest, name: str) -> Any:
+    """The Review page's button `name` ("verdict-unclear", "review_skip") of the item shown:
+    its key ends with the item's id (a press sent from another item's page finds none)."""
+    found = [b for b in at.button if re.fullmatch(rf"{re.escape(name)}-\d+", b.key or "")]
+    assert len(found) == 1, (name, [b.key for b in at.button])
+    return found[0]
 
 
 def page_text(at: AppTest) -> str:

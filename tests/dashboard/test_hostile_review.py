@@ -18,7 +18,7 @@ from controlplane.evalsets import service as evalsets
 from controlplane.models import ReviewItem
 from controlplane.review import actions
 from shadowplane_dashboard import reviewing
-from tests.dashboard.conftest import Seeded, open_page, page_text
+from tests.dashboard.conftest import Seeded, item_button, open_page, page_text
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_skip_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
     expire_lease(seeded, item["id"])
-    at.button(key="review_skip").click().run()
+    item_button(at, "review_skip").click().run()
     assert not at.exception
     assert at.session_state["review_item"]["id"] != item["id"], page_text(at)
 
@@ -124,7 +124,7 @@ def test_give_back_after_the_lease_expired_moves_on(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
     expire_lease(seeded, item["id"])
-    at.button(key="review_release").click().run()
+    item_button(at, "review_release").click().run()
     assert not at.exception
     assert "review_item" not in at.session_state or (
         at.session_state["review_item"]["id"] != item["id"]
@@ -150,7 +150,7 @@ def test_a_nul_in_a_note_is_refused_as_input(seeded: Seeded) -> None:
     at = open_page(seeded, "review", REVIEW)
     item = at.session_state["review_item"]
     at.text_input(key=f"note-{item['id']}").input("a\x00b")
-    at.button(key="verdict-a_correct").click().run()
+    item_button(at, "verdict-a_correct").click().run()
     assert not at.exception
     assert not [e for e in at.error if "did not answer" in e.value], at.error[0].value
 

@@ -18,12 +18,21 @@ from controlplane.models import ReviewItem
 from controlplane.review import actions
 from controlplane.review.labels import PAIR_VERDICTS
 from controlplane.review.progress import reviewer_progress
+from controlplane.review.queue import MAX_CORRECTIONS
 from controlplane.review.repository import item_labels
 from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
 from shadowplane_dashboard import reviewing
 from shadowplane_dashboard.common import SESSION_TOKEN
-from tests.dashboard.conftest import APP, Seeded, open_page, page_text, session_of, shown
+from tests.dashboard.conftest import (
+    APP,
+    Seeded,
+    item_button,
+    open_page,
+    page_text,
+    session_of,
+    shown,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +93,7 @@ def test_the_next_item_shows_its_input_and_answers_as_a_and_b(seeded: Seeded) ->
     with session_scope(seeded.engine) as session:
         assert session.get(ReviewItem, item["id"]).claimed_by == "review"
     # Every verdict has its key: 1-5 in the order shown.
-    keys = [at.button(key=f"verdict-{v}").proto.shortcut for v in PAIR_VERDICTS]
+    keys = [item_button(at, f"verdict-{v}").proto.shortcut for v in PAIR_VERDICTS]
     assert keys == ["1", "2", "3", "4", "5"]
 
 
@@ -121,7 +130,7 @@ def test_nothing_on_the_page_names_a_side_or_a_model_over_many_items(seeded: See
         assert f"Item {item['id']}" in text
         assert not SIDES.search(text), SIDES.search(text)
         assert not [m for m in models if m in text or reviewing.escape(m) in text]
-        at.button(key="verdict-unclear").click().run()
+        item_button(at, "verdict-unclear").click().run()
         assert not at.exception
     assert len(seen) == 8
 
@@ -134,7 +143,7 @@ def test_a_verdict_key_labels_the_item_as_the_reviewer_and_the_next_comes_at_onc
     assert item["kind"] == "pair"
     at.text_input(key=f"fc-{item['id']}").input("wrong_label")
     at.text_input(key=f"note-{item['id']}").input("the ticket asks for money back")
-    button = at.button(key="verdict-a_correct")
+    button = item_button(at, "verdict-a_correct")
     assert button.proto.shortcut == "1"
     button.click().run()
     assert not at.exception
@@ -153,7 +162,7 @@ def test_a_verdict_key_labels_the_item_as_the_reviewer_and_the_next_comes_at_onc
 def test_the_progress_line_counts_todays_labels_and_the_queue(seeded: Seeded) -> None:
     at = review_page(seeded)
     for _ in range(2):
-        at.button(key="verdict-both_wrong").click().run()
+        item_button(at, "verdict-both_wrong").click().run()
     from datetime import UTC, datetime
 
     with session_scope(seeded.engine) as session:
@@ -177,7 +186,7 @@ def test_a_wrong_verdict_with_the_corrected_answer(seeded: Seeded) -> None:
         spec = evalsets.comparator_spec(session, evalsets.task_named(session, "ticket_classify"))
     right = spec["labels"][-1]
     at.text_input(key=f"corr-{item['id']}").input(right)
-    at.button(key="verdict-both_wrong").click().run()
+    item_button(at, "verdict-both_wrong").click().run()
     assert not at.exception
     assert labels_of(seeded, item["id"]) == [("review", "both_wrong", None, right, None)]
 
@@ -189,10 +198,10 @@ def test_a_corrected_answer_the_task_refuses_is_a_sentence_and_the_item_stays(
     at.selectbox(key="review_task").select("ticket_classify").run()
     item = held(at)
     at.text_input(key=f"corr-{item['id']}").input('{"broken": ')
-    at.button(key="verdict-both_wrong").click().run()
+    item_button(at, "verdict-both_wrong").click().run()
     assert "corrected: not valid JSON" in shown(at.error[0].value)
     at.text_input(key=f"corr-{item['id']}").input("not-a-label")
-    at.button(key="verdict-both_wrong").click().run()
+    item_button(at, "verdict-both_wrong").click().run()
     assert not at.exception
     assert "corrected" in shown(at.error[0].value)
     assert held(at)["id"] == item["id"]
@@ -203,7 +212,7 @@ def test_skip_with_a_reason_and_the_item_is_not_offered_again(seeded: Seeded) ->
     at = review_page(seeded)
     item = held(at)
     at.text_input(key=f"skip-reason-{item['id']}").input("cannot read the scan")
-    button = at.button(key="review_skip")
+    button = item_button(at, "review_skip")
     assert button.proto.shortcut.upper() == "S"
     button.click().run()
     assert not at.exception
@@ -216,7 +225,7 @@ def test_skip_with_a_reason_and_the_item_is_not_offered_again(seeded: Seeded) ->
 def test_give_back_releases_the_item_and_waits_for_the_next_key(seeded: Seeded) -> None:
     at = review_page(seeded)
     item = held(at)
-    at.button(key="review_release").click().run()
+    item_button(at, "review_release").click().run()
     assert not at.exception
     [entry] = audit(seeded, "review.release")
     assert entry["item"] == item["id"]
@@ -245,12 +254,99 @@ def test_a_lost_lease_says_so_and_brings_the_next_item(seeded: Seeded) -> None:
     item = held(at)
     # The lease ends elsewhere (it expired, or the reviewer's other window gave it back).
     actions.release(seeded.engine, item["id"], "review", skip=True, reason="elsewhere")
-    at.button(key="verdict-a_correct").click().run()
+    item_button(at, "verdict-a_correct").click().run()
     assert not at.exception
     warning = shown(at.warning[0].value)
     assert "lease on item" in warning and "that label was not stored" in warning
     assert labels_of(seeded, item["id"]) == []
     assert held(at)["id"] != item["id"]
+
+
+def test_a_press_on_an_item_labelled_already_says_so_and_labels_nothing_else(
+    seeded: Seeded,
+) -> None:
+    """The page still holds an item its reviewer has labelled (their first press labelled
+    it, and the second press came before the page let go of it): the second press is said
+    to be one, not a lost lease, and nothing more is stored."""
+    at = review_page(seeded)
+    item = held(at)
+    actions.label(seeded.engine, item["id"], "review", verdict="unclear")
+    item_button(at, "verdict-both_wrong").click().run()
+    assert not at.exception
+    warning = shown(at.warning[0].value)
+    assert f"You labelled item {item['id']} already" in warning, warning
+    assert "that second label was not stored" in warning
+    assert [x[1] for x in labels_of(seeded, item["id"])] == ["unclear"]
+    following = held(at)
+    assert following["id"] != item["id"]
+    assert labels_of(seeded, following["id"]) == []
+
+
+def change_last(at: AppTest) -> None:
+    at.button(key="review_change_last").click().run()
+    assert not at.exception
+
+
+def test_the_last_verdict_is_shown_again_and_kept_or_changed_while_the_next_item_waits(
+    seeded: Seeded,
+) -> None:
+    at = review_page(seeded)
+    first = held(at)
+    item_button(at, "verdict-unclear").click().run()
+    following = held(at)
+    assert following["id"] != first["id"]
+    offer = at.button(key="review_change_last")
+    assert f"item {first['id']}" in offer.label and "Unclear" in offer.label
+    assert offer.proto.shortcut.upper() == "U"
+    # Shown again, then kept as it is: the item held comes back, nothing more stored.
+    change_last(at)
+    assert str(at.subheader[0].value).startswith(f"Item {first['id']} ·")
+    assert not [b for b in at.button if (b.key or "").startswith(("verdict-", "review_skip"))]
+    at.button(key="review_keep_last").click().run()
+    assert not at.exception
+    assert held(at)["id"] == following["id"]
+    assert str(at.subheader[0].value).startswith(f"Item {following['id']} ·")
+    assert [x[1] for x in labels_of(seeded, first["id"])] == ["unclear"]
+    # Shown again and changed: the newer label is the reviewer's vote, audited as a
+    # correction, and the item held is shown again, untouched.
+    change_last(at)
+    item_button(at, "fix-verdict-both_wrong").click().run()
+    assert not at.exception
+    assert [x[1] for x in labels_of(seeded, first["id"])] == ["unclear", "both_wrong"]
+    corrections = [
+        (e["item"], e["verdict"], e["correction"]) for e in audit(seeded, "review.label")
+    ]
+    assert (first["id"], "both_wrong", True) in corrections
+    assert (first["id"], "unclear", False) in corrections
+    assert "now “Both wrong” (it was “Unclear”)" in shown(at.success[0].value)
+    assert held(at)["id"] == following["id"]
+    assert labels_of(seeded, following["id"]) == []
+    assert "Both wrong" in at.button(key="review_change_last").label
+
+
+def test_a_change_past_the_limit_is_refused_on_the_page_and_the_item_held_stays(
+    seeded: Seeded,
+) -> None:
+    at = review_page(seeded)
+    first = held(at)
+    item_button(at, "verdict-unclear").click().run()
+    following = held(at)
+    verdicts = ["both_wrong", "unclear", "both_wrong", "unclear"]
+    for n, verdict in enumerate(verdicts):
+        change_last(at)
+        item_button(at, f"fix-verdict-{verdict}").click().run()
+        assert not at.exception
+        if n < MAX_CORRECTIONS:
+            continue
+        # The server's refusal, said; still shown again, the item held untouched.
+        assert "corrected your label" in shown(at.error[0].value)
+        assert str(at.subheader[0].value).startswith(f"Item {first['id']} ·")
+    assert [x[1] for x in labels_of(seeded, first["id"])] == [
+        "unclear",
+        *verdicts[:MAX_CORRECTIONS],
+    ]
+    at.button(key="review_keep_last").click().run()
+    assert held(at)["id"] == following["id"]
 
 
 def test_an_empty_queue_says_to_come_back_later(seeded: Seeded) -> None:
@@ -329,7 +425,7 @@ def test_a_read_key_has_no_review_page(seeded: Seeded) -> None:
 def test_the_page_labels_on_sqlite_too(seeded_sqlite: Seeded) -> None:
     at = review_page(seeded_sqlite)
     item = held(at)
-    at.button(key="verdict-unclear").click().run()
+    item_button(at, "verdict-unclear").click().run()
     assert not at.exception
     assert labels_of(seeded_sqlite, item["id"]) == [("review", "unclear", None, None, None)]
     assert held(at)["id"] != item["id"]
@@ -348,7 +444,12 @@ def test_a_single_answer_asks_whether_it_is_right(seeded: Seeded) -> None:
     assert "Is this answer right?" in text
     assert "**A**" not in text and "**B**" not in text
     buttons = {b.key: b.proto.shortcut for b in at.button if (b.key or "").startswith("verdict-")}
-    assert buttons == {"verdict-correct": "1", "verdict-wrong": "2", "verdict-unclear": "3"}
-    at.button(key="verdict-correct").click().run()
+    mine = f"-{item['id']}"
+    assert buttons == {
+        f"verdict-correct{mine}": "1",
+        f"verdict-wrong{mine}": "2",
+        f"verdict-unclear{mine}": "3",
+    }
+    item_button(at, "verdict-correct").click().run()
     assert not at.exception
     assert labels_of(seeded, item["id"]) == [("review", "correct", None, None, None)]

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from controlplane.compare.comparators import compare
 from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
-from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.dashboard.conftest import Seeded, item_button, open_page, page_text, shown
 from tests.review.queuedata import add_items
 
 pytestmark = pytest.mark.integration
@@ -86,7 +86,7 @@ def test_every_difference_of_a_rewrite_and_of_json_fields_is_marked_in_both_answ
     [source] = [m.value for m in at.markdown if "Customer" in m.value]
     assert [shown(x) for x in MARKED.findall(source)] == ["126"]
 
-    at.button(key="verdict-both_wrong").click().run()
+    item_button(at, "verdict-both_wrong").click().run()
     assert not at.exception, at.exception
     # Chinese, A the cloud's answer: 三十 vs 七 (30 and 7), 不 and 可 of 可以 it negates.
     assert answer_marks(at, "A") == ["三十", "不"]

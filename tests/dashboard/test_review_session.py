@@ -16,7 +16,7 @@ from controlplane.models import ReviewItem
 from controlplane.review import actions
 from controlplane.rollout.configs import apply_tasks
 from controlplane.sim.evalset_example import CONFIGS
-from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.dashboard.conftest import Seeded, item_button, open_page, page_text, shown
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ def test_the_guidelines_counts_and_session_bar_of_the_task_picked(seeded: Seeded
     assert order.index("Guidelines for ticket_classify") < order.index("**Input**")
 
     for _ in range(2):
-        at.button(key="verdict-unclear").click().run()
+        item_button(at, "verdict-unclear").click().run()
         assert not at.exception
     text = page_text(at)
     assert "Today (UTC), in ticket_classify: you labelled **2** items" in text

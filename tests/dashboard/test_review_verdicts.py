@@ -13,7 +13,7 @@ from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
 from controlplane.evalsets import service as evalsets
 from controlplane.review.repository import item_labels
-from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.dashboard.conftest import Seeded, item_button, open_page, page_text, shown
 from tests.review.queuedata import add_items
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_a_verdict_the_comparator_contradicts_is_refused_on_the_page(seeded: See
     assert at.session_state["review_item"]["id"] == different
 
     # "Both right" on two different labels: refused with why, the item stays.
-    at.button(key="verdict-both_correct").click().run()
+    item_button(at, "verdict-both_correct").click().run()
     said = refusal(at)
     assert said.startswith("Not stored: “Both right” calls A and B right, but they are different")
     assert 'A reads "inquiry", B "refund"' in said
@@ -67,18 +67,18 @@ def test_a_verdict_the_comparator_contradicts_is_refused_on_the_page(seeded: See
     assert at.session_state["review_item"]["id"] == different
     assert verdicts(seeded, different) == []
     # "A is right" stands, and the next item comes.
-    at.button(key="verdict-a_correct").click().run()
+    item_button(at, "verdict-a_correct").click().run()
     assert not at.error and verdicts(seeded, different) == ["a_correct"]
     assert f"Item {different} labelled a_correct." in page_text(at)
     assert at.session_state["review_item"]["id"] == same
 
     # "A is right" on two identical answers: refused; "Both right" stands.
-    at.button(key="verdict-a_correct").click().run()
+    item_button(at, "verdict-a_correct").click().run()
     said = refusal(at)
     assert said.startswith("Not stored: “A is right” calls only A right, but A and B are the same")
     assert 'both read "refund"' in said and "choose “Both right” or “Both wrong”" in said
     assert verdicts(seeded, same) == []
-    at.button(key="verdict-both_correct").click().run()
+    item_button(at, "verdict-both_correct").click().run()
     assert not at.error and verdicts(seeded, same) == ["both_correct"]
 
     # The eval set expects what the verdicts that stood name right.

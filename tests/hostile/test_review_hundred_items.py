@@ -3,14 +3,15 @@ sitting, on the embedded default (SQLite). Walked in a real browser first (`shad
 dashboard` on the seeded queue, headless Chromium): 100+ items labelled by key at about
 0.5 s an item, two reviewers on one queue at once with no item labelled twice or shown to
 both, the place kept across reruns. Each test below is a defect found there, a strict
-xfail until it is fixed:
+xfail until it was fixed (now plain tests):
 
 - a verdict key pressed twice (a fast reviewer's double press, or a press while the page
   is drawing the next item) labels the next item too, which the reviewer never saw: the
   verdict buttons keep one key for every item, so a press sent from item X's page is
-  taken as a press on item Y;
+  taken as a press on item Y (fixed: every button that acts on an item is keyed by its id);
 - a verdict given by mistake cannot be corrected from the page: the item is gone at once
-  and is never offered to its reviewer again, although the API takes a correction."""
+  and is never offered to its reviewer again, although the API takes a correction (fixed:
+  the last item labelled is one click, U, from being shown again to change the verdict)."""
 
 from __future__ import annotations
 
@@ -81,12 +82,6 @@ def held(at: AppTest) -> dict[str, Any]:
     return dict(at.session_state["review_item"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the verdict buttons keep one key (verdict-<verdict>) for every item, so a "
-    "press sent from item X's page (a double press, or a press while the next item is "
-    "drawn) is taken as a press on the next item, which is labelled unseen",
-)
 def test_a_second_press_sent_from_an_item_already_labelled_labels_nothing_else(
     seeded_sqlite: Seeded,  # noqa: F811
 ) -> None:
@@ -116,12 +111,6 @@ def test_a_second_press_sent_from_an_item_already_labelled_labels_nothing_else(
     assert subheading(at).startswith(f"Item {following['id']} ·")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Review page offers no way to correct or undo a label once given: the item "
-    "leaves the page at once and is never offered to its reviewer again (the API takes "
-    "a correction without a lease, the page does not)",
-)
 def test_a_mis_keyed_verdict_can_be_corrected_from_the_review_page(
     seeded_sqlite: Seeded,  # noqa: F811
 ) -> None:
