@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import beat_init, worker_process_init
 
 from controlplane.compare import native
 from controlplane.settings import Settings, get_settings
@@ -33,14 +33,15 @@ VISIBILITY_MARGIN = 5.0
 # run never counts against the visibility timeout (a grading lost with its worker is done
 # again the next day, and on demand by promotion and the grade endpoints).
 GRADE_TIME_LIMIT = 600.0
-# The longest one Redis command of the broker's (a publish, a restore pass) waits for its
-# answer, and a connection to open. Without it a Redis that stops answering without closing
-# its connections (frozen, a failover, a dropped NAT entry) holds beat's publish forever:
-# no plan is queued and nothing is logged. With it the publish fails after its retries
-# (four tries, about 4 x this), beat logs `redis_unavailable` once, and `redis_available`
-# at its first publish after. A Redis command answers in well under a millisecond; the
-# worker's BRPOP waits on the event loop, not on this (kombu checks it on its own).
-BROKER_SOCKET_TIMEOUT = 3.0
+# Beat's publish to a Redis that stops answering without closing its connections (frozen,
+# a failover, a dropped NAT entry) waits at most this long, and is not retried: it then
+# fails, beat logs `redis_unavailable` once, and `redis_available` at its first publish
+# after; the next tick publishes again. Without it the publish waited for good: no plan
+# queued, nothing logged. Long enough that a Redis merely slow for a few seconds answers
+# in time (a publish given up on may still be queued when Redis wakes, and retried it
+# would be queued twice). Beat only: a worker's commands wait as before (an ack that timed
+# out left kombu holding the job's prefetch slot, and the worker took no job again).
+BEAT_SOCKET_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ def make_celery(settings: Settings) -> Celery:
             # The lock of one such pass: a worker that dies holding it blocks the others for
             # this long, not kombu's 5 minutes.
             "unacked_mutex_expire": tick,
-            "socket_timeout": BROKER_SOCKET_TIMEOUT,
-            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
         },
         beat_schedule=beat_schedule(settings),
         worker_hijack_root_logger=False,
@@ -113,6 +112,19 @@ def make_celery(settings: Settings) -> Celery:
 
 
 app = make_celery(get_settings())
+
+
+@beat_init.connect
+def _beat_gives_up_on_a_silent_redis(sender: Any = None, **_: Any) -> None:
+    """In beat (before its first publish opens the broker's connection): each publish waits
+    at most BEAT_SOCKET_TIMEOUT for Redis, and is not retried."""
+    conf = sender.app.conf if sender is not None else app.conf
+    conf.broker_transport_options = {
+        **conf.broker_transport_options,
+        "socket_timeout": BEAT_SOCKET_TIMEOUT,
+        "socket_connect_timeout": BEAT_SOCKET_TIMEOUT,
+    }
+    conf.task_publish_retry = False
 
 
 @worker_process_init.connect

@@ -270,16 +270,21 @@ _SIDE_WORDS = {"edge": "the edge", "cloud": "the cloud", "cloud_repeat": "the cl
 def not_run(skipped: Mapping[str, str | None] | None) -> str:
     """The sides the router said it did not run, with why (", the cloud not run (budget)"),
     in the contract's order: without them a missing side reads as lost. A reason its task's
-    policy did not keep (`none`) is said so."""
+    policy did not keep (`none`) is said so, and an empty one."""
     if not skipped:
         return ""
     said = [
-        f"{_SIDE_WORDS[side]} not run ({line(why) if why else 'its reason not kept'})"
+        f"{_SIDE_WORDS[side]} not run ({_why(skipped[side])})"
         for side in SKIPPABLE
         if side in skipped
-        for why in (skipped[side],)
     ]
     return ", " + ", ".join(said)
+
+
+def _why(reason: str | None) -> str:
+    if reason is None:
+        return "its reason not kept"
+    return line(reason) if reason.strip() else "no reason given"
 
 
 def gate_passed(evidence: Row) -> str | None:

@@ -2,7 +2,9 @@
 BROKER_SOCKET_TIMEOUT, 3 s, so beat says so when Redis stops answering) and a5690aa (the Task
 page's example result names the sides the router did not run, `skipped`, reasons escaped).
 
-Defects (strict xfails):
+Defects (strict xfails until they were fixed, now plain tests: beat alone gives up on a
+silent Redis, after 10 s and without retrying the publish; workers wait for Redis as before;
+an empty reason reads "no reason given"):
 
 - a Redis that is merely slow for 5 s (`DEBUG SLEEP 5`, a long blocking command) while a
   worker acknowledges a job: the ack's MULTI times out, Celery logs "Couldn't ack" (kept at
@@ -172,11 +174,6 @@ def test_reasons_under_none_read_as_not_kept(none_api: Api) -> None:
     assert said.endswith(", the cloud's repeat not run (its reason not kept)"), said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an empty reason kept under policy full reads 'its reason not kept' (said of "
-    "policy none), and a reason of spaces reads 'not run ()'",
-)
 @pytest.mark.parametrize("why", ["", "   "])
 def test_an_empty_reason_kept_under_full_is_not_said_to_be_dropped(api: Api, why: str) -> None:
     post(api, conflict(f"empty-{len(why)}", cloud_repeat=why))
@@ -304,11 +301,6 @@ def ack_in_a_stall(pg_url: str, broker: str, celery_worker: StartWorker) -> Cele
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 5-s Redis stall during an ack: the ack times out (3 s) and the worker never "
-    "takes another job (kombu keeps the tag counted against the prefetch of 1)",
-)
 def test_a_worker_takes_jobs_again_after_redis_was_slow_during_an_ack(
     pg_url: str, slow_redis: str, celery_worker: StartWorker
 ) -> None:
@@ -321,11 +313,6 @@ def test_a_worker_takes_jobs_again_after_redis_was_slow_during_an_ack(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 5-s Redis stall during an ack: the worker logs redis_unavailable and never "
-    "redis_available (Redis answered 5 s later)",
-)
 def test_a_worker_says_redis_is_back_when_it_said_it_was_away(
     pg_url: str, slow_redis: str, celery_worker: StartWorker
 ) -> None:
@@ -343,11 +330,6 @@ def test_a_worker_says_redis_is_back_when_it_said_it_was_away(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 5-s Redis stall while beat publishes: the publish times out (3 s), is retried, "
-    "and Redis runs both pushes: one message (one task id) queued twice",
-)
 def test_beat_queues_each_message_once_through_a_redis_stall(
     pg_url: str, slow_redis: str, tmp_path: Path
 ) -> None:

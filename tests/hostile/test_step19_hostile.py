@@ -309,8 +309,8 @@ def test_beat_on_a_redis_that_stopped_answering_says_so_once_and_once_when_it_is
     publish waited on the socket without a timeout, so beat stopped queueing the plan and
     said nothing at all — no redis_unavailable, no redis_available when it answered again
     (a 45-s freeze: 45 s of silence, then it went on as if nothing happened). The broker's
-    commands now time out (`BROKER_SOCKET_TIMEOUT`): the publish fails after its retries and
-    beat says so once, then once when Redis answers. (The test gives beat 20 s to notice a
+    publish now gives up after `BEAT_SOCKET_TIMEOUT` (not retried), and beat says so once,
+    then once when Redis answers. (The test gives beat 20 s to notice a
     freeze: the bound is this test's choice.)"""
     server = make_url(redis_url())
     proxy = Proxy(server.port or 6379)

@@ -284,3 +284,7 @@ def test_an_example_result_names_the_sides_the_router_did_not_run_and_why() -> N
         "the cloud's repeat not run (its reason not kept)"
     )
     assert views.example_line({**RESULT, "skipped": None}) == plain
+    # A reason kept but empty is not one the policy dropped.
+    for empty in ("", "  "):
+        said = views.example_line({**RESULT, "skipped": {"edge": empty}})
+        assert said == plain + ", the edge not run (no reason given)"
