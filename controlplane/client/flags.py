@@ -17,6 +17,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from .jsonread import loads
 from .routing import Route, route
 from .sse import COMMENT, Event, EventReader, StreamTooLarge
 from .tls import default_tls
@@ -67,6 +69,22 @@ class FlagStatus:
     @property
     def stale(self) -> bool:
         return self.state != "ok"
+
+
+# The clients of this process, kept going in a child it forks.
+_LIVE: weakref.WeakSet[FlagClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_LIVE):
+        try:
+            client._forked()
+        except Exception:  # the child must go on: its copy then ages toward the cloud
+            log.exception("flags: the client could not start again in a forked process")
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Halt(Exception):
@@ -116,6 +134,7 @@ class FlagClient:
         self.stream_read_timeout = stream_read_timeout
         self.max_document_bytes = max_document_bytes
         self._rng = rng or random.Random()
+        self._rng_given = rng is not None
         self._clock = clock
         # How the thread waits between fetches: by default a wait `close()` cuts short;
         # tests pass their own to see the waits asked for without spending them.
@@ -145,6 +164,7 @@ class FlagClient:
         self._thread: threading.Thread | None = None
         self._response: httpx.Response | None = None
         self._load_cache()
+        _LIVE.add(self)
 
     # -- the request path -------------------------------------------------------------
 
@@ -211,6 +231,32 @@ class FlagClient:
             self._thread.start()
         return self
 
+    def _forked(self) -> None:
+        """In a child forked from this process (gunicorn `--preload`, README's module-level
+        client): the parent's thread is not there, and its connections and locks are not
+        the child's. The copy is kept (its age goes on counting), and a client that was
+        started gets a thread of its own, which fetches at once."""
+        running = self._thread is not None and not self._stop.is_set()
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=dict(self._http.headers),
+            timeout=self.timeout,
+            verify=default_tls(),
+        )
+        self._lock = threading.Lock()
+        stopped, self._stop = self._stop.is_set(), threading.Event()
+        if stopped:
+            self._stop.set()
+        attempted, self._first_attempt = self._first_attempt.is_set(), threading.Event()
+        if attempted:
+            self._first_attempt.set()
+        self._response = None
+        self._thread = None
+        if not self._rng_given:  # the workers of one parent do not draw alike
+            self._rng = random.Random()
+        if running:
+            self.start()
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the first fetch has been tried; True when the copy is usable (fresh)."""
         self._first_attempt.wait(timeout)
@@ -234,25 +280,37 @@ class FlagClient:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                if self.stream and time.monotonic() >= self._next_stream_try:
-                    self._follow_stream()
-                    if self._stop.is_set():
-                        break
-                delay = self._poll()
-                self._first_attempt.set()
-                if self.stream:  # the stream is tried again when due, between polls
-                    delay = min(delay, max(0.0, self._next_stream_try - time.monotonic()))
+                try:
+                    delay = self._turn()
+                except _Halt:
+                    return
+                except Exception:
+                    # A bug here must not end the thread: the copy ages toward the cloud
+                    # (`max_staleness`) while it fails, and follows the server again after.
+                    log.exception(
+                        "flags: a fetch failed unexpectedly; trying again in %.0f s, routing "
+                        "to the cloud after max_staleness meanwhile",
+                        self.max_backoff,
+                    )
+                    self._set_error("a fetch failed unexpectedly (see the log)")
+                    self._first_attempt.set()
+                    delay = self.max_backoff
                 if self._wait(delay):
-                    break
-        except _Halt:
-            pass
-        except Exception:  # a bug here must not leave routers on a copy they think is live
-            log.exception(
-                "flags: the background thread failed; routing to the cloud after max_staleness"
-            )
-            self._set_error("the background thread failed (see the log)")
+                    return
         finally:
             self._first_attempt.set()
+
+    def _turn(self) -> float:
+        """The stream when due, then a poll: the seconds until the next turn."""
+        if self.stream and time.monotonic() >= self._next_stream_try:
+            self._follow_stream()
+            if self._stop.is_set():
+                return 0.0
+        delay = self._poll()
+        self._first_attempt.set()
+        if self.stream:  # the stream is tried again when due, between polls
+            delay = min(delay, max(0.0, self._next_stream_try - time.monotonic()))
+        return delay
 
     def _wait(self, seconds: float) -> bool:
         """Wait `seconds` before the next fetch; True once the client is closing."""
@@ -422,7 +480,7 @@ class FlagClient:
         """Take a flags document; a problem string when it cannot be read or is older than
         the copy held (nothing changes then, and nothing is confirmed)."""
         try:
-            document = json.loads(body)
+            document = loads(body)
         except ValueError:
             return "the flags document is not JSON"
         flags = document.get("flags") if isinstance(document, dict) else None
@@ -577,7 +635,7 @@ class FlagClient:
             if size > self.max_document_bytes + 65536:
                 problem: str | None = f"{size} bytes, larger than max_document_bytes allows"
             else:
-                document = json.loads(path.read_text(encoding="utf-8"))
+                document = loads(path.read_text(encoding="utf-8"))
                 problem = _cache_problem(document, time.time())
         except FileNotFoundError:
             return
@@ -660,7 +718,7 @@ def _stale_seconds(response: httpx.Response) -> float | None:
 def _heartbeat(data: str) -> tuple[int, float] | None:
     """`{"revision": <int>, "stale_seconds": <int or null>}` as (revision, seconds old)."""
     try:
-        beat = json.loads(data)
+        beat = loads(data)
     except ValueError:
         return None
     if not isinstance(beat, dict):
@@ -707,7 +765,7 @@ def _detail(response: httpx.Response) -> str:
     """The `detail` of an error answer, read with a small cap."""
     reason = response.reason_phrase or "no detail"
     try:
-        body = json.loads(_read_capped(response, 65536, time.monotonic() + 5))
+        body = loads(_read_capped(response, 65536, time.monotonic() + 5))
     except (_BodyProblem, httpx.HTTPError, ValueError):
         return reason
     detail = body.get("detail") if isinstance(body, Mapping) else None

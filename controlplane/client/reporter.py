@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,6 +58,21 @@ class ResultReporter(HoldsResults):
         max_backoff: float = 30.0,
         rng: random.Random | None = None,
     ) -> None:
+        # Made again from these in a child forked from this process (`_after_fork_in_child`).
+        self._made_with = (
+            (base_url, api_key),
+            {
+                "batch_size": batch_size,
+                "flush_interval": flush_interval,
+                "max_queue": max_queue,
+                "max_queue_bytes": max_queue_bytes,
+                "max_body_bytes": max_body_bytes,
+                "max_result_bytes": max_result_bytes,
+                "timeout": timeout,
+                "max_backoff": max_backoff,
+                "rng": rng,
+            },
+        )
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValueError(
                 f"batch_size: must be 1 to {MAX_BATCH} (the API takes at most {MAX_BATCH} "
@@ -107,6 +124,7 @@ class ResultReporter(HoldsResults):
         # Results handed over that come later (`hold`): waiting for the cloud's repeat
         # (`report(..., repeat=)`), or in `shadow_compare` for a side beside; guarded by it.
         self._held = 0
+        self._holds: set[Held] = set()  # the holds not yet ended; guarded by `_held_done`
         self._held_done = threading.Condition(threading.Lock())
         self._last_error: str | None = None
         self._last_drop_log = 0.0
@@ -116,6 +134,16 @@ class ResultReporter(HoldsResults):
         self._abort = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-results", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
+
+    def _forked(self) -> None:
+        """In a child forked from this process (gunicorn `--preload`): the parent's queue,
+        counts, connections and thread are the parent's, which sends what it queued; the
+        child's reporter starts empty, with a thread of its own. A closed one stays closed."""
+        if self._closing.is_set():
+            return
+        args, kwargs = self._made_with
+        self.__init__(*args, **kwargs)  # type: ignore[misc]
 
     # -- the request path -------------------------------------------------------------
 
@@ -162,13 +190,17 @@ class ResultReporter(HoldsResults):
         or the cloud's repeat, is still running once the answer is given): the one report
         through the returned `Held` queues it. Until then it counts as `pending`, and
         `close()` waits for it, as for a repeat `report` asked for."""
+        held = Held(self)
         with self._held_done:
             self._held += 1
-        return Held(self)
+            self._holds.add(held)
+        return held
 
-    def _release(self) -> None:
+    def _release(self, held: Held) -> None:
         with self._held_done:
-            self._held -= 1
+            if held in self._holds:
+                self._holds.discard(held)
+                self._held -= 1
             self._held_done.notify_all()
 
     def _queue(self, result: Mapping[str, Any]) -> bool:
@@ -282,6 +314,19 @@ class ResultReporter(HoldsResults):
         with self._held_done:
             while self._held > 0 and (left := deadline - time.monotonic()) > 0:
                 self._held_done.wait(left)
+            # Those still out are given up on now, counted and said: the process may end
+            # before they come (one that comes later is not counted again).
+            given_up, self._holds = self._holds, set()
+            self._held = 0
+        for held in given_up:
+            held.abandon()
+        if given_up:
+            self._drop(
+                len(given_up),
+                "closed",
+                f"{len(given_up)} result(s) still waiting for the cloud's repeat or a side "
+                "beside when close() gave up",
+            )
         self._closing.set()
         with self._ready:
             self._ready.notify_all()
@@ -475,6 +520,22 @@ class ResultReporter(HoldsResults):
             log.warning("results: dropped %d (%d in all): %s", n, dropped, why)
 
 
+# The reporters of this process, made again in a child it forks.
+_LIVE: weakref.WeakSet[ResultReporter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reporter in list(_LIVE):
+        try:
+            reporter._forked()
+        except Exception:  # the child must go on: its reports are then counted as dropped
+            log.exception("results: the reporter could not start again in a forked process")
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Held:
     """Where one held result comes back (`ResultReporter.hold`): its report queues it and
     ends the hold; a second report is queued as any would be, the hold ended once."""
@@ -483,8 +544,13 @@ class Held:
         self.owner = owner
         self._lock = threading.Lock()
         self._ended = False
+        self._abandoned = False
 
     def report(self, result: Mapping[str, Any]) -> bool:
+        with self._lock:
+            abandoned = self._abandoned
+        if abandoned:
+            return False  # counted as dropped when close() gave up on it
         try:
             return self.owner.report(result)
         finally:
@@ -495,7 +561,12 @@ class Held:
         with self._lock:
             ended, self._ended = self._ended, True
         if not ended:
-            self.owner._release()
+            self.owner._release(self)
+
+    def abandon(self) -> None:
+        """`close()` gave up on the result (and counted it): a later report is not sent."""
+        with self._lock:
+            self._abandoned = True
 
 
 def _answered(cloud: Any) -> bool:

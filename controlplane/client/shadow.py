@@ -16,6 +16,7 @@ import heapq
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -356,6 +357,11 @@ class _Deadlines:
                 self._thread.start()
             self._cv.notify()
 
+    def forked(self) -> None:
+        """In a forked child: the parent's deadlines (its calls in flight) are not the
+        child's, and its thread is not there."""
+        self.__init__()  # type: ignore[misc]
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -410,6 +416,11 @@ class _Gate:
     def busy(self) -> str:
         return f"all {self.threads} {self.prefix} threads are held (hung calls?)"
 
+    def forked(self) -> None:
+        """In a forked child: the parent's pool counts threads (idle, or running the
+        parent's calls) the child does not have; a call queued on it would wait for good."""
+        self.__init__(self.prefix, self.threads)  # type: ignore[misc]
+
     @property
     def in_flight(self) -> int:
         return self._busy
@@ -447,6 +458,21 @@ _beside_pool = _Gate("shadowplane-side", BESIDE_THREADS)
 _stats_lock = threading.Lock()
 _stats: Counter[str] = Counter()
 _last_busy_log = 0.0
+
+
+def _after_fork_in_child() -> None:
+    """A process forked after `shadow_compare` ran (gunicorn `--preload` warming the app up)
+    has none of its threads: the pools, the deadline thread and their locks start anew."""
+    global _stats_lock
+    _stats_lock = threading.Lock()
+    _stats.clear()
+    _deadlines.forked()
+    _serving.forked()
+    _beside_pool.forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shadow_stats() -> dict[str, int]:

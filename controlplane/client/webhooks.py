@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Mapping
+
+from .jsonread import loads
 
 DELIVERY_HEADER = "X-Shadowplane-Delivery"
 SIGNATURE_HEADER = "X-Shadowplane-Signature"
@@ -55,7 +56,7 @@ def verify_signature(
     delivery = _header(headers, DELIVERY_HEADER)
     if delivery is not None:
         try:
-            document = json.loads(raw)
+            document = loads(raw)
         except ValueError:
             return False
         if not isinstance(document, dict) or document.get("delivery_id") != delivery:

@@ -104,17 +104,18 @@ def test_aclose_twice_after_a_body_that_raises_and_at_once() -> None:
 
     held = Ingest()
 
-    async def at_once(base: str) -> tuple[bool, int]:
+    async def at_once(base: str) -> tuple[bool, int, dict[str, int]]:
         reporter = ResultReporter(base, "k", flush_interval=0.01)
         release = await serve_one(reporter, "given-up")
         closed = await reporter.aclose(timeout=0)  # does not wait for the side beside
         pending = reporter.pending
         release.set()
-        return closed, pending
+        return closed, pending, dict(reporter.drop_reasons)
 
     with FakeServer(held) as server:
-        closed, pending = asyncio.run(at_once(server.base))
-    assert (closed, pending, held.posted) == (False, 1, [])
+        closed, pending, dropped = asyncio.run(at_once(server.base))
+    # The result given up on is counted as dropped at close, and not sent when it comes.
+    assert (closed, pending, held.posted, dropped) == (False, 0, [], {"closed": 1})
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,11 @@ Shadowplane, and for whom "when in doubt, route to the cloud": the Python client
 real `shadowplane api` (its own SQLite, started per test) and against what can stand in
 front of it (a front that answers garbage for the API, a fork of the router's process).
 
-Each test here is a strict xfail naming a defect found in this review: it fails today
-because of that defect, and passes once it is fixed.
+Each test here was a strict xfail naming a defect found in this review, and is a plain
+test since it was fixed (reading JSON refuses a value nested too deeply as unreadable, and
+the flags thread survives an unexpected failure; in a forked child the flags client, the
+reporter and `shadow_compare`'s pools start again with threads of their own; `close()`
+counts and logs the held results it gives up on).
 
 1. A flags answer nested deeper than Python's recursion limit (a few hundred KiB of `[`,
    well under `max_document_bytes`) raises RecursionError out of `json.loads`, which the
@@ -175,12 +178,6 @@ class GarbageFront:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect: a flags body nested past the recursion limit raises RecursionError, "
-    "which kills the FlagClient thread for good (only ValueError is caught)",
-)
 def test_a_flags_answer_nested_too_deeply_is_one_failed_fetch_not_the_end_of_polling(
     full_api: ApiServer,
 ) -> None:
@@ -214,12 +211,6 @@ def test_a_flags_answer_nested_too_deeply_is_one_failed_fetch_not_the_end_of_pol
 # -- 2. a cache file nested too deeply -----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="defect: a cache_path file nested past the recursion limit makes FlagClient() "
-    "raise RecursionError instead of being ignored",
-)
 def test_a_cache_file_nested_too_deeply_is_ignored_and_the_router_starts(tmp_path: Path) -> None:
     cache = tmp_path / "flags.json"
     cache.write_bytes(DEEP)
@@ -235,12 +226,6 @@ def test_a_cache_file_nested_too_deeply_is_ignored_and_the_router_starts(tmp_pat
 # -- 3 to 5. the router's process forks after the client started ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect: a FlagClient started before a fork has no thread in the child: the "
-    "child never hears a kill and routes to the edge until max_staleness (600 s)",
-)
 def test_a_kill_reaches_a_worker_forked_after_the_flag_client_started(
     full_api: ApiServer, tmp_path: Path
 ) -> None:
@@ -276,13 +261,6 @@ def test_a_kill_reaches_a_worker_forked_after_the_flag_client_started(
     assert _preloaded(full_api, tmp_path, setup, parent) == "cloud"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect: shadow_compare's thread pools are the parent's after a fork: the child's "
-    "edge call is queued behind threads it does not have, waits edge_timeout, and the "
-    "cloud answers as an edge timeout",
-)
 def test_shadow_compare_in_a_forked_worker_serves_the_edge_without_waiting_its_timeout(
     full_api: ApiServer, tmp_path: Path
 ) -> None:
@@ -311,12 +289,6 @@ def test_shadow_compare_in_a_forked_worker_serves_the_edge_without_waiting_its_t
     assert _preloaded(full_api, tmp_path, setup) == ["refund", "refund"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect: a ResultReporter made before a fork has no sending thread in the child: "
-    "every result the child reports is dropped (counted as stopped)",
-)
 def test_a_reporter_made_before_a_fork_delivers_what_the_worker_reports(
     live_api: ApiServer, tmp_path: Path
 ) -> None:
@@ -345,12 +317,6 @@ def test_a_reporter_made_before_a_fork_delivers_what_the_worker_reports(
 # -- 6. close with a result still held -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect: close() returns with a held result (its repeat still running) neither "
-    "counted in dropped nor logged",
-)
 def test_close_counts_a_result_still_held_as_dropped(
     live_api: ApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
