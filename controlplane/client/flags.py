@@ -163,6 +163,8 @@ class FlagClient:
         self._first_attempt = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: httpx.Response | None = None
+        # In a child forked while the thread ran: start one at the first use (`_resume`).
+        self._start_when_used = False
         self._load_cache()
         _LIVE.add(self)
 
@@ -180,6 +182,8 @@ class FlagClient:
         """The served side, whether the other side runs beside it, and the flag version:
         the routing rule (`routing.route`) on this client's copy, with a random draw.
         Cloud for a task the copy lacks, and for every task once the copy is stale."""
+        if self._start_when_used:
+            self._resume()
         age = self._age()
         if age is None or age > self.max_staleness:
             return Route("cloud", False, None, "STALE", "cloud")
@@ -195,6 +199,8 @@ class FlagClient:
 
     def flag(self, task: str) -> dict[str, Any] | None:
         """A copy of the task's flag, or None when unknown or when the copy is stale."""
+        if self._start_when_used:
+            self._resume()
         age = self._age()
         if age is None or age > self.max_staleness:
             return None
@@ -202,6 +208,8 @@ class FlagClient:
         return dict(flag) if flag is not None else None
 
     def status(self) -> FlagStatus:
+        if self._start_when_used:
+            self._resume()
         with self._lock:
             age = self._age()
             if self._halted:
@@ -235,7 +243,9 @@ class FlagClient:
         """In a child forked from this process (gunicorn `--preload`, README's module-level
         client): the parent's thread is not there, and its connections and locks are not
         the child's. The copy is kept (its age goes on counting), and a client that was
-        started gets a thread of its own, which fetches at once."""
+        started gets a thread of its own at the child's first use of it (a child that never
+        routes, such as a pool's worker process, opens no connection), which fetches at
+        once."""
         running = self._thread is not None and not self._stop.is_set()
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -254,11 +264,19 @@ class FlagClient:
         self._thread = None
         if not self._rng_given:  # the workers of one parent do not draw alike
             self._rng = random.Random()
-        if running:
+        self._start_when_used = running
+
+    def _resume(self) -> None:
+        """The thread of a client forked while it ran, started at the child's first use."""
+        with self._lock:
+            due, self._start_when_used = self._start_when_used, False
+        if due:
             self.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the first fetch has been tried; True when the copy is usable (fresh)."""
+        if self._start_when_used:
+            self._resume()
         self._first_attempt.wait(timeout)
         return self.status().state == "ok"
 
