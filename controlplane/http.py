@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.dependencies.utils import request_params_to_args
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -126,9 +127,23 @@ def json_body(model: type[Model]) -> Callable[[Request], Awaitable[Model]]:
 
     async def body(request: Request) -> Model:
         raw = await read_body(request, request.app.state.settings.max_body_bytes)
-        return await run_in_threadpool(_validated, model, raw, _reads_json(request))
+        try:
+            return await run_in_threadpool(_validated, model, raw, _reads_json(request))
+        except RequestValidationError as exc:
+            # FastAPI validates the path before a body parameter, and names both: this
+            # dependency runs before the path's, so it names the path's problems too.
+            raise RequestValidationError([*_path_errors(request), *exc.errors()]) from None
 
     return body
+
+
+def _path_errors(request: Request) -> list[Any]:
+    """The route's path parameters' refusals, as FastAPI words them ([] when they hold)."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None or not dependant.path_params:
+        return []
+    _, errors = request_params_to_args(dependant.path_params, request.path_params)
+    return list(errors)
 
 
 def _reads_json(request: Request) -> bool:
