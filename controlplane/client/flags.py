@@ -17,7 +17,6 @@ import socket
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from . import forks
 from .jsonread import loads
 from .routing import Route, route
 from .sse import COMMENT, Event, EventReader, StreamTooLarge
@@ -69,22 +69,6 @@ class FlagStatus:
     @property
     def stale(self) -> bool:
         return self.state != "ok"
-
-
-# The clients of this process, kept going in a child it forks.
-_LIVE: weakref.WeakSet[FlagClient] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for client in list(_LIVE):
-        try:
-            client._forked()
-        except Exception:  # the child must go on: its copy then ages toward the cloud
-            log.exception("flags: the client could not start again in a forked process")
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Halt(Exception):
@@ -166,7 +150,7 @@ class FlagClient:
         # In a child forked while the thread ran: start one at the first use (`_resume`).
         self._start_when_used = False
         self._load_cache()
-        _LIVE.add(self)
+        forks.follow(self)
 
     # -- the request path -------------------------------------------------------------
 

@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import threading
 import time
-import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 
+from . import forks
 from .shadow import HoldsResults, repeat_then_report
 from .sticky import wants_repeat
 from .tls import default_tls
@@ -134,7 +133,7 @@ class ResultReporter(HoldsResults):
         self._abort = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shadowplane-results", daemon=True)
         self._thread.start()
-        _LIVE.add(self)
+        forks.follow(self)
 
     def _forked(self) -> None:
         """In a child forked from this process (gunicorn `--preload`): the parent's queue,
@@ -518,22 +517,6 @@ class ResultReporter(HoldsResults):
                 self._last_drop_log = now
         if loud:  # a full queue drops one by one: say so at most every 10 s
             log.warning("results: dropped %d (%d in all): %s", n, dropped, why)
-
-
-# The reporters of this process, made again in a child it forks.
-_LIVE: weakref.WeakSet[ResultReporter] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for reporter in list(_LIVE):
-        try:
-            reporter._forked()
-        except Exception:  # the child must go on: its reports are then counted as dropped
-            log.exception("results: the reporter could not start again in a forked process")
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Held:

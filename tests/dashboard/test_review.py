@@ -287,14 +287,21 @@ def change_last(at: AppTest) -> None:
     assert not at.exception
 
 
-def test_the_last_verdict_is_shown_again_and_kept_or_changed_while_the_next_item_waits(
-    seeded: Seeded,
-) -> None:
+def labelled_unclear(seeded: Seeded) -> tuple[AppTest, dict[str, Any], dict[str, Any]]:
+    """The page after its first item was labelled Unclear: the page, that item, the next."""
     at = review_page(seeded)
     first = held(at)
     item_button(at, "verdict-unclear").click().run()
+    assert not at.exception
     following = held(at)
     assert following["id"] != first["id"]
+    return at, first, following
+
+
+def test_the_last_verdict_is_shown_again_and_kept_or_changed_while_the_next_item_waits(
+    seeded: Seeded,
+) -> None:
+    at, first, following = labelled_unclear(seeded)
     offer = at.button(key="review_change_last")
     assert f"item {first['id']}" in offer.label and "Unclear" in offer.label
     assert offer.proto.shortcut.upper() == "U"
@@ -327,10 +334,7 @@ def test_the_last_verdict_is_shown_again_and_kept_or_changed_while_the_next_item
 def test_a_change_past_the_limit_is_refused_on_the_page_and_the_item_held_stays(
     seeded: Seeded,
 ) -> None:
-    at = review_page(seeded)
-    first = held(at)
-    item_button(at, "verdict-unclear").click().run()
-    following = held(at)
+    at, first, following = labelled_unclear(seeded)
     verdicts = ["both_wrong", "unclear", "both_wrong", "unclear"]
     for n, verdict in enumerate(verdicts):
         change_last(at)
