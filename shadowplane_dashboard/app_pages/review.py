@@ -326,7 +326,7 @@ def submit_label(item: dict[str, Any], verdict: str, *, fixing: bool = False) ->
         st.error(formats.text(refusal))
         return
     before = st.session_state.get(LAST)
-    st.session_state[LAST] = {"item": item, "verdict": verdict}
+    st.session_state[LAST] = {"item": item, "verdict": verdict, "fields": fields}
     if fixing:
         st.session_state.pop(FIXING, None)
         was = TITLES[before["verdict"]] if before else "?"
@@ -448,6 +448,10 @@ def offer_change() -> None:
     item = last["item"]
     title = f"Change item {item['id']}'s verdict (“{TITLES[last['verdict']]}”)"
     if st.button(title, key="review_change_last", shortcut="U", help="Shown again as it was"):
+        # As it was seen: the fields hold what was typed with the verdict, kept with the
+        # correction unless changed.
+        for name, typed in last.get("fields", {}).items():
+            st.session_state[f"fix-{name}-{item['id']}"] = typed
         st.session_state[FIXING] = True
         st.rerun()
 
