@@ -230,7 +230,9 @@ class FlagClient:
         started gets a thread of its own at the child's first use of it (a child that never
         routes, such as a pool's worker process, opens no connection), which fetches at
         once."""
-        running = self._thread is not None and not self._stop.is_set()
+        # Started (in this process, or in the parent this one was forked from, unused here
+        # yet: a daemon's double fork) and not closed.
+        running = (self._thread is not None or self._start_when_used) and not self._stop.is_set()
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=dict(self._http.headers),

@@ -58,7 +58,7 @@ class ResultReporter(HoldsResults):
         rng: random.Random | None = None,
     ) -> None:
         # Made again from these in a child forked from this process (`_after_fork_in_child`).
-        self._made_with = (
+        self._made_with: tuple[tuple[str, str], dict[str, Any]] = (
             (base_url, api_key),
             {
                 "batch_size": batch_size,
@@ -142,7 +142,8 @@ class ResultReporter(HoldsResults):
         if self._closing.is_set():
             return
         args, kwargs = self._made_with
-        self.__init__(*args, **kwargs)  # type: ignore[misc]
+        # This class's own __init__: a subclass's may take other arguments.
+        ResultReporter.__init__(self, *args, **kwargs)
 
     # -- the request path -------------------------------------------------------------
 
@@ -317,14 +318,14 @@ class ResultReporter(HoldsResults):
             # before they come (one that comes later is not counted again).
             given_up, self._holds = self._holds, set()
             self._held = 0
-        for held in given_up:
-            held.abandon()
-        if given_up:
+        # One whose report has begun is on its way: queued, or counted by `_queue` as closed.
+        abandoned = sum(held.abandon() for held in given_up)
+        if abandoned:
             self._drop(
-                len(given_up),
+                abandoned,
                 "closed",
-                f"{len(given_up)} result(s) still waiting for the cloud's repeat or a side "
-                "beside when close() gave up",
+                f"{abandoned} result(s) still waiting for the cloud's repeat or a side beside "
+                "when close() gave up",
             )
         self._closing.set()
         with self._ready:
@@ -527,13 +528,14 @@ class Held:
         self.owner = owner
         self._lock = threading.Lock()
         self._ended = False
+        self._reporting = False
         self._abandoned = False
 
     def report(self, result: Mapping[str, Any]) -> bool:
         with self._lock:
-            abandoned = self._abandoned
-        if abandoned:
-            return False  # counted as dropped when close() gave up on it
+            if self._abandoned:
+                return False  # counted as dropped when close() gave up on it
+            self._reporting = True  # close() no longer gives up on it
         try:
             return self.owner.report(result)
         finally:
@@ -546,10 +548,14 @@ class Held:
         if not ended:
             self.owner._release(self)
 
-    def abandon(self) -> None:
-        """`close()` gave up on the result (and counted it): a later report is not sent."""
+    def abandon(self) -> bool:
+        """`close()` gives up on the result, which it then counts: True, and a later report
+        is not sent; False when its report has begun (or it ended without one)."""
         with self._lock:
+            if self._reporting or self._ended:
+                return False
             self._abandoned = True
+            return True
 
 
 def _answered(cloud: Any) -> bool:

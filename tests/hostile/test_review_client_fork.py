@@ -2,7 +2,9 @@
 too deeply, `close()` counting the held results it gives up on), by a router author: real
 processes forked from a process without threads (`run_python`), against a `FakeServer`.
 
-Defects, each a strict xfail:
+Defects, each a strict xfail until it was fixed (now plain tests: a client started in any
+ancestor starts its thread at first use; a subclass is made again by ResultReporter's own
+__init__; a held result whose report has begun is not given up on at close):
 
 1. A process that daemonizes after making its module-level `FlagClient` (fork, setsid, fork
    again: the first child only forks) serves from a grandchild with no flag thread at all:
@@ -140,11 +142,6 @@ def _run(api: Api, tmp_path: Path, body: str, timeout: float = 40) -> Any:
 # -- 1. a daemonizing router: the grandchild ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a grandchild forked by a child that never used the FlagClient gets no flag "
-    "thread (_forked reads self._thread, None in that child): it never hears a kill",
-)
 def test_a_router_that_daemonizes_after_starting_its_flag_client_hears_a_kill(
     api: Api, tmp_path: Path
 ) -> None:
@@ -174,11 +171,6 @@ def test_a_router_that_daemonizes_after_starting_its_flag_client_hears_a_kill(
 # -- 2. a subclass of ResultReporter -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_forked calls self.__init__ with ResultReporter's own arguments: a subclass "
-    "with another __init__ raises TypeError and the child drops every result as stopped",
-)
 def test_a_reporter_subclass_made_before_a_fork_delivers_what_the_worker_reports(
     api: Api, tmp_path: Path
 ) -> None:
@@ -202,11 +194,6 @@ def test_a_reporter_subclass_made_before_a_fork_delivers_what_the_worker_reports
 # -- 3. a held result reported as close() gives up on it ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Held.report reads _abandoned, then close() abandons and counts the result, then "
-    "_queue finds the reporter closed and counts it again: dropped 2 for one result",
-)
 def test_a_held_result_reported_as_close_gives_up_on_it_is_counted_once() -> None:
     reporter = ResultReporter("http://127.0.0.1:9", "k", flush_interval=0.05)
     held = reporter.hold()  # a side beside still running, as shadow_compare holds one
