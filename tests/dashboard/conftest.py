@@ -97,17 +97,28 @@ def _pair_at_the_head(engine: Engine) -> None:
         review.label(engine, item["id"], REVIEWER, verdict="correct", now=clock)
 
 
+# The seeded database's keys, once it is made in this process. A test module elsewhere that
+# imports `pg_seed` (tests/hostile) holds a fixture of its own, set up apart from this one:
+# made again there, the database would get new keys, and the keys the other holds would no
+# longer sign in. Both take the one made first.
+_PG_SEEDS: dict[str, dict[str, str]] = {}
+
+
 @pytest.fixture(scope="session")
 def pg_seed(pg_template: str) -> Iterator[dict[str, str]]:
-    admin = _admin_engine()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{SEEDED_DB}" TEMPLATE "{TEMPLATE_DB}"'))
-    url = make_url(pg_admin_url()).set(database=SEEDED_DB).render_as_string(hide_password=False)
-    yield _seed(url)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
-    admin.dispose()
+    if SEEDED_DB not in _PG_SEEDS:
+        admin = _admin_engine()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
+            conn.execute(text(f'CREATE DATABASE "{SEEDED_DB}" TEMPLATE "{TEMPLATE_DB}"'))
+        url = make_url(pg_admin_url()).set(database=SEEDED_DB)
+        _PG_SEEDS[SEEDED_DB] = _seed(url.render_as_string(hide_password=False))
+    yield _PG_SEEDS[SEEDED_DB]
+    if _PG_SEEDS.pop(SEEDED_DB, None) is not None:  # the first of them to end drops it
+        admin = _admin_engine()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{SEEDED_DB}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @contextmanager
