@@ -301,30 +301,24 @@ def ack_in_a_stall(pg_url: str, broker: str, celery_worker: StartWorker) -> Cele
 
 
 @pytest.mark.integration
-def test_a_worker_takes_jobs_again_after_redis_was_slow_during_an_ack(
+def test_a_worker_slowed_during_an_ack_takes_jobs_again_and_says_nothing_it_does_not_end(
     pg_url: str, slow_redis: str, celery_worker: StartWorker
 ) -> None:
+    """Both defects of the 3-s broker timeout in one run: the worker took no job again, and
+    said redis_unavailable with no redis_available (one test: each run of the scenario
+    costs a worker and a stall)."""
     worker = ack_in_a_stall(pg_url, slow_redis, celery_worker)
     wait_until(
         lambda: worker.log(tail=10**7).count("succeeded") >= 3,
         "the worker to take the plan queued after the stall",
         timeout=20,
     )
-
-
-@pytest.mark.integration
-def test_a_worker_says_redis_is_back_when_it_said_it_was_away(
-    pg_url: str, slow_redis: str, celery_worker: StartWorker
-) -> None:
-    worker = ack_in_a_stall(pg_url, slow_redis, celery_worker)
-    try:
+    if "redis_unavailable" in worker.log(tail=10**7):
         wait_until(
             lambda: "redis_available" in worker.log(tail=10**7),
             "the worker to say Redis is back",
             timeout=20,
         )
-    except AssertionError:
-        pass  # said below: what it logged
     events = outage_events(worker.log(tail=10**7))
     assert events in ([], ["redis_unavailable", "redis_available"]), worker.log()
 
