@@ -49,6 +49,14 @@ TIME_PATTERN = (
     rf"^[0-9]{{4}}-{_MONTH_DAY}[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]"
     r"(?::(?:[0-5][0-9]|60)(?:\.[0-9]+)?)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?$"
 )
+# A result's `ts` as ingest reads it (the document gives it): the same, but no leap second
+# and no year 0000 (Python holds neither, and ingest refuses the item); February 29 of a
+# common year is refused too.
+TS_PATTERN = (
+    r"^(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
+    rf"-{_MONTH_DAY}[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(?::[0-5][0-9](?:\.[0-9]+)?)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?$"
+)
 _TIME_PARTS = re.compile(DATE_TIME_OFFSET_OPTIONAL)
 _NOT_A_TIME = (
     "not a date-time; give one as 2026-11-30T00:00:00Z (RFC 3339; without an offset it is UTC)"

@@ -10,11 +10,11 @@ from typing import Annotated, Any, Literal, NotRequired, get_args
 
 import msgspec
 from msgspec import Meta
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, with_config
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, with_config
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL
+from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL, TS_PATTERN
 
 Side = Literal["edge", "cloud"]
 # The sides a result may name under `skipped`: a side the router did not run, and why.
@@ -125,7 +125,28 @@ class InputIn(TypedDict):
 class ResultIn(TypedDict):
     request_id: Annotated[str, Field(min_length=1, max_length=200)]
     task: Annotated[str, Field(min_length=1, max_length=100)]
-    ts: NotRequired[Annotated[datetime | None, Field(default=None), BeforeValidator(_date_time)]]
+    ts: NotRequired[
+        Annotated[
+            datetime | None,
+            Field(default=None),
+            BeforeValidator(_date_time),
+            # Not `format: date-time`, which wants the seconds and the offset ingest never did.
+            WithJsonSchema(
+                {
+                    "anyOf": [
+                        {
+                            "type": "string",
+                            "pattern": TS_PATTERN,
+                            "description": "An RFC 3339 date-time; its seconds and offset may "
+                            "be left out (no offset: UTC), a space may stand for T. A leap "
+                            "second, year 0000 and February 29 of a common year are refused.",
+                        },
+                        {"type": "null"},
+                    ]
+                }
+            ),
+        ]
+    ]
     session_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
     user_id: NotRequired[Annotated[str | None, Field(default=None, max_length=MAX_ID_LENGTH)]]
     input_tokens: Count
