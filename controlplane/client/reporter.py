@@ -304,13 +304,17 @@ class ResultReporter(HoldsResults):
         everything queued reached the API (stored, duplicate, or rejected item by item)."""
         dropped_before = self._dropped
         deadline = time.monotonic() + timeout
-        if self._held > 0 and _on_a_running_loop():
-            # The sides it waits for may run on this very loop, which waits with it.
-            log.warning(
-                "results: close() on a running event loop's thread waits for %d result(s) "
-                "whose sides may run on that loop; use `await reporter.aclose()`",
-                self._held,
-            )
+        loop = _running_loop()
+        if loop is not None:
+            with self._held_done:
+                on_it = sum(held.loop is loop for held in self._holds)
+            if on_it:
+                # Their sides run on this very loop, which waits with it.
+                log.warning(
+                    "results: close() on a running event loop's thread waits for %d result(s) "
+                    "whose sides run on that loop; use `await reporter.aclose()`",
+                    on_it,
+                )
         with self._held_done:
             while self._held > 0 and (left := deadline - time.monotonic()) > 0:
                 self._held_done.wait(left)
@@ -530,6 +534,9 @@ class Held:
         self._ended = False
         self._reporting = False
         self._abandoned = False
+        # The event loop of the thread that held it (async_shadow_compare's sides run on
+        # it): close() on that loop cannot let them finish.
+        self.loop = _running_loop()
 
     def report(self, result: Mapping[str, Any]) -> bool:
         with self._lock:
@@ -596,9 +603,9 @@ def _count(value: Any) -> int | None:
     return value
 
 
-def _on_a_running_loop() -> bool:
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return None

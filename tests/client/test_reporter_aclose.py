@@ -91,3 +91,22 @@ def test_close_on_the_loop_says_to_use_aclose(caplog: pytest.LogCaptureFixture) 
         with caplog.at_level(logging.WARNING, logger="shadowplane.client"):
             assert asyncio.run(main(reporter)) is False
     assert "use `await reporter.aclose()`" in caplog.text
+
+
+def test_close_on_a_loop_says_nothing_of_results_held_off_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A result held by sync code (`shadow_compare`'s side beside runs in a thread, not on
+    the loop): close() called on some loop waits for it without a word about aclose."""
+    with FakeServer(Ingest()) as server:
+        reporter = ResultReporter(server.base, "k", flush_interval=0.01)
+        held = reporter.hold()  # no loop runs here: its side is a thread's
+
+        async def main() -> bool:
+            return reporter.close(timeout=0)
+
+        with caplog.at_level(logging.WARNING, logger="shadowplane.client"):
+            assert asyncio.run(main()) is False
+        held.release()
+    assert "aclose" not in caplog.text
+    assert reporter.drop_reasons == {"closed": 1}
