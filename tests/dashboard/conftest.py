@@ -233,6 +233,17 @@ def item_button(at: AppTest, name: str) -> Any:
     return found[0]
 
 
+def label_first_unclear(at: AppTest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """On the Review page as opened: label the item held Unclear; that item, and the next
+    item the page then holds."""
+    first = dict(at.session_state["review_item"])
+    item_button(at, "verdict-unclear").click().run()
+    assert not at.exception
+    following = dict(at.session_state["review_item"])
+    assert following["id"] != first["id"]
+    return first, following
+
+
 def page_text(at: AppTest) -> str:
     """Every text the page wrote (markdown, titles, captions, alerts, metrics, tables), as
     shown: escapes of untrusted text taken out."""

@@ -28,6 +28,7 @@ from tests.dashboard.conftest import (
     APP,
     Seeded,
     item_button,
+    label_first_unclear,
     open_page,
     page_text,
     session_of,
@@ -290,11 +291,7 @@ def change_last(at: AppTest) -> None:
 def labelled_unclear(seeded: Seeded) -> tuple[AppTest, dict[str, Any], dict[str, Any]]:
     """The page after its first item was labelled Unclear: the page, that item, the next."""
     at = review_page(seeded)
-    first = held(at)
-    item_button(at, "verdict-unclear").click().run()
-    assert not at.exception
-    following = held(at)
-    assert following["id"] != first["id"]
+    first, following = label_first_unclear(at)
     return at, first, following
 
 

@@ -38,6 +38,7 @@ from controlplane.review.repository import item_labels
 from tests.dashboard.conftest import (  # noqa: F401  (pg_seed, seeded: fixtures)
     Seeded,
     item_button,
+    label_first_unclear,
     open_page,
     page_text,
     pg_seed,
@@ -75,6 +76,13 @@ def labels_of(data: Seeded, item_id: int, reviewer: str = "review") -> list[Any]
 def change_last(at: AppTest) -> None:
     at.button(key="review_change_last").click().run()
     assert not at.exception, at.exception
+
+
+def labelled_unclear(data: Seeded) -> tuple[AppTest, dict[str, Any], dict[str, Any]]:
+    """The page after its first item was labelled Unclear: the page, that item, the next."""
+    at = review_page(data)
+    first, following = label_first_unclear(at)
+    return at, first, following
 
 
 def subheading(at: AppTest) -> str:
@@ -120,11 +128,7 @@ def test_the_change_view_keeps_the_fields_given_with_the_verdict(
 def test_the_item_held_comes_back_with_what_was_typed_on_it(
     seeded: Seeded,  # noqa: F811
 ) -> None:
-    at = review_page(seeded)
-    first = held(at)
-    item_button(at, "verdict-unclear").click().run()
-    following = held(at)
-    assert following["id"] != first["id"]
+    at, first, following = labelled_unclear(seeded)
     # The reviewer starts on the next item, then remembers the first was wrong.
     at.text_input(key=f"fc-{following['id']}").input("wrong_label")
     at.text_input(key=f"note-{following['id']}").input("half written note")
@@ -146,10 +150,7 @@ def test_the_item_held_comes_back_with_what_was_typed_on_it(
 def test_a_change_pressed_twice_stores_one_correction_and_leaves_the_held_item(
     seeded: Seeded,  # noqa: F811
 ) -> None:
-    at = review_page(seeded)
-    first = held(at)
-    item_button(at, "verdict-unclear").click().run()
-    following = held(at)
+    at, first, following = labelled_unclear(seeded)
     change_last(at)
     # U pressed twice: the second U, sent from the change view, finds no such button.
     at.button(key="review_keep_last")  # the change view is up
@@ -232,10 +233,7 @@ def test_a_change_once_nothing_is_left_to_review(
 def test_a_change_while_another_reviewer_took_the_held_item(
     seeded: Seeded,  # noqa: F811
 ) -> None:
-    at = review_page(seeded)
-    first = held(at)
-    item_button(at, "verdict-unclear").click().run()
-    following = held(at)
+    at, first, following = labelled_unclear(seeded)
     change_last(at)
     # The held item's lease runs out while the change view is open, and another reviewer
     # takes it.
