@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal, NotRequired, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, get_args
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -33,6 +34,10 @@ from typing_extensions import TypedDict
 from controlplane.compare.comparators import FIELD_TYPES, REGISTRY
 from controlplane.compare.jsonutil import short_repr
 from controlplane.errors import MAX_PROBLEMS, describe_errors, field_path, first_problems, short_key
+from controlplane.http import TOO_MANY_DIGITS, too_many_digits
+
+if TYPE_CHECKING:
+    import yaml
 
 # Matched with fullmatch: `$` would also match before a trailing newline ("abc\n").
 TASK_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,99}")
@@ -1121,17 +1126,47 @@ def config_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def _non_finite(document: Any) -> tuple[str, float] | None:
-    """The path and value of the first NaN or infinity in a YAML document (which may hold
-    cycles through anchors: each container is visited once)."""
+class _TooLong:
+    """Stands, while a config is read, for an integer of more digits than Python reads."""
+
+    __slots__ = ()
+
+
+_TOO_LONG = _TooLong()
+_INT_RANGE = range(-(2**63), 2**64)  # what orjson, and so storage, keeps of an integer
+
+
+def _int_or_too_long(digits: str) -> int | _TooLong:
+    try:
+        return int(digits)
+    except ValueError as exc:
+        if too_many_digits(exc):
+            return _TOO_LONG
+        raise
+
+
+def _refused_number(document: Any, *, floats: bool = True) -> str | None:
+    """The refusal, naming its path, of the first number in a read document that no config
+    can hold: an integer of more than 4300 digits (read as _TOO_LONG), one beyond 64 bits,
+    and with `floats` NaN or infinity. A YAML document may hold cycles through anchors:
+    each container is visited once."""
     stack: list[tuple[Any, str]] = [(document, "")]
     seen: set[int] = set()
     while stack:
         value, path = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            return path or "(body)", value
+        where = path or "(body)"
+        if value is _TOO_LONG:
+            return f"{where}: {TOO_MANY_DIGITS['msg']}"
+        if isinstance(value, int) and value not in _INT_RANGE:
+            return f"{where}: an integer beyond 64 bits, more than any field takes"
+        if floats and isinstance(value, float) and not math.isfinite(value):
+            # JSON has no NaN or infinity: the round trip would make it null, and a null
+            # field takes its default, silently.
+            return f"{where}: {value} is not a finite number (JSON has no NaN or infinity)"
         if isinstance(value, dict | list) and id(value) not in seen:
             seen.add(id(value))
+            if isinstance(value, dict) and _TOO_LONG in value:
+                return f"{where}: a key {TOO_MANY_DIGITS['msg']}"
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend(
                 (child, f"{path}.{short_key(str(key))}" if path else short_key(str(key)))
@@ -1159,6 +1194,37 @@ def _holding_nul(document: Any) -> str | None:
     return None
 
 
+def _long_integer_in_json(text: str | bytes) -> str | None:
+    """The refusal of the first integer in a JSON text that no config can hold, naming its
+    path; None if the text holds none (or the standard library cannot read it either)."""
+    try:
+        document = json.loads(text, parse_int=_int_or_too_long)
+    except (ValueError, RecursionError):
+        return None
+    return _refused_number(document, floats=False)
+
+
+@functools.cache
+def _config_loader() -> type[yaml.SafeLoader]:
+    """YAML's safe loader, reading an integer of more than 4300 digits as _TOO_LONG (where
+    the safe one fails without naming where it stands)."""
+    import yaml
+
+    class ConfigLoader(yaml.SafeLoader):
+        pass
+
+    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | _TooLong:
+        try:
+            return loader.construct_yaml_int(node)
+        except ValueError as exc:
+            if too_many_digits(exc):
+                return _TOO_LONG
+            raise
+
+    ConfigLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    return ConfigLoader
+
+
 def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
     """The config documents of a YAML (several, `---` apart) or JSON text, as plain JSON data.
 
@@ -1169,18 +1235,23 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
 
     kind = "YAML" if yaml_text else "JSON"
     try:
-        documents = list(yaml.safe_load_all(text)) if yaml_text else [orjson.loads(text)]
-    except (yaml.YAMLError, orjson.JSONDecodeError, ValueError, RecursionError) as exc:
+        documents = (
+            list(yaml.load_all(text, Loader=_config_loader()))
+            if yaml_text
+            else [orjson.loads(text)]
+        )
+    except orjson.JSONDecodeError as exc:
+        # orjson reads an integer past 64 bits as a double, infinite from 310 digits, and says
+        # so: the number's path and the true reason come from a second, slower reading.
+        refused = _long_integer_in_json(text) if "number is infinity" in str(exc) else None
+        raise ConfigError([refused or f"(body): not valid {kind}: {exc}"]) from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
     if yaml_text:
         for document in documents:
-            found = _non_finite(document)
-            if found is not None:
-                # JSON has no NaN or infinity: the round trip below would make it null, and
-                # a null field takes its default, silently.
-                raise ConfigError(
-                    [f"{found[0]}: {found[1]} is not a finite number (JSON has no NaN or infinity)"]
-                )
+            refused = _refused_number(document)
+            if refused is not None:
+                raise ConfigError([refused])
             where = _holding_nul(document)
             if where is not None:
                 # The body guard refuses NUL in JSON; YAML spells it `\0`. Storage cannot keep it.

@@ -197,8 +197,14 @@ def test_audit_log_is_readable_and_filterable(api: Api) -> None:
         # Each answered 500 before: YAML can spell what JSON cannot.
         ('task: t\ncomparator: {kind: label, labels: ["a\\ud800"]}\n', "not plain JSON data"),
         ("task: t\ncomparator: {kind: exact}\nalerts: &a [*a]\n", "not plain JSON data"),
-        ("task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 5000 + "\n", "YAML"),
-        ("task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 30 + "\n", "64 bits"),
+        (
+            "task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 5000 + "\n",
+            "fixed_cost_per_day: holds a number of more than 4300 digits",
+        ),
+        (
+            "task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 30 + "\n",
+            "fixed_cost_per_day: an integer beyond 64 bits",
+        ),
         ("task: [unclosed\n", "not valid YAML"),
         ("---\ntask: a\n---\ntask: b\n", "2 documents"),
     ],
