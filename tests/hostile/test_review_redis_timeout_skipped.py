@@ -228,7 +228,9 @@ class Stall:
         self.thread = threading.Thread(target=self._sleep, daemon=True)
 
     def _sleep(self) -> None:
-        with redis.Redis.from_url(self.url) as client:
+        # Waits out the sleep it asks for: redis-py's own default (5 s since 8.0) can end
+        # the wait first, an error in this thread that fails the test.
+        with redis.Redis.from_url(self.url, socket_timeout=self.seconds + 30) as client:
             client.execute_command("DEBUG", "SLEEP", str(self.seconds))
 
     def start(self) -> Stall:
