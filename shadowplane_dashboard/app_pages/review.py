@@ -458,7 +458,7 @@ def offer_change() -> None:
 
 def fix_last() -> None:
     """The last item labelled, shown again as it was, to change the verdict; the item held
-    waits (its lease is renewed when it is shown again)."""
+    waits (`keep_held` renews its lease on each run of this view)."""
     last = st.session_state[LAST]
     item = last["item"]
     st.info(
@@ -469,6 +469,15 @@ def fix_last() -> None:
     if st.button("Keep it as it is", key="review_keep_last", shortcut="K"):
         st.session_state.pop(FIXING, None)
         st.rerun()
+
+
+def keep_held(task: str | None, queue: list[dict[str, Any]]) -> None:
+    """While the last verdict is changed, the item held waits under a lease renewed on each
+    run, as its own view renews it (claim_next: a lease lost is said, the next item held
+    instead). Run after the change view's keys, so a lost lease never drops a correction
+    pressed; nothing is claimed when the page holds no item (given back, none left)."""
+    if HELD in st.session_state:
+        claim_next(task, queue)
 
 
 principal = common.require("review")
@@ -495,8 +504,9 @@ progress = st.empty()
 show_flash()
 offer_change()
 if st.session_state.get(FIXING) and LAST in st.session_state:
-    show_progress(progress, task)
     fix_last()
+    keep_held(task, queue)
+    show_progress(progress, task)
     st.stop()
 
 if st.session_state.get(PAUSED):

@@ -5,6 +5,7 @@ with the reviewer's key name; skip, give back, the progress line, and the empty 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from controlplane.review.progress import reviewer_progress
 from controlplane.review.queue import MAX_CORRECTIONS
 from controlplane.review.repository import item_labels
 from controlplane.rollout.configs import apply_tasks
+from controlplane.settings import get_settings
 from controlplane.sim.evalset_example import CONFIGS
 from shadowplane_dashboard import reviewing
 from shadowplane_dashboard.common import SESSION_TOKEN
@@ -348,6 +350,77 @@ def test_a_change_past_the_limit_is_refused_on_the_page_and_the_item_held_stays(
     ]
     at.button(key="review_keep_last").click().run()
     assert held(at)["id"] == following["id"]
+
+
+def time_passes(seeded: Seeded, seconds: float) -> None:
+    """`seconds` pass for the review leases: every lease held ends that much sooner (the
+    page reads the real clock, so the leases move instead)."""
+    with session_scope(seeded.engine) as session:
+        held = session.query(ReviewItem).filter(ReviewItem.lease_expires_at.is_not(None))
+        for item in held.all():
+            item.lease_expires_at -= timedelta(seconds=seconds)
+
+
+def lease_of(seeded: Seeded, item_id: int) -> tuple[str | None, bool]:
+    """Who holds the item's lease, and whether it is unexpired now."""
+    with session_scope(seeded.engine) as session:
+        item = session.get(ReviewItem, item_id)
+        assert item is not None
+        expires = item.lease_expires_at
+        return item.claimed_by, expires is not None and expires > datetime.now(UTC)
+
+
+def test_the_item_held_stays_yours_while_the_change_view_is_open_past_a_lease(
+    seeded: Seeded,
+) -> None:
+    """The change view renews the lease of the item held on each run, as the item's own
+    view does: more than a lease spent changing the last verdict loses nothing."""
+    at, first, following = labelled_unclear(seeded)
+    lease = get_settings().review_lease_seconds
+    change_last(at)
+    # Most of a lease goes by in the change view; the reviewer types a note there (the
+    # page is drawn again), and as much time goes by again.
+    time_passes(seeded, 0.6 * lease)
+    at.text_input(key=f"fix-note-{first['id']}").input("meant both wrong").run()
+    assert not at.exception
+    time_passes(seeded, 0.6 * lease)
+    assert lease_of(seeded, following["id"]) == ("review", True)
+    # Another reviewer works through the queue meanwhile: never handed the item held.
+    while (other := actions.claim(seeded.engine, None, "reviewer2")) is not None:
+        assert other["id"] != following["id"]
+        actions.release(seeded.engine, other["id"], "reviewer2", skip=True, reason="later")
+    # The verdict changed, the held item comes back, and its label is taken.
+    item_button(at, "fix-verdict-both_wrong").click().run()
+    assert not at.exception and not at.warning
+    assert [x[1] for x in labels_of(seeded, first["id"])] == ["unclear", "both_wrong"]
+    assert held(at)["id"] == following["id"]
+    item_button(at, "verdict-unclear").click().run()
+    assert not at.exception and not at.warning
+    assert [x[:2] for x in labels_of(seeded, following["id"])] == [("review", "unclear")]
+
+
+def test_a_held_item_lost_while_the_change_view_is_open_is_said_there(seeded: Seeded) -> None:
+    at, first, following = labelled_unclear(seeded)
+    change_last(at)
+    # The held item's lease ran out and another reviewer took it.
+    with session_scope(seeded.engine) as session:
+        taken = session.get(ReviewItem, following["id"])
+        assert taken is not None
+        taken.claimed_by = "reviewer2"
+    at.text_input(key=f"fix-note-{first['id']}").input("meant both wrong").run()
+    assert not at.exception
+    warning = shown(at.warning[0].value)
+    assert f"lease on item {following['id']} ended" in warning, warning
+    # Still the change view, the note as typed; the next item held meanwhile.
+    assert str(at.subheader[0].value).startswith(f"Item {first['id']} ·")
+    assert at.text_input(key=f"fix-note-{first['id']}").value == "meant both wrong"
+    now_held = held(at)["id"]
+    assert now_held not in (first["id"], following["id"])
+    assert lease_of(seeded, now_held) == ("review", True)
+    at.button(key="review_keep_last").click().run()
+    assert not at.exception
+    assert str(at.subheader[0].value).startswith(f"Item {now_held} ·")
+    assert labels_of(seeded, following["id"]) == []
 
 
 def test_an_empty_queue_says_to_come_back_later(seeded: Seeded) -> None:
