@@ -11,9 +11,11 @@ in `shadow_compare`'s pool beside, and queues the result with it (`cloud_repeat`
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import random
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -131,6 +133,9 @@ class ResultReporter(HoldsResults):
         self.rejections: deque[dict[str, Any]] = deque(maxlen=20)
         self._closing = threading.Event()
         self._abort = threading.Event()
+        # In a forked child (`_forked`): its first report or hold asks for a close() at its
+        # exit (`_close_at_exit`); never in the process that made the reporter.
+        self._close_at_exit_due = False
         self._thread = threading.Thread(target=self._run, name="shadowplane-results", daemon=True)
         self._thread.start()
         forks.follow(self)
@@ -144,6 +149,40 @@ class ResultReporter(HoldsResults):
         args, kwargs = self._made_with
         # This class's own __init__: a subclass's may take other arguments.
         ResultReporter.__init__(self, *args, **kwargs)
+        self._close_at_exit_due = True
+
+    def _watch_exit(self) -> None:
+        """In a forked child, at its first report or hold: the child's exit closes the
+        reporter (`_close_at_exit`), for a child that ends without calling close(), as a
+        `multiprocessing` pool's workers do. A child that never reports registers nothing."""
+        if not self._close_at_exit_due:
+            return
+        with self._lock:
+            due, self._close_at_exit_due = self._close_at_exit_due, False
+        if not due:
+            return
+        # An interpreter's own exit (a child that returns, sys.exit) runs atexit; a
+        # multiprocessing child (a pool's worker, a Process) ends with os._exit after
+        # multiprocessing's exit function, which runs the finalizers with an exit priority.
+        # It is loaded in any such child before its code runs; the registry is emptied at
+        # that start, so the finalizer is made here, at the first use, not at the fork.
+        try:
+            atexit.register(self._close_at_exit)
+            mp_util = sys.modules.get("multiprocessing.util")
+            if mp_util is not None:
+                mp_util.Finalize(None, self._close_at_exit, exitpriority=0)
+        except Exception:  # the request goes on; its result is queued as any other
+            log.exception("results: the reporter could not ask to be closed at the exit")
+
+    def _close_at_exit(self) -> None:
+        """`close()` at a forked child's exit, unless closed already (either hook may come
+        first, or both): what it cannot deliver in close's timeout is counted and logged."""
+        if self._closing.is_set():
+            return
+        try:
+            self.close()
+        except Exception:  # the child's exit goes on
+            log.exception("results: closing the reporter at the process's exit failed")
 
     # -- the request path -------------------------------------------------------------
 
@@ -190,6 +229,7 @@ class ResultReporter(HoldsResults):
         or the cloud's repeat, is still running once the answer is given): the one report
         through the returned `Held` queues it. Until then it counts as `pending`, and
         `close()` waits for it, as for a repeat `report` asked for."""
+        self._watch_exit()
         held = Held(self)
         with self._held_done:
             self._held += 1
@@ -205,6 +245,7 @@ class ResultReporter(HoldsResults):
 
     def _queue(self, result: Mapping[str, Any]) -> bool:
         try:
+            self._watch_exit()
             if self._closing.is_set():
                 self._drop(1, "closed", "the reporter is closed")
                 return False

@@ -1,0 +1,202 @@
+"""A child forked from a router whose module-level `ResultReporter` was made before the fork,
+ending without calling `close()`: a `multiprocessing` pool's worker (the pool closed and
+joined), a `multiprocessing.Process` whose target returns or raises, and an `os.fork` child
+that ends through the interpreter's own exit. What it reported reaches the real API all the
+same; what cannot be delivered in the close timeout is counted and logged, and the child
+still exits. Neither the parent nor a child that has not reported registers anything at exit.
+
+Each router here waits a minute before it sends a batch that is not full (`flush_interval`),
+so a result is still in the queue when the child ends, unless something flushes it then."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from controlplane.db import get_engine, session_scope
+from controlplane.models import Result
+from tests.liveapi import WAIT, ApiServer, run_python
+
+# The router's own module, imported by its main script before any fork.
+ROUTER = '''
+"""A router: its reporter made at import (README's module-level clients)."""
+import os
+
+from controlplane.client import ResultReporter
+
+reporter = ResultReporter(os.environ["URL"], os.environ["KEY"], flush_interval=60)
+
+
+def result(request_id):
+    return {
+        "request_id": request_id,
+        "task": "ticket_classify",
+        "input_tokens": 10,
+        "decision": "cloud",
+        "served": "cloud",
+        "cloud": {"output": "refund", "latency_ms": 3.0},
+    }
+
+
+def handle(request_id):
+    """A pool's task: one request served, its result reported."""
+    return [os.getpid(), reporter.report(result(request_id))]
+
+
+def serve(run, n, then_raise=False):
+    """A Process's target: n requests served, their results reported; then it returns, or
+    raises."""
+    for i in range(n):
+        reporter.report(result(f"{run}-{i}"))
+    if then_raise:
+        raise RuntimeError("the worker's last request failed")
+'''
+
+HEAD = """
+import json, multiprocessing, os, sys
+sys.path.insert(0, os.getcwd())
+import router
+
+RUN = os.environ["RUN"]
+fork = multiprocessing.get_context("fork")
+"""
+
+
+def _env(api: ApiServer | None, run: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
+    env["URL"] = api.base if api is not None else "http://127.0.0.1:9"  # nothing listens
+    env["KEY"] = api.keys["router"] if api is not None else "k"
+    env["RUN"] = run
+    return env
+
+
+def _run(api: ApiServer | None, run: str, tmp_path: Path, body: str) -> tuple[Any, str]:
+    """The router's main script (`HEAD` + body, which sets OUT) run as a process of its own,
+    its request ids `<run>-<i>`: OUT, and what the processes wrote to stderr."""
+    (tmp_path / "router.py").write_text(ROUTER)
+    code = HEAD + textwrap.dedent(body) + "\nprint(json.dumps(OUT))\n"
+    done = run_python(code, _env(api, run), tmp_path, timeout=WAIT)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _new_run() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _stored(api: ApiServer, run: str) -> tuple[int, int]:
+    """The results of the run in the database: how many, how many distinct request ids."""
+    with session_scope(get_engine(api.database_url)) as session:
+        n, distinct = session.execute(
+            select(func.count(), func.count(func.distinct(Result.request_id))).where(
+                Result.request_id.like(f"{run}-%")
+            )
+        ).one()
+    return int(n), int(distinct)
+
+
+def test_a_pool_worker_that_ends_without_close_delivers_what_it_reported(
+    shared_api: ApiServer, tmp_path: Path
+) -> None:
+    run = _new_run()
+    body = """
+        pool = fork.Pool(2)
+        answers = pool.map(router.handle, [f"{RUN}-{i}" for i in range(40)], chunksize=5)
+        pool.close()
+        pool.join()  # the workers end as a pool's do: no close() in them
+        OUT = [len({pid for pid, _ in answers}), [queued for _, queued in answers]]
+    """
+    (workers, queued), _ = _run(shared_api, run, tmp_path, body)
+    assert 1 <= workers <= 2 and queued == [True] * 40
+    # Every result the workers reported is in the database, once.
+    assert _stored(shared_api, run) == (40, 40)
+
+
+@pytest.mark.parametrize("then_raise", [False, True], ids=["returns", "raises"])
+def test_a_process_whose_target_ends_without_close_delivers_what_it_reported(
+    shared_api: ApiServer, tmp_path: Path, then_raise: bool
+) -> None:
+    run = _new_run()
+    body = f"""
+        child = fork.Process(target=router.serve, args=(RUN, 25, {then_raise}))
+        child.start()
+        child.join(60)
+        OUT = child.exitcode
+    """
+    exitcode, stderr = _run(shared_api, run, tmp_path, body)
+    assert exitcode == (1 if then_raise else 0), stderr
+    assert _stored(shared_api, run) == (25, 25)
+
+
+def test_a_forked_child_ending_through_the_interpreters_exit_delivers_what_it_reported(
+    shared_api: ApiServer, tmp_path: Path
+) -> None:
+    # A real `python` process (its own interpreter exit, atexit and all), forking with
+    # os.fork as gunicorn does: the child ends with sys.exit, its results not closed.
+    run = _new_run()
+    (tmp_path / "router.py").write_text(ROUTER)
+    main = """
+        import atexit, json, os, sys
+        sys.path.insert(0, os.getcwd())
+        import controlplane.client
+
+        before = atexit._ncallbacks()
+        import router
+
+        router.reporter.report(router.result(os.environ["RUN"] + "-parent"))
+        in_parent = atexit._ncallbacks() - before
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            unused = atexit._ncallbacks() - before  # before the child's first report
+            for i in range(30):
+                router.reporter.report(router.result(f"{os.environ['RUN']}-{i}"))
+            os.write(w, json.dumps(unused).encode())
+            os.close(w)
+            sys.exit(0)
+        os.close(w)
+        unused = json.loads(os.read(r, 100))
+        _, status = os.waitpid(pid, 0)
+        delivered = router.reporter.close()
+        print(json.dumps([os.waitstatus_to_exitcode(status), delivered, in_parent, unused]))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(main)],
+        env=_env(shared_api, run),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stderr
+    # The child exited 0; the parent delivered its own at close(). Nothing was registered
+    # at exit by making the reporter and reporting in the parent, nor by the fork in the
+    # child before it reported.
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, True, 0, 0]
+    assert _stored(shared_api, run) == (31, 31)
+
+
+def test_a_child_whose_results_cannot_be_delivered_counts_and_logs_them_at_its_exit(
+    tmp_path: Path,
+) -> None:
+    # Nothing listens: the child's exit waits the close timeout (10 s), then gives up on
+    # its results, counted and logged as close() does, and the child ends.
+    body = """
+        child = fork.Process(target=router.serve, args=(RUN, 3))
+        child.start()
+        child.join(60)
+        OUT = child.exitcode
+    """
+    exitcode, stderr = _run(None, _new_run(), tmp_path, body)
+    assert exitcode == 0
+    assert "results: dropped 3 (3 in all): 3 results unsent at close" in stderr, stderr
