@@ -41,6 +41,7 @@ PAIR_VERDICTS = [
     ("unclear", "Unclear"),
 ]
 SINGLE_VERDICTS = [("correct", "Right"), ("wrong", "Wrong"), ("unclear", "Unclear")]
+# FLASH: the messages an action left for the top of the next run, in the order said.
 HELD, FLASH, PAUSED = "review_item", "review_flash", "review_paused"
 # The last item this page labelled (as it was shown, with the verdict given), and whether
 # it is shown again to change that verdict.
@@ -184,16 +185,25 @@ def show_guidelines(item: dict[str, Any], progress: dict[str, dict[str, Any]]) -
         st.markdown(guidelines_markdown(text))
 
 
-def show_flash() -> None:
-    if FLASH in st.session_state:
-        kind, text = st.session_state.pop(FLASH)
+def say(kind: str, text: str) -> None:
+    """Leave a message (an st function's name and its text) for the top of the next run,
+    after any said before it."""
+    st.session_state.setdefault(FLASH, []).append((kind, text))
+
+
+def show_flash() -> list[tuple[str, str]]:
+    """Show the messages left for this run, in the order said; returned, so that a run
+    drawn again at once (claim_next: the held item's lease lost) says them again."""
+    said = st.session_state.pop(FLASH, [])
+    for kind, text in said:
         getattr(st, kind)(text)
+    return said
 
 
 def done_with_item(kind: str, text: str) -> None:
     """Forget the held item, say what happened, and show the next item at once."""
     st.session_state.pop(HELD, None)
-    st.session_state[FLASH] = (kind, text)
+    say(kind, text)
     st.cache_data.clear()
     st.rerun()
 
@@ -266,10 +276,11 @@ def claim_next(task: str | None, queue: list[dict[str, Any]]) -> dict[str, Any] 
             "it now, it was labelled, skipped or given back in another window, or its task "
             "stopped keeping text)" + (f", so that {pressed[0]} was not stored" if pressed else "")
         )
-    st.session_state[FLASH] = (
-        "warning",
-        said + (". Here is the next item." if fresh is not None else "."),
-    )
+    # What this run said above (a correction stored and confirmed, say) is said again
+    # with the warning, not replaced by it: the page is drawn again before it is seen.
+    for message in said_above:
+        say(*message)
+    say("warning", said + (". Here is the next item." if fresh is not None else "."))
     if fresh is None:
         st.session_state.pop(HELD, None)
     else:
@@ -330,7 +341,7 @@ def submit_label(item: dict[str, Any], verdict: str, *, fixing: bool = False) ->
     if fixing:
         st.session_state.pop(FIXING, None)
         was = TITLES[before["verdict"]] if before else "?"
-        st.session_state[FLASH] = (
+        say(
             "success",
             f"Item {item['id']}: your verdict is now “{TITLES[verdict]}” (it was “{was}”).",
         )
@@ -501,7 +512,7 @@ picked = st.selectbox("Task", [ANY, *names], key="review_task")
 task = None if picked == ANY else picked
 shown_queue = [row for row in queue if task is None or row["task"] == task]
 progress = st.empty()
-show_flash()
+said_above = show_flash()
 offer_change()
 if st.session_state.get(FIXING) and LAST in st.session_state:
     fix_last()

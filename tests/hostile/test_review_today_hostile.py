@@ -191,11 +191,6 @@ def _labels(data: Seeded, item_id: int) -> list[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="4cb82d3: a correction stored while the held item's lease was lost is not "
-    "confirmed: the lost lease's warning replaces 'your verdict is now ...'",
-)
 def test_a_correction_stored_while_the_held_lease_was_lost_is_confirmed(
     seeded: Seeded,  # noqa: F811
 ) -> None:
