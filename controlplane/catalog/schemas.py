@@ -1134,6 +1134,29 @@ class _TooLong:
 
 _TOO_LONG = _TooLong()
 _INT_RANGE = range(-(2**63), 2**64)  # what orjson, and so storage, keeps of an integer
+# The largest JSON text read a second time, with the standard library, to find an integer
+# orjson took for a double and name its field: that read and its walk take 17-63 ms for
+# 256 KiB ending in a long integer (lists of `[0]` the most), 0.35 s for 1 MiB and 3.7 s for
+# 16 MB, the GIL held for most of it. A text past this bound is judged from its text alone,
+# at a line and column (a scan that holds the GIL 0.45 s in 16 MB, and only when the text
+# holds nineteen digits in a row). It is the body limit of the routes that take no bulk
+# (SHADOWPLANE_MAX_SMALL_BODY_BYTES' default); a config is a few kilobytes.
+SECOND_READ_BYTES = 256 * 1024
+# Digits as "0", everything else as a space: no JSON text without nineteen digits in a row
+# holds an integer beyond 64 bits (-2**63 - 1 has nineteen), and bytes.find looks for them
+# at C speed (40 ms in 16 MB, where a regex takes 170).
+_DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_NINETEEN_ZEROS = b"0" * 19
+# In a JSON text orjson has read, a string, or an integer of nineteen digits or more (never
+# a decimal's fraction or exponent): strings are passed over whole, so their digits are not
+# taken for numbers.
+_STRING_OR_LONG_INTEGER = re.compile(
+    rb'"(?:[^"\\]++|\\.)*+"|(?<![0-9.eE+-])(-?[0-9]{19,})(?![0-9.eE])'
+)
+_JSON_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+# What a JSON text past SECOND_READ_BYTES is refused as when orjson finds a number past a
+# double and the text at its position cannot tell which.
+PAST_A_DOUBLE = "a number too large to read: an integer past 64 bits or a decimal past a double"
 
 
 def _int_or_too_long(digits: str) -> int | _TooLong:
@@ -1145,11 +1168,24 @@ def _int_or_too_long(digits: str) -> int | _TooLong:
         raise
 
 
+def _beyond_64_bits(value: int) -> str:
+    """Why an integer storage cannot keep is refused: no field takes it as written, and one
+    a double holds may be written as a decimal (a number field may take 1e+20)."""
+    try:
+        decimal = f"{float(value):.6g}"
+    except OverflowError:
+        return "an integer beyond 64 bits and past a double, more than any field takes"
+    return (
+        f"an integer beyond 64 bits, which storage does not keep; as a decimal ({decimal}) "
+        "a number field may take it"
+    )
+
+
 def _refused_number(document: Any, *, floats: bool = True) -> str | None:
     """The refusal, naming its path, of the first number in a read document that no config
     can hold: an integer of more than 4300 digits (read as _TOO_LONG), one beyond 64 bits,
     and with `floats` NaN or infinity. A YAML document may hold cycles through anchors:
-    each container is visited once."""
+    each container is visited once; `!!pairs` and `!!omap` are lists of tuples."""
     stack: list[tuple[Any, str]] = [(document, "")]
     seen: set[int] = set()
     while stack:
@@ -1158,12 +1194,12 @@ def _refused_number(document: Any, *, floats: bool = True) -> str | None:
         if value is _TOO_LONG:
             return f"{where}: {TOO_MANY_DIGITS['msg']}"
         if isinstance(value, int) and value not in _INT_RANGE:
-            return f"{where}: an integer beyond 64 bits, more than any field takes"
+            return f"{where}: {_beyond_64_bits(value)}"
         if floats and isinstance(value, float) and not math.isfinite(value):
             # JSON has no NaN or infinity: the round trip would make it null, and a null
             # field takes its default, silently.
             return f"{where}: {value} is not a finite number (JSON has no NaN or infinity)"
-        if isinstance(value, dict | list) and id(value) not in seen:
+        if isinstance(value, dict | list | tuple) and id(value) not in seen:
             seen.add(id(value))
             if isinstance(value, dict) and _TOO_LONG in value:
                 return f"{where}: a key {TOO_MANY_DIGITS['msg']}"
@@ -1183,7 +1219,7 @@ def _holding_nul(document: Any) -> str | None:
         value, path = stack.pop()
         if isinstance(value, str) and "\x00" in value:
             return path or "(body)"
-        if isinstance(value, dict | list) and id(value) not in seen:
+        if isinstance(value, dict | list | tuple) and id(value) not in seen:
             seen.add(id(value))
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, child in items:
@@ -1194,14 +1230,88 @@ def _holding_nul(document: Any) -> str | None:
     return None
 
 
-def _long_integer_in_json(text: str | bytes) -> str | None:
-    """The refusal of the first integer in a JSON text that no config can hold, naming its
-    path; None if the text holds none (or the standard library cannot read it either)."""
+def _reread_json(text: str | bytes) -> tuple[bool, str | None]:
+    """A JSON text read again by the standard library, which keeps integers exact: whether
+    it could be read (not past SECOND_READ_BYTES, nor too deep), and then the refusal of its
+    first integer no config can hold, at its path, or the standard library's own error where
+    it cannot read the text either (the true syntax error, when orjson stopped at a number
+    before it); None if it holds neither."""
+    if len(text) > SECOND_READ_BYTES:
+        return False, None
     try:
         document = json.loads(text, parse_int=_int_or_too_long)
+    except json.JSONDecodeError as exc:
+        return True, f"(body): not valid JSON: {exc}"
     except (ValueError, RecursionError):
-        return None
-    return _refused_number(document, floats=False)
+        return False, None
+    return True, _refused_number(document, floats=False)
+
+
+def _at(text: str | bytes, offset: int) -> str:
+    """`(body): at line L column C` of an offset into `text` (columns in characters)."""
+    if isinstance(text, bytes):
+        line_start = text.rfind(b"\n", 0, offset) + 1
+        column = len(text[line_start:offset].decode(errors="replace"))
+        line = text.count(b"\n", 0, offset) + 1
+    else:
+        line_start = text.rfind("\n", 0, offset) + 1
+        column, line = offset - line_start, text.count("\n", 0, offset) + 1
+    return f"(body): at line {line} column {column + 1}"
+
+
+def _integer_refused(where: str, digits: str | bytes) -> str | None:
+    """The refusal of an integer, written as `digits`, that no config can hold."""
+    value = _int_or_too_long(digits.decode() if isinstance(digits, bytes) else digits)
+    if value is _TOO_LONG:
+        return f"{where}, {TOO_MANY_DIGITS['msg']}"
+    if isinstance(value, int) and value not in _INT_RANGE:
+        return f"{where}, {_beyond_64_bits(value)}"
+    return None
+
+
+def _long_integer_token(data: bytes) -> str | None:
+    """The refusal of the first integer beyond 64 bits in a JSON text orjson read (as a
+    double), at its line and column: found in the text, without a second read."""
+    for match in _STRING_OR_LONG_INTEGER.finditer(data):
+        digits = match.group(1)
+        refused = None if digits is None else _integer_refused(_at(data, match.start()), digits)
+        if refused is not None:
+            return refused
+    return None
+
+
+def _infinite_number(text: str | bytes, exc: orjson.JSONDecodeError) -> str | None:
+    """The refusal of a JSON text orjson read a number of as infinite: an integer of 310
+    digits or more, or a decimal past a double (None: orjson's words hold)."""
+    read, refused = _reread_json(text)
+    if read:
+        return refused
+    # Too large to read twice: the number at the position orjson gives (in characters).
+    string = text.decode(errors="replace") if isinstance(text, bytes) else text
+    number = _JSON_NUMBER.match(string, exc.pos)
+    if number is None:
+        return f"(body): {PAST_A_DOUBLE}"
+    if number.group(1) or number.group(2):
+        return None  # a decimal past a double is infinite: orjson says so
+    return _integer_refused(_at(string, exc.pos), number.group()) or f"(body): {PAST_A_DOUBLE}"
+
+
+def _json_document(text: str | bytes) -> Any:
+    """A JSON config read by orjson, which takes an integer beyond 64 bits for a double (and
+    from 310 digits calls it infinity): such an integer is refused, as YAML refuses it."""
+    try:
+        document = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        refused = _infinite_number(text, exc) if "number is infinity" in str(exc) else None
+        raise ConfigError([refused or f"(body): not valid JSON: {exc}"]) from None
+    data = text.encode() if isinstance(text, str) else text
+    if data.translate(_DIGITS_AS_ZERO).find(_NINETEEN_ZEROS) >= 0:
+        read, refused = _reread_json(data)
+        if not read:
+            refused = _long_integer_token(data)
+        if refused is not None:
+            raise ConfigError([refused])
+    return document
 
 
 @functools.cache
@@ -1230,24 +1340,21 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
 
     Whatever the text holds, the answer is documents or a ConfigError naming the reason: YAML
     can spell things JSON cannot (an anchor that contains itself, invalid Unicode, integers
-    of thousands of digits), and those must be refused, not crash the caller."""
+    of thousands of digits), and those must be refused, not crash the caller. One text gets
+    one answer read either way (`shadowplane tasks apply -f` reads JSON as YAML).
+
+    It takes seconds for a large text (1 MB of YAML: 11 s): a server calls it in a worker
+    thread, never on the event loop."""
     import yaml
 
     kind = "YAML" if yaml_text else "JSON"
-    try:
-        documents = (
-            list(yaml.load_all(text, Loader=_config_loader()))
-            if yaml_text
-            else [orjson.loads(text)]
-        )
-    except orjson.JSONDecodeError as exc:
-        # orjson reads an integer past 64 bits as a double, infinite from 310 digits, and says
-        # so: the number's path and the true reason come from a second, slower reading.
-        refused = _long_integer_in_json(text) if "number is infinity" in str(exc) else None
-        raise ConfigError([refused or f"(body): not valid {kind}: {exc}"]) from None
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
-    if yaml_text:
+    if not yaml_text:
+        documents = [_json_document(text)]
+    else:
+        try:
+            documents = list(yaml.load_all(text, Loader=_config_loader()))
+        except (yaml.YAMLError, ValueError, RecursionError) as exc:
+            raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
         for document in documents:
             refused = _refused_number(document)
             if refused is not None:

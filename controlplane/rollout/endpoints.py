@@ -244,7 +244,9 @@ async def apply_task(
 ) -> Response:
     """Register a task or give it a new config version (JSON, or YAML with a YAML content type)."""
     body = await read_body(request, request.app.state.settings.max_body_bytes)
-    raw = _parse(body, request.headers.get("content-type", ""))
+    # Read in a worker thread, as json_body reads a body: a large config takes seconds to
+    # read (1 MB of YAML: 11 s), and on the event loop that held every other request.
+    raw = await run_in_threadpool(_parse, body, request.headers.get("content-type", ""))
 
     (applied,) = await run_in_threadpool(
         configs.apply_tasks, request.app.state.engine, [raw], actor=principal.name
