@@ -249,6 +249,10 @@ def test_a_change_while_another_reviewer_took_the_held_item(
     assert [x[0] for x in labels_of(seeded, first["id"])] == ["unclear", "both_wrong"]
     warning = shown(at.warning[0].value)
     assert f"lease on item {following['id']} ended" in warning, warning
+    # ... and the correction it stored is confirmed above that warning (the slot for a
+    # message held one, and the warning took it).
+    successes = [shown(str(s.value)) for s in at.success]
+    assert any("now “Both wrong”" in s for s in successes), (successes, warning)
     now_held = held(at)
     assert now_held["id"] not in (first["id"], following["id"])
     assert labels_of(seeded, following["id"]) == []
