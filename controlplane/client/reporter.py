@@ -18,6 +18,7 @@ import random
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -133,9 +134,13 @@ class ResultReporter(HoldsResults):
         self.rejections: deque[dict[str, Any]] = deque(maxlen=20)
         self._closing = threading.Event()
         self._abort = threading.Event()
-        # In a forked child (`_forked`): its first report or hold asks for a close() at its
-        # exit (`_close_at_exit`); never in the process that made the reporter.
-        self._close_at_exit_due = False
+        # The first report or hold asks for a close() at the process's exit
+        # (`_watch_exit`); a reporter never used registers nothing, and close() takes it
+        # back. In a forked child (`_forked`), multiprocessing's exit runs it too.
+        self._close_at_exit_due = True
+        self._in_forked_child = False
+        self._exit_hook: Callable[[], None] | None = None
+        self._at_exit = False
         self._thread = threading.Thread(target=self._run, name="shadowplane-results", daemon=True)
         self._thread.start()
         forks.follow(self)
@@ -149,39 +154,45 @@ class ResultReporter(HoldsResults):
         args, kwargs = self._made_with
         # This class's own __init__: a subclass's may take other arguments.
         ResultReporter.__init__(self, *args, **kwargs)
-        self._close_at_exit_due = True
+        self._in_forked_child = True
 
     def _watch_exit(self) -> None:
-        """In a forked child, at its first report or hold: the child's exit closes the
-        reporter (`_close_at_exit`), for a child that ends without calling close(), as a
-        `multiprocessing` pool's workers do. A child that never reports registers nothing."""
+        """At the first report or hold: the process's exit closes the reporter
+        (`_close_at_exit`) if nothing has, for a process that ends without calling close()
+        (a script, a forked child, a `multiprocessing` pool's worker): what it still holds
+        is sent or counted and logged, never lost unsaid. A reporter never used registers
+        nothing; close() takes the registration back."""
         if not self._close_at_exit_due:
             return
         with self._lock:
             due, self._close_at_exit_due = self._close_at_exit_due, False
         if not due:
             return
-        # An interpreter's own exit (a child that returns, sys.exit) runs atexit; a
-        # multiprocessing child (a pool's worker, a Process) ends with os._exit after
-        # multiprocessing's exit function, which runs the finalizers with an exit priority.
-        # It is loaded in any such child before its code runs; the registry is emptied at
-        # that start, so the finalizer is made here, at the first use, not at the fork.
+        # A reference that does not keep a closed reporter alive until the exit.
+        hook = _closing_at_exit(weakref.ref(self))
         try:
-            atexit.register(self._close_at_exit)
+            # An interpreter's own exit (a script's end, sys.exit, a child that returns).
+            atexit.register(hook)
+            self._exit_hook = hook
+            # A multiprocessing child (a pool's worker, a Process) ends with os._exit after
+            # multiprocessing's exit function, which runs the finalizers with an exit
+            # priority. Its registry is emptied at the child's start, after the fork's
+            # hooks ran: so the finalizer is made here, at the first use.
             mp_util = sys.modules.get("multiprocessing.util")
-            if mp_util is not None:
-                mp_util.Finalize(None, self._close_at_exit, exitpriority=0)
+            if self._in_forked_child and mp_util is not None:
+                mp_util.Finalize(None, hook, exitpriority=0)
         except Exception:  # the request goes on; its result is queued as any other
             log.exception("results: the reporter could not ask to be closed at the exit")
 
     def _close_at_exit(self) -> None:
-        """`close()` at a forked child's exit, unless closed already (either hook may come
+        """`close()` at the process's exit, unless closed already (either hook may come
         first, or both): what it cannot deliver in close's timeout is counted and logged."""
         if self._closing.is_set():
             return
+        self._at_exit = True
         try:
             self.close()
-        except Exception:  # the child's exit goes on
+        except Exception:  # the exit goes on
             log.exception("results: closing the reporter at the process's exit failed")
 
     # -- the request path -------------------------------------------------------------
@@ -380,6 +391,10 @@ class ResultReporter(HoldsResults):
             self._abort.set()
             self._thread.join(self._http.timeout.read or 10.0)
         self._http.close()
+        hook, self._exit_hook = self._exit_hook, None
+        if hook is not None and not self._at_exit:
+            # Not from the hook itself: atexit would free the function it is running.
+            atexit.unregister(hook)
         return self.pending == 0 and self._dropped == dropped_before
 
     async def aclose(self, timeout: float = 10.0) -> bool:
@@ -650,3 +665,14 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _closing_at_exit(ref: weakref.ReferenceType[ResultReporter]) -> Callable[[], None]:
+    """The exit's hook for one reporter: closes it if it is still alive and open."""
+
+    def close_at_exit() -> None:
+        reporter = ref()
+        if reporter is not None:
+            reporter._close_at_exit()
+
+    return close_at_exit

@@ -1,9 +1,11 @@
-"""A child forked from a router whose module-level `ResultReporter` was made before the fork,
-ending without calling `close()`: a `multiprocessing` pool's worker (the pool closed and
-joined), a `multiprocessing.Process` whose target returns or raises, and an `os.fork` child
-that ends through the interpreter's own exit. What it reported reaches the real API all the
-same; what cannot be delivered in the close timeout is counted and logged, and the child
-still exits. Neither the parent nor a child that has not reported registers anything at exit.
+"""A process that ends without calling its `ResultReporter`'s `close()`: a router's script,
+and a child forked from a router whose module-level reporter was made before the fork (a
+`multiprocessing` pool's worker, the pool closed and joined; a `multiprocessing.Process`
+whose target returns or raises; an `os.fork` child that ends through the interpreter's own
+exit). What it reported reaches the real API all the same; what cannot be delivered in the
+close timeout is counted and logged, and the process still exits. A reporter registers its
+close at the exit once, at its first report, and close() takes it back; a child that has
+not reported registers nothing.
 
 Each router here waits a minute before it sends a batch that is not full (`flush_interval`),
 so a result is still in the queue when the child ends, unless something flushes it then."""
@@ -89,6 +91,23 @@ def _run(api: ApiServer | None, run: str, tmp_path: Path, body: str) -> tuple[An
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+def _run_interpreter(api: ApiServer, run: str, tmp_path: Path, body: str) -> Any:
+    """`_run`'s script in an interpreter of its own, which ends as a script does (its
+    atexit run; `_run`'s forked process ends with os._exit): its OUT."""
+    (tmp_path / "router.py").write_text(ROUTER)
+    code = HEAD + textwrap.dedent(body) + "\nprint(json.dumps(OUT))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(api, run),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _new_run() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -154,11 +173,12 @@ def test_a_forked_child_ending_through_the_interpreters_exit_delivers_what_it_re
 
         router.reporter.report(router.result(os.environ["RUN"] + "-parent"))
         in_parent = atexit._ncallbacks() - before
+        at_fork = atexit._ncallbacks()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            unused = atexit._ncallbacks() - before  # before the child's first report
+            unused = atexit._ncallbacks() - at_fork  # before the child's first report
             for i in range(30):
                 router.reporter.report(router.result(f"{os.environ['RUN']}-{i}"))
             os.write(w, json.dumps(unused).encode())
@@ -179,10 +199,10 @@ def test_a_forked_child_ending_through_the_interpreters_exit_delivers_what_it_re
         timeout=WAIT,
     )
     assert done.returncode == 0, done.stderr
-    # The child exited 0; the parent delivered its own at close(). Nothing was registered
-    # at exit by making the reporter and reporting in the parent, nor by the fork in the
-    # child before it reported.
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, True, 0, 0]
+    # The child exited 0; the parent delivered its own at close(). The parent's first
+    # report registered one close at the exit; the fork registered nothing in the child
+    # before it reported.
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, True, 1, 0]
     assert _stored(shared_api, run) == (31, 31)
 
 
@@ -200,3 +220,45 @@ def test_a_child_whose_results_cannot_be_delivered_counts_and_logs_them_at_its_e
     exitcode, stderr = _run(None, _new_run(), tmp_path, body)
     assert exitcode == 0
     assert "results: dropped 3 (3 in all): 3 results unsent at close" in stderr, stderr
+
+
+def test_a_script_that_ends_without_close_delivers_what_it_reported(
+    shared_api: ApiServer, tmp_path: Path
+) -> None:
+    # The commonest router: a script that reports and ends, close() forgotten. Its sender
+    # is a daemon thread, which the interpreter's end stops wherever it is.
+    run = _new_run()
+    body = """
+        OUT = [router.reporter.report(router.result(f"{RUN}-{i}")) for i in range(20)]
+    """
+    queued = _run_interpreter(shared_api, run, tmp_path, body)
+    assert queued == [True] * 20
+    assert _stored(shared_api, run) == (20, 20)
+
+
+def test_a_reporter_closed_is_not_kept_for_the_exit(shared_api: ApiServer, tmp_path: Path) -> None:
+    # A process that makes reporters and closes them (one per job) keeps none of them alive
+    # for the exit, and one never used registers nothing. In a process of its own: atexit
+    # counts every registration of the process (and never counts one down).
+    run = _new_run()
+    body = """
+        import atexit, gc, weakref
+        from controlplane.client import ResultReporter
+
+        before = atexit._ncallbacks()
+        made = [ResultReporter(os.environ["URL"], os.environ["KEY"]) for _ in range(5)]
+        unused = atexit._ncallbacks() - before
+        for i, reporter in enumerate(made):
+            reporter.report(router.result(f"{RUN}-{i}"))
+            reporter.report(router.result(f"{RUN}-{i}-again"))
+        used = atexit._ncallbacks() - before
+        delivered = all(reporter.close() for reporter in made)
+        first = weakref.ref(made[0])
+        del made, reporter
+        gc.collect()
+        OUT = [unused, used, delivered, first() is None]
+    """
+    outcome = _run_interpreter(shared_api, run, tmp_path, body)
+    # None before a report, one for each at its first, and a closed one is let go.
+    assert outcome == [0, 5, True, True]
+    assert _stored(shared_api, run) == (10, 10)
