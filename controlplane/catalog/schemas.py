@@ -1332,7 +1332,18 @@ def _config_loader() -> type[yaml.SafeLoader]:
             raise
 
     ConfigLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    # A number with an exponent and no dot or no exponent sign (1e+30, 2E5, 1.0e5) is a
+    # string to YAML 1.1, which PyYAML reads, and a number to JSON and YAML 1.2: read as
+    # JSON reads it, so that one text gets one answer (and the decimal a refusal of a long
+    # integer advises is taken).
+    ConfigLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float", _EXPONENT_NUMBER, list("-+0123456789")
+    )
     return ConfigLoader
+
+
+# JSON's number with an exponent (RFC 8259), YAML 1.2's float of that form.
+_EXPONENT_NUMBER = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?[eE][-+]?[0-9]+$")
 
 
 def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:

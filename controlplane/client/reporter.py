@@ -140,6 +140,7 @@ class ResultReporter(HoldsResults):
         self._close_at_exit_due = True
         self._in_forked_child = False
         self._exit_hook: Callable[[], None] | None = None
+        self._exit_finalizer: Any = None  # multiprocessing's, in its children
         self._at_exit = False
         self._thread = threading.Thread(target=self._run, name="shadowplane-results", daemon=True)
         self._thread.start()
@@ -174,26 +175,54 @@ class ResultReporter(HoldsResults):
             # An interpreter's own exit (a script's end, sys.exit, a child that returns).
             atexit.register(hook)
             self._exit_hook = hook
-            # A multiprocessing child (a pool's worker, a Process) ends with os._exit after
-            # multiprocessing's exit function, which runs the finalizers with an exit
-            # priority. Its registry is emptied at the child's start, after the fork's
-            # hooks ran: so the finalizer is made here, at the first use.
+            # A multiprocessing child (a pool's worker, a Process; forked, or started by a
+            # fork server) ends with os._exit after multiprocessing's exit function, which
+            # runs the finalizers with an exit priority. Its registry is emptied at the
+            # child's start, after the fork's hooks ran: so the finalizer is made here, at
+            # the first use, for a reporter inherited through the fork or made in the child.
             mp_util = sys.modules.get("multiprocessing.util")
-            if self._in_forked_child and mp_util is not None:
-                mp_util.Finalize(None, hook, exitpriority=0)
+            if mp_util is not None and (self._in_forked_child or _in_multiprocessing_child()):
+                self._exit_finalizer = mp_util.Finalize(None, hook, exitpriority=0)
         except Exception:  # the request goes on; its result is queued as any other
             log.exception("results: the reporter could not ask to be closed at the exit")
 
     def _close_at_exit(self) -> None:
         """`close()` at the process's exit, unless closed already (either hook may come
-        first, or both): what it cannot deliver in close's timeout is counted and logged."""
+        first, or both): what it cannot deliver in the exit's wait is counted and logged.
+        Every reporter of the process shares one wait (`EXIT_WAIT`), not one each; a Ctrl-C
+        during it ends the wait, and what is still unsent is counted and logged then."""
         if self._closing.is_set():
             return
         self._at_exit = True
         try:
-            self.close()
+            self.close(_exit_wait_left())
         except Exception:  # the exit goes on
             log.exception("results: closing the reporter at the process's exit failed")
+        except BaseException:  # KeyboardInterrupt: stop waiting, and count what is left
+            try:
+                self._stop_at_exit("the exit's wait was interrupted")
+            except BaseException:  # a second Ctrl-C: the exit goes on, as asked
+                pass
+
+    def _stop_at_exit(self, why: str) -> None:
+        """Stop now, and count what is left. Not close(): a join interrupted by a signal
+        marks the sender as stopped while it runs (Python 3.11's threading), so close()
+        would return at once, before the sender counts what it stops with, and the exit
+        would end it unsaid."""
+        self._abort.set()
+        self._closing.set()
+        with self._ready:
+            self._ready.notify_all()
+        with self._held_done:
+            given_up, self._holds = self._holds, set()
+            self._held = 0
+        abandoned = sum(held.abandon() for held in given_up)
+        deadline = time.monotonic() + 2.0
+        while self.pending and time.monotonic() < deadline:
+            time.sleep(0.01)  # the sender counts and logs what it stops with
+        left = self.pending + abandoned
+        if left:
+            self._drop(left, "closed", f"{left} results unsent: {why}")
 
     # -- the request path -------------------------------------------------------------
 
@@ -392,9 +421,12 @@ class ResultReporter(HoldsResults):
             self._thread.join(self._http.timeout.read or 10.0)
         self._http.close()
         hook, self._exit_hook = self._exit_hook, None
+        finalizer, self._exit_finalizer = self._exit_finalizer, None
         if hook is not None and not self._at_exit:
             # Not from the hook itself: atexit would free the function it is running.
             atexit.unregister(hook)
+            if finalizer is not None:
+                finalizer.cancel()
         return self.pending == 0 and self._dropped == dropped_before
 
     async def aclose(self, timeout: float = 10.0) -> bool:
@@ -676,3 +708,22 @@ def _closing_at_exit(ref: weakref.ReferenceType[ResultReporter]) -> Callable[[],
             reporter._close_at_exit()
 
     return close_at_exit
+
+
+# How long the exit waits, in all, for the reporters a process did not close (close()'s
+# own default): the first one closed at the exit starts it, the others share what is left.
+EXIT_WAIT = 10.0
+_exit_deadline: list[float] = []
+
+
+def _exit_wait_left() -> float:
+    now = time.monotonic()
+    if not _exit_deadline:
+        _exit_deadline.append(now + EXIT_WAIT)
+    return max(0.0, _exit_deadline[0] - now)
+
+
+def _in_multiprocessing_child() -> bool:
+    """Whether this process was started by multiprocessing (it ends with os._exit)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
