@@ -209,9 +209,11 @@ def test_a_forked_child_ending_through_the_interpreters_exit_delivers_what_it_re
 def test_a_child_whose_results_cannot_be_delivered_counts_and_logs_them_at_its_exit(
     tmp_path: Path,
 ) -> None:
-    # Nothing listens: the child's exit waits the close timeout (10 s), then gives up on
+    # Nothing listens: the child's exit waits (1 s here, 10 s by default), then gives up on
     # its results, counted and logged as close() does, and the child ends.
     body = """
+        import controlplane.client.reporter
+        controlplane.client.reporter.EXIT_WAIT = 1.0  # the fork keeps it
         child = fork.Process(target=router.serve, args=(RUN, 3))
         child.start()
         child.join(60)
