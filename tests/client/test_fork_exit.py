@@ -95,7 +95,14 @@ def _run_interpreter(api: ApiServer, run: str, tmp_path: Path, body: str) -> Any
     """`_run`'s script in an interpreter of its own, which ends as a script does (its
     atexit run; `_run`'s forked process ends with os._exit): its OUT."""
     (tmp_path / "router.py").write_text(ROUTER)
-    code = HEAD + textwrap.dedent(body) + "\nprint(json.dumps(OUT))\n"
+    return _interpreter(
+        HEAD + textwrap.dedent(body) + "\nprint(json.dumps(OUT))\n", api, run, tmp_path
+    )
+
+
+def _interpreter(code: str, api: ApiServer, run: str, tmp_path: Path) -> Any:
+    """`python -c code` in tmp_path, ended as a script ends: what it printed last, read as
+    JSON."""
     done = subprocess.run(
         [sys.executable, "-c", code],
         env=_env(api, run),
@@ -190,19 +197,10 @@ def test_a_forked_child_ending_through_the_interpreters_exit_delivers_what_it_re
         delivered = router.reporter.close()
         print(json.dumps([os.waitstatus_to_exitcode(status), delivered, in_parent, unused]))
     """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(main)],
-        env=_env(shared_api, run),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert done.returncode == 0, done.stderr
     # The child exited 0; the parent delivered its own at close(). The parent's first
     # report registered one close at the exit; the fork registered nothing in the child
     # before it reported.
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, True, 1, 0]
+    assert _interpreter(textwrap.dedent(main), shared_api, run, tmp_path) == [0, True, 1, 0]
     assert _stored(shared_api, run) == (31, 31)
 
 

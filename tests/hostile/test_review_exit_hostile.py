@@ -46,6 +46,18 @@ def _script(tmp_path: Path, body: str) -> Path:
     return path
 
 
+def _python(script: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The script run to its end in an interpreter of its own (its exit's hooks run)."""
+    return subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=tmp_path,
+    )
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
 
@@ -76,14 +88,7 @@ def test_a_reporter_made_in_a_multiprocessing_child_is_closed_at_its_exit(
             print("exitcode", p.exitcode, flush=True)
         """,
     )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(),
-        cwd=tmp_path,
-    )
+    done = _python(script, tmp_path)
     assert "exitcode 0" in done.stdout, done.stderr[-2000:]
     # Before: nothing at all is said, and the three results are gone.
     assert "3 results unsent at close" in done.stderr, done.stderr[-2000:]
@@ -159,14 +164,7 @@ def test_several_reporters_are_closed_at_the_exit_within_one_wait(tmp_path: Path
         print("end", flush=True)
         """,
     )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(),
-        cwd=tmp_path,
-    )
+    done = _python(script, tmp_path)
     [line] = [x for x in done.stdout.splitlines() if x.startswith("calls ")]
     (first_at, first_wait), (second_at, second_wait) = json.loads(line.removeprefix("calls "))
     assert first_wait <= 1.0
