@@ -72,14 +72,16 @@ def test_p_is_a_probability_and_symmetric_in_the_two_sides(
     observed, n = on
     statistic, p = srm.chi_square(observed, n, share)
     assert statistic >= 0 and 0.0 <= p <= 1.0
+    # The two sides of a share whose complement is exact (a multiple of 2**-30, so n times
+    # either is exact too): their figures differ only by the rounding of one product each.
+    # With 1 - share rounded instead, p moved with the statistic times that rounding over
+    # the smaller share: near 1 by its square root (1 - 1.5e-8 against 1 - 1.9e-8), and in
+    # the far tail by 3e-9 of itself (5.0831205e-292 for 2 of 299 at a share of 1e-5).
+    share = round(share * 2**30) / 2**30
+    statistic, p = srm.chi_square(observed, n, share)
     mirrored = srm.chi_square(n - observed, n, 1.0 - share)
-    # 1 - share is rounded: a statistic near 0 keeps only its absolute precision, and p
-    # near 1 moves with its square root (1 - 1.5e-8 against 1 - 1.9e-8 was seen, and
-    # 1 - 2.2e-6 against 1 - 4.3e-6). The alert reads p below 0.001, where it is exact.
-    if p < 0.5:
-        assert mirrored[1] == pytest.approx(p, rel=1e-9, abs=1e-300)
-    else:
-        assert mirrored[1] == pytest.approx(p, abs=1e-5)
+    assert mirrored[0] == pytest.approx(statistic, rel=1e-12, abs=1e-300)
+    assert mirrored[1] == pytest.approx(p, rel=1e-9, abs=1e-300)
 
 
 @given(st.integers(1, 10_000), st.integers(1, 99))
