@@ -49,19 +49,11 @@ from controlplane.client import FlagClient, ResultReporter
 from controlplane.client.tls import default_tls
 from controlplane.db import get_engine
 from tests.client.fake import Exchange, FakeServer
+from tests.client.test_flag_client import _to_full
 from tests.liveapi import ApiServer, run_python, seed, wait_until
 
 TICKET = "ticket_classify"
 DEEP = b"[" * 200_000  # 200 KB: far under max_document_bytes (8 MiB)
-
-
-def _to_full(api: ApiServer) -> int:
-    for _ in range(3):  # shadow -> canary 5 -> canary 25 -> full, forced past the gate
-        answer = api.call(
-            "POST", f"/v1/tasks/{TICKET}/promote", json={"reason": "test", "force": True}
-        )
-        assert answer.status_code == 200, answer.text
-    return int(api.call("GET", f"/v1/flags/{TICKET}", scope="flags").json()["version"])
 
 
 def _served(flags: FlagClient) -> str:
