@@ -536,7 +536,10 @@ class FlagClient:
         self._failures += 1
         delay = self._backoff(self.poll_interval, self._failures)
         if retry_after is not None:
-            delay = max(delay, retry_after)
+            # The server's word, up to a third of `max_staleness` (or `max_backoff`, if
+            # longer): a front that says "an hour" must not keep a router from hearing a
+            # rollback, or send it to the cloud, long after the API answers again.
+            delay = max(delay, min(retry_after, max(self.max_backoff, self.max_staleness / 3)))
         if self._error != why:
             age = self._age()
             held = (

@@ -152,6 +152,20 @@ def test_at_its_cap_the_backoff_stays_jittered() -> None:
     assert min(capped) < CAP * 0.9 and max(capped) > CAP * 1.1
 
 
+def test_a_retry_after_longer_than_a_third_of_max_staleness_waits_that_third() -> None:
+    # A front (a proxy, a load balancer) answering 503 with "Retry-After: 3600": honoured,
+    # the client would not ask again for an hour, its copy aging past max_staleness (600 s,
+    # then every task to the cloud) and a rollback made meanwhile unheard. It asks again
+    # after 200 s; a shorter Retry-After is still the server's word (the test above).
+    script = Script([(503, {"Retry-After": "3600"}), (429, {"Retry-After": "150"})])
+    with _polled(script, hold_after=3) as (sleeper, flags):
+        assert sleeper.enough.wait(60), "the client to ask for its waits"
+        assert flags.max_staleness == 600
+    assert sleeper.waits[0] == 200.0
+    assert sleeper.waits[1] == 150.0
+    assert POLL * 0.9 <= sleeper.waits[2] <= POLL * 1.1
+
+
 @pytest.mark.parametrize("code", [401, 403])
 def test_401_or_403_stops_the_polling_for_good(code: int) -> None:
     script = Script([(503, {}), (code, {})])
