@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
@@ -455,6 +456,42 @@ class _Given:
 
 _serving = _Gate("shadowplane-edge", SERVING_THREADS)
 _beside_pool = _Gate("shadowplane-side", BESIDE_THREADS)
+# The caller's executors judged in this process: False for one whose threads are a parent
+# process's (see _runs_here). Cleared in a forked child.
+_executors: weakref.WeakKeyDictionary[Executor, bool] = weakref.WeakKeyDictionary()
+
+
+def _runs_here(executor: Executor) -> bool:
+    """Whether the caller's executor can run a call in this process. A `ThreadPoolExecutor`
+    that ran calls before the process forked (made at import under gunicorn `--preload`)
+    counts its threads idle at the fork, which the child does not have: the child's first
+    calls (one per such thread) are queued with no thread to run them, and each request
+    waits its whole `edge_timeout` to be served by the cloud. Such an executor is passed
+    over for the client's own pools, with a warning once; one made in the child, or never
+    used before the fork, is used."""
+    usable = _executors.get(executor)
+    if usable is None:
+        threads = getattr(executor, "_threads", None)
+        usable = not (
+            isinstance(executor, ThreadPoolExecutor)
+            and isinstance(threads, set)
+            and not getattr(executor, "_shutdown", False)
+            and any(not thread.is_alive() for thread in list(threads))
+        )
+        try:
+            _executors[executor] = usable
+        except TypeError:  # not weakly referable: judged again next time
+            pass
+        if not usable:
+            log.warning(
+                "shadow_compare: the executor passed was used before this process forked "
+                "and its threads are the parent's (calls queued on it would wait for none): "
+                "the client's own pools run them here; make the executor after the fork "
+                "(e.g. in gunicorn's post_fork) to use it"
+            )
+    return usable
+
+
 _stats_lock = threading.Lock()
 _stats: Counter[str] = Counter()
 _last_busy_log = 0.0
@@ -466,6 +503,7 @@ def _after_fork_in_child() -> None:
     global _stats_lock
     _stats_lock = threading.Lock()
     _stats.clear()
+    _executors.clear()
     _deadlines.forked()
     _serving.forked()
     _beside_pool.forked()
@@ -618,8 +656,10 @@ def shadow_compare(
         edge_fields,
         cloud_fields,
     )
-    serving: _Gate | _Given = _Given(executor) if executor is not None else _serving
-    beside: _Gate | _Given = _Given(executor) if executor is not None else _beside_pool
+    serving: _Gate | _Given = _serving
+    beside: _Gate | _Given = _beside_pool
+    if executor is not None and _runs_here(executor):
+        serving = beside = _Given(executor)
     started = time.monotonic()
     if wants_repeat(task, pair.result["request_id"], route.repeat_rate):
         pair.repeat = _repeat_in(beside, cloud_fn, payload, task, cloud_timeout)
