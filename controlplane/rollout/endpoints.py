@@ -30,6 +30,7 @@ from controlplane.rollout.flagstream import BUSY_RETRY_SECONDS, FlagStream, Stre
 from controlplane.rollout.schemas import (
     ActionIn,
     AppliedOut,
+    DecisionAction,
     DecisionOut,
     DecisionsOut,
     FlagHistoryOut,
@@ -449,7 +450,11 @@ def decisions(
     _: Annotated[Principal, Depends(require("read"))],
     task: TaskFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    action: Annotated[
+        DecisionAction | None,
+        Query(description="Only decisions of this action (`rollback`: why a task went back)."),
+    ] = None,
 ) -> ORJSONResponse:
     """Decisions, newest first: rollbacks, promotions, re-arms, kills and lifts, with evidence."""
     with session_scope(request.app.state.engine) as session:
-        return ORJSONResponse({"decisions": service.list_decisions(session, task, limit)})
+        return ORJSONResponse({"decisions": service.list_decisions(session, task, limit, action)})

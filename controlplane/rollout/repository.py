@@ -310,7 +310,9 @@ def blocked_models(session: Session, task_id: int) -> list[str]:
     )
 
 
-def decisions(session: Session, task: str | None, limit: int) -> list[tuple[Decision, str | None]]:
+def decisions(
+    session: Session, task: str | None, limit: int, action: str | None = None
+) -> list[tuple[Decision, str | None]]:
     """Decisions newest first, with their task's name (None for kill and lift)."""
     query = (
         select(Decision, Task.name)
@@ -320,6 +322,8 @@ def decisions(session: Session, task: str | None, limit: int) -> list[tuple[Deci
     )
     if task is not None:
         query = query.where(Task.name == task)
+    if action is not None:
+        query = query.where(Decision.action == action)
     return [(d, name) for d, name in session.execute(query)]
 
 

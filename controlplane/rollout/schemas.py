@@ -149,6 +149,12 @@ class GateOut(BaseModel):
     buckets: dict[str, BucketGateOut]
 
 
+# Every action a decision records (repository.TASK_ACTIONS and EVERY_TASK_ACTIONS).
+DecisionAction = Literal[
+    "promote", "rollback", "rearm", "needs_regrade", "regraded", "kill", "lift"
+]
+
+
 class DecisionOut(BaseModel):
     """A decision: a rollback, promotion, re-arm, kill or lift, with its evidence."""
 

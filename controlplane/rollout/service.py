@@ -25,6 +25,8 @@ def gate(session: Session, task: Task, config: TaskConfig) -> dict[str, Any]:
 
 
 def list_decisions(
-    session: Session, task: str | None = None, limit: int = 100
+    session: Session, task: str | None = None, limit: int = 100, action: str | None = None
 ) -> list[dict[str, Any]]:
-    return [decision_view(d, name) for d, name in repository.decisions(session, task, limit)]
+    return [
+        decision_view(d, name) for d, name in repository.decisions(session, task, limit, action)
+    ]

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import redis
@@ -36,6 +37,8 @@ from sqlalchemy.engine import make_url
 from controlplane.logs import DATABASE
 from controlplane.rollout import actions, flagbus
 from controlplane.rollout.configs import apply_tasks
+from controlplane.rollout.repository import EVERY_TASK_ACTIONS, TASK_ACTIONS
+from controlplane.rollout.schemas import DecisionAction
 from tests.conftest import Api, make_api
 from tests.liveapi import Proxy, free_port, run_cli, wait_until
 from tests.rollout.test_rollback_triggers_e2e import (
@@ -61,12 +64,6 @@ def pg_api(pg_url: str) -> Iterator[Api]:
     yield from make_api(pg_url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after an input-shift rollback, GET /v1/decisions?task=&limit=1 (the runbook's "
-    "'Read why') answers the needs_regrade mark recorded after the rollback, not the rollback "
-    "with its rule, windows and examples",
-)
 def test_the_runbooks_read_why_after_an_input_shift_rollback_shows_the_rollback(
     pg_api: Api,
 ) -> None:
@@ -83,9 +80,18 @@ def test_the_runbooks_read_why_after_an_input_shift_rollback_shows_the_rollback(
         close(api, start, k)
     assert stage(api, "shifting") == "rolled_back"
 
-    # docs/operations.md, "A rollback fired", step 2, word for word.
+    # The newest decision is the needs_regrade mark recorded after the rollback.
+    newest = api.client.get("/v1/decisions?task=shifting&limit=1", headers=api.headers("read"))
+    assert newest.json()["decisions"][0]["action"] == "needs_regrade"
+    # docs/operations.md, "A rollback fired", step 2 (and ShadowplaneRollback's
+    # description in deploy/prometheus/alerts.yml), word for word.
+    runbook = Path("docs/operations.md").read_text()
+    assert "2. Read why: `GET /v1/decisions?task=<task>&action=rollback&limit=1`" in runbook
+    assert "GET /v1/decisions?task={{ $labels.task }}&action=rollback&limit=1;" in (
+        Path("deploy/prometheus/alerts.yml").read_text()
+    )
     answer = api.client.get(
-        "/v1/decisions?task=shifting&limit=1", headers=api.headers("read")
+        "/v1/decisions?task=shifting&action=rollback&limit=1", headers=api.headers("read")
     ).json()["decisions"]
     assert len(answer) == 1
     why = answer[0]
@@ -94,6 +100,17 @@ def test_the_runbooks_read_why_after_an_input_shift_rollback_shows_the_rollback(
     assert why["action"] == "rollback", why
     assert why["rule"] == "input_shift <= 0.25 over 4m"
     assert why["evidence"]["examples"]
+
+
+def test_the_decisions_action_filter_takes_every_action_a_decision_records(
+    pg_api: Api,
+) -> None:
+    assert set(get_args(DecisionAction)) == {*TASK_ACTIONS, *EVERY_TASK_ACTIONS}
+    actions.kill(pg_api.engine, actor="test", reason="drill")
+    kills = pg_api.client.get("/v1/decisions?action=kill", headers=pg_api.headers("read"))
+    assert [d["action"] for d in kills.json()["decisions"]] == ["kill"]
+    wrong = pg_api.client.get("/v1/decisions?action=rolback", headers=pg_api.headers("read"))
+    assert wrong.status_code == 422 and "action" in wrong.text
 
 
 def _unreachable_database() -> dict[str, str]:
