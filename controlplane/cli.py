@@ -19,7 +19,45 @@ from controlplane.settings import get_settings
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-app = typer.Typer(
+
+class _Commands(typer.Typer):
+    """The commands, saying in one line that a server they need is out of reach (an
+    operator mid-incident gets the setting to check and the server's own words, not a
+    traceback of hundreds of lines)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            problem = _out_of_reach(exc)
+            if problem is None:
+                raise
+            typer.echo(f"error: {problem}", err=True)
+            sys.exit(1)
+
+
+def _out_of_reach(exc: BaseException) -> str | None:
+    """One line for a database or Redis that does not answer; None for any other error."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        words = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        said = words[0] if words else type(exc).__name__
+        url = _safe_url(get_settings().database_url)
+        if getattr(exc, "statement", None) is None:  # connecting: the URL or the server
+            return f"SHADOWPLANE_DATABASE_URL: cannot reach {url}: {said}"
+        running = " ".join(str(exc.statement).split())[:160]
+        return f"the database at {url} failed: {said} (running: {running})"
+    if isinstance(exc, RedisConnectionError | RedisTimeout):
+        redis_url = get_settings().redis_url
+        where = _safe_url(redis_url) if redis_url else "Redis"
+        return f"SHADOWPLANE_REDIS_URL: cannot reach {where}: {exc}"
+    return None
+
+
+app = _Commands(
     help="Shadowplane: evidence-driven edge/cloud routing for LLM tasks.",
     no_args_is_help=True,
     add_completion=False,

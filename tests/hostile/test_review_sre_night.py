@@ -122,12 +122,6 @@ def _unreachable_database() -> dict[str, str]:
     return env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shadowplane kill (and tick, rollback, rearm, grade, prune, keys) with PostgreSQL "
-    "out of reach print a Rich traceback of hundreds of lines, never naming "
-    "SHADOWPLANE_DATABASE_URL, where migrate prints one line",
-)
 @pytest.mark.parametrize(
     "argv", [["kill", "--reason", "3am drill"], ["tick"]], ids=["kill", "tick"]
 )
