@@ -206,7 +206,7 @@ class FlagCopy:
                 self._applied = ticket
                 self._current = fresh
             self._last_db_check = time.monotonic()
-        self._confirmed(self._last_db_check)
+        self._confirmed(self._last_db_check, by_database=True)
         if current is None or (fresh.revision, fresh.etag) != (current.revision, current.etag):
             self._notify()
         return self.snapshot()
@@ -297,7 +297,7 @@ class FlagCopy:
         current = self._current
         vouched = key_read and current is not None and key == current.revision
         if vouched:
-            self._confirmed(now)
+            self._confirmed(now, by_database=False)
             if now - self._last_db_check < DB_BACKSTOP_SECONDS:
                 return
         try:
@@ -306,7 +306,7 @@ class FlagCopy:
                 revision = self.reload().revision
             else:
                 self._last_db_check = time.monotonic()
-                self._confirmed(self._last_db_check)
+                self._confirmed(self._last_db_check, by_database=True)
         except Exception as exc:
             # With Redis vouching for the copy, a database out of reach only delays the
             # backstop: nobody can change a flag without it.
@@ -320,12 +320,14 @@ class FlagCopy:
             except self._redis_errors as exc:
                 self._redis_failed(exc)
 
-    def _confirmed(self, at: float) -> None:
+    def _confirmed(self, at: float, *, by_database: bool) -> None:
         with self._lock:
             self._confirmed_at = at
             recovered, self._failing = self._failing, False
-        # The database answered (its outage, if any, is over).
-        DATABASE.answered()
+        if by_database:
+            # The database answered (its outage, if any, is over). The Redis key vouching
+            # for the copy says nothing of the database: its outage may still be going.
+            DATABASE.answered()
         if recovered:
             log.info('{"event": "flags_storage_recovered"}')
 

@@ -151,12 +151,6 @@ def _revision_key(url: str) -> bytes | None:
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with Redis configured, the flag copy's Redis-vouched check calls "
-    "DATABASE.answered(): database_available is logged within a second while PostgreSQL is "
-    "still down (and a new unavailable/available pair follows each failing request)",
-)
 def test_a_database_outage_is_not_said_over_while_the_database_is_still_down(
     pg_url: str, redis_url: Callable[[], str]
 ) -> None:
