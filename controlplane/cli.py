@@ -437,9 +437,14 @@ def kill(reason: Reason) -> None:
 @app.command()
 def lift(reason: Reason) -> None:
     """Lift the kill switch: every flag goes back to its stage."""
+    from controlplane.rollout.actions import left_on_the_cloud
     from controlplane.rollout.actions import lift as run
 
-    typer.echo(_decision_line(_do(lambda e: run(e, actor=_actor(), reason=reason))))
+    decision = _do(lambda e: run(e, actor=_actor(), reason=reason))
+    typer.echo(_decision_line(decision))
+    still = left_on_the_cloud(decision)
+    if still:
+        typer.echo(f"warning: {still}", err=True)
 
 
 @alerts_app.command("ack")

@@ -297,6 +297,18 @@ def unblock(
     return in_transaction(engine, work)
 
 
+def left_on_the_cloud(decision: dict[str, Any]) -> str | None:
+    """What a lift left killed, as a sentence (None when it left nothing)."""
+    names = decision.get("evidence", {}).get("left_killed") or []
+    if not names:
+        return None
+    return (
+        f"still on the cloud: {', '.join(names)} (the stored config does not parse, so "
+        "nothing says what the stage routes); apply a valid config (shadowplane tasks "
+        "apply) and the flag follows the stage again"
+    )
+
+
 def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> Decision:
     """The global kill switch, in this transaction: every flag gets a new version (a task
     whose stored config does not parse too: its flag goes to the cloud); stages are kept.

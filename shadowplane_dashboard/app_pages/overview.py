@@ -17,7 +17,7 @@ import streamlit as st
 from controlplane.alerts.actions import acknowledge
 from controlplane.auth.service import Principal
 from controlplane.db import get_engine, session_scope
-from controlplane.rollout.actions import REASON_MAX_CHARS, kill, lift
+from controlplane.rollout.actions import REASON_MAX_CHARS, kill, left_on_the_cloud, lift
 from controlplane.rollout.overview import Overview, TaskRow, overview
 from shadowplane_dashboard import common
 from shadowplane_dashboard.formats import count, line, moment, money, percent, text
@@ -243,9 +243,13 @@ def switch_form(killed: bool, actor: str) -> None:
         st.warning(refused)
         return
     action = lift if killed else kill
-    if common.act(action, actor=actor, reason=reason.strip()):
+    decision = common.act(action, actor=actor, reason=reason.strip())
+    if decision:
+        still = left_on_the_cloud(decision) if killed else None
         done(
-            "Kill switch lifted." if killed else "Kill switch thrown: every task goes to the cloud."
+            (f"Kill switch lifted; {still}." if still else "Kill switch lifted.")
+            if killed
+            else "Kill switch thrown: every task goes to the cloud."
         )
 
 

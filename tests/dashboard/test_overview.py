@@ -27,6 +27,7 @@ from controlplane.metrics.service import latest_closed_rows, window_rows
 from controlplane.models import Alert, Task, WindowMetrics
 from controlplane.models.base import utcnow
 from controlplane.rollout import overview as model
+from controlplane.rollout.actions import kill
 from controlplane.rollout.flags import flags_document
 from controlplane.rollout.overview import Point, overview
 from controlplane.rollout.service import list_decisions
@@ -43,6 +44,7 @@ from shadowplane_dashboard.overview import (
 )
 from tests.conftest import cloned_database
 from tests.dashboard.conftest import Seeded, open_page, page_text, shown
+from tests.test_isolation import store_broken_config
 
 pytestmark = pytest.mark.integration
 
@@ -498,6 +500,19 @@ def test_kill_with_confirmation_kills_every_flag_and_lift_brings_them_back(
     assert not any(flag["killed"] for flag in read(seeded, flags_document)["flags"].values())
     [lifted] = read(seeded, list_decisions, None, 1)
     assert (lifted["action"], lifted["actor"], lifted["reason"]) == ("lift", "admin", "fire out")
+
+
+def test_a_lift_says_which_task_it_left_on_the_cloud(seeded: Seeded) -> None:
+    # Its stored config does not parse: nothing says what its stage routes, so the lift
+    # leaves its flag killed; the page says so instead of "Kill switch lifted." alone.
+    store_broken_config(seeded.engine, "ticket_classify")
+    kill(seeded.engine, actor="admin", reason="drill")
+    at = open_page(seeded, "admin", PAGE)
+    kill_form(at, "drill over", confirm=True, name="lift")
+    assert not at.exception
+    assert read(seeded, flags_document)["flags"]["ticket_classify"]["killed"] is True
+    [notice] = [shown(s.value) for s in at.success]
+    assert notice.startswith("Kill switch lifted; still on the cloud: ticket_classify (")
 
 
 def test_acknowledge_records_the_keys_name(seeded: Seeded) -> None:

@@ -177,11 +177,6 @@ def test_a_database_outage_is_not_said_over_while_the_database_is_still_down(
         DATABASE.reset()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shadowplane lift prints 'lift on every task' and exit 0 while a task whose "
-    "stored config does not parse stays killed (evidence left_killed, never printed)",
-)
 def test_lift_says_which_tasks_it_left_on_the_cloud(pg_api: Api, tmp_path: Path) -> None:
     api = pg_api
     store_broken_config(api.engine, "ticket_classify")
