@@ -143,25 +143,38 @@ def _decision_line(d: dict[str, Any]) -> str:
 
 
 @app.command()
-def migrate() -> None:
+def migrate(
+    to: Annotated[
+        str | None,
+        typer.Option(
+            help="A revision to bring the schema to instead of this release's latest: one "
+            "below the database's takes it down (each migration's downgrade), for an older "
+            "release to run on it."
+        ),
+    ] = None,
+) -> None:
     """Bring the database schema to the latest version (Alembic)."""
     url = get_settings().database_url
-    _migrate(url)
-    typer.echo(f"migrated {_safe_url(url)}")
+    _migrate(url, to)
+    typer.echo(f"migrated {_safe_url(url)}" + (f" to {to}" if to else ""))
 
 
-def _migrate(url: str) -> None:
-    """Migrate `url`, or exit 1 with one line saying why not (`migrate`, `demo`)."""
+def _migrate(url: str, to: str | None = None) -> None:
+    """Migrate `url` (to this release's latest, or to `to`), or exit 1 with one line saying
+    why not (`migrate`, `demo`)."""
     from alembic.util import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
-    from controlplane.migrate import MigrationLocked, upgrade
+    from controlplane.migrate import MigrationLocked, below, downgrade, head_revisions, upgrade
 
     problem = _unreadable(url)
     if problem is not None:
         raise _fail(f"SHADOWPLANE_DATABASE_URL: {problem}")
     try:
-        upgrade(url)
+        if to is not None and below(url, to):
+            downgrade(url, to)
+        else:
+            upgrade(url, to or "head")
     except MigrationLocked as exc:
         raise _fail(f"cannot migrate {_safe_url(url)} now: {exc}") from None
     except CommandError as exc:
@@ -170,8 +183,9 @@ def _migrate(url: str) -> None:
         words = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = (
             ": the database was migrated by a newer release of Shadowplane; run that release, "
-            "or take the schema down with it first (alembic downgrade)"
-            if "Can't locate revision" in words
+            "or take the schema down with it first: with the newer release, shadowplane "
+            f"migrate --to {' '.join(sorted(head_revisions()))}"
+            if "Can't locate revision" in words and to is None
             else ""
         )
         raise _fail(f"cannot migrate {_safe_url(url)}: {words}{hint}") from None

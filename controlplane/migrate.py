@@ -146,6 +146,34 @@ def _given_up(states: list[str], waited: float, statement: str) -> str:
     )
 
 
+def below(database_url: str, revision: str) -> bool:
+    """Whether the database is past `revision` (one of this release's): reaching it is a
+    downgrade. False when it is at it, before it, or never migrated."""
+    script = ScriptDirectory.from_config(alembic_config(database_url))
+    target = script.get_revision(revision)  # CommandError for a revision this release lacks
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            current = current_revisions(connection)
+    finally:
+        engine.dispose()
+    if target is None or not current or current == {target.revision}:
+        return False
+    return any(
+        rev.revision == target.revision
+        for head in current
+        for rev in script.iterate_revisions(head, "base")
+    )
+
+
+def downgrade(database_url: str, revision: str) -> None:
+    """Take the schema down to `revision` (each migration's downgrade, in one transaction;
+    each lock waited for at most SHADOWPLANE_MIGRATE_LOCK_TIMEOUT_SECONDS, not retried)."""
+    cfg = alembic_config(database_url)
+    cfg.attributes["lock_timeout_seconds"] = get_settings().migrate_lock_timeout_seconds
+    command.downgrade(cfg, revision)
+
+
 def check(database_url: str) -> None:
     """Raise when the models and the migrated schema differ (alembic check)."""
     command.check(alembic_config(database_url))

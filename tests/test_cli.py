@@ -7,8 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, text
 
 from controlplane.catalog.examples import FOLDER
+from controlplane.migrate import alembic_config, head_revisions
 from tests.liveapi import Done, run_cli
 
 EXAMPLES = FOLDER
@@ -64,3 +67,34 @@ def test_tasks_apply(migrated: Path) -> None:
     done = run(migrated, "tasks", "apply", "-f", str(bad), ok=False)
     assert done.returncode == 1
     assert "sticky_by: Input should be 'session' or 'user' (got \"device\")" in done.stderr
+
+
+def test_migrate_to_an_earlier_revision_takes_the_schema_down_for_an_older_release(
+    migrated: Path,
+) -> None:
+    # A deploy rolled back after its migration: the older release cannot migrate (it does
+    # not know the newer revision) and says what to run with the newer one.
+    [head] = head_revisions()
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    earlier = script.get_revision(head).down_revision
+    assert isinstance(earlier, str)
+    engine = create_engine(f"sqlite:///{migrated / 'cli.db'}")
+
+    def version() -> str:
+        with engine.connect() as connection:
+            return str(connection.execute(text("SELECT version_num FROM alembic_version")).scalar())
+
+    down = run(migrated, "migrate", "--to", earlier)
+    assert down.stdout.strip().endswith(f"to {earlier}")
+    assert version() == earlier
+    run(migrated, "migrate")
+    assert version() == head
+    # Migrated by a release this one does not know: one line, ending with the command.
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = 'ffffffffffff'"))
+    refused = run(migrated, "migrate", ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        f"with the newer release, shadowplane migrate --to {head}"
+    )
+    engine.dispose()
