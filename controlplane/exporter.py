@@ -143,12 +143,19 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
         "The edge_percent each task's flag publishes.",
         labels=["task"],
     )
+    killed = GaugeMetricFamily(
+        "shadowplane_flag_killed",
+        "1 while a task's flag is killed (every request to the cloud, its stage kept): the "
+        "kill switch, or a lift that left the task killed.",
+        labels=["task"],
+    )
     for task, flag in published["flags"].items():
         stage.add_metric([task, flag["stage"]], 1)
         edge_percent.add_metric([task], flag["edge_percent"])
+        killed.add_metric([task], 1 if flag.get("killed") else 0)
     revision = GaugeMetricFamily("shadowplane_flags_revision", "The global flag revision.")
     revision.add_metric([], published["revision"])
-    families += [stage, edge_percent, revision]
+    families += [stage, edge_percent, killed, revision]
     webhooks = GaugeMetricFamily(
         "shadowplane_webhook_deliveries",
         "Webhook deliveries waiting to be sent (pending) or given up (failed).",

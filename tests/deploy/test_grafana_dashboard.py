@@ -86,6 +86,7 @@ def test_the_dashboard_charts_what_the_sre_watches() -> None:
     named |= set().union(*(variable_query_names(q) for _, q in dashboard_variables(dashboard)))
     watched = {
         "shadowplane_task_stage",  # stage, so each decision
+        "shadowplane_flag_killed",  # the kill switch, which keeps the stages
         "shadowplane_window_agreement",
         "shadowplane_window_edge_share",
         "shadowplane_alerts_active",

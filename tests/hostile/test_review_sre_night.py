@@ -32,6 +32,7 @@ from typing import get_args
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from controlplane.logs import DATABASE
@@ -188,3 +189,24 @@ def test_lift_says_which_tasks_it_left_on_the_cloud(pg_api: Api, tmp_path: Path)
     flag = api.client.get("/v1/flags/ticket_classify", headers=api.headers("flags:read"))
     assert flag.json()["killed"] is True  # left on the cloud
     assert "ticket_classify" in done.stdout + done.stderr, done.stdout
+    # And Prometheus sees it (the Grafana stage timeline draws it as "killed").
+    killed = _killed_flags(api)
+    assert killed["ticket_classify"] == 1
+    assert len(killed) > 1 and not any(v for t, v in killed.items() if t != "ticket_classify")
+
+
+def _killed_flags(api: Api) -> dict[str, float]:
+    scraped = api.client.get("/metrics", headers=api.headers("read")).text
+    return {
+        s.labels["task"]: s.value
+        for family in text_string_to_metric_families(scraped)
+        if family.name == "shadowplane_flag_killed"
+        for s in family.samples
+    }
+
+
+def test_the_kill_switch_shows_on_every_tasks_killed_gauge(pg_api: Api) -> None:
+    assert set(_killed_flags(pg_api).values()) == {0}
+    actions.kill(pg_api.engine, actor="test", reason="drill")
+    killed = _killed_flags(pg_api)
+    assert killed and set(killed.values()) == {1}

@@ -163,6 +163,7 @@ def test_metrics_parse_as_prometheus_text_with_the_latest_closed_window(metrics_
     assert sample("shadowplane_ingest_counters_up") == 1
     assert sample("shadowplane_task_stage", task="metrics_task", stage="shadow") == 1
     assert sample("shadowplane_flag_edge_percent", task="metrics_task") == 0
+    assert sample("shadowplane_flag_killed", task="metrics_task") == 0
     assert sample("shadowplane_flags_revision") == 3  # three tasks registered
     # The clock of that pass is two minutes past T0; the windows due since are not closed
     # by any pass, and the lag says so (computed against the real clock).
