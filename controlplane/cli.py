@@ -118,11 +118,9 @@ T = TypeVar("T")
 
 
 def _detail(detail: Any) -> str:
-    if isinstance(detail, str):
-        return detail
-    from controlplane.compare.jsonutil import dumps
+    from controlplane.rollout.actions import refusal_text
 
-    return dumps(detail).decode()
+    return refusal_text(detail, force="promote --force")
 
 
 def _do(action: Callable[[Engine], T]) -> T:

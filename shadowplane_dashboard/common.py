@@ -172,12 +172,11 @@ def actor(principal: Principal) -> str:
 
 
 def detail_text(detail: Any) -> str:
-    """An action's refusal as text (a sentence, or the structured reason compactly)."""
-    if isinstance(detail, str):
-        return detail
-    from controlplane.compare.jsonutil import dumps
+    """An action's refusal as text (a sentence; a refused promotion one line per thing in
+    its way; any other structured reason compactly)."""
+    from controlplane.rollout.actions import refusal_text
 
-    return dumps(detail).decode()
+    return refusal_text(detail)
 
 
 def act(action: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:

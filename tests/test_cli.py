@@ -69,6 +69,19 @@ def test_tasks_apply(migrated: Path) -> None:
     assert "sticky_by: Input should be 'session' or 'user' (got \"device\")" in done.stderr
 
 
+def test_a_refused_promotion_reads_one_line_per_thing_in_its_way(migrated: Path) -> None:
+    # It was the refusal's JSON on one line (2 kB for a task with no traffic yet).
+    run(migrated, "tasks", "apply", "-f", str(EXAMPLES / "ticket_classify.yaml"))
+    refused = run(migrated, "promote", "ticket_classify", "--reason", "go", ok=False)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert lines[0] == "error: promotion refused:"
+    assert lines[1].startswith("- the grade is insufficient: too little traffic")
+    assert lines[2].startswith("- the gate (shadow): 0 of the 12 windows needed")
+    assert lines[3] == "promote --force goes past these (audited, with its reason)."
+    assert len(lines) == 4 and "{" not in refused.stderr
+
+
 def test_migrate_to_an_earlier_revision_takes_the_schema_down_for_an_older_release(
     migrated: Path,
 ) -> None:

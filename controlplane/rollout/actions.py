@@ -165,6 +165,44 @@ def regrade_refusal(task: Task) -> str:
     )
 
 
+# What a refused promotion's detail may hold (promote's ActionError 409).
+PROMOTION_REFUSALS = ("needs_regrade", "veto", "forbid", "grade", "gate")
+
+
+def refusal_text(detail: Any, force: str = "A forced promotion") -> str:
+    """An action's refusal as people read it (the CLI, the dashboard): a sentence as it is;
+    a refused promotion one line per thing in the way, with its reasons, and whether
+    `force` (how the reader forces one) goes past them; anything else as compact JSON."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, dict) and detail and set(detail) <= set(PROMOTION_REFUSALS):
+        lines = ["promotion refused:"]
+        for key in PROMOTION_REFUSALS:
+            if key not in detail:
+                continue
+            part = detail[key]
+            if key == "gate" and isinstance(part, dict):
+                reasons = "; ".join(map(str, part.get("reasons") or ())) or "not passed"
+                stage = f" ({part['stage']})" if part.get("stage") else ""
+                lines.append(f"- the gate{stage}: {reasons}")
+            elif key == "grade" and isinstance(part, dict):
+                lines.append(f"- the grade is {part.get('tier')}: {part.get('reason')}")
+            else:
+                lines.append(f"- {key}: {part}")
+        grade = detail.get("grade")
+        forceable = set(detail) <= {"gate", "grade"} and (
+            not isinstance(grade, dict) or grade.get("forceable") is True
+        )
+        if forceable:
+            lines.append(f"{force} goes past these (audited, with its reason).")
+        else:
+            lines.append("Forcing does not go past this.")
+        return "\n".join(lines)
+    from controlplane.compare.jsonutil import dumps
+
+    return dumps(detail).decode()
+
+
 def _forced_past(blocked: dict[str, Any]) -> dict[str, Any]:
     """What a forced promotion went past, for its decision and audit entry: the gate's
     reasons, the grade's tier and the sentence that kept it from `offload`."""

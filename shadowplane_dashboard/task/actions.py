@@ -39,17 +39,14 @@ def queue(kind: str, task: str, expected_stage: str, **extra: Any) -> None:
 
 
 def refusal(exc: ActionError) -> ActionError | None:
-    """The gate's and the veto's refusals as sentences (None: the refusal reads as is)."""
+    """A refused promotion as sentences, one per thing in its way (the gate, the grade, the
+    veto...), and whether ticking 'force past the gate' goes past them (None: the refusal
+    reads as is)."""
     detail = exc.detail
-    if isinstance(detail, dict) and "gate" in detail:
-        reasons = "; ".join(detail["gate"].get("reasons") or [])
+    if isinstance(detail, dict) and detail and set(detail) <= set(actions.PROMOTION_REFUSALS):
         return ActionError(
-            exc.status,
-            f"The promotion gate does not pass ({reasons}). Tick 'force past the gate' "
-            "to promote anyway (audited).",
+            exc.status, actions.refusal_text(detail, force="Ticking 'force past the gate'")
         )
-    if isinstance(detail, dict) and "veto" in detail:
-        return ActionError(exc.status, str(detail["veto"]))
     return None
 
 

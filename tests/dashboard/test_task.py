@@ -275,8 +275,14 @@ def test_a_promotion_the_gate_refuses_is_a_sentence(seeded: Seeded) -> None:
     at = on_task(seeded, "admin", IN_SHADOW)
     at.text_input(key="action_reason").set_value("not forced")
     at.button(key="promote").click().run()
-    errors = [shown(e.value) for e in at.error]
-    assert any(e.startswith("The promotion gate does not pass (") for e in errors), errors
+    [error] = [shown(e.value) for e in at.error]
+    lines = error.splitlines()
+    assert lines[0] == "promotion refused:", error
+    # One line for each thing in the way, with its reasons; the gate's and the grade's
+    # both (a refusal with both once named only the gate, and forcing went past the grade
+    # unsaid); then what forcing does.
+    assert any(line.startswith("- the gate (shadow): ") for line in lines), error
+    assert lines[-1] == "Ticking 'force past the gate' goes past these (audited, with its reason)."
     assert decisions(seeded, IN_SHADOW) == []
 
 

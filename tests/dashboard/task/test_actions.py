@@ -17,15 +17,18 @@ def test_the_gates_refusal_is_a_sentence() -> None:
         actions.readable(refuse)({"gate": {"reasons": ["too few pairs", "agreement 0.8"]}})
     assert said.value.status == 409
     assert said.value.detail == (
-        "The promotion gate does not pass (too few pairs; agreement 0.8). Tick 'force past "
-        "the gate' to promote anyway (audited)."
+        "promotion refused:\n- the gate: too few pairs; agreement 0.8\nTicking 'force past "
+        "the gate' goes past these (audited, with its reason)."
     )
 
 
 def test_the_vetos_refusal_is_its_sentence() -> None:
     with pytest.raises(ActionError) as said:
         actions.readable(refuse)({"veto": "error cost 0.9 over the veto 0.7"})
-    assert said.value.detail == "error cost 0.9 over the veto 0.7"
+    assert said.value.detail == (
+        "promotion refused:\n- veto: error cost 0.9 over the veto 0.7\n"
+        "Forcing does not go past this."
+    )
 
 
 def test_other_refusals_and_answers_pass_through() -> None:
