@@ -12,6 +12,7 @@ database): normalising each piece alone gives what normalising the whole gives (
 """
 
 from cpython.unicode cimport Py_UNICODE_ISSPACE, PyUnicode_DATA, PyUnicode_KIND, PyUnicode_READ
+from libc.stdint cimport uint16_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp
 
@@ -22,6 +23,8 @@ cdef extern from "Python.h":
     str PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
 
 from unicodedata import combining, is_normalized, normalize
+
+from controlplane.compare.streamsafe import NON_STARTER_RANGES, RUN, stream_safe
 
 # The ranges `_boundary` accepts, for the test that checks them (inclusive).
 BOUNDARY_RANGES = (
@@ -155,14 +158,66 @@ for _code in range(256):
         _LATIN1[_code] = OTHER
 
 
+# The non-starters of streamsafe.NON_STARTER_RANGES, a bit each (none is past U+1FFFF).
+cdef enum:
+    NON_STARTER_END = 0x20000
+    NON_STARTER_BYTES = 0x4000  # NON_STARTER_END / 8
+
+cdef unsigned char _NON_STARTER[NON_STARTER_BYTES]
+for _code in range(NON_STARTER_BYTES):
+    _NON_STARTER[_code] = 0
+for _first, _last in NON_STARTER_RANGES:
+    assert _last < NON_STARTER_END
+    for _code in range(_first, _last + 1):
+        _NON_STARTER[_code >> 3] |= 1 << (_code & 7)
+cdef Py_ssize_t _RUN = RUN
+
+
+cdef bint _long_run(unsigned int kind, const void *data, Py_ssize_t n) noexcept:
+    """Whether the text holds a run of more than RUN non-starters (NFKC would sort it in
+    time quadratic in its length): one scan, a bit looked up a character (a text of one
+    byte a character has no non-starter)."""
+    cdef Py_ssize_t i, run = 0
+    cdef const uint16_t *two
+    cdef const uint32_t *four
+    cdef uint32_t code
+    if kind == 2:
+        two = <const uint16_t *> data
+        for i in range(n):
+            code = two[i]
+            # Below U+0300 and the CJK ideographs (U+3400-U+A66E): none is a non-starter.
+            if code < 0x300 or 0x3400 <= code <= 0xA66E:
+                run = 0
+            elif (_NON_STARTER[code >> 3] >> (code & 7)) & 1:
+                run += 1
+                if run > _RUN:
+                    return True
+            else:
+                run = 0
+    elif kind == 4:
+        four = <const uint32_t *> data
+        for i in range(n):
+            code = four[i]
+            if 0x300 <= code < NON_STARTER_END and (_NON_STARTER[code >> 3] >> (code & 7)) & 1:
+                run += 1
+                if run > _RUN:
+                    return True
+            else:
+                run = 0
+    return False
+
+
 def normal(str text):
-    """" ".join(unicodedata.normalize("NFKC", text).split()), in one pass: NFKC only on the
-    pieces that need it."""
+    """" ".join(unicodedata.normalize("NFKC", streamsafe.stream_safe(text)).split()), in one
+    pass: NFKC only on the pieces that need it."""
     cdef object latin1
     if PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND:
         latin1 = _collapsed_latin1(text)
         if latin1 is not None:
             return latin1
+    # A run of non-starters NFKC would sort in quadratic time is cut first (streamsafe).
+    if _long_run(PyUnicode_KIND(text), PyUnicode_DATA(text), len(text)):
+        text = stream_safe(text)
     # Its own NFKC already (a quick check over the text: most text in any script, Greek,
     # Arabic or Devanagari too): only the whitespace to collapse.
     cdef bint normalised = is_normalized("NFKC", text)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.compare import fingerprint
+from controlplane.compare import fingerprint, streamsafe
 from controlplane.compare import native as reader
 from controlplane.compare.fingerprint import normalise_text_python as reference
 from tests.ingest.native_support import PIECES, native, require_compiled_reader
@@ -80,6 +80,52 @@ def test_every_bmp_character_alone_and_with_combining_neighbours() -> None:
 )
 def test_drawn_texts_read_alike(text: str) -> None:
     assert compiled(text) == reference(text)
+
+
+# Non-starters of different classes, and characters whose NFKD begins with one.
+MARKS = "\u0301\u0316\u0308\u0323\u3099\u0f73\u0f75\uff9e\uff9f\U0001e944\u05b0"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.sampled_from(MARKS), min_size=25, max_size=70),
+            st.sampled_from(["a", "中", "e\u0301", " ", "\u034f", "Ａ", "가"]),
+        ),
+        max_size=8,
+    ).map("".join)
+)
+def test_texts_with_long_runs_of_marks_read_alike(text: str) -> None:
+    # Runs of more than 30 non-starters are cut by U+034F before NFKC (streamsafe), in both.
+    assert compiled(text) == reference(text)
+
+
+def test_the_non_starter_table_is_this_pythons_unicode() -> None:
+    found = [
+        code
+        for code in range(0x110000)
+        if unicodedata.combining(chr(code))
+        or (
+            unicodedata.decomposition(chr(code))
+            and unicodedata.combining(unicodedata.normalize("NFKD", chr(code))[0])
+        )
+    ]
+    ranges: list[tuple[int, int]] = []
+    for code in found:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    assert tuple(ranges) == streamsafe.NON_STARTER_RANGES
+
+
+def test_a_run_of_more_than_30_non_starters_gets_a_joiner_after_every_30() -> None:
+    run = "\u0301\u0316" * 40  # 80 marks
+    made = streamsafe.stream_safe("a" + run + "b" + run[:30])
+    assert made == "a" + run[:30] + "\u034f" + run[30:60] + "\u034f" + run[60:] + "b" + run[:30]
+    text = "Zalgo: e\u0301\u0316 and an ordinary é"
+    assert streamsafe.stream_safe(text) is text
 
 
 @settings(max_examples=300, deadline=None)
