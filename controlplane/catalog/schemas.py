@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, get_args
@@ -1211,6 +1212,52 @@ def _refused_number(document: Any, *, floats: bool = True) -> str | None:
     return None
 
 
+# What a YAML config's aliases may expand to, in bytes of JSON (the API's default body
+# limit): a few hundred bytes of nested aliases can stand for gigabytes.
+MAX_EXPANDED_BYTES = 16 * 2**20
+
+
+def _expanded_bytes(document: Any, limit: int) -> int | None:
+    """At least how many bytes of JSON a read YAML document stands for once its aliases are
+    written out, each distinct container counted once (so in time linear in what was read):
+    the count once past `limit`, or None within it. A cycle counts nothing more (the JSON
+    round trip refuses it)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(document, False)]
+    while stack:
+        value, ready = stack.pop()
+        if not isinstance(value, dict | list | tuple):
+            continue
+        if not ready:
+            if id(value) in sizes:
+                continue
+            sizes[id(value)] = 0  # in progress: a cycle back to it adds nothing
+            stack.append((value, True))
+            stack.extend((child, False) for child in _children(value))
+            continue
+        size = 2
+        if isinstance(value, dict):
+            for name, child in value.items():
+                size += _json_bytes(name, sizes) + _json_bytes(child, sizes) + 2
+        else:
+            size += sum(_json_bytes(child, sizes) + 1 for child in value)
+        if size > limit:
+            return size
+        sizes[id(value)] = size
+    return None
+
+
+def _children(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterable[Any]:
+    return value.values() if isinstance(value, dict) else value
+
+
+def _json_bytes(value: Any, sizes: dict[int, int]) -> int:
+    """At least its JSON's bytes: a container's as counted, a text's characters and quotes."""
+    if isinstance(value, dict | list | tuple):
+        return sizes.get(id(value), 0)
+    return len(value) + 2 if isinstance(value, str) else 1
+
+
 def _holding_nul(document: Any) -> str | None:
     """The path of the first text (a value or a key) holding NUL in a YAML document."""
     stack: list[tuple[Any, str]] = [(document, "")]
@@ -1367,6 +1414,16 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
         except (yaml.YAMLError, ValueError, RecursionError) as exc:
             raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
         for document in documents:
+            expanded = _expanded_bytes(document, MAX_EXPANDED_BYTES)
+            if expanded is not None:
+                raise ConfigError(
+                    [
+                        f"(body): YAML whose aliases (*name) expand it past "
+                        f"{MAX_EXPANDED_BYTES:,} bytes of JSON (at least {expanded:,} bytes "
+                        f"from {len(text):,} of YAML): write the repeated parts out, or "
+                        "repeat less"
+                    ]
+                )
             refused = _refused_number(document)
             if refused is not None:
                 raise ConfigError([refused])

@@ -100,11 +100,6 @@ def _alias_bomb(levels: int, leaf: str) -> str:
 BOMB = _alias_bomb(5, "x" * 200)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_documents expands a YAML config's aliases without bound (its JSON round "
-    "trip): a 600-byte config held a live API for 51 s and ran out of memory",
-)
 def test_a_yaml_config_whose_aliases_expand_past_the_body_limit_is_refused_for_them() -> None:
     assert len(BOMB.encode()) < 3_000
     with pytest.raises(ConfigError) as refused:
@@ -113,11 +108,6 @@ def test_a_yaml_config_whose_aliases_expand_past_the_body_limit_is_refused_for_t
     assert "alias" in message or "anchor" in message, message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="POST /v1/tasks expands a YAML config's aliases before anything reads it, and "
-    "refuses the expansion for another reason, or for running out of memory",
-)
 def test_the_api_refuses_a_yaml_config_for_its_aliases(pg_api: Api) -> None:
     response = pg_api.client.post(
         "/v1/tasks",
