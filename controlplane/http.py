@@ -88,6 +88,19 @@ class BodyTooLarge(BodyRefused):
         self.limit = limit
 
 
+class EncodingRefused(BodyRefused):
+    """A body sent under a content coding (gzip...): read as sent, it would be refused as
+    bytes that are not JSON, naming neither the header nor the coding."""
+
+    status = 415
+
+    def __init__(self, coding: str) -> None:
+        super().__init__(
+            f"content-encoding: {coding[:40]!r} is not read: bodies are taken as sent; send "
+            "the body uncompressed, without Content-Encoding (or as identity)"
+        )
+
+
 def too_large_detail(limit: int) -> str:
     return f"body: larger than the {limit}-byte limit (SHADOWPLANE_MAX_BODY_BYTES); split the batch"
 
@@ -273,8 +286,11 @@ class BodyGuard:
         chunked = False
         content_type = b""
         content_types = 0
+        coding = b""
         for name, value in scope["headers"]:
-            if name == b"content-length":
+            if name == b"content-encoding":
+                coding = value.strip().lower()
+            elif name == b"content-length":
                 declared = int(value) if value.isdigit() else None
             elif name == b"transfer-encoding":
                 chunked = True
@@ -282,6 +298,9 @@ class BodyGuard:
                 content_type = value.lower()
                 content_types += 1
         limit, too_large = self._limit(scope["path"])
+        if coding not in (b"", b"identity"):
+            await _refuse(send, EncodingRefused(coding.decode("latin-1")), close=True)
+            return
         if declared is not None and declared > limit:
             await _refuse(send, BodyTooLarge(limit, too_large), close=True)
             return
