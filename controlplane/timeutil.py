@@ -90,6 +90,27 @@ def _date_time_text(value: Any) -> Any:
     return datetime(year, month, day, hour, minute, second, micro, tzinfo=zone)
 
 
+def out_of_range(text: str, *, leap_second: bool = True, year_zero: bool = True) -> str | None:
+    """What is out of range in a text spelled as a date-time (DATE_TIME_OFFSET_OPTIONAL),
+    as a reason: a month, a day of its month, an hour, a minute, a second, an offset; with
+    `leap_second` False also a second of 60, with `year_zero` False year 0000. None when
+    nothing is (or the text is not so spelled)."""
+    found = _TIME_PARTS.fullmatch(text)
+    if found is None:
+        return None
+    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
+    second = int(found.group(6) or 0)
+    problem = _out_of_range(year, month, day, hour, minute, second)
+    sign, off_hours, off_minutes = found.group(9), found.group(10), found.group(11)
+    if problem is None and sign is not None and (int(off_hours) > 23 or int(off_minutes) > 59):
+        problem = f"the offset {sign}{off_hours}:{off_minutes} is past ±23:59"
+    if problem is None and not leap_second and second == 60:
+        problem = "second 60 (a leap second) cannot be stored; send :59.999999 of its minute"
+    if problem is None and not year_zero and year == 0:
+        problem = "year 0000 is before any time that can be stored"
+    return problem
+
+
 def _out_of_range(
     year: int, month: int, day: int, hour: int, minute: int, second: int
 ) -> str | None:

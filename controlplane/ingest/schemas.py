@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL, TS_PATTERN
+from controlplane.timeutil import DATE_TIME_OFFSET_OPTIONAL, TS_PATTERN, out_of_range
 
 Side = Literal["edge", "cloud"]
 # The sides a result may name under `skipped`: a side the router did not run, and why.
@@ -57,7 +57,16 @@ def _date_time(value: Any) -> Any:
     """A `ts` as the contract spells one: a string, an ISO 8601 date-time (its offset may be
     left out: UTC). pydantic alone also reads a number or a digit string as seconds since
     1970 and a bare date as its midnight."""
-    if value is None or (type(value) is str and _TS_TEXT.fullmatch(value)):
+    if value is None:
+        return value
+    if type(value) is str and _TS_TEXT.fullmatch(value):
+        # Spelled as one, but a field out of range: its reason, not the parser's ("unexpected
+        # extra characters at the end of the input", where there are none).
+        problem = out_of_range(value, leap_second=False, year_zero=False)
+        if problem is not None:
+            raise PydanticCustomError(
+                "datetime_type", "not a date-time: {problem}", {"problem": problem}
+            )
         return value
     raise PydanticCustomError(
         "datetime_type",
