@@ -374,7 +374,11 @@ class FlagClient:
                     )
                     return
                 if code != 200:
-                    self._stream_ended(f"GET {STREAM_PATH}: HTTP {code}", delay=_retry_after(r))
+                    retry_after = _retry_after(r)
+                    self._stream_ended(
+                        f"GET {STREAM_PATH}: HTTP {code}",
+                        delay=None if retry_after is None else self._honoured(retry_after),
+                    )
                     return
                 self._response = r
                 with self._lock:
@@ -532,14 +536,18 @@ class FlagClient:
         self._first_attempt.set()
         self._save_cache(force=changed)
 
+    def _honoured(self, retry_after: float) -> float:
+        """A server's Retry-After as waited: at least 1 s (0 would ask again at once, in a
+        loop), at most a third of `max_staleness` (or `max_backoff`, if longer): a front that
+        says "an hour" must not keep a router from hearing a rollback, or send it to the
+        cloud, long after the API answers again."""
+        return min(max(retry_after, 1.0), max(self.max_backoff, self.max_staleness / 3))
+
     def _failed(self, why: str, retry_after: float | None = None) -> float:
         self._failures += 1
         delay = self._backoff(self.poll_interval, self._failures)
         if retry_after is not None:
-            # The server's word, up to a third of `max_staleness` (or `max_backoff`, if
-            # longer): a front that says "an hour" must not keep a router from hearing a
-            # rollback, or send it to the cloud, long after the API answers again.
-            delay = max(delay, min(retry_after, max(self.max_backoff, self.max_staleness / 3)))
+            delay = max(delay, self._honoured(retry_after))
         if self._error != why:
             age = self._age()
             held = (
