@@ -469,7 +469,10 @@ def _runs_here(executor: Executor) -> bool:
     waits its whole `edge_timeout` to be served by the cloud. Such an executor is passed
     over for the client's own pools, with a warning once; one made in the child, or never
     used before the fork, is used."""
-    usable = _executors.get(executor)
+    try:
+        usable = _executors.get(executor)
+    except TypeError:  # not hashable, or not weakly referable: judged every time
+        usable = None
     if usable is None:
         threads = getattr(executor, "_threads", None)
         usable = not (
@@ -480,7 +483,7 @@ def _runs_here(executor: Executor) -> bool:
         )
         try:
             _executors[executor] = usable
-        except TypeError:  # not weakly referable: judged again next time
+        except TypeError:  # not weakly referable, or not hashable: judged again next time
             pass
         if not usable:
             log.warning(
