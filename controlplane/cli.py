@@ -40,14 +40,21 @@ def _out_of_reach(exc: BaseException) -> str | None:
     """One line for a database or Redis that does not answer; None for any other error."""
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeout
-    from sqlalchemy.exc import InterfaceError, OperationalError
+    from sqlalchemy.exc import DBAPIError, InterfaceError, NoSuchModuleError, OperationalError
 
-    if isinstance(exc, OperationalError | InterfaceError):
+    if isinstance(exc, NoSuchModuleError):  # a scheme SQLAlchemy has no dialect for
+        return (
+            f"SHADOWPLANE_DATABASE_URL: {exc} (PostgreSQL is postgresql+psycopg://, "
+            "the embedded database sqlite:///PATH)"
+        )
+    if isinstance(exc, DBAPIError):
         words = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         said = words[0] if words else type(exc).__name__
         url = _safe_url(get_settings().database_url)
-        if getattr(exc, "statement", None) is None:  # connecting: the URL or the server
-            return f"SHADOWPLANE_DATABASE_URL: cannot reach {url}: {said}"
+        if exc.statement is None:  # connecting: the URL, the server, the credentials
+            return f"SHADOWPLANE_DATABASE_URL: cannot connect to {url}: {said}"
+        if not isinstance(exc, OperationalError | InterfaceError):
+            return None  # a statement the database refused: a fault of ours, traced
         running = " ".join(str(exc.statement).split())[:160]
         return f"the database at {url} failed: {said} (running: {running})"
     if isinstance(exc, RedisConnectionError | RedisTimeout):
@@ -168,6 +175,11 @@ def _migrate(url: str, to: str | None = None) -> None:
     problem = _unreadable(url)
     if problem is not None:
         raise _fail(f"SHADOWPLANE_DATABASE_URL: {problem}")
+    if to == "base":
+        raise _fail(
+            "--to base would drop every table, and every result with them; shadowplane "
+            "does not: to start again, drop the database and migrate a new one"
+        )
     try:
         if to is not None and below(url, to):
             downgrade(url, to)
