@@ -26,6 +26,7 @@ import httpx
 
 from . import forks
 from .jsonread import loads
+from .retryafter import retry_after_seconds
 from .routing import Route, route
 from .sse import COMMENT, Event, EventReader, StreamTooLarge
 from .tls import default_tls
@@ -709,12 +710,7 @@ def _cache_problem(document: Any, now: float) -> str | None:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds < 86_400 else None
+    return retry_after_seconds(response.headers.get("retry-after", ""), limit=86_400)
 
 
 def _stale_seconds(response: httpx.Response) -> float | None:

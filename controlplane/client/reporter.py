@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from . import forks
+from .retryafter import retry_after_seconds
 from .shadow import HoldsResults, repeat_then_report
 from .sticky import wants_repeat
 from .tls import default_tls
@@ -677,11 +678,7 @@ def _read_answer(response: httpx.Response) -> bytes:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        seconds = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds < 3600 else None
+    return retry_after_seconds(response.headers.get("retry-after", ""), limit=3600)
 
 
 def _count(value: Any) -> int | None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email.utils import formatdate
 
 import pytest
 
@@ -164,6 +166,15 @@ def test_a_retry_after_longer_than_a_third_of_max_staleness_waits_that_third() -
     assert sleeper.waits[0] == 200.0
     assert sleeper.waits[1] == 150.0
     assert POLL * 0.9 <= sleeper.waits[2] <= POLL * 1.1
+
+
+def test_a_retry_after_given_as_a_date_is_the_wait_until_it() -> None:
+    # A proxy's form (and the API's own under /ofrep): before, it was not read at all.
+    when = formatdate(time.time() + 150, usegmt=True)
+    script = Script([(503, {"Retry-After": when})])
+    with _polled(script, hold_after=2) as (sleeper, _):
+        assert sleeper.enough.wait(60), "the client to ask for its waits"
+    assert 145 <= sleeper.waits[0] <= 150, sleeper.waits
 
 
 @pytest.mark.parametrize("code", [401, 403])
