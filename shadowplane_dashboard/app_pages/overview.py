@@ -247,7 +247,7 @@ def switch_form(killed: bool, actor: str) -> None:
     if decision:
         still = left_on_the_cloud(decision) if killed else None
         done(
-            (f"Kill switch lifted; {still}." if still else "Kill switch lifted.")
+            (text(f"Kill switch lifted; {still}.") if still else "Kill switch lifted.")
             if killed
             else "Kill switch thrown: every task goes to the cloud."
         )
