@@ -4,6 +4,7 @@ request log, and mapping storage outages to 503."""
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import email.message
 import json
@@ -86,6 +87,20 @@ class BodyTooLarge(BodyRefused):
     def __init__(self, limit: int, detail: str | None = None) -> None:
         super().__init__(detail or too_large_detail(limit))
         self.limit = limit
+
+
+class BodyStalled(BodyRefused):
+    """A body whose next bytes did not come within the guard's idle time: a client that
+    sends headers and part of a body, then nothing, held its connection (and the request
+    its slot) for good."""
+
+    status = 408
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"body: no bytes of it for {seconds:g} s; send the body whole (the connection "
+            "is closed)"
+        )
 
 
 class EncodingRefused(BodyRefused):
@@ -222,6 +237,10 @@ def _validated(model: type[Model], raw: bytes, reads_json: bool) -> Model:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
 
 
+# How long a body may send nothing before the request is answered 408 and closed.
+BODY_IDLE_SECONDS = 30.0
+
+
 class BodyGuard:
     """Pure ASGI middleware in front of routing and authentication.
 
@@ -230,7 +249,8 @@ class BodyGuard:
     passes the limit, and the rest is never read (the connection is closed). JSON bodies
     are also checked chunk by chunk, without buffering, for what would make a parser or
     the database fail rather than answer: nesting deeper than MAX_BODY_DEPTH, bytes that are
-    not UTF-8, `\\u0000` and unpaired surrogates (422 naming the reason).
+    not UTF-8, `\\u0000` and unpaired surrogates (422 naming the reason). A body that sends
+    nothing for `idle_seconds` while it is read is answered 408 and its connection closed.
 
     `unchecked_paths` skip that JSON check (never the size limit): the ingest endpoint
     reads its own body item by item and is the hot path, so it is not scanned twice.
@@ -250,8 +270,10 @@ class BodyGuard:
         unchecked_paths: Iterable[str] = (),
         small_bytes: int | None = None,
         bulk_paths: re.Pattern[str] | None = None,
+        idle_seconds: float = BODY_IDLE_SECONDS,
     ) -> None:
         self.app = app
+        self.idle_seconds = idle_seconds
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.unchecked_paths = frozenset(unchecked_paths)
@@ -326,7 +348,17 @@ class BodyGuard:
             nonlocal received, finished, refused, shape
             if refused is not None:
                 raise refused
-            message = await receive()
+            if finished:
+                # The body is read: what is awaited now is the client going away (a
+                # stream's whole life), never timed.
+                message = await receive()
+            else:
+                try:
+                    async with asyncio.timeout(self.idle_seconds):
+                        message = await receive()
+                except TimeoutError:
+                    refused = BodyStalled(self.idle_seconds)
+                    raise refused from None
             if message["type"] != "http.request":
                 return message
             chunk: bytes = message.get("body", b"")

@@ -4,6 +4,7 @@ unreadable to parse is a 422 naming why, never a 400 or a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 import threading
@@ -11,13 +12,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import orjson
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane.api import create_app
-from controlplane.http import MAX_BODY_DEPTH, JsonShape
+from controlplane.http import MAX_BODY_DEPTH, BodyGuard, JsonShape
 from controlplane.settings import Settings
 from tests.conftest import Api, make_api
 
@@ -358,3 +360,49 @@ def test_a_value_postgresql_cannot_store_is_a_422_not_a_500(pg_url: str) -> None
         response = client.get("/_unstorable")
     assert response.status_code == 422, response.text
     assert "cannot store" in response.json()["detail"][0]
+
+
+def test_a_body_that_stops_coming_is_408_and_its_connection_closed() -> None:
+    # A key holder sending headers and part of a body, then nothing, held the connection
+    # (and its request) for as long as it liked: still open after 75 s by hand.
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"read"})
+
+    async def run(parts: list[Message]) -> list[Message]:
+        sent: list[Message] = []
+        forever = asyncio.Event()
+
+        async def receive() -> Message:
+            if parts:
+                return parts.pop(0)
+            await forever.wait()  # the client sends nothing more
+            raise AssertionError("never")
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/results",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"99")],
+        }
+        guard = BodyGuard(app, max_bytes=LIMIT, idle_seconds=0.2)
+        await asyncio.wait_for(guard(scope, receive, send), 10)
+        return sent
+
+    sent = asyncio.run(run([{"type": "http.request", "body": b'{"results": [', "more_body": True}]))
+    start, body = sent
+    assert start["status"] == 408
+    assert (b"connection", b"close") in start["headers"]
+    assert orjson.loads(body["body"])["detail"] == [
+        "body: no bytes of it for 0.2 s; send the body whole (the connection is closed)"
+    ]
+    # A body that comes whole is read as before; the wait for the client to go away after
+    # it (a stream's whole life) is never timed.
+    whole = asyncio.run(run([{"type": "http.request", "body": b"{}", "more_body": False}]))
+    assert [m.get("status") for m in whole] == [200, None]
