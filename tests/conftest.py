@@ -607,6 +607,12 @@ def api(db_url: str) -> Iterator[Api]:
     yield from make_api(db_url)
 
 
+@pytest.fixture
+def pg_api(pg_url: str) -> Iterator[Api]:
+    """An app on a fresh migrated PostgreSQL database, for what only PostgreSQL shows."""
+    yield from make_api(pg_url)
+
+
 def make_result(**overrides: Any) -> dict[str, Any]:
     """A valid shadow-traffic result of ticket_classify; override any field."""
     result: dict[str, Any] = {

@@ -34,7 +34,6 @@ Measured by hand against `shadowplane api` (one worker) on PostgreSQL, /healthz 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -42,15 +41,9 @@ import pytest
 from controlplane.catalog.schemas import ConfigError, read_documents
 from controlplane.compare import native
 from controlplane.compare.fingerprint import input_hash
-from tests.conftest import Api, make_api, make_result
+from tests.conftest import Api, make_result
 from tests.ingest.native_support import require_compiled_reader
 from tests.ingest.test_linear_time import assert_grows_linearly
-
-
-@pytest.fixture
-def pg_api(pg_url: str) -> Iterator[Api]:
-    yield from make_api(pg_url)
-
 
 # --- an input's identity: NFKC of a run of combining marks ------------------------------
 

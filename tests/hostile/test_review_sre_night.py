@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import get_args
@@ -58,11 +58,6 @@ from tests.test_isolation import store_broken_config
 from tests.windowdata import post_all
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pg_api(pg_url: str) -> Iterator[Api]:
-    yield from make_api(pg_url)
 
 
 def test_the_runbooks_read_why_after_an_input_shift_rollback_shows_the_rollback(

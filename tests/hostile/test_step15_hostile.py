@@ -7,7 +7,6 @@ Pure tests first, then end to end on PostgreSQL through the API and the pass."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +22,7 @@ from controlplane.models import Alert, Task
 from controlplane.rollout.configs import apply_config, apply_tasks
 from controlplane.rollout.spans import net_savings_terms, span_firing, span_verdicts
 from controlplane.scheduler import run_pass
-from tests.conftest import Api, make_api, make_result
+from tests.conftest import Api, make_result
 from tests.grading_support import offload_grade_of_lengths
 from tests.rollout.test_rollback_triggers_e2e import (
     FIXED_COSTS,
@@ -196,11 +195,6 @@ def test_the_alert_names_a_short_span_as_people_write_it() -> None:
 
 
 # --- end to end on PostgreSQL --------------------------------------------------------------
-
-
-@pytest.fixture
-def pg_api(pg_url: str) -> Iterator[Api]:
-    yield from make_api(pg_url)
 
 
 @pytest.mark.integration
