@@ -644,8 +644,16 @@ def test_with_every_serving_thread_held_by_hung_edges_the_cloud_answers_at_once(
         return "edge, late"
 
     flags = _flags(tmp_path, "full", 0.0)
-    for _ in range(SERVING_THREADS):
+    # Every serving thread held by a hung edge: on a loaded machine a call's edge may not
+    # have started within its 0.01 s, and is then taken back (its thread not held): such a
+    # call holds nothing, so the pool is filled until all of them are held and running.
+    deadline = time.monotonic() + WAIT
+    while shadow_stats()["serving_in_flight"] < SERVING_THREADS:
+        assert time.monotonic() < deadline, shadow_stats()
         assert shadow_compare("x", hung_edge, cloud, client=flags, edge_timeout=0.01, **KW)
+    while len(calls) < SERVING_THREADS:
+        assert time.monotonic() < deadline, len(calls)
+        time.sleep(0.01)
     reports = Collected()
     # Waiting for a thread could take the whole edge_timeout: it is not waited for.
     answer = shadow_compare(
