@@ -1217,11 +1217,13 @@ def _refused_number(document: Any, *, floats: bool = True) -> str | None:
 MAX_EXPANDED_BYTES = 16 * 2**20
 
 
-def _expanded_bytes(document: Any, limit: int) -> int | None:
+def _expanded_bytes(document: Any, limit: int) -> int:
     """At least how many bytes of JSON a read YAML document stands for once its aliases are
-    written out, each distinct container counted once (so in time linear in what was read):
-    the count once past `limit`, or None within it. A cycle counts nothing more (the JSON
-    round trip refuses it)."""
+    written out, each distinct container counted once (so in time linear in what was read);
+    the count stops once past `limit`. A cycle counts nothing more (the JSON round trip
+    refuses it)."""
+    if not isinstance(document, dict | list | tuple):
+        return _json_bytes(document, {})
     sizes: dict[int, int] = {}
     stack: list[tuple[Any, bool]] = [(document, False)]
     while stack:
@@ -1244,7 +1246,7 @@ def _expanded_bytes(document: Any, limit: int) -> int | None:
         if size > limit:
             return size
         sizes[id(value)] = size
-    return None
+    return sizes[id(document)]
 
 
 def _children(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterable[Any]:
@@ -1413,9 +1415,10 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
             documents = list(yaml.load_all(text, Loader=_config_loader()))
         except (yaml.YAMLError, ValueError, RecursionError) as exc:
             raise ConfigError([f"(body): not valid {kind}: {exc}"]) from None
+        expanded = 0  # the whole body's, every document of it
         for document in documents:
-            expanded = _expanded_bytes(document, MAX_EXPANDED_BYTES)
-            if expanded is not None:
+            expanded += _expanded_bytes(document, MAX_EXPANDED_BYTES - expanded)
+            if expanded > MAX_EXPANDED_BYTES:
                 raise ConfigError(
                     [
                         f"(body): YAML whose aliases (*name) expand it past "
@@ -1424,6 +1427,7 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
                         "repeat less"
                     ]
                 )
+        for document in documents:
             refused = _refused_number(document)
             if refused is not None:
                 raise ConfigError([refused])
