@@ -311,7 +311,11 @@ class BodyGuard:
         coding = b""
         for name, value in scope["headers"]:
             if name == b"content-encoding":
-                coding = value.strip().lower()
+                # Every coding of every such header (a list, or the header repeated): one
+                # that is not identity is refused, wherever it stands.
+                for token in value.lower().split(b","):
+                    if token.strip() not in (b"", b"identity") and not coding:
+                        coding = token.strip()
             elif name == b"content-length":
                 declared = int(value) if value.isdigit() else None
             elif name == b"transfer-encoding":
