@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 
@@ -25,7 +26,11 @@ def retry_after_seconds(
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
-        if when.tzinfo is None:  # an HTTP-date is in GMT, and says so
-            return None
+        if when.tzinfo is None:
+            # An HTTP-date is in GMT: the IMF and RFC 850 forms say so; asctime's (no
+            # comma: "Sun Nov  6 08:49:37 1994") never does, and is GMT all the same.
+            if "," in value:
+                return None
+            when = when.replace(tzinfo=UTC)
         seconds = max(0.0, when.timestamp() - now())
     return seconds if math.isfinite(seconds) and 0 <= seconds < limit else None
