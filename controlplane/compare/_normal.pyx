@@ -24,7 +24,7 @@ cdef extern from "Python.h":
 
 from unicodedata import combining, is_normalized, normalize
 
-from controlplane.compare.streamsafe import NON_STARTER_RANGES, RUN, stream_safe
+from controlplane.compare.streamsafe import LONGEST_SAFE, MARKED_RANGES, stream_safe
 
 # The ranges `_boundary` accepts, for the test that checks them (inclusive).
 BOUNDARY_RANGES = (
@@ -158,25 +158,26 @@ for _code in range(256):
         _LATIN1[_code] = OTHER
 
 
-# The non-starters of streamsafe.NON_STARTER_RANGES, a bit each (none is past U+1FFFF).
+# The characters of streamsafe.MARKED_RANGES (an NFKD holding a non-starter), a bit each
+# (none is past U+1FFFF, none below U+00A8 nor among the CJK ideographs).
 cdef enum:
-    NON_STARTER_END = 0x20000
-    NON_STARTER_BYTES = 0x4000  # NON_STARTER_END / 8
+    MARKED_END = 0x20000
+    MARKED_BYTES = 0x4000  # MARKED_END / 8
 
-cdef unsigned char _NON_STARTER[NON_STARTER_BYTES]
-for _code in range(NON_STARTER_BYTES):
-    _NON_STARTER[_code] = 0
-for _first, _last in NON_STARTER_RANGES:
-    assert _last < NON_STARTER_END
+cdef unsigned char _MARKED[MARKED_BYTES]
+for _code in range(MARKED_BYTES):
+    _MARKED[_code] = 0
+for _first, _last in MARKED_RANGES:
+    assert _last < MARKED_END and not (_first <= 0xA66E and _last >= 0x3400) and _first >= 0xA8
     for _code in range(_first, _last + 1):
-        _NON_STARTER[_code >> 3] |= 1 << (_code & 7)
-cdef Py_ssize_t _RUN = RUN
+        _MARKED[_code >> 3] |= 1 << (_code & 7)
+cdef Py_ssize_t _LONGEST_SAFE = LONGEST_SAFE
 
 
 cdef bint _long_run(unsigned int kind, const void *data, Py_ssize_t n) noexcept:
-    """Whether the text holds a run of more than RUN non-starters (NFKC would sort it in
-    time quadratic in its length): one scan, a bit looked up a character (a text of one
-    byte a character has no non-starter)."""
+    """Whether the text holds a run of more than LONGEST_SAFE marked characters, which may
+    need a joiner (streamsafe): one scan, a bit looked up a character (a text of one byte a
+    character needs none: no Latin-1 character's NFKD begins with a non-starter)."""
     cdef Py_ssize_t i, run = 0
     cdef const uint16_t *two
     cdef const uint32_t *four
@@ -185,12 +186,12 @@ cdef bint _long_run(unsigned int kind, const void *data, Py_ssize_t n) noexcept:
         two = <const uint16_t *> data
         for i in range(n):
             code = two[i]
-            # Below U+0300 and the CJK ideographs (U+3400-U+A66E): none is a non-starter.
-            if code < 0x300 or 0x3400 <= code <= 0xA66E:
+            # Below U+00A8 and the CJK ideographs (U+3400-U+A66E): none is marked.
+            if code < 0xA8 or 0x3400 <= code <= 0xA66E:
                 run = 0
-            elif (_NON_STARTER[code >> 3] >> (code & 7)) & 1:
+            elif (_MARKED[code >> 3] >> (code & 7)) & 1:
                 run += 1
-                if run > _RUN:
+                if run > _LONGEST_SAFE:
                     return True
             else:
                 run = 0
@@ -198,9 +199,9 @@ cdef bint _long_run(unsigned int kind, const void *data, Py_ssize_t n) noexcept:
         four = <const uint32_t *> data
         for i in range(n):
             code = four[i]
-            if 0x300 <= code < NON_STARTER_END and (_NON_STARTER[code >> 3] >> (code & 7)) & 1:
+            if 0xA8 <= code < MARKED_END and (_MARKED[code >> 3] >> (code & 7)) & 1:
                 run += 1
-                if run > _RUN:
+                if run > _LONGEST_SAFE:
                     return True
             else:
                 run = 0
