@@ -72,10 +72,8 @@ def _date_time_text(value: Any) -> Any:
     year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
     second = int(found.group(6) or 0)
     fraction = found.group(7) or ""
-    problem = _out_of_range(year, month, day, hour, minute, second)
     sign, off_hours, off_minutes = found.group(9), found.group(10), found.group(11)
-    if sign is not None and (int(off_hours) > 23 or int(off_minutes) > 59):
-        problem = f"the offset {sign}{off_hours}:{off_minutes} is past ±23:59"
+    problem = _parts_problem(found)
     if problem is not None:
         raise ValueError(f"not a date-time: {problem}")
     if year == 0:
@@ -98,17 +96,22 @@ def out_of_range(text: str, *, leap_second: bool = True, year_zero: bool = True)
     found = _TIME_PARTS.fullmatch(text)
     if found is None:
         return None
-    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
-    second = int(found.group(6) or 0)
-    problem = _out_of_range(year, month, day, hour, minute, second)
-    sign, off_hours, off_minutes = found.group(9), found.group(10), found.group(11)
-    if problem is None and sign is not None and (int(off_hours) > 23 or int(off_minutes) > 59):
-        problem = f"the offset {sign}{off_hours}:{off_minutes} is past ±23:59"
-    if problem is None and not leap_second and second == 60:
+    problem = _parts_problem(found)
+    if problem is None and not leap_second and int(found.group(6) or 0) == 60:
         problem = "second 60 (a leap second) cannot be stored; send :59.999999 of its minute"
-    if problem is None and not year_zero and year == 0:
+    if problem is None and not year_zero and int(found.group(1)) == 0:
         problem = "year 0000 is before any time that can be stored"
     return problem
+
+
+def _parts_problem(found: re.Match[str]) -> str | None:
+    """What is out of range among a date-time's parts (a match of _TIME_PARTS), the offset
+    named before any other; None when nothing is."""
+    sign, off_hours, off_minutes = found.group(9), found.group(10), found.group(11)
+    if sign is not None and (int(off_hours) > 23 or int(off_minutes) > 59):
+        return f"the offset {sign}{off_hours}:{off_minutes} is past ±23:59"
+    year, month, day, hour, minute = (int(found.group(i)) for i in range(1, 6))
+    return _out_of_range(year, month, day, hour, minute, int(found.group(6) or 0))
 
 
 def _out_of_range(
