@@ -82,6 +82,16 @@ Count = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integer)]
 Measure = Annotated[
     float | None, Field(default=None, ge=0, allow_inf_nan=False), BeforeValidator(_number)
 ]
+# The most one request may cost, in the task's currency (a trillion: room for any unit a
+# router reports in, micro-units included). Finite is not enough: windows sum costs as
+# doubles, and two costs of 1.7e308 made a window's sums infinite, its costs null and its
+# cost rules blind.
+MAX_COST = 1e12
+Cost = Annotated[
+    float | None,
+    Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False),
+    BeforeValidator(_number),
+]
 Flag = Annotated[bool, Field(strict=True)]
 # The longest session or user id stored (characters): the sticky keys a bucket is computed
 # from. OFREP holds an evaluation context's keys to the same length.
@@ -103,7 +113,7 @@ class SideIn(TypedDict):
     model: NotRequired[Annotated[str | None, Field(default=None, max_length=200)]]
     input_tokens: NotRequired[Annotated[Count | None, Field(default=None)]]
     output_tokens: NotRequired[Annotated[Count | None, Field(default=None)]]
-    cost: NotRequired[Measure]
+    cost: NotRequired[Cost]
 
 
 class EdgeSideIn(SideIn):
@@ -200,6 +210,7 @@ class ResultBatch(TypedDict):
 _WireCount = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 # Finite: at most the largest float (JSON has no infinity; `1e999` overflows to one).
 _WireMeasure = Annotated[float, Meta(ge=0, le=sys.float_info.max)]
+_WireCost = Annotated[float, Meta(ge=0, le=MAX_COST)]
 _WireId = Annotated[str, Meta(max_length=MAX_ID_LENGTH)]
 
 
@@ -212,7 +223,7 @@ class SideWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=Fals
     model: Annotated[str, Meta(max_length=200)] | None = None
     input_tokens: _WireCount | None = None
     output_tokens: _WireCount | None = None
-    cost: _WireMeasure | None = None
+    cost: _WireCost | None = None
 
 
 class EdgeSideWire(SideWire, forbid_unknown_fields=True, kw_only=True, gc=False):
