@@ -460,7 +460,8 @@ def kill(reason: Reason) -> None:
 
 @app.command()
 def lift(reason: Reason) -> None:
-    """Lift the kill switch: every flag goes back to its stage."""
+    """Lift the kill switch: every flag goes back to its stage. Exits 1 (the lift recorded)
+    when a task is left killed because its stored config does not parse, naming it."""
     from controlplane.rollout.actions import left_on_the_cloud
     from controlplane.rollout.actions import lift as run
 
@@ -468,7 +469,9 @@ def lift(reason: Reason) -> None:
     typer.echo(_decision_line(decision))
     still = left_on_the_cloud(decision)
     if still:
+        # Recorded, but not every flag is back: a script reading the exit code must know.
         typer.echo(f"warning: {still}", err=True)
+        raise typer.Exit(1)
 
 
 @alerts_app.command("ack")

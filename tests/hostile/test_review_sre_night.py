@@ -180,7 +180,8 @@ def test_lift_says_which_tasks_it_left_on_the_cloud(pg_api: Api, tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWPLANE_")}
     env["SHADOWPLANE_DATABASE_URL"] = api.url
     done = run_cli(["lift", "--reason", "drill over"], env, tmp_path)
-    assert done.returncode == 0, done.stderr
+    # The lift is recorded, but a script reading the exit code learns not every flag is back.
+    assert done.returncode == 1, done.stderr
     flag = api.client.get("/v1/flags/ticket_classify", headers=api.headers("flags:read"))
     assert flag.json()["killed"] is True  # left on the cloud
     assert "ticket_classify" in done.stdout + done.stderr, done.stdout
