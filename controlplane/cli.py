@@ -170,7 +170,14 @@ def _migrate(url: str, to: str | None = None) -> None:
     from alembic.util import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
-    from controlplane.migrate import MigrationLocked, below, downgrade, head_revisions, upgrade
+    from controlplane.migrate import (
+        MigrationLocked,
+        below,
+        downgrade,
+        head_revisions,
+        known,
+        upgrade,
+    )
 
     problem = _unreadable(url)
     if problem is not None:
@@ -179,6 +186,12 @@ def _migrate(url: str, to: str | None = None) -> None:
         raise _fail(
             "--to base would drop every table, and every result with them; shadowplane "
             "does not: to start again, drop the database and migrate a new one"
+        )
+    latest = " ".join(sorted(head_revisions()))
+    if to is not None and not known(to):
+        raise _fail(
+            f"--to {to}: this release has no such revision (its latest: {latest}); a "
+            "revision of a newer release is reached with that release"
         )
     try:
         if to is not None and below(url, to):
@@ -194,8 +207,8 @@ def _migrate(url: str, to: str | None = None) -> None:
         hint = (
             ": the database was migrated by a newer release of Shadowplane; run that release, "
             "or take the schema down with it first: with the newer release, shadowplane "
-            f"migrate --to {' '.join(sorted(head_revisions()))}"
-            if "Can't locate revision" in words and to is None
+            f"migrate --to {latest}"
+            if "Can't locate revision" in words
             else ""
         )
         raise _fail(f"cannot migrate {_safe_url(url)}: {words}{hint}") from None

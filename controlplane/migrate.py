@@ -11,6 +11,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
@@ -159,11 +160,25 @@ def below(database_url: str, revision: str) -> bool:
         engine.dispose()
     if target is None or not current or current == {target.revision}:
         return False
+    known = {rev.revision for rev in script.walk_revisions()}
+    for head in sorted(current - known):
+        # Migrated by a newer release: Alembic's own words, as `upgrade` would give them
+        # (iterating from it raised a ResolutionError with a traceback).
+        raise CommandError(f"Can't locate revision identified by '{head}'")
     return any(
         rev.revision == target.revision
         for head in current
         for rev in script.iterate_revisions(head, "base")
     )
+
+
+def known(revision: str) -> bool:
+    """Whether `revision` (an id, or `head`) is one of this release's migrations."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    try:
+        return script.get_revision(revision) is not None
+    except CommandError:  # an id it lacks, or a prefix of several
+        return False
 
 
 def downgrade(database_url: str, revision: str) -> None:

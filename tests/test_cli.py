@@ -110,4 +110,19 @@ def test_migrate_to_an_earlier_revision_takes_the_schema_down_for_an_older_relea
     assert refused.stderr.strip().endswith(
         f"with the newer release, shadowplane migrate --to {head}"
     )
+    # The same database, `--to` a revision this release knows: the same hint (it said only
+    # Alembic's "Can't locate revision identified by 'ffffffffffff'").
+    refused = run(migrated, "migrate", "--to", earlier, ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        f"with the newer release, shadowplane migrate --to {head}"
+    ), refused.stderr
+    # A revision this release does not have, named as such with the one it would go to.
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head})
+    refused = run(migrated, "migrate", "--to", "abc123", ok=False)
+    assert refused.returncode == 1
+    assert "--to abc123: this release has no such revision" in refused.stderr, refused.stderr
+    assert f"(its latest: {head})" in refused.stderr, refused.stderr
+    assert version() == head
     engine.dispose()
