@@ -1279,6 +1279,36 @@ def _holding_nul(document: Any) -> str | None:
     return None
 
 
+def _beyond_json(document: Any) -> str | None:
+    """The refusal, at its path, of the first thing in a YAML document that JSON has no
+    spelling for: a set (`!!set`, or `? item` lines), binary data (`!!binary`), a key that
+    is not a string (YAML reads `yes`, `no`, `on`, `off`, `null` and digits as other types).
+    Each was refused as "Type is not JSON serializable: set" or "Dict key must be str"."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    seen: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        where = path or "(body)"
+        if isinstance(value, set | frozenset):
+            return (
+                f"{where}: a YAML set (!!set, or `? item` lines), which JSON has not: write a list"
+            )
+        if isinstance(value, bytes):
+            return f"{where}: binary data (!!binary), which JSON has not: write it as text"
+        if isinstance(value, dict | list | tuple) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                inner = f"{path}.{short_key(str(key))}" if path else short_key(str(key))
+                if isinstance(value, dict) and not isinstance(key, str):
+                    return (
+                        f"{inner}: a key YAML reads as {type(key).__name__} {key!r}, not as a "
+                        "string: quote it"
+                    )
+                stack.append((child, inner))
+    return None
+
+
 def _reread_json(text: str | bytes) -> tuple[bool, str | None]:
     """A JSON text read again by the standard library, which keeps integers exact: whether
     it could be read (not past SECOND_READ_BYTES, nor too deep), and then the refusal of its
@@ -1428,7 +1458,7 @@ def read_documents(text: str | bytes, *, yaml_text: bool) -> list[Any]:
                     ]
                 )
         for document in documents:
-            refused = _refused_number(document)
+            refused = _refused_number(document) or _beyond_json(document)
             if refused is not None:
                 raise ConfigError([refused])
             where = _holding_nul(document)

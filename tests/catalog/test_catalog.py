@@ -205,6 +205,19 @@ def test_audit_log_is_readable_and_filterable(api: Api) -> None:
             "task: t\ncomparator: {kind: exact}\nfixed_cost_per_day: " + "9" * 30 + "\n",
             "fixed_cost_per_day: an integer beyond 64 bits",
         ),
+        # YAML's own types, worded as JSON's ("Type is not JSON serializable: set").
+        (
+            "task: t\ncomparator: {kind: label, labels: !!set {a, b}}\n",
+            "comparator.labels: a YAML set (!!set, or `? item` lines), which JSON has not",
+        ),
+        (
+            "task: t\ncomparator: {kind: exact}\ndescription: !!binary aGk=\n",
+            "description: binary data",
+        ),
+        (
+            "task: t\ncomparator: {kind: exact}\nfixed_costs: {yes: 3}\n",
+            "fixed_costs.True: a key YAML reads as bool True, not as a string: quote it",
+        ),
         ("task: [unclosed\n", "not valid YAML"),
         ("---\ntask: a\n---\ntask: b\n", "2 documents"),
     ],
