@@ -29,6 +29,7 @@ from sqlalchemy import (
     Integer,
     case,
     cast,
+    delete,
     func,
     literal,
     literal_column,
@@ -518,6 +519,50 @@ def lock_window(
         .execution_options(populate_existing=True)
     ).one()
     return window
+
+
+def window_spans(
+    session: Session, task_id: int, since: datetime, until: datetime
+) -> list[tuple[datetime, datetime]]:
+    """The (start, end) of the task's windows overlapping [since, until), by start."""
+    rows = session.execute(
+        select(Window.window_start, Window.window_end)
+        .where(Window.task_id == task_id, Window.window_start < until, Window.window_end > since)
+        .order_by(Window.window_start)
+    )
+    return [(start, end) for start, end in rows]
+
+
+def window_holding(session: Session, task_id: int, at: datetime) -> Window | None:
+    """The task's window whose span holds `at` (the one starting at it, or an earlier,
+    longer one: made before `window_seconds` changed), if any."""
+    latest = session.scalars(
+        select(Window)
+        .where(Window.task_id == task_id, Window.window_start <= at)
+        .order_by(Window.window_start.desc())
+        .limit(1)
+    ).first()
+    return latest if latest is not None and latest.window_end > at else None
+
+
+def next_window_start(session: Session, task_id: int, after: datetime) -> datetime | None:
+    """The start of the task's first window after `after`."""
+    found: datetime | None = session.scalar(
+        select(func.min(Window.window_start)).where(
+            Window.task_id == task_id, Window.window_start > after
+        )
+    )
+    return found
+
+
+def drop_buckets(session: Session, window_id: int, keep: Iterable[str]) -> None:
+    """Delete a window's metric rows of buckets it no longer has (its task's length buckets
+    changed while it was open): they would stand beside the new ones with stale counts."""
+    session.execute(
+        delete(WindowMetrics).where(
+            WindowMetrics.window_id == window_id, WindowMetrics.bucket.not_in(list(keep))
+        )
+    )
 
 
 def upsert_metrics(session: Session, window: Window, rows: Iterable[Mapping[str, Any]]) -> None:

@@ -20,7 +20,13 @@ from sqlalchemy.orm import Session
 from controlplane.catalog.service import TaskRuntime, load_runtimes, runtimes
 from controlplane.metrics import repository
 from controlplane.metrics.fields import ALL, FIELDS, metric_fields
-from controlplane.metrics.windows import closes_at, from_index, recent_starts
+from controlplane.metrics.windows import (
+    boundary_after,
+    closes_at,
+    from_index,
+    placed,
+    recent_starts,
+)
 from controlplane.metrics.windows import window_start as start_of
 from controlplane.models import Task, Window, WindowMetrics
 from controlplane.models.base import utcnow
@@ -74,15 +80,25 @@ def plan(session: Session, now: datetime) -> Plan:
     # this scan but committed after it is still found.
     mark.previous_id, mark.last_id = mark.last_id, max(highest, mark.last_id)
     mark.updated_at = utcnow()
-    with_new = {WindowJob(tid, from_index(idx, seconds[tid])) for tid, idx in touched}
+    touched_starts: dict[int, set[datetime]] = {}
+    for tid, idx in touched:
+        touched_starts.setdefault(tid, set()).add(from_index(idx, seconds[tid]))
 
-    candidates = set(with_new)
-    for task, rt in tasks.values():
+    with_new: set[WindowJob] = set()
+    candidates: set[WindowJob] = set()
+    for tid, (task, rt) in tasks.items():
+        new_here = touched_starts.get(tid, set())
         try:
-            candidates.update(_recent_jobs(task, rt, now))
+            recent = {job.window_start for job in _recent_jobs(task, rt, now)}
         except Exception as exc:  # one task must not stop the others; the next pass retries it
             log.exception("task %s: planning failed; skipped in this pass", task.name)
             failed.append(TaskFailure(task.name, "plan", f"{type(exc).__name__}: {exc}"))
+            recent = set()
+        # Outside the guard: a database error fails the plan (and its job is retried).
+        found = _placed(session, tid, seconds[tid], new_here | recent)
+        with_new.update(WindowJob(tid, s) for a in new_here for s in found[a])
+        candidates.update(WindowJob(tid, s) for starts in found.values() for s in starts)
+    candidates.update(with_new)
     open_rows = session.execute(
         select(Window.task_id, Window.window_start).where(Window.closed_at.is_(None))
     )
@@ -90,6 +106,19 @@ def plan(session: Session, now: datetime) -> Plan:
     closed = _closed(session, candidates)
     jobs = sorted(job for job in candidates if job not in closed or job in with_new)
     return Plan(jobs, failed)
+
+
+def _placed(
+    session: Session, task_id: int, seconds: int, aligned: set[datetime]
+) -> dict[datetime, list[datetime]]:
+    """For each aligned start of the task's current `window_seconds`, the starts of the
+    windows that cover its span (windows.placed): itself when no window made with another
+    length overlaps it, as always while the length has not changed."""
+    if not aligned:
+        return {}
+    step = timedelta(seconds=seconds)
+    existing = repository.window_spans(session, task_id, min(aligned), max(aligned) + step)
+    return {a: placed(a, seconds, existing) for a in aligned}
 
 
 def _recent_jobs(task: Task, rt: TaskRuntime, now: datetime) -> list[WindowJob]:
@@ -131,10 +160,21 @@ def compute_window(
         raise LookupError(f"task {task_id}: no such task, or its stored config does not parse")
     task, rt = found
     config = rt.config
-    end = window_start + timedelta(seconds=config.window_seconds)
+    # A window keeps the span it was made with; a new one runs to the next boundary of the
+    # task's window length, cut short where a window made with another length begins. A
+    # start inside an existing window (planned before the length changed) is that window.
+    holding = repository.window_holding(session, task_id, window_start)
+    if holding is not None:
+        window_start, end = holding.window_start, holding.window_end
+    else:
+        end = boundary_after(window_start, config.window_seconds)
+        following = repository.next_window_start(session, task_id, window_start)
+        if following is not None and following < end:
+            end = following
     window = repository.lock_window(
         session, task_id, window_start, end, list(config.length_buckets), rt.config_version
     )
+    end = window.window_end
     if window.closed_at is not None:
         counts = repository.bucket_counts(
             session, task_id, window.window_start, window.window_end, window.length_buckets
@@ -156,12 +196,13 @@ def compute_window(
         max_input_tokens=config.max_input_tokens,
     )
     repository.upsert_metrics(session, window, rows.values())
-    window.window_end = end
+    if window.length_buckets != list(config.length_buckets):
+        repository.drop_buckets(session, window.id, rows)
     window.length_buckets = list(config.length_buckets)
     window.config_version = rt.config_version
     window.computed_at = utcnow()
     action = "computed"
-    if now >= closes_at(window_start, config.window_seconds, config.allowed_lateness_seconds):
+    if now >= end + timedelta(seconds=config.allowed_lateness_seconds):
         window.closed_at = now
         action = "closed"
     session.flush()
@@ -234,21 +275,21 @@ def lag(session: Session, now: datetime) -> list[TaskLag]:
         first = start_of(task.created_at, ws)
         close_lag = 0.0
         if due >= first:
-            closed = session.scalar(
-                select(Window.closed_at).where(Window.task_id == tid, Window.window_start == due)
-            )
-            if closed is None:
+            # The window holding `due`: one made before `window_seconds` changed may be
+            # longer than `ws` and start earlier.
+            holding = repository.window_holding(session, tid, due)
+            if holding is None or holding.closed_at is None:
                 # Counted from the oldest window left open (the one after the newest closed),
                 # not the newest due: with nothing closing windows the lag grows with the
                 # clock instead of starting again at 0 every window.
-                last_closed = session.scalar(
-                    select(func.max(Window.window_start)).where(
+                last_end = session.scalar(
+                    select(func.max(Window.window_end)).where(
                         Window.task_id == tid,
                         Window.closed_at.is_not(None),
                         Window.window_start < due,
                     )
                 )
-                waiting = first if last_closed is None else last_closed + timedelta(seconds=ws)
+                waiting = first if last_end is None else last_end
                 close_lag = (now - closes_at(max(waiting, first), ws, lateness)).total_seconds()
         last = computed.get(tid)
         out.append(TaskLag(task.name, close_lag, (now - last).total_seconds() if last else None))

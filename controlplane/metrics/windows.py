@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -46,3 +47,31 @@ def span_since(
     if version_started is not None and version_started > since:
         since = window_start(min(version_started, now), seconds)
     return since
+
+
+def boundary_after(start: datetime, seconds: int) -> datetime:
+    """The first window boundary of `seconds` after `start`: where a window that starts at
+    `start` ends (start + seconds when `start` is itself a boundary)."""
+    return window_start(start, seconds) + timedelta(seconds=seconds)
+
+
+def placed(
+    start: datetime, seconds: int, existing: Sequence[tuple[datetime, datetime]]
+) -> list[datetime]:
+    """The starts of the windows that cover the span [start, start + seconds): each existing
+    window (start, end) overlapping it, and, for each stretch of it no existing window
+    covers, a new window starting where the stretch starts. Windows never overlap: a window
+    keeps the span it was made with when the task's `window_seconds` changes, and a new one
+    is cut short where an existing one begins. `existing`: sorted by start, not overlapping."""
+    end = start + timedelta(seconds=seconds)
+    starts = [s for s, e in existing if s < end and e > start]
+    at = start
+    for s, e in existing:
+        if e <= at or s >= end:
+            continue
+        if s > at:
+            starts.append(at)
+        at = max(at, e)
+    if at < end:
+        starts.append(at)
+    return sorted(set(starts))

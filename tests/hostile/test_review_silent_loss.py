@@ -79,13 +79,6 @@ def _wait_for_window_seconds(api: Api, seconds: int) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="a late result after window_seconds changed is planned under the new length "
-    "(metrics.service.plan maps it to from_index(idx, current seconds)); that start is an old "
-    "closed window whose late count reads only its own, shorter span, and the old window that "
-    "holds the result is never recomputed: the result is in no window's n_results or n_late",
-)
 def test_a_late_result_after_window_seconds_changed_is_counted_late(
     pg_metrics_api: Api,
 ) -> None:
