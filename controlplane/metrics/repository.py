@@ -477,6 +477,21 @@ def windows_with_new_results(
     return found, highest
 
 
+_HORIZON = text(
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
+    "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+)
+
+
+def snapshot_horizon(session: Session) -> tuple[int, int] | None:
+    """PostgreSQL's current snapshot: (xmin, the oldest transaction id still running; xmax,
+    the first not yet assigned), 64-bit; None on SQLite."""
+    if session.get_bind().dialect.name != "postgresql":
+        return None
+    xmin, xmax = session.execute(_HORIZON).one()
+    return int(xmin), int(xmax)
+
+
 def scan_mark(session: Session, name: str) -> ScanMark:
     mark = session.get(ScanMark, name, with_for_update=True)
     if mark is None:

@@ -76,9 +76,22 @@ def plan(session: Session, now: datetime) -> Plan:
     seconds = {tid: rt.config.window_seconds for tid, (_, rt) in tasks.items()}
     mark = repository.scan_mark(session, RESULTS_SCAN)
     touched, highest = repository.windows_with_new_results(session, seconds, mark.previous_id)
-    # The next scan starts from this scan's start: a batch whose ids were drawn before
-    # this scan but committed after it is still found.
-    mark.previous_id, mark.last_id = mark.last_id, max(highest, mark.last_id)
+    # Taken after the scan: its xmax is past every transaction that held an id the scan saw.
+    snapshot = repository.snapshot_horizon(session)
+    if snapshot is None:
+        # SQLite: one writer at a time. The next scan starts from this scan's start.
+        mark.previous_id, mark.last_id = mark.last_id, max(highest, mark.last_id)
+    else:
+        # PostgreSQL: an ingest claims its keys (and so has a transaction id) before it
+        # draws result ids, so a transaction still writing an id up to `last_id` was running
+        # at the scan that saw it. Once the oldest running transaction is newer than that
+        # scan's xmax, ids up to `last_id` are final and the scans start there; until then
+        # they read again from where they read (models.ScanMark).
+        xmin, xmax = snapshot
+        if mark.last_xmax is not None and xmin >= mark.last_xmax:
+            mark.previous_id, mark.last_xmax = mark.last_id, None
+        if mark.last_xmax is None:
+            mark.last_id, mark.last_xmax = max(highest, mark.last_id), xmax
     mark.updated_at = utcnow()
     touched_starts: dict[int, set[datetime]] = {}
     for tid, idx in touched:

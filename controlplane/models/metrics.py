@@ -188,9 +188,14 @@ class ScanMark(Base):
     __tablename__ = "scan_marks"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    # Highest result id seen by the last scan, and by the scan before it: the next scan
-    # starts from `previous`, so a batch committed a tick after its ids were drawn is
-    # still found.
+    # The next scan reads results past `previous_id`. `last_id`: the highest result id a
+    # scan saw. On SQLite (one writer at a time) `previous_id` is the scan before's
+    # `last_id`. On PostgreSQL `last_xmax` is the snapshot's xmax of the scan that saw
+    # `last_id`: once the current snapshot's xmin has passed it, every transaction that
+    # could still write an id up to `last_id` has ended, and `previous_id` moves to it;
+    # until then the scans read from where they read (a batch whose ids were drawn before
+    # one pass and committed after the next is still found).
     last_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
     previous_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    last_xmax: Mapped[int | None] = mapped_column(BigInteger())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

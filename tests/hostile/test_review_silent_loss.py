@@ -4,8 +4,8 @@ The house rule: nothing accepted is lost, and whatever is dropped is counted and
 closed window counts a result that arrives after it closed in its `n_late` (docs/evidence.md,
 "Windows"), so every stored result of a task is in exactly one window's `n_results` or
 `n_late`. Each test below finds a stored result that is in neither, on real PostgreSQL,
-through the API and the scheduler's own pass. Both are strict xfails: they pass now and
-pass as plain tests once the defect is fixed.
+through the API and the scheduler's own pass. Both were strict xfails; both are fixed
+(afc766c: windows keep their span; the scan mark waits for the writers it saw).
 """
 
 from __future__ import annotations
@@ -110,12 +110,6 @@ def test_a_late_result_after_window_seconds_changed_is_counted_late(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan() scans results by id from the previous scan's start only "
-    "(ScanMark.previous_id); a batch whose ids were drawn before one pass and committed after "
-    "the next is never found, so its closed window's n_late never counts it",
-)
 def test_a_late_batch_committed_after_two_passes_is_counted_late(
     pg_metrics_api: Api,
 ) -> None:
