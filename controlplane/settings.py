@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     # actions, backfills): their bodies are parsed before the key is checked.
     max_small_body_bytes: int = 256 * 1024
     max_batch_items: int = 1000
+    # A task whose error_cost is at or above it never leaves shadow: a fraction as error_cost
+    # is, above 0 and at most 1 (`_veto_a_fraction`); 70, NaN or infinity would veto nothing.
     error_cost_veto: float = 0.7
     # How long a process trusts a cached API-key record (a revoked key stops within 5 s).
     key_cache_seconds: float = 5.0
@@ -109,6 +111,18 @@ class Settings(BaseSettings):
     # Hours a dashboard sign-in lasts (reloads and links opened in new tabs keep it);
     # signing out or revoking the key ends it sooner.
     dashboard_session_hours: float = Field(8.0, gt=0, le=30 * 24)
+
+    @field_validator("error_cost_veto")
+    @classmethod
+    def _veto_a_fraction(cls, veto: float) -> float:
+        # `not` so that NaN, which no comparison holds for, is refused too.
+        if not 0 < veto <= 1:
+            raise ValueError(
+                "must be above 0 and at most 1, as a task's error_cost is (0.7 is the default, "
+                "not 70): a task whose error_cost is at or above it never leaves shadow; at 0 "
+                "every task would be held, past 1 (or at NaN, or infinity) none"
+            )
+        return veto
 
     @field_validator("max_backfill", mode="before")
     @classmethod
