@@ -296,6 +296,49 @@ DEFAULT_DETECTOR: Detector = "capped_cusum"
 DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_H = 5.0
 DEFAULT_CAP = 2.0
+# The CUSUM reads rates within RATE_FLOOR of 0 and 1 (`detectors.llr_weights` clamps both
+# the threshold and the moved rate there, so that no log-likelihood weight is infinite).
+RATE_FLOOR = 1e-6
+# The least shift a CUSUM may look for: ten times RATE_FLOOR, so that the moved rate is
+# never clamped back onto the threshold (`<= 0` moved by 1e-6 is clamped to 1e-6 both
+# ways: both weights 0) and one sample on the bad side adds about min_effect or more of
+# evidence. Below it the shift rounds away (1e-17 leaves 0.9 as it is): a blind rule.
+MIN_EFFECT_LEAST = 1e-5
+# The least decision interval: below the evidence one bad sample adds at the least
+# min_effect (about 1e-5), so a smaller `h` would fire no sooner, only nearer underflow
+# (5e-324 / 2 is 0: a cap of nothing, a rule that never fires). Its cap is at least
+# h / MIN_WINDOWS_READ (1e-8), far above the smallest float.
+MIN_H = 1e-6
+# A verdict's confidence: a one-sided level (rate rules: the Wilson bound's z is
+# NormalDist().inv_cdf(level)) or a two-sided one (net_savings: Student's t at
+# 0.5 + level / 2). At least 0.5: below it a one-sided bound lies on the lenient side of
+# the estimate (`point` judges the estimate itself). At most MAX_CONFIDENCE: at 1 the
+# quantile is infinite (inv_cdf(1.0) raises, so no window is ever judged and a canary is
+# never rolled back), 0.9999999999999999 rounds to it in 0.5 + level / 2, and near it
+# `spans.t_quantile` loses its tail: the quantile it gives at 0.999999 holds the tail to
+# 1e-8 of itself over 1 to 2015 degrees of freedom, at 1 - 1e-9 to 1e-5, at 1 - 1e-12 not
+# at all (the tail is read as 1 - P(|T| <= t), whose rounding is then the tail's size).
+MIN_CONFIDENCE = 0.5
+MAX_CONFIDENCE = 0.999999
+CONFIDENCE_RANGE = f"a level from {MIN_CONFIDENCE} to {MAX_CONFIDENCE}"
+# The document states the range the validators below enforce in words.
+Level = Annotated[
+    float,
+    Field(allow_inf_nan=False),
+    stated(minimum=MIN_CONFIDENCE, maximum=MAX_CONFIDENCE),
+]
+
+
+NET_SAVINGS_LEVEL = (
+    "confidence of a net_savings rule is its interval's level: at least "
+    f"{MIN_CONFIDENCE} and at most {MAX_CONFIDENCE} (default {NET_SAVINGS_CONFIDENCE}; "
+    "nearer 1 Student's t quantile is no longer exact), never `point`"
+)
+
+
+def within_confidence(confidence: float | str | None) -> bool:
+    """Whether a confidence as written is `point`, unset, or a level the quantiles read."""
+    return not isinstance(confidence, float) or (MIN_CONFIDENCE <= confidence <= MAX_CONFIDENCE)
 
 
 # What `min_samples` means depends on how a rule is judged (docs/evidence.md, "Rollouts"): the
@@ -365,12 +408,18 @@ class Rule(Strict):
         le=MAX_SAMPLES,
         description="This rule's own, in place of the policy's. " + MIN_SAMPLES_MEANS,
     )
-    confidence: Fraction | Literal["point"] | None = None
+    confidence: Level | Literal["point"] | None = None
     critical: Fraction | None = None
-    min_effect: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
+    # At least MIN_EFFECT_LEAST (said in words by _cusum_can_see below).
+    min_effect: float | None = Field(
+        None, lt=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_EFFECT_LEAST}
+    )
     # The CUSUM's decision interval, in log-likelihood units: 5 is the usual choice, and past
-    # a few hundred the detector can no longer fire within any sensible time.
-    h: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
+    # a few hundred the detector can no longer fire within any sensible time; at least MIN_H
+    # (said in words by _cusum_can_see below).
+    h: float | None = Field(
+        None, le=1000, allow_inf_nan=False, json_schema_extra={"minimum": MIN_H}
+    )
     # `capped_cusum`: the most one window's evidence adds to the sum; below `h`, so that
     # firing always takes at least ceil(h / cap) windows.
     cap: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
@@ -440,14 +489,40 @@ class Rule(Strict):
                     f"{name}: does not apply to {rule} (judged once per window close "
                     "over its span; docs/evidence.md)"
                 )
-        if self.confidence == "point" or (
-            self.confidence is not None and not 0.5 <= self.confidence < 1
-        ):
-            raise ValueError(
-                "confidence of a net_savings rule is its interval's level: at least 0.5 and "
-                f"below 1 (default {NET_SAVINGS_CONFIDENCE})"
-            )
+        if self.confidence == "point":
+            raise ValueError(NET_SAVINGS_LEVEL)
         return self
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence_a_level(
+        cls, confidence: float | str | None, info: ValidationInfo
+    ) -> float | str | None:
+        # `metric` is declared first: validated before this field (absent if it failed).
+        if not within_confidence(confidence):
+            if info.data.get("metric") == "net_savings":
+                raise ValueError(NET_SAVINGS_LEVEL)
+            raise ValueError(CONFIDENCE_REFUSED)
+        return confidence
+
+    @field_validator("min_effect", "h")
+    @classmethod
+    def _cusum_can_see(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None:
+            return value
+        if info.field_name == "min_effect" and not value >= MIN_EFFECT_LEAST:
+            raise ValueError(
+                f"must be at least {MIN_EFFECT_LEAST:g}: the CUSUM reads rates within "
+                f"{RATE_FLOOR:g} of 0 and 1, and a smaller shift rounds away or is clamped "
+                "back onto the threshold, so no window would ever add evidence"
+            )
+        if info.field_name == "h" and not value >= MIN_H:
+            raise ValueError(
+                f"must be at least {MIN_H:g}: one bad sample already adds more evidence "
+                "than that, and a smaller h only nears underflow (its default cap, h / 2, "
+                "would be 0: the rule could never fire)"
+            )
+        return value
 
     @property
     def span_seconds(self) -> int | None:
@@ -551,15 +626,52 @@ class ResolvedRule:
         return min(MAX_SPAN_WINDOWS, max(least, seconds // window_seconds))
 
 
+# Why a rate rule's (or the policy's) confidence is refused.
+CONFIDENCE_REFUSED = (
+    f"must be `point` or {CONFIDENCE_RANGE}: below {MIN_CONFIDENCE} a one-sided bound lies "
+    "past the estimate (`point` judges the estimate itself); at 1 the bound is infinite and "
+    f"no window could ever be judged, and above {MAX_CONFIDENCE} its quantile is no longer exact"
+)
+
+
 class RollbackConfig(Strict):
     detector: Detector = DEFAULT_DETECTOR
     consecutive_windows: int = Field(3, ge=1, le=100)
     min_samples: int = Field(200, ge=1, le=MAX_SAMPLES, description=MIN_SAMPLES_MEANS)
-    confidence: Fraction | Literal["point"] = 0.80
+    confidence: Level | Literal["point"] = 0.80
     max_pool_windows: int = Field(12, ge=1, le=1000)
     # An evaluation reads three times this many windows (rollout.repository.evaluation_windows).
     max_span_windows: int | None = Field(None, ge=1, le=100_000)
     rules: list[Rule] = Field(DEFAULT_RULES, max_length=100)
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence_a_level(cls, confidence: float | str) -> float | str:
+        if not within_confidence(confidence):
+            raise ValueError(CONFIDENCE_REFUSED)
+        return confidence
+
+    @model_validator(mode="after")
+    def _cusum_has_room(self) -> RollbackConfig:
+        # A CUSUM rule without its own min_effect looks for half the room past a threshold
+        # near 0 or 1 (resolved_min_effect): with less than twice MIN_EFFECT_LEAST of room
+        # that is a shift no rule may write, and within RATE_FLOOR a blind one.
+        for index, rule in enumerate(self.rules):
+            space = room(rule.op, rule.threshold)
+            if (
+                rule.metric not in SPAN_METRICS
+                and (rule.detector or self.detector) != "consecutive"
+                and rule.min_effect is None
+                and 0 < space < 2 * MIN_EFFECT_LEAST
+            ):
+                raise ValueError(
+                    f"rules.{index}: threshold ({rule.threshold:g}) leaves the rate {space:g} "
+                    f"to move past it, and the CUSUM would look for half that, below the "
+                    f"least min_effect ({MIN_EFFECT_LEAST:g}): no window could add evidence; "
+                    f"move the threshold at least {2 * MIN_EFFECT_LEAST:g} from "
+                    f"{'0' if rule.op == '>=' else '1'}, or use detector: consecutive"
+                )
+        return self
 
     @property
     def span_windows(self) -> int:

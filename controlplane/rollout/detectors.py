@@ -18,6 +18,7 @@ from controlplane.catalog.schemas import (
     DEFAULT_DETECTOR,
     DEFAULT_H,
     DEFAULT_MIN_EFFECT,
+    RATE_FLOOR,
     Detector,
 )
 from controlplane.rollout.verdicts import (
@@ -72,10 +73,11 @@ def consecutive(
 
 def llr_weights(op: Op, threshold: float, min_effect: float) -> tuple[float, float]:
     """The log-likelihood ratio, 'moved by min_effect' over 'at threshold', of one counted
-    sample (the rate's numerator) and of one uncounted sample."""
-    p0 = min(max(threshold, 1e-6), 1 - 1e-6)
+    sample (the rate's numerator) and of one uncounted sample. Rates are read within
+    RATE_FLOOR of 0 and 1 (a config's min_effect is at least ten times that)."""
+    p0 = min(max(threshold, RATE_FLOOR), 1 - RATE_FLOOR)
     p1 = threshold + min_effect if op == "<=" else threshold - min_effect
-    p1 = min(max(p1, 1e-6), 1 - 1e-6)
+    p1 = min(max(p1, RATE_FLOOR), 1 - RATE_FLOOR)
     return math.log(p1 / p0), math.log((1 - p1) / (1 - p0))
 
 

@@ -70,7 +70,7 @@ REFUSED_RULES: list[tuple[dict[str, Any], str]] = [
     ({**SHIFT, "cap": 1}, "cap: does not apply to an input_shift rule"),
     ({**SHIFT, "confidence": 0.9}, "confidence: does not apply to an input_shift rule"),
     # net_savings' confidence is its interval's level
-    ({**NET, "confidence": "point"}, "confidence of a net_savings rule is its interval's level: at least 0.5 and below 1"),
+    ({**NET, "confidence": "point"}, "confidence of a net_savings rule is its interval's level: at least 0.5 and at most 0.999999"),
     ({**NET, "confidence": 0.4}, "confidence of a net_savings rule is its interval's level"),
     ({**NET, "confidence": 1.0}, "confidence of a net_savings rule is its interval's level"),
     # a span only where a rule judges one
