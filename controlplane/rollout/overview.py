@@ -14,6 +14,7 @@ window, and says since when it has had none."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from controlplane.rollout.flags import flags_document
 from controlplane.rollout.policy import LABEL_METRICS, cell_series, judged_buckets
 from controlplane.rollout.service import decision_view
 from controlplane.rollout.verdicts import judge
+
+log = logging.getLogger("shadowplane.overview")
 
 # How many kill and lift decisions the overview lists.
 SWITCH_DECISIONS = 10
@@ -119,6 +122,9 @@ class TaskRow:
     # Agreement and edge share from the first window with results in the SERIES_SPAN to
     # the shown window's end, oldest first.
     series: tuple[Point, ...] = ()
+    # Why its latest window's figures and rules could not be judged (the error, logged):
+    # the task is shown in trouble, the others as ever.
+    rules_error: str | None = None
 
     @property
     def last_decision_sentence(self) -> str | None:
@@ -343,7 +349,12 @@ def _worst(rows: Mapping[str, Mapping[str, Any]]) -> tuple[str, Mapping[str, Any
 
 
 def _trouble(
-    stage: str, killed: bool, open_alerts: int, found: Sequence[Breach], config_error: str | None
+    stage: str,
+    killed: bool,
+    open_alerts: int,
+    found: Sequence[Breach],
+    config_error: str | None,
+    rules_error: str | None = None,
 ) -> tuple[str, ...]:
     out = []
     if stage == "rolled_back":
@@ -356,6 +367,8 @@ def _trouble(
         out.append("breaching " + "; ".join(b.sentence() for b in found))
     if config_error:
         out.append("config does not parse")
+    if rules_error:
+        out.append("its rules cannot be judged")
     return tuple(out)
 
 
@@ -367,7 +380,7 @@ def _rank(row: TaskRow) -> tuple[int, str]:
         return 1, row.task
     if row.open_alerts:
         return 2, row.task
-    if row.breaches or row.config_error:
+    if row.breaches or row.config_error or row.rules_error:
         return 3, row.task
     return 4, row.task
 
@@ -406,6 +419,7 @@ def overview(session: Session, now: datetime | None = None) -> Overview:
         window: Window | None = None
         quiet: datetime | None = None
         found: list[Breach] = []
+        rules_error: str | None = None
         if config is not None and task.id in windows:
             window, stored = windows[task.id].window, windows[task.id].stored
             quiet = quiet_since(
@@ -415,13 +429,17 @@ def overview(session: Session, now: datetime | None = None) -> Overview:
                 now,
             )
             seconds = int((window.window_end - window.window_start).total_seconds())
-            derived = {
-                bucket: metric_fields(
-                    row, window_seconds=seconds, fixed_cost_per_day=config.fixed_cost_per_day
-                )
-                for bucket, row in stored.items()
-            }
-            found = breaches(config, stored)
+            try:
+                derived = {
+                    bucket: metric_fields(
+                        row, window_seconds=seconds, fixed_cost_per_day=config.fixed_cost_per_day
+                    )
+                    for bucket, row in stored.items()
+                }
+                found = breaches(config, stored)
+            except Exception as exc:  # one task's figures must not take every task's page down
+                log.exception("task %s: the overview could not judge its latest window", task.name)
+                rules_error = f"{type(exc).__name__}: {exc}"
         every = derived.get(ALL, {})
         worst = _worst(derived)
         net = every.get("net_savings")
@@ -454,10 +472,11 @@ def overview(session: Session, now: datetime | None = None) -> Overview:
             breaches=tuple(found),
             last_decision=decisions.get(task.id),
             config_error=config_error,
-            trouble=_trouble(task.stage, killed, open_alerts, found, config_error),
+            trouble=_trouble(task.stage, killed, open_alerts, found, config_error, rules_error),
             grade=grades.get(task.name),
             quiet_since=quiet,
             series=tuple(trends.get(task.id, ())),
+            rules_error=rules_error,
         )
         rows.append(row)
     rows.sort(key=_rank)
