@@ -3,11 +3,16 @@ a setting) that later make a background job fail for good, or turn a rollback ru
 error-cost veto off without a word. The rule under test: when in doubt the answer is the
 cloud, and no value one config carries may stall a task's evaluation or a page of all tasks.
 
-Each test pins one defect as a strict xfail; it becomes a plain test once the defect is
-fixed. A fix may refuse the value where it is given (the test then passes at the refusal)
-or make it work; either way the property checked is the same.
+Each test pinned one defect as a strict xfail; each is fixed where the value is given, and
+the tests now check both halves: the value is refused, naming the field and why, and at
+the edge of what is allowed the system does what the refused value kept it from doing (a
+canary with every answer wrong is rolled back, the evaluation never fails, the Overview
+reads every task, the veto holds). Bounds: a confidence from 0.5 to 0.999999 (`point`
+aside), a `min_effect` of at least 1e-5, an `h` of at least 1e-6, a veto above 0 and at
+most 1 (controlplane/catalog/schemas.py and controlplane/settings.py say why).
 
-Found on real PostgreSQL, results posted through the API and windows closed by the pass:
+Found on real PostgreSQL, results posted through the API and windows closed by the pass
+(each now refused where it is given):
 
 - `rollback.confidence: 1` (or `0`; or a rule's own `confidence: 1`) is accepted by
   POST /v1/tasks: `Fraction` allows both ends. Every verdict then asks
@@ -36,20 +41,26 @@ Found on real PostgreSQL, results posted through the API and windows closed by t
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from statistics import StatisticsError
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import update
 
+from controlplane.catalog.schemas import MAX_CONFIDENCE, MIN_CONFIDENCE, MIN_EFFECT_LEAST, MIN_H
 from controlplane.db import session_scope
 from controlplane.models import Task
+from controlplane.rollout import overview as overview_module
 from controlplane.rollout.overview import overview
+from controlplane.rollout.spans import t_quantile, t_within
+from controlplane.rollout.verdicts import judge
 from controlplane.scheduler import run_pass
-from controlplane.settings import Settings
+from controlplane.settings import Settings, explain
 from tests.conftest import Api, make_api, make_result
 from tests.windowdata import post_all
 
@@ -80,6 +91,17 @@ def apply(api: Api, config: dict[str, Any]) -> int:
     response = api.client.post("/v1/tasks", json=config, headers=api.headers())
     assert response.status_code in (200, 201, 422), response.text
     return response.status_code
+
+
+def refused(api: Api, config: dict[str, Any], *said: str) -> None:
+    """POST /v1/tasks refuses `config` with 422, saying each of `said` (the field, why),
+    and registers nothing."""
+    response = api.client.post("/v1/tasks", json=config, headers=api.headers())
+    assert response.status_code == 422, response.text
+    assert all(words in response.text for words in said), response.text
+    name = config["task"]
+    gone = api.client.get(f"/v1/tasks/{name}", headers=api.headers("read"))
+    assert gone.status_code == 404, gone.text
 
 
 def to_canary(api: Api, name: str) -> datetime:
@@ -135,49 +157,86 @@ AGREEMENT = {"metric": "agreement", "op": ">=", "threshold": 0.9}
 
 # --- a rate rule's confidence of 1 or 0 ---------------------------------------------------
 
+LEVEL_REFUSED = f"must be `point` or a level from {MIN_CONFIDENCE} to {MAX_CONFIDENCE}"
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollback confidence 1 or 0 is accepted; every evaluation then raises "
-    "StatisticsError in verdicts.z_for (inv_cdf(1.0)) and the canary is never rolled back",
-)
+
 @pytest.mark.parametrize(
-    "rollback",
+    ("rollback", "field", "edge"),
     [
-        {"confidence": 1.0, "rules": [AGREEMENT]},
-        {"confidence": 0.0, "rules": [AGREEMENT]},
-        {"rules": [{**AGREEMENT, "confidence": 1.0}]},
+        (
+            {"confidence": 1.0, "rules": [AGREEMENT]},
+            "rollback.confidence",
+            {"confidence": MAX_CONFIDENCE, "rules": [AGREEMENT]},
+        ),
+        (
+            {"confidence": 0.0, "rules": [AGREEMENT]},
+            "rollback.confidence",
+            {"confidence": MIN_CONFIDENCE, "rules": [AGREEMENT]},
+        ),
+        (
+            {"rules": [{**AGREEMENT, "confidence": 1.0}]},
+            "rollback.rules.0.confidence",
+            {"rules": [{**AGREEMENT, "confidence": MAX_CONFIDENCE}]},
+        ),
     ],
     ids=["policy-1", "policy-0", "rule-1"],
 )
 def test_a_canary_with_a_rollback_confidence_at_an_end_still_rolls_back(
-    api: Api, rollback: dict[str, Any]
+    api: Api, rollback: dict[str, Any], field: str, edge: dict[str, Any]
 ) -> None:
-    if apply(api, task_config("sure", rollback)) == 422:
-        return  # refused where it is written: fixed
+    # 1 (or 0) made every verdict ask inv_cdf(1.0) (or 0.0): refused where it is written.
+    refused(api, task_config("sure", rollback), field, LEVEL_REFUSED)
+    # At the end of what is allowed every evaluation runs and the canary is rolled back.
+    assert apply(api, task_config("sure", edge)) in (200, 201)
     start = to_canary(api, "sure")
     failed = broken_windows(api, "sure", start, windows=4)
     assert failed == [], failed[:1]
     assert stage(api, "sure") == "rolled_back"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Overview judges every task's rules (rollout.overview.breaches): one task "
-    "with rollback confidence 1 makes overview() raise StatisticsError for every task",
-)
+ODD = 0.654321  # a confidence no default has: the tag of the task whose judging fails
+
+
 def test_one_task_with_a_rollback_confidence_of_one_leaves_the_overview_readable(
-    api: Api,
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if apply(api, task_config("sure", {"confidence": 1.0, "rules": [AGREEMENT]})) == 422:
-        return  # refused where it is written: fixed
+    refused(
+        api,
+        task_config("sure", {"confidence": 1.0, "rules": [AGREEMENT]}),
+        "rollback.confidence",
+        LEVEL_REFUSED,
+    )
+    # At the highest allowed confidence the Overview judges the task's window.
+    sure = task_config("sure", {"confidence": MAX_CONFIDENCE, "rules": [AGREEMENT]})
+    assert apply(api, sure) in (200, 201)
     start = to_canary(api, "sure")
     broken_windows(api, "sure", start, windows=1)
-    with session_scope(api.engine) as session:
+    # A task whose judging still fails, whatever the reason (here made to, by its tag),
+    # is shown in trouble, logged, and takes no other task's row with it.
+    assert apply(api, task_config("odd", {"confidence": ODD, "rules": [AGREEMENT]})) in (200, 201)
+    odd_start = to_canary(api, "odd")
+    broken_windows(api, "odd", odd_start, windows=1)
+
+    def failing(windows: Any, op: Any, threshold: float, confidence: Any) -> Any:
+        if confidence == ODD:
+            raise StatisticsError("p must be in the range 0.0 < p < 1.0")
+        return judge(windows, op, threshold, confidence)
+
+    monkeypatch.setattr(overview_module, "judge", failing)
+    with caplog.at_level(logging.ERROR), session_scope(api.engine) as session:
         shown = overview(session, now=start + timedelta(seconds=WINDOW + LATENESS + 1))
     rows = {row.task: row for row in shown.rows}
-    assert set(rows) >= {"sure", "ticket_classify", "invoice_extract"}
+    assert set(rows) >= {"sure", "odd", "ticket_classify", "invoice_extract"}
     assert rows["sure"].breaches  # every answer of its window was wrong
+    assert rows["sure"].rules_error is None
+    odd = rows["odd"]
+    assert odd.rules_error is not None and "StatisticsError" in odd.rules_error
+    assert "its rules cannot be judged" in odd.trouble and odd in shown.in_trouble
+    assert odd.n_pairs == PER_WINDOW  # its figures are still shown
+    assert all(row.rules_error is None for name, row in rows.items() if name != "odd")
+    assert [r.getMessage() for r in caplog.records if "overview" in r.name] == [
+        "task odd: the overview could not judge its latest window"
+    ]
 
 
 # --- a net_savings rule's confidence just below 1 -----------------------------------------
@@ -192,16 +251,24 @@ NET_SAVINGS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="net_savings confidence 0.9999999999999999 is accepted (< 1); spans.t_quantile "
-    "asks inv_cdf(0.5 + level / 2) = inv_cdf(1.0): StatisticsError at every window close",
-)
 def test_a_net_savings_confidence_just_below_one_never_fails_the_evaluation(api: Api) -> None:
     assert 0.9999999999999999 < 1 and 0.5 + 0.9999999999999999 / 2 == 1.0
     config = task_config("dear", {"rules": [NET_SAVINGS]}, fixed_costs={"gpu": 1000.0})
-    if apply(api, config) == 422:
-        return  # refused where it is written: fixed
+    refused(
+        api,
+        config,
+        "rollback.rules.0",
+        "confidence of a net_savings rule is its interval's level",
+        f"at most {MAX_CONFIDENCE}",
+    )
+    # The highest allowed level: Student's t stays exact over every span an evaluation reads
+    # (1 to 2015 degrees of freedom), its tail within 1e-7 of itself.
+    for df in range(1, 2016):
+        t = t_quantile(MAX_CONFIDENCE, df)
+        assert math.isfinite(t) and t > 0, df
+        assert abs((1 - t_within(t, df)) - (1 - MAX_CONFIDENCE)) < 1e-7 * (1 - MAX_CONFIDENCE), df
+    edge = {**NET_SAVINGS, "confidence": MAX_CONFIDENCE}
+    assert apply(api, {**config, "rollback": {**config["rollback"], "rules": [edge]}}) in (200, 201)
     start = to_canary(api, "dear")
     # The edge serves every request alone: the interval needs two windows with results.
     failed = broken_windows(api, "dear", start, windows=3, served="edge", cloud=None)
@@ -211,22 +278,32 @@ def test_a_net_savings_confidence_just_below_one_never_fails_the_evaluation(api:
 # --- CUSUM parameters at the lower float edge ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="min_effect 1e-17 (p1 rounds to p0: both LLR weights 0) and h 5e-324 (default "
-    "cap h/2 underflows to 0) are accepted and make the capped CUSUM blind: 100% "
-    "conflicts never roll back",
-)
 @pytest.mark.parametrize(
-    "detector", [{"min_effect": 1e-17}, {"h": 5e-324}], ids=["min_effect-1e-17", "h-5e-324"]
+    ("detector", "field", "why", "edge"),
+    [
+        (
+            {"min_effect": 1e-17},
+            "rollback.rules.0.min_effect",
+            f"must be at least {MIN_EFFECT_LEAST:g}",
+            # The least shift adds little evidence a window (40 conflicts: 0.004), so a
+            # small h: three such windows reach it.
+            {"min_effect": MIN_EFFECT_LEAST, "h": 0.01},
+        ),
+        (
+            {"h": 5e-324},
+            "rollback.rules.0.h",
+            f"must be at least {MIN_H:g}",
+            {"h": MIN_H},
+        ),
+    ],
+    ids=["min_effect-1e-17", "h-5e-324"],
 )
 def test_a_rule_whose_cusum_parameters_are_at_the_float_edge_still_rolls_back(
-    api: Api, detector: dict[str, Any]
+    api: Api, detector: dict[str, Any], field: str, why: str, edge: dict[str, Any]
 ) -> None:
-    if apply(api, task_config("blind", {"rules": [{**AGREEMENT, **detector}]})) == 422:
-        return  # refused where it is written: fixed
+    refused(api, task_config("blind", {"rules": [{**AGREEMENT, **detector}]}), field, why)
+    assert apply(api, task_config("blind", {"rules": [{**AGREEMENT, **edge}]})) in (200, 201)
     start = to_canary(api, "blind")
-    # The default h (5) and cap (2) fire at the third such window; six are given.
     failed = broken_windows(api, "blind", start, windows=6)
     assert failed == [], failed[:1]
     assert stage(api, "blind") == "rolled_back"
@@ -235,21 +312,24 @@ def test_a_rule_whose_cusum_parameters_are_at_the_float_edge_still_rolls_back(
 # --- the error-cost veto setting ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SHADOWPLANE_ERROR_COST_VETO is an unbounded float: 70, nan or inf is read, "
-    "error_cost >= veto is never true, and an error_cost 1.0 task leaves shadow",
-)
-@pytest.mark.parametrize("value", ["70", "nan", "inf"])
-def test_an_error_cost_veto_setting_never_lets_an_error_cost_of_one_leave_shadow(
+@pytest.mark.parametrize("value", ["70", "nan", "inf", "0", "-0.5"])
+def test_an_error_cost_veto_setting_that_would_hold_nothing_is_refused(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("SHADOWPLANE_ERROR_COST_VETO", value)
-    try:
-        veto = Settings(database_url=pg_url).error_cost_veto
-    except ValidationError:
-        return  # refused where it is set: fixed
-    assert veto == 70 or not math.isfinite(veto)
+    with pytest.raises(ValidationError) as refusal:
+        Settings(database_url=pg_url)
+    [line] = explain(refusal.value)
+    assert line.startswith("SHADOWPLANE_ERROR_COST_VETO: must be above 0 and at most 1"), line
+
+
+def test_an_error_cost_veto_setting_never_lets_an_error_cost_of_one_leave_shadow(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The highest veto allowed still holds a task whose error_cost is 1.
+    monkeypatch.setenv("SHADOWPLANE_ERROR_COST_VETO", "1")
+    veto = Settings(database_url=pg_url).error_cost_veto
+    assert veto == 1.0
     for api in make_api(pg_url, error_cost_veto=veto):
         assert apply(api, task_config("refunds", {}, error_cost=1.0)) in (200, 201)
         response = api.client.post(
@@ -258,4 +338,5 @@ def test_an_error_cost_veto_setting_never_lets_an_error_cost_of_one_leave_shadow
             headers=api.headers(),
         )
         assert response.status_code == 409, response.text
+        assert "veto" in response.json()["detail"], response.text
         assert stage(api, "refunds") == "shadow"
