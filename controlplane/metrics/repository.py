@@ -492,6 +492,20 @@ def snapshot_horizon(session: Session) -> tuple[int, int] | None:
     return int(xmin), int(xmax)
 
 
+_OLDEST_WRITER = text(
+    "SELECT pid, xact_start, left(query, 120) FROM pg_stat_activity "
+    "WHERE backend_xid IS NOT NULL AND backend_xid::text::bigint = :xid % 4294967296 "
+    "LIMIT 1"
+)
+
+
+def oldest_writer(session: Session, xmin: int) -> tuple[int, datetime | None, str] | None:
+    """The backend running transaction `xmin` (pid, transaction start, its query), when
+    pg_stat_activity shows it (another user's needs pg_read_all_stats)."""
+    row = session.execute(_OLDEST_WRITER, {"xid": xmin}).first()
+    return None if row is None else (int(row[0]), row[1], str(row[2] or ""))
+
+
 def scan_mark(session: Session, name: str) -> ScanMark:
     mark = session.get(ScanMark, name, with_for_update=True)
     if mark is None:

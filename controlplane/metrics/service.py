@@ -92,6 +92,8 @@ def plan(session: Session, now: datetime) -> Plan:
             mark.previous_id, mark.last_xmax = mark.last_id, None
         if mark.last_xmax is None:
             mark.last_id, mark.last_xmax = max(highest, mark.last_id), xmax
+        else:
+            _say_who_holds_the_scan(session, xmin, now)
     mark.updated_at = utcnow()
     touched_starts: dict[int, set[datetime]] = {}
     for tid, idx in touched:
@@ -119,6 +121,31 @@ def plan(session: Session, now: datetime) -> Plan:
     closed = _closed(session, candidates)
     jobs = sorted(job for job in candidates if job not in closed or job in with_new)
     return Plan(jobs, failed)
+
+
+# A transaction that keeps the scans reading again for longer than this is logged, once.
+HELD_SCAN_WARNING = timedelta(minutes=5)
+_held_said: set[tuple[int, datetime]] = set()
+
+
+def _say_who_holds_the_scan(session: Session, xmin: int, now: datetime) -> None:
+    """Log once the transaction (pid, start, query) that has kept the window scans reading
+    the same results again for more than HELD_SCAN_WARNING: each pass reads more until it
+    ends. Nothing is lost meanwhile."""
+    holder = repository.oldest_writer(session, xmin)
+    if holder is None:
+        return
+    pid, started, query = holder
+    if started is None or now - started < HELD_SCAN_WARNING or (pid, started) in _held_said:
+        return
+    _held_said.add((pid, started))
+    log.warning(
+        "a transaction open since %s (pid %s: %s) holds the window scans back: each pass "
+        "reads the results written since it began again until it ends",
+        started.isoformat(),
+        pid,
+        query,
+    )
 
 
 def _placed(
