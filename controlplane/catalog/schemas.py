@@ -341,6 +341,17 @@ def within_confidence(confidence: float | str | None) -> bool:
     return not isinstance(confidence, float) or (MIN_CONFIDENCE <= confidence <= MAX_CONFIDENCE)
 
 
+def _stored(info: ValidationInfo) -> bool:
+    """Whether a stored config version is being read (parse_config(stored=True))."""
+    return bool(info.context and info.context.get("stored"))
+
+
+def _clamped_level(confidence: float) -> float:
+    """A stored confidence outside this release's range, read as its nearest end: an older
+    release took any level from 0 to 1, and 1 (or 0) left every verdict unjudged."""
+    return min(max(confidence, MIN_CONFIDENCE), MAX_CONFIDENCE)
+
+
 # What `min_samples` means depends on how a rule is judged (docs/evidence.md, "Rollouts"): the
 # schema says so where the field is declared.
 MIN_SAMPLES_MEANS = (
@@ -499,6 +510,8 @@ class Rule(Strict):
         cls, confidence: float | str | None, info: ValidationInfo
     ) -> float | str | None:
         # `metric` is declared first: validated before this field (absent if it failed).
+        if isinstance(confidence, float) and _stored(info):
+            return _clamped_level(confidence)
         if not within_confidence(confidence):
             if info.data.get("metric") == "net_savings":
                 raise ValueError(NET_SAVINGS_LEVEL)
@@ -510,6 +523,8 @@ class Rule(Strict):
     def _cusum_can_see(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is None:
             return value
+        if _stored(info):
+            return max(value, MIN_EFFECT_LEAST if info.field_name == "min_effect" else MIN_H)
         if info.field_name == "min_effect" and not value >= MIN_EFFECT_LEAST:
             raise ValueError(
                 f"must be at least {MIN_EFFECT_LEAST:g}: the CUSUM reads rates within "
@@ -646,13 +661,17 @@ class RollbackConfig(Strict):
 
     @field_validator("confidence")
     @classmethod
-    def _confidence_a_level(cls, confidence: float | str) -> float | str:
+    def _confidence_a_level(cls, confidence: float | str, info: ValidationInfo) -> float | str:
+        if isinstance(confidence, float) and _stored(info):
+            return _clamped_level(confidence)
         if not within_confidence(confidence):
             raise ValueError(CONFIDENCE_REFUSED)
         return confidence
 
     @model_validator(mode="after")
-    def _cusum_has_room(self) -> RollbackConfig:
+    def _cusum_has_room(self, info: ValidationInfo) -> RollbackConfig:
+        if _stored(info):
+            return self  # as an older release stored it: the rule reads as it did then
         # A CUSUM rule without its own min_effect looks for half the room past a threshold
         # near 0 or 1 (resolved_min_effect): with less than twice MIN_EFFECT_LEAST of room
         # that is a shift no rule may write, and within RATE_FLOOR a blind one.
@@ -1157,7 +1176,13 @@ def _field_model(model: Any, field: str, value: Any) -> Any:
     return None
 
 
-def parse_config(raw: Any) -> TaskConfig:
+def parse_config(raw: Any, *, stored: bool = False) -> TaskConfig:
+    """A config document as a TaskConfig, or a ConfigError naming each problem. `stored`: a
+    version already stored, maybe by an older release, is read with the bounds this release
+    added on the rollback rules' arithmetic (a confidence from 0.5 to 0.999999, min_effect
+    and h at their least) taken as their nearest allowed values instead of refused: a task
+    whose config stopped parsing at an upgrade would be skipped everywhere, its results
+    rejected and its flag left as it was, with no rule judging its edge."""
     if not isinstance(raw, dict):
         raise ConfigError(
             [
@@ -1165,7 +1190,7 @@ def parse_config(raw: Any) -> TaskConfig:
             ]
         )
     try:
-        config = TaskConfig.model_validate(raw)
+        config = TaskConfig.model_validate(raw, context={"stored": stored})
     except ValidationError as exc:
         every = exc.errors(include_url=False)  # once: a million errors take seconds
         # pydantic puts the comparator's kind in the location; the field path reads better without it.
@@ -1197,10 +1222,31 @@ def _converted(raw: dict[str, Any]) -> list[str]:
     for error in _document_schema().iter_errors(raw):
         if error.validator not in ("type", "anyOf", "oneOf"):
             continue  # the rest is pydantic's to judge, and it has (an alias, a default)
+        types = _json_types(error.schema)
+        kind = _type_of(error.instance)
+        if error.validator != "type" and (
+            kind in types or (kind == "integer" and "number" in types)
+        ):
+            continue  # of a type it takes, past a bound of the schema: pydantic's to judge
         where = ".".join(field_path(error.absolute_path)) or "(config)"
-        wanted = " or ".join(_IN_WORDS.get(t, t) for t in _json_types(error.schema))
+        wanted = " or ".join(_IN_WORDS.get(t, t) for t in types)
         found.append(f"{where}: must be {wanted} (got {short_repr(error.instance)})")
     return first_problems(found)
+
+
+def _type_of(value: Any) -> str:
+    """A read value's JSON type, as JSON Schema names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 _IN_WORDS = {

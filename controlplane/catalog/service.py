@@ -209,7 +209,7 @@ class RuntimeCache:
                 for key, document in documents.items():
                     # A ConfigError, or whatever else an odd stored document raises.
                     try:
-                        config = parse_config(document)
+                        config = parse_config(document, stored=True)
                     except Exception as exc:
                         why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
                         self._broken[key] = (

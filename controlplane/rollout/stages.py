@@ -31,7 +31,7 @@ def config_now(session: Session, task: Task) -> TaskConfig | None:
     if stored is None:
         return None
     try:
-        return parse_config(stored.config)
+        return parse_config(stored.config, stored=True)
     except Exception:  # a ConfigError, or whatever an odd stored document raises
         return None
 
