@@ -31,6 +31,7 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.review.accuracy import refresh_route_accuracy
 from controlplane.review.sampler import sample_closed_windows
+from controlplane.rollout.actions import ground_unparsed
 from controlplane.rollout.evaluation import evaluate_rollout
 from controlplane.settings import get_settings
 
@@ -57,6 +58,16 @@ class AfterWindow:
     filled: int = 0
     failed: list[TaskFailure] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
+
+
+def ground(engine: Engine) -> list[str]:
+    """Each task whose stored config does not parse, sent to the cloud
+    (rollout.actions.ground_unparsed); a failure is logged and tried again next pass."""
+    try:
+        return in_transaction(engine, ground_unparsed)
+    except Exception:
+        log.exception("sending the tasks whose config does not parse to the cloud failed")
+        return []
 
 
 def after_window(
@@ -146,6 +157,8 @@ def run_pass(
     report = PassReport(now)
     planned = in_transaction(engine, lambda session: plan(session, now))
     report.failed.extend(planned.failed)
+    if planned.failed:
+        ground(engine)
     with session_scope(engine) as session:
         names: dict[int, str] = {
             tid: name for tid, name in session.execute(select(Task.id, Task.name).order_by(Task.id))

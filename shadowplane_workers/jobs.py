@@ -18,7 +18,13 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.notify import delivery
 from controlplane.notify.delivery import DELIVER_JOB
-from controlplane.scheduler import EVALUATED, after_window, fill_regression_sets, grade_every_task
+from controlplane.scheduler import (
+    EVALUATED,
+    after_window,
+    fill_regression_sets,
+    grade_every_task,
+    ground,
+)
 from controlplane.settings import get_settings
 from shadowplane_workers.app import GRADE_TIME_LIMIT, app, job_limits
 from shadowplane_workers.schedule import GRADE_JOB, PARTITIONS_JOB, PLAN_JOB
@@ -51,6 +57,8 @@ def plan_windows(now: str | None = None) -> int:
     # The tasks that could not be planned are logged by `plan` and tried again next time.
     for failure in planned.failed:
         log.warning("not planned: %s", failure)
+    if planned.failed:
+        ground(get_engine())  # a task whose stored config does not parse: to the cloud
     for job in planned.jobs:
         compute_window_job.delay(job.task_id, job.window_start.isoformat(), clock.isoformat())
     # Labelled regression items into their eval sets, each tick (a failure is logged there

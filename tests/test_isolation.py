@@ -103,6 +103,13 @@ def first_future_window() -> datetime:
     return now - timedelta(seconds=now.timestamp() % WINDOW) + timedelta(seconds=WINDOW)
 
 
+def broken_flag(api: Api) -> dict[str, Any]:
+    answer = api.client.get("/v1/flags/broken_task", headers=api.headers("flags:read"))
+    assert answer.status_code == 200, answer.text
+    flag: dict[str, Any] = answer.json()
+    return flag
+
+
 @pytest.fixture
 def three_tasks(pg_url: str) -> Iterator[Api]:
     for api in make_api(pg_url):
@@ -147,6 +154,9 @@ def test_a_task_whose_stored_config_no_longer_parses_does_not_stop_the_others(
         assert all(c.task_id != ids["broken_task"] for c in report.windows)
         decisions += report.decisions
         assert stage(api, "canary_task") == ("canary" if k < 2 else "rolled_back"), k
+        # No rule judges the broken task's edge: its flag routes to the cloud, stage kept.
+        flag = broken_flag(api)
+        assert (flag["stage"], flag["killed"], flag["edge_percent"]) == ("canary", True, 0), flag
 
     assert [(d["task"], d["action"], d["bucket"]) for d in decisions] == [
         ("canary_task", "rollback", "2048+")
@@ -162,6 +172,8 @@ def test_a_task_whose_stored_config_no_longer_parses_does_not_stop_the_others(
     report = run_pass(api.engine, start + timedelta(seconds=4 * WINDOW + LATENESS))
     assert report.failed == []
     assert any(c.task_id == ids["broken_task"] and c.action == "closed" for c in report.windows)
+    flag = broken_flag(api)  # its stage's flag again
+    assert (flag["stage"], flag["killed"]) == ("canary", False) and flag["edge_percent"] > 0, flag
     with session_scope(api.engine) as session:
         rollbacks = session.scalars(select(Decision.task_id).where(Decision.action == "rollback"))
         assert list(rollbacks) == [ids["canary_task"]]

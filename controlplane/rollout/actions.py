@@ -6,6 +6,7 @@ from settings (the error-cost veto). Lock order: docs/decisions.md, "Rollouts"."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.catalog.service import task_or_404
+from controlplane.catalog.service import load_runtimes, task_or_404
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
 from controlplane.evalsets.gate import check_unblock
@@ -34,6 +35,8 @@ from controlplane.rollout.taskview import shown_stage
 
 # C0 control characters (and DEL) other than tab and line feed.
 _CONTROL = {chr(c) for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
+
+log = logging.getLogger("shadowplane.rollout")
 
 
 def check_reason(reason: str) -> str:
@@ -345,6 +348,22 @@ def left_on_the_cloud(decision: dict[str, Any]) -> str | None:
         "nothing says what the stage routes); apply a valid config (shadowplane tasks "
         "apply) and the flag follows the stage again"
     )
+
+
+def ground_unparsed(session: Session) -> list[str]:
+    """Send to the cloud each task whose current stored config does not parse (its flag
+    killed, its stage kept), in this transaction; the names of those whose flag changed.
+    Such a task is skipped everywhere, no rule judges its edge, so its flag must not keep
+    routing to it; applying a valid config publishes the flag of its stage again. Each pass
+    calls it (scheduler.run_pass, the Celery plan job): a flag already killed is left."""
+    _, broken = load_runtimes(session)
+    grounded = []
+    for task, why in sorted(broken.values(), key=lambda item: item[0].name):
+        reason = f"to the cloud: {why}"[:REASON_MAX_CHARS]
+        if flags.publish_killed(session, task, reason) is not None:
+            log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
+            grounded.append(task.name)
+    return grounded
 
 
 def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> Decision:
