@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from sqlalchemy import text
 
 from tests.conftest import Api
 
@@ -87,3 +90,30 @@ def post_all(api: Api, results: list[dict[str, Any]]) -> None:
     for start in range(0, len(results), 500):
         report = api.post_results({"results": results[start : start + 500]}).json()
         assert report["rejected"] == [], report["rejected"][:3]
+
+
+def settle_scans(api: Api, now: datetime) -> None:
+    """Let the window scans move past what they have read: on PostgreSQL they read results
+    again until every transaction that was running at the last scan has ended (other tests'
+    writes end in moments); then one plan, which moves the mark. SQLite: one plan."""
+    from controlplane.db import session_scope
+    from controlplane.metrics.service import RESULTS_SCAN, plan
+    from controlplane.models import ScanMark
+
+    if api.engine.dialect.name == "postgresql":
+        with session_scope(api.engine) as session:
+            mark = session.get(ScanMark, RESULTS_SCAN)
+            xmax = mark.last_xmax if mark is not None else None
+        deadline = time.monotonic() + 30
+        with api.engine.connect() as probe:
+            while xmax is not None:
+                xmin = probe.execute(
+                    text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                ).scalar_one()
+                probe.rollback()
+                if int(xmin) >= xmax:
+                    break
+                assert time.monotonic() < deadline, "a transaction stayed open for 30 s"
+                time.sleep(0.05)
+    with session_scope(api.engine) as session:
+        plan(session, now)

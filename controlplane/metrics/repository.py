@@ -574,6 +574,21 @@ def window_holding(session: Session, task_id: int, at: datetime) -> Window | Non
     return latest if latest is not None and latest.window_end > at else None
 
 
+# pg_advisory_xact_lock's first key for "making a task's new windows" (the second is the
+# task's id): "SPWN" in ASCII.
+_NEW_WINDOWS_LOCK = 0x5350574E
+
+
+def lock_new_windows(session: Session, task_id: int) -> None:
+    """Hold, until the transaction ends, the task's lock for making new windows (PostgreSQL;
+    SQLite has one writer at a time)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:kind, :task)"),
+            {"kind": _NEW_WINDOWS_LOCK, "task": task_id},
+        )
+
+
 def next_window_start(session: Session, task_id: int, after: datetime) -> datetime | None:
     """The start of the task's first window after `after`."""
     found: datetime | None = session.scalar(

@@ -75,10 +75,14 @@ def plan(session: Session, now: datetime) -> Plan:
     failed = [TaskFailure(task.name, "plan", why) for task, why in broken.values()]
     seconds = {tid: rt.config.window_seconds for tid, (_, rt) in tasks.items()}
     mark = repository.scan_mark(session, RESULTS_SCAN)
+    # Its xmin from a snapshot taken before the scan's: a transaction it shows ended had
+    # committed (or aborted) before the scan read.
+    before = repository.snapshot_horizon(session)
     touched, highest = repository.windows_with_new_results(session, seconds, mark.previous_id)
-    # Taken after the scan: its xmax is past every transaction that held an id the scan saw.
-    snapshot = repository.snapshot_horizon(session)
-    if snapshot is None:
+    # Its xmax from one taken after the scan's: past every transaction that held an id the
+    # scan saw.
+    after = repository.snapshot_horizon(session)
+    if before is None or after is None:
         # SQLite: one writer at a time. The next scan starts from this scan's start.
         mark.previous_id, mark.last_id = mark.last_id, max(highest, mark.last_id)
     else:
@@ -87,7 +91,7 @@ def plan(session: Session, now: datetime) -> Plan:
         # at the scan that saw it. Once the oldest running transaction is newer than that
         # scan's xmax, ids up to `last_id` are final and the scans start there; until then
         # they read again from where they read (models.ScanMark).
-        xmin, xmax = snapshot
+        xmin, xmax = before[0], after[1]
         if mark.last_xmax is not None and xmin >= mark.last_xmax:
             mark.previous_id, mark.last_xmax = mark.last_id, None
         if mark.last_xmax is None:
@@ -204,6 +208,12 @@ def compute_window(
     # task's window length, cut short where a window made with another length begins. A
     # start inside an existing window (planned before the length changed) is that window.
     holding = repository.window_holding(session, task_id, window_start)
+    if holding is None:
+        # A new window: one pass at a time makes the task's new windows, and sees the ones
+        # another made meanwhile (two passes across a change of length would otherwise make
+        # overlapping spans, each from the windows it saw).
+        repository.lock_new_windows(session, task_id)
+        holding = repository.window_holding(session, task_id, window_start)
     if holding is not None:
         window_start, end = holding.window_start, holding.window_end
     else:
@@ -315,22 +325,28 @@ def lag(session: Session, now: datetime) -> list[TaskLag]:
         first = start_of(task.created_at, ws)
         close_lag = 0.0
         if due >= first:
-            # The window holding `due`: one made before `window_seconds` changed may be
-            # longer than `ws` and start earlier.
-            holding = repository.window_holding(session, tid, due)
-            if holding is None or holding.closed_at is None:
-                # Counted from the oldest window left open (the one after the newest closed),
-                # not the newest due: with nothing closing windows the lag grows with the
-                # clock instead of starting again at 0 every window.
+            late_by = timedelta(seconds=lateness)
+            # The oldest window still open, past its own end plus the lateness (one made
+            # before `window_seconds` changed keeps its own, longer or shorter, span).
+            oldest_open = session.scalar(
+                select(func.min(Window.window_end)).where(
+                    Window.task_id == tid, Window.closed_at.is_(None)
+                )
+            )
+            if oldest_open is not None and oldest_open + late_by <= now:
+                close_lag = (now - (oldest_open + late_by)).total_seconds()
+            if repository.window_holding(session, tid, due) is None:
+                # Nothing was made for the window due: counted from the end of the newest
+                # window before it (or the task's start), so that with nothing computing
+                # windows the lag grows with the clock instead of starting again at 0.
                 last_end = session.scalar(
                     select(func.max(Window.window_end)).where(
-                        Window.task_id == tid,
-                        Window.closed_at.is_not(None),
-                        Window.window_start < due,
+                        Window.task_id == tid, Window.window_start < due
                     )
                 )
-                waiting = first if last_end is None else last_end
-                close_lag = (now - closes_at(max(waiting, first), ws, lateness)).total_seconds()
+                waiting = first if last_end is None else max(last_end, first)
+                missing = (now - closes_at(waiting, ws, lateness)).total_seconds()
+                close_lag = max(close_lag, missing)
         last = computed.get(tid)
         out.append(TaskLag(task.name, close_lag, (now - last).total_seconds() if last else None))
     return out

@@ -3,12 +3,12 @@
 is counted exactly once, in one window's `n_results` or `n_late`; a task's windows never
 overlap; and what reads the windows (the close lag, the rules) reads them sensibly across a
 `window_seconds` change. Each test is a defect found on real PostgreSQL through the API and
-the scheduler's own functions, pinned as a strict xfail until it is fixed."""
+the scheduler's own functions; each was a strict xfail, now fixed."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -98,15 +98,6 @@ def _assert_each_result_counted_once(api: Api) -> None:
     assert counted == stored, f"{stored} results stored, {counted} counted: {windows}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "service.lag: after window_seconds is made shorter, the longer window made before "
-        "the change holds `due` and is open (as it should be: it closes at its own end plus "
-        "the lateness), and lag counts it as not closed in time: "
-        "shadowplane_window_close_lag_seconds reads 210 s while nothing is late"
-    ),
-)
 def test_close_lag_is_zero_while_a_longer_window_is_legitimately_open(
     pg_metrics_api: Api,
 ) -> None:
@@ -153,15 +144,6 @@ def _settled_by_then(api: Api, xmax: int) -> None:
             time.sleep(0.05)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "service.plan reads the snapshot's xmin after its scan (repository.snapshot_horizon "
-        "is a statement of its own): a writer that was running at the scan and commits before "
-        "the horizon is read lets the mark settle past ids the scan never saw; the late "
-        "result is stored and counted in no window"
-    ),
-)
 def test_a_writer_that_commits_between_the_scan_and_the_horizon_is_counted(
     pg_metrics_api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,20 +174,22 @@ def test_a_writer_that_commits_between_the_scan_and_the_horizon_is_counted(
         assert quick_id is not None and previous_id < quick_id - 1 and last_id == quick_id
 
         # The next pass scans while the slow writer is still open; the writer commits
-        # between that scan and the pass's next statement (the horizon).
-        real: Callable[[Session], tuple[int, int] | None] = repository.snapshot_horizon
+        # right after that scan, and every other older transaction ends, before anything
+        # else the pass reads.
+        real = repository.windows_with_new_results
 
-        def commit_then_read(session: Session) -> tuple[int, int] | None:
+        def scan_then_commit(session: Session, *args: Any) -> Any:
+            found = real(session, *args)
             if slow.in_transaction():
                 slow.commit()
                 mark = session.get(ScanMark, metrics.RESULTS_SCAN)
                 assert mark is not None and mark.last_xmax is not None
                 _settled_by_then(api, mark.last_xmax)
-            return real(session)
+            return found
 
-        monkeypatch.setattr(repository, "snapshot_horizon", commit_then_read)
+        monkeypatch.setattr(repository, "windows_with_new_results", scan_then_commit)
         run_pass(api.engine, close + timedelta(seconds=20))
-        monkeypatch.setattr(repository, "snapshot_horizon", real)
+        monkeypatch.setattr(repository, "windows_with_new_results", real)
     finally:
         slow.close()
     for k in range(3, 6):
@@ -214,15 +198,6 @@ def test_a_writer_that_commits_between_the_scan_and_the_horizon_is_counted(
     _assert_each_result_counted_once(api)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "compute_window decides a new window's span from the windows it can see: two passes "
-        "at once (Celery beat's and `shadowplane tick`), one planned before window_seconds "
-        "went from 60 to 120 s, make [02:00, 02:02) and [02:01, 02:02) side by side; the "
-        "results of 02:01 are counted twice. No lock or constraint keeps spans apart"
-    ),
-)
 def test_two_passes_across_a_length_change_never_make_overlapping_windows(
     pg_metrics_api: Api,
 ) -> None:
@@ -241,14 +216,30 @@ def test_two_passes_across_a_length_change_never_make_overlapping_windows(
     # Another pass, planned after the change, computes 02:00 (a two-minute window) while
     # the first computes its 02:01: each in its own transaction, as run_pass does.
     first = Session(api.engine)
+    done: list[Any] = []
+
+    def the_other_pass() -> None:
+        with session_scope(api.engine) as second:
+            done.append(
+                metrics.compute_window(
+                    second, task_id=task_id, window_start=T0 + timedelta(seconds=WINDOW), now=now
+                )
+            )
+
+    other = threading.Thread(target=the_other_pass)
     try:
         made = metrics.compute_window(first, task_id=task_id, window_start=T0, now=now)
         assert made.n_results == 6
-        with session_scope(api.engine) as second:
-            metrics.compute_window(
-                second, task_id=task_id, window_start=T0 + timedelta(seconds=WINDOW), now=now
-            )
+        other.start()
+        # The other pass waits for this one's new window (it must not make its own beside
+        # it); this one commits a moment later.
+        other.join(timeout=1.0)
+        assert other.is_alive(), "the other pass made its window without waiting"
         first.commit()
     finally:
         first.close()
+    other.join(timeout=30)
+    assert not other.is_alive()
+    # It computed the two-minute window the first pass made.
+    assert [(c.window_start, c.n_results) for c in done] == [(T0, 6)], done
     _assert_each_result_counted_once(api)

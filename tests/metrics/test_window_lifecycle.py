@@ -16,7 +16,7 @@ from controlplane.metrics.service import compute_window, plan
 from controlplane.models import Task, Window, WindowMetrics
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
-from tests.windowdata import LATENESS, T0, WINDOW, generated_result, post_all
+from tests.windowdata import LATENESS, T0, WINDOW, generated_result, post_all, settle_scans
 
 
 def _result(i: int, seconds: float, tokens: int = 300, **overrides: Any) -> dict[str, Any]:
@@ -172,6 +172,8 @@ def test_plan_lists_open_recent_and_touched_windows_and_skips_closed_quiet_ones(
     # The task was created just now (real clock), so only the window with results is due.
     assert [(j.task_id, j.window_start) for j in jobs] == [(task_id, T0)]
     run_pass(metrics_api.engine, now)
+    # Once the scans have moved past what the pass read, a quiet plan lists nothing.
+    settle_scans(metrics_api, now)
     with session_scope(metrics_api.engine) as session:
         assert plan(session, now + timedelta(seconds=1)).jobs == []
     # A late result brings the closed window back, for its n_late only.
