@@ -1,0 +1,232 @@
+"""Hostile review of reading stored configs after an upgrade (400b6ee), sending a task whose
+stored config does not parse to the cloud (c4a8cdf) and the JSON Schema type check
+(`_converted`, changed in 400b6ee), as an SRE upgrading a running system and an operator
+applying configs. Each defect is a strict xfail on real PostgreSQL through the API, the
+scheduler's functions and the database; no product code changed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import Session
+
+from controlplane.catalog import service as catalog
+from controlplane.catalog.service import RuntimeCache
+from controlplane.db import session_scope
+from controlplane.models import Task, TaskConfigVersion
+from controlplane.rollout.configs import apply_config
+from controlplane.scheduler import ground, run_pass
+from tests.conftest import Api, make_api
+
+pytestmark = pytest.mark.integration
+
+NAME = "fragile_task"
+
+
+def _config(**extra: Any) -> dict[str, Any]:
+    return {
+        "task": NAME,
+        "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
+        "promotion": {"canary_steps": [50]},
+        **extra,
+    }
+
+
+@pytest.fixture
+def canary(pg_url: str) -> Iterator[Api]:
+    """An app whose `fragile_task` is in canary at 50%."""
+    for api in make_api(pg_url):
+        with session_scope(api.engine) as session:
+            apply_config(session, _config(), actor="test")
+        promoted = api.client.post(
+            f"/v1/tasks/{NAME}/promote",
+            json={"reason": "test canary", "force": True},
+            headers=api.headers(),
+        )
+        assert promoted.status_code == 200, promoted.text
+        yield api
+
+
+def _store_unparsable(engine: Engine) -> int:
+    """A new current version of the task's config that this release cannot parse, written
+    straight into the database, as another release (older, or newer and rolled back) would
+    have stored it."""
+    with session_scope(engine) as session:
+        task = session.scalars(select(Task).where(Task.name == NAME)).one()
+        current = session.scalars(
+            select(TaskConfigVersion).where(
+                TaskConfigVersion.task_id == task.id,
+                TaskConfigVersion.version == task.config_version,
+            )
+        ).one()
+        task.config_version += 1
+        session.add(
+            TaskConfigVersion(
+                task_id=task.id,
+                version=task.config_version,
+                config={**current.config, "allowed_lateness_seconds": 10**12},
+                config_hash="0" * 64,
+                created_by="another release",
+            )
+        )
+        return task.config_version
+
+
+def _flag(api: Api) -> dict[str, Any]:
+    answer = api.client.get(f"/v1/flags/{NAME}", headers=api.headers("flags:read"))
+    assert answer.status_code == 200, answer.text
+    flag: dict[str, Any] = answer.json()
+    return flag
+
+
+def _wait_for_a_lock_wait(engine: Engine) -> None:
+    """Until another backend of this database waits on a lock (the flag state row)."""
+    deadline = time.monotonic() + 30
+    with engine.connect() as connection:
+        while time.monotonic() < deadline:
+            waiting = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            connection.rollback()
+            time.sleep(0.02)
+    raise AssertionError("no pass waited on the flag state lock")
+
+
+# --- 1. ground_unparsed decides before it locks: a fix applied meanwhile is undone -----
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rollout.actions.ground_unparsed reads which tasks are broken (load_runtimes) "
+    "before it takes the flag state lock, and publish_killed never checks that the broken "
+    "version is still current: a valid config applied while a pass grounds the task is "
+    "published, then killed, and no later pass publishes its stage's flag again",
+)
+def test_a_fix_applied_while_a_pass_grounds_the_task_is_not_undone(canary: Api) -> None:
+    api = canary
+    broken = _store_unparsable(api.engine)
+    catalog._runtimes.clear()  # as after an upgrade: nothing parsed in memory
+    assert ground(api.engine) == [NAME]
+    assert _flag(api)["killed"] is True
+    # The operator applies a valid config; its transaction holds the flag state lock
+    # while a pass (the Celery plan job, another process) grounds the broken tasks.
+    fix = Session(api.engine)
+    grounded: list[list[str]] = []
+    other = threading.Thread(target=lambda: grounded.append(ground(api.engine)))
+    try:
+        applied = apply_config(fix, _config(shadow_rate=0.2), actor="operator")
+        assert applied.version == broken + 1 and applied.changed
+        other.start()
+        _wait_for_a_lock_wait(api.engine)
+        fix.commit()
+    finally:
+        fix.close()
+    other.join(timeout=30)
+    assert not other.is_alive()
+    # Later passes, in a process that reads the configs afresh: the config parses.
+    catalog._runtimes.clear()
+    report = run_pass(api.engine, datetime.now(UTC))
+    assert report.failed == []
+    flag = _flag(api)
+    assert (flag["stage"], flag["killed"], flag["edge_percent"]) == ("canary", False, 50), (
+        grounded,
+        flag,
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a pass within the RuntimeCache's current_seconds (1 s; the plan job ticks every "
+    "10 s) of a valid apply reads the broken version as current, ground_unparsed kills the "
+    "flag the apply just published, and no later pass publishes its stage's flag again",
+)
+def test_a_pass_just_after_a_fix_does_not_ground_the_fixed_task(canary: Api) -> None:
+    api = canary
+    _store_unparsable(api.engine)
+    # The process's cache of configs, its current versions read again after an hour rather
+    # than a second: what a pass within that second after the apply reads, made certain.
+    key = api.engine.url.render_as_string(hide_password=False)
+    catalog._runtimes[key] = RuntimeCache(current_seconds=3600)
+    run_pass(api.engine, datetime.now(UTC))
+    assert _flag(api)["killed"] is True
+    fixed = api.client.post("/v1/tasks", json=_config(shadow_rate=0.2), headers=api.headers())
+    assert fixed.status_code in (200, 201), fixed.text
+    assert _flag(api)["killed"] is False  # the apply publishes its stage's flag
+    run_pass(api.engine, datetime.now(UTC))
+    # Later passes, the current versions read again.
+    catalog._runtimes.pop(key)
+    report = run_pass(api.engine, datetime.now(UTC))
+    assert report.failed == []
+    flag = _flag(api)
+    assert (flag["stage"], flag["killed"], flag["edge_percent"]) == ("canary", False, 50), flag
+
+
+# --- 2. after a kill and a lift, the flag of a task left killed says the kill's reason ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="set_killed(killed=False) leaves a task whose config does not parse killed without "
+    "a new flag version, and ground_unparsed finds its fields unchanged: the flag's reason "
+    "(and its history) keeps 'kill: <reason>' of a kill that has been lifted",
+)
+def test_a_task_left_killed_by_a_lift_says_why(canary: Api) -> None:
+    api = canary
+    # The SRE throws the kill switch for the upgrade; the new release cannot parse the task's
+    # stored config; the SRE lifts the kill switch.
+    killed = api.client.post("/v1/kill", json={"reason": "upgrade"}, headers=api.headers())
+    assert killed.status_code == 200, killed.text
+    version = _store_unparsable(api.engine)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    lifted = api.client.post("/v1/kill/lift", json={"reason": "upgraded"}, headers=api.headers())
+    assert lifted.status_code == 200, lifted.text
+    run_pass(api.engine, datetime.now(UTC))
+    flag = _flag(api)
+    assert flag["killed"] is True  # as documented: left on the cloud
+    assert f"stored config version {version} does not parse" in flag["reason"], flag
+
+
+# --- 3. the JSON Schema type check passes over values of the wrong type -----------------
+
+
+BASE = {"task": "typed_task", "comparator": {"kind": "label"}}
+RULE = {"metric": "agreement", "op": ">=", "threshold": 0.9}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="catalog.schemas._converted skips an anyOf error whenever the value's JSON type is "
+    "one of the union's (400b6ee): a mapping holding a wrong-typed value, or text where a "
+    "union takes a number or the word `point`, goes to pydantic, which converts it; before "
+    "400b6ee each was refused",
+)
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**BASE, "fixed_costs": {"gpu": "10"}}, "fixed_costs"),
+        ({**BASE, "fixed_costs": {"gpu": True}, "fixed_cost_per_day": 1}, "fixed_costs"),
+        ({**BASE, "rollback": {"confidence": "0.95"}}, "rollback.confidence"),
+        ({**BASE, "rollback": {"rules": [{**RULE, "confidence": " 0.9 "}]}}, "confidence"),
+    ],
+    ids=["price-as-text", "price-as-true", "confidence-as-text", "rule-confidence-as-text"],
+)
+def test_a_value_of_the_wrong_json_type_is_refused(
+    pg_api: Api, body: dict[str, Any], field: str
+) -> None:
+    answer = pg_api.client.post("/v1/tasks", json=body, headers=pg_api.headers())
+    assert answer.status_code == 422, answer.text
+    assert field in answer.text, answer.text
+    listed = pg_api.client.get("/v1/tasks/typed_task", headers=pg_api.headers("read"))
+    assert listed.status_code == 404, listed.text
