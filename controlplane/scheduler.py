@@ -31,7 +31,7 @@ from controlplane.models.base import utcnow
 from controlplane.models.partitions import keep_partitions
 from controlplane.review.accuracy import refresh_route_accuracy
 from controlplane.review.sampler import sample_closed_windows
-from controlplane.rollout.actions import ground_unparsed
+from controlplane.rollout.actions import evaluation_failed, evaluation_works, ground_unparsed
 from controlplane.rollout.evaluation import evaluate_rollout
 from controlplane.settings import get_settings
 
@@ -68,6 +68,15 @@ def ground(engine: Engine) -> list[str]:
     except Exception:
         log.exception("sending the tasks whose config does not parse to the cloud failed")
         return []
+
+
+def _noting(engine: Engine, note: Any, task_id: int, **kw: Any) -> None:
+    """Record whether the task's rollout evaluation works (rollout.actions); a failure to
+    record it is logged and the next evaluation tries again."""
+    try:
+        in_transaction(engine, partial(note, task_id=task_id, **kw))
+    except Exception:
+        log.exception("task %s: noting its rollout evaluation failed", task_id)
 
 
 def after_window(
@@ -109,8 +118,11 @@ def after_window(
         log.exception("task %s: rollout evaluation failed", label)
         done.failed.append(TaskFailure(label, "rollout", _why(exc)))
         done.errors.append(exc)
+        # When in doubt, the cloud: evaluations failing past a grace ground the task.
+        _noting(engine, evaluation_failed, task_id, now=now, why=_why(exc))
     else:
         done.decisions, done.notices = outcome.decisions, outcome.notices
+        _noting(engine, evaluation_works, task_id)
     for event in done.alerts:
         log.warning("alert %s %s on %s: %s", event.change, event.kind, event.task, event.message)
     for decision in done.decisions:

@@ -51,3 +51,15 @@ class TaskConfigVersion(Base):
     config_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     created_by: Mapped[str] = mapped_column(String(200))
+
+
+class FailingEvaluation(Base):
+    """A task whose every rollout evaluation has failed since `since` (no row while they
+    succeed): past rollout.actions.EVALUATION_GRACE its flag goes to the cloud."""
+
+    __tablename__ = "failing_evaluations"
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    since: Mapped[datetime] = mapped_column(UTCDateTime)

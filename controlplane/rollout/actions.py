@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -21,7 +22,7 @@ from controlplane.errors import ActionError
 from controlplane.evalsets.gate import check_unblock
 from controlplane.evalsets.service import fill_regression
 from controlplane.grading.service import grade_held
-from controlplane.models import Decision, Task
+from controlplane.models import Decision, FailingEvaluation, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document
 from controlplane.notify.outbox import add_event
@@ -364,6 +365,60 @@ def ground_unparsed(session: Session) -> list[str]:
             log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
             grounded.append(task.name)
     return grounded
+
+
+# How long a task's rollout evaluations may all fail before its flag goes to the cloud:
+# long enough for a database that restarts, a worker that is replaced, or a transient error
+# retried, to pass without touching routing; short beside what a rule needs to act.
+EVALUATION_GRACE = timedelta(minutes=15)
+# The stages whose flag routes to the edge: what a failing evaluation leaves unjudged.
+ON_THE_EDGE = ("canary", "full")
+
+
+def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -> bool:
+    """Note, in this transaction, that the task's rollout evaluation failed at `now`; once
+    they have all failed for EVALUATION_GRACE, a task on the edge (canary, full) goes to
+    the cloud: its flag killed, its stage kept. True when its flag changed now."""
+    flags.lock_state(session)
+    task = session.get(Task, task_id, with_for_update=True)
+    if task is None:
+        return False
+    failing = session.get(FailingEvaluation, task_id)
+    if failing is None:
+        session.add(FailingEvaluation(task_id=task_id, since=now))
+        return False
+    if task.stage not in ON_THE_EDGE or now - failing.since < EVALUATION_GRACE:
+        return False
+    reason = (
+        f"to the cloud: every rollout evaluation since {failing.since.isoformat()} failed: {why}"
+    )
+    if flags.publish_killed(session, task, reason[:REASON_MAX_CHARS]) is None:
+        return False
+    log.error("task %s: %s", task.name, reason)
+    return True
+
+
+def evaluation_works(session: Session, task_id: int) -> bool:
+    """Note, in this transaction, that the task's rollout evaluation succeeded: if it had
+    been failing, the flag of its stage is published again (a failing evaluation may have
+    sent it to the cloud). True when its flag changed now."""
+    if session.get(FailingEvaluation, task_id) is None:  # as nearly always: no lock taken
+        return False
+    flags.lock_state(session)
+    task = session.get(Task, task_id, with_for_update=True)
+    failing = session.get(FailingEvaluation, task_id, with_for_update=True)
+    if task is None or failing is None:
+        return False
+    session.delete(failing)
+    config = config_now(session, task)
+    if config is None:
+        return False
+    changed = flags.publish(session, task, config, "rollout evaluation works again")
+    if changed is not None:
+        log.warning(
+            "task %s: rollout evaluation works again; its flag follows its stage", task.name
+        )
+    return changed is not None
 
 
 def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> Decision:

@@ -23,6 +23,7 @@ TABLES = {
     "decisions",
     "eval_items",
     "eval_runs",
+    "failing_evaluations",
     "flag_history",
     "flag_state",
     "flags",
