@@ -1224,10 +1224,11 @@ def _converted(raw: dict[str, Any]) -> list[str]:
             continue  # the rest is pydantic's to judge, and it has (an alias, a default)
         types = _json_types(error.schema)
         kind = _type_of(error.instance)
-        if error.validator != "type" and (
-            kind in types or (kind == "integer" and "number" in types)
-        ):
-            continue  # of a type it takes, past a bound of the schema: pydantic's to judge
+        if error.validator != "type" and kind in ("integer", "number") and "number" in types:
+            # A number where a number is taken, past a bound the schema states (a stored
+            # confidence of 1.0): pydantic's to judge and word. Only a number: a mapping or
+            # a text under a union is still the type check's ("10" for a number is refused).
+            continue
         where = ".".join(field_path(error.absolute_path)) or "(config)"
         wanted = " or ".join(_IN_WORDS.get(t, t) for t in types)
         found.append(f"{where}: must be {wanted} (got {short_repr(error.instance)})")

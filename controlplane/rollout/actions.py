@@ -358,10 +358,18 @@ def ground_unparsed(session: Session) -> list[str]:
     routing to it; applying a valid config publishes the flag of its stage again. Each pass
     calls it (scheduler.run_pass, the Celery plan job): a flag already killed is left."""
     _, broken = load_runtimes(session)
+    if not broken:
+        return []
+    flags.lock_state(session)  # as an apply does: a fix applied meanwhile is seen below
     grounded = []
     for task, why in sorted(broken.values(), key=lambda item: item[0].name):
+        # Judged again under the lock, from the database (the runtimes may be a second
+        # old): a valid version applied since must not be grounded after its publish.
+        current = session.get(Task, task.id, with_for_update=True, populate_existing=True)
+        if current is None or config_now(session, current) is not None:
+            continue
         reason = f"to the cloud: {why}"[:REASON_MAX_CHARS]
-        if flags.publish_killed(session, task, reason) is not None:
+        if flags.publish_killed(session, current, reason) is not None:
             log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
             grounded.append(task.name)
     return grounded
