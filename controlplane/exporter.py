@@ -146,7 +146,8 @@ def metrics(request: Request, _: Annotated[Principal, Depends(require(None))]) -
     killed = GaugeMetricFamily(
         "shadowplane_flag_killed",
         "1 while a task's flag is killed (every request to the cloud, its stage kept): the "
-        "kill switch, or a lift that left the task killed.",
+        "kill switch, a stored config that does not parse, or rollout evaluations failing "
+        "for 15 minutes.",
         labels=["task"],
     )
     for task, flag in published["flags"].items():
