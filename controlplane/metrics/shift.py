@@ -106,6 +106,7 @@ def span_windows(
     query = (
         select(
             epoch_seconds(Window.window_start),
+            epoch_seconds(Window.window_end),
             WindowMetrics.n_results,
             WindowMetrics.edge_cost,
             WindowMetrics.cloud_cost,
@@ -135,7 +136,9 @@ def span_windows(
             tuple(hist) if hist is not None else None,
             over,
         )
-        for start, n, edge, cloud, base, hist, over in session.connection().execute(query)
+        for start, end, n, edge, cloud, base, hist, over in session.connection().execute(query)
+        # Windows of the current length on its boundaries only (windows.of_length).
+        if end - start == seconds and start % seconds == 0
     ]
 
 

@@ -75,3 +75,9 @@ def placed(
     if at < end:
         starts.append(at)
     return sorted(set(starts))
+
+
+def of_length(start: datetime, end: datetime, seconds: int) -> bool:
+    """Whether a window is one of `seconds`, on its boundaries: what the rules number by
+    start // seconds (a window made before the length changed is not)."""
+    return end - start == timedelta(seconds=seconds) and window_start(start, seconds) == start

@@ -19,7 +19,7 @@ from controlplane.catalog.schemas import (
 from controlplane.metrics import shift
 from controlplane.metrics.fields import ALL, COUNTS, RATE_COUNTS
 from controlplane.metrics.repository import bucket_of
-from controlplane.metrics.windows import from_index
+from controlplane.metrics.windows import from_index, of_length
 from controlplane.models import (
     BlockedModel,
     Decision,
@@ -48,14 +48,22 @@ def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
     `evaluation_windows(config)` of them — numbered by window index, with the stored metric
     row of every bucket."""
     recent = (
-        select(Window.id, Window.window_start)
+        select(Window.id, Window.window_start, Window.window_end)
         .where(Window.task_id == task.id, Window.closed_at.is_not(None))
         .order_by(Window.window_start.desc())
         .limit(evaluation_windows(config))
     )
     if task.stage_changed_at is not None:
         recent = recent.where(Window.window_start >= task.stage_changed_at)
-    ids = dict(session.execute(recent).all())
+    seconds = config.window_seconds
+    # Only windows of the task's current length, on its boundaries: windows made before
+    # `window_seconds` changed keep their spans (metrics.windows.placed) but would be
+    # numbered alike here, so the rules read evidence from the new length's windows on.
+    ids = {
+        window_id: start
+        for window_id, start, end in session.execute(recent)
+        if of_length(start, end, seconds)
+    }
     by_window: dict[datetime, dict[str, dict[str, Any]]] = defaultdict(dict)
     if ids:
         # The counts only: what the rate rules and the gate read (not the percentiles, the
@@ -68,7 +76,6 @@ def stage_windows(session: Session, task: Task, config: TaskConfig) -> Windows:
         )
         for window_id, bucket, *values in rows:
             by_window[ids[window_id]][bucket] = dict(zip(JUDGED, values, strict=True))
-    seconds = config.window_seconds
     return [(int(start.timestamp()) // seconds, by_window[start]) for start in sorted(by_window)]
 
 
