@@ -44,9 +44,12 @@ def config(name: str) -> dict[str, Any]:
     }
 
 
-def store_broken_config(engine: Engine, name: str) -> int:
-    """Make the task's current config one stored before the bounds existed: a new version
-    written straight into the database, as an older release would have stored it."""
+def store_config_version(
+    engine: Engine, name: str, changes: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """Make the task's current config its current document with `changes`, a new version
+    written straight into the database, as another release (older, or newer and rolled
+    back) would have stored it; its version and document."""
     with session_scope(engine) as session:
         task = session.scalars(select(Task).where(Task.name == name)).one()
         current = session.scalars(
@@ -55,17 +58,24 @@ def store_broken_config(engine: Engine, name: str) -> int:
                 TaskConfigVersion.version == task.config_version,
             )
         ).one()
+        document = {**current.config, **changes}
         task.config_version += 1
         session.add(
             TaskConfigVersion(
                 task_id=task.id,
                 version=task.config_version,
-                config={**current.config, "allowed_lateness_seconds": 10**12},
-                config_hash="0" * 64,
-                created_by="an older release",
+                config=document,
+                config_hash=f"{task.config_version:064d}",
+                created_by="another release",
             )
         )
-        return task.config_version
+        return task.config_version, document
+
+
+def store_broken_config(engine: Engine, name: str) -> int:
+    """Make the task's current config one stored before the bounds existed (a lateness of
+    10**12 s), as an older release would have stored it."""
+    return store_config_version(engine, name, {"allowed_lateness_seconds": 10**12})[0]
 
 
 def task_ids(engine: Engine) -> dict[str, int]:

@@ -117,3 +117,38 @@ def settle_scans(api: Api, now: datetime) -> None:
                 time.sleep(0.05)
     with session_scope(api.engine) as session:
         plan(session, now)
+
+
+def apply_metrics_task(api: Api, **changes: Any) -> None:
+    """A new config version of the metrics task with `changes`, waited for until the task's
+    runtime reads it (a new version applies within a second)."""
+    from controlplane.catalog.service import task_runtimes
+    from controlplane.db import session_scope
+
+    answer = api.client.post("/v1/tasks", json={**METRICS_TASK, **changes}, headers=api.headers())
+    assert answer.status_code == 201, answer.text
+    deadline = time.monotonic() + 10
+    while True:
+        with session_scope(api.engine) as session:
+            config = task_runtimes(session, {"metrics_task"})["metrics_task"].config
+        if all(getattr(config, k) == v for k, v in changes.items()):
+            return
+        assert time.monotonic() < deadline, "the new config never applied"
+        time.sleep(0.1)
+
+
+def stored_results(api: Api, task: str = "metrics_task") -> int:
+    """How many results of the task are stored."""
+    from sqlalchemy import func, select
+
+    from controlplane.db import session_scope
+    from controlplane.models import Result, Task
+
+    with session_scope(api.engine) as session:
+        query = (
+            select(func.count())
+            .select_from(Result)
+            .join(Task, Task.id == Result.task_id)
+            .where(Task.name == task)
+        )
+        return int(session.scalar(query) or 0)

@@ -9,36 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from controlplane.catalog.schemas import MAX_CONFIDENCE, MIN_CONFIDENCE, MIN_EFFECT_LEAST, MIN_H
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
-from controlplane.models import Task, TaskConfigVersion
 from tests.conftest import Api
+from tests.test_isolation import store_config_version
 
 
 def _store_as_an_older_release(api: Api, name: str, rollback: dict[str, Any]) -> dict[str, Any]:
-    with session_scope(api.engine) as session:
-        task = session.scalars(select(Task).where(Task.name == name)).one()
-        current = session.scalars(
-            select(TaskConfigVersion).where(
-                TaskConfigVersion.task_id == task.id,
-                TaskConfigVersion.version == task.config_version,
-            )
-        ).one()
-        document = {**current.config, "rollback": rollback}
-        task.config_version += 1
-        session.add(
-            TaskConfigVersion(
-                task_id=task.id,
-                version=task.config_version,
-                config=document,
-                config_hash="1" * 64,
-                created_by="an older release",
-            )
-        )
-        return document
+    return store_config_version(api.engine, name, {"rollback": rollback})[1]
 
 
 def test_a_stored_config_past_the_new_bounds_is_read_and_the_same_applied_now_is_refused(

@@ -16,17 +16,15 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.ingest import service, validation
 from controlplane.ingest.scoring import IngestContext
-from controlplane.models import Result, Task
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
-from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, post_all
+from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, post_all, stored_results
 
 
 def _result(name: str, seconds: float, **overrides: Any) -> dict[str, Any]:
@@ -36,19 +34,6 @@ def _result(name: str, seconds: float, **overrides: Any) -> dict[str, Any]:
         ts=(T0 + timedelta(seconds=seconds)).isoformat(),
         **overrides,
     )
-
-
-def _stored(api: Api, task: str = "metrics_task") -> int:
-    with session_scope(api.engine) as session:
-        return int(
-            session.scalar(
-                select(func.count())
-                .select_from(Result)
-                .join(Task, Task.id == Result.task_id)
-                .where(Task.name == task)
-            )
-            or 0
-        )
 
 
 def _counted(api: Api) -> dict[str, tuple[int, int]]:
@@ -102,7 +87,7 @@ def test_a_late_result_after_window_seconds_changed_is_counted_late(
     run_pass(api.engine, T0 + timedelta(seconds=2 * WINDOW + LATENESS + 5))
 
     after = _counted(api)
-    stored = _stored(api)
+    stored = stored_results(api)
     counted = sum(n + late for n, late in after.values())
     # Every stored result is in some window, on time or late: 7 stored, 7 counted.
     assert stored == 7
@@ -148,6 +133,6 @@ def test_a_late_batch_committed_after_two_passes_is_counted_late(
     # The slow batch is stored, and the passes after it go on.
     run_pass(api.engine, close + timedelta(seconds=30))
     run_pass(api.engine, close + timedelta(seconds=40))
-    assert _stored(api) == 5
+    assert stored_results(api) == 5
     window = _counted(api)[T0.isoformat()]
     assert window == (3, 2), f"5 results stored in the 02:00 window, counted as {window}"

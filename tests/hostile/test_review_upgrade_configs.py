@@ -14,16 +14,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from controlplane.catalog import service as catalog
 from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
-from controlplane.models import Task, TaskConfigVersion
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import ground, run_pass
 from tests.conftest import Api, make_api
+from tests.test_isolation import store_broken_config
 
 pytestmark = pytest.mark.integration
 
@@ -55,28 +55,8 @@ def canary(pg_url: str) -> Iterator[Api]:
 
 
 def _store_unparsable(engine: Engine) -> int:
-    """A new current version of the task's config that this release cannot parse, written
-    straight into the database, as another release (older, or newer and rolled back) would
-    have stored it."""
-    with session_scope(engine) as session:
-        task = session.scalars(select(Task).where(Task.name == NAME)).one()
-        current = session.scalars(
-            select(TaskConfigVersion).where(
-                TaskConfigVersion.task_id == task.id,
-                TaskConfigVersion.version == task.config_version,
-            )
-        ).one()
-        task.config_version += 1
-        session.add(
-            TaskConfigVersion(
-                task_id=task.id,
-                version=task.config_version,
-                config={**current.config, "allowed_lateness_seconds": 10**12},
-                config_hash="0" * 64,
-                created_by="another release",
-            )
-        )
-        return task.config_version
+    """A new current version of the task's config that this release cannot parse."""
+    return store_broken_config(engine, NAME)
 
 
 def _flag(api: Api) -> dict[str, Any]:

@@ -14,10 +14,9 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from controlplane.catalog.service import task_runtimes
 from controlplane.db import session_scope
 from controlplane.ingest import service as ingest_service
 from controlplane.ingest import validation
@@ -29,7 +28,14 @@ from controlplane.metrics.windows import boundary_after
 from controlplane.models import Result, ScanMark, Task, Window, WindowMetrics
 from controlplane.scheduler import run_pass
 from tests.conftest import Api, make_result
-from tests.windowdata import LATENESS, METRICS_TASK, T0, WINDOW, post_all
+from tests.windowdata import (
+    LATENESS,
+    T0,
+    WINDOW,
+    apply_metrics_task,
+    post_all,
+    stored_results,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,37 +44,11 @@ def _result(name: str, at: datetime, **overrides: Any) -> dict[str, Any]:
     return make_result(request_id=name, task="metrics_task", ts=at.isoformat(), **overrides)
 
 
-def _apply(api: Api, **changes: Any) -> None:
-    answer = api.client.post("/v1/tasks", json={**METRICS_TASK, **changes}, headers=api.headers())
-    assert answer.status_code == 201, answer.text
-    deadline = time.monotonic() + 10  # a new version applies within a second
-    while True:
-        with session_scope(api.engine) as session:
-            config = task_runtimes(session, {"metrics_task"})["metrics_task"].config
-        if all(getattr(config, k) == v for k, v in changes.items()):
-            return
-        assert time.monotonic() < deadline, "the new config never applied"
-        time.sleep(0.1)
-
-
 def _task_id(api: Api) -> int:
     with session_scope(api.engine) as session:
         found = session.scalar(select(Task.id).where(Task.name == "metrics_task"))
         assert found is not None
         return int(found)
-
-
-def _stored(api: Api) -> int:
-    with session_scope(api.engine) as session:
-        return int(
-            session.scalar(
-                select(func.count())
-                .select_from(Result)
-                .join(Task, Task.id == Result.task_id)
-                .where(Task.name == "metrics_task")
-            )
-            or 0
-        )
 
 
 def _windows(api: Api) -> list[tuple[datetime, datetime, int, int]]:
@@ -94,7 +74,7 @@ def _assert_each_result_counted_once(api: Api) -> None:
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert end <= start, f"windows overlap: {spans}"
     counted = sum(n + late for _, _, n, late in windows)
-    stored = _stored(api)
+    stored = stored_results(api)
     assert counted == stored, f"{stored} results stored, {counted} counted: {windows}"
 
 
@@ -102,7 +82,7 @@ def test_close_lag_is_zero_while_a_longer_window_is_legitimately_open(
     pg_metrics_api: Api,
 ) -> None:
     api = pg_metrics_api
-    _apply(api, window_seconds=600)
+    apply_metrics_task(api, window_seconds=600)
     with session_scope(api.engine) as session:
         created = session.scalar(select(Task.created_at).where(Task.name == "metrics_task"))
     assert created is not None
@@ -110,7 +90,7 @@ def test_close_lag_is_zero_while_a_longer_window_is_legitimately_open(
     # the window before it and makes [base, base + 10 min), open until base + 10.5 min.
     base = boundary_after(created, 600)
     run_pass(api.engine, base + timedelta(seconds=LATENESS))
-    _apply(api, window_seconds=WINDOW)  # one-minute windows from now on
+    apply_metrics_task(api, window_seconds=WINDOW)  # one-minute windows from now on
     at = base + timedelta(seconds=300)
     report = run_pass(api.engine, at)
     assert report.failed == []
@@ -194,7 +174,7 @@ def test_a_writer_that_commits_between_the_scan_and_the_horizon_is_counted(
         slow.close()
     for k in range(3, 6):
         run_pass(api.engine, close + timedelta(seconds=10 * k))
-    assert _stored(api) == 5
+    assert stored_results(api) == 5
     _assert_each_result_counted_once(api)
 
 
@@ -212,7 +192,7 @@ def test_two_passes_across_a_length_change_never_make_overlapping_windows(
         T0,
         T0 + timedelta(seconds=WINDOW),
     ], stale
-    _apply(api, window_seconds=2 * WINDOW)
+    apply_metrics_task(api, window_seconds=2 * WINDOW)
     # Another pass, planned after the change, computes 02:00 (a two-minute window) while
     # the first computes its 02:01: each in its own transaction, as run_pass does.
     first = Session(api.engine)

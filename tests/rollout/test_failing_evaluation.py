@@ -28,6 +28,15 @@ def _flag(api: Api) -> dict[str, Any]:
     return flag
 
 
+def _canary(api: Api) -> None:
+    promoted = api.client.post(
+        "/v1/tasks/ticket_classify/promote",
+        json={"reason": "test canary", "force": True},
+        headers=api.headers(),
+    )
+    assert promoted.status_code == 200, promoted.text
+
+
 def _task_id(api: Api) -> int:
     listed = api.client.get("/v1/tasks", headers=api.headers("read")).json()["tasks"]
 
@@ -41,12 +50,7 @@ def _task_id(api: Api) -> int:
 def test_a_canary_whose_evaluation_keeps_failing_goes_to_the_cloud_and_comes_back(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    promoted = api.client.post(
-        "/v1/tasks/ticket_classify/promote",
-        json={"reason": "test canary", "force": True},
-        headers=api.headers(),
-    )
-    assert promoted.status_code == 200, promoted.text
+    _canary(api)
     before = _flag(api)
     assert (before["stage"], before["killed"]) == ("canary", False) and before["edge_percent"] > 0
     task_id = _task_id(api)
@@ -76,12 +80,7 @@ def test_a_canary_whose_evaluation_keeps_failing_goes_to_the_cloud_and_comes_bac
 def test_a_failure_shorter_than_the_grace_starts_again_after_a_working_evaluation(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    promoted = api.client.post(
-        "/v1/tasks/ticket_classify/promote",
-        json={"reason": "test canary", "force": True},
-        headers=api.headers(),
-    )
-    assert promoted.status_code == 200, promoted.text
+    _canary(api)
     before = _flag(api)
     task_id = _task_id(api)
     real = scheduler.evaluate_rollout
