@@ -63,3 +63,8 @@ class FailingEvaluation(Base):
         ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
     )
     since: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The latest failure noted: a failure long after it starts the count again.
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # When its flag went to the cloud: every flag published for the task is killed until
+    # an evaluation works (rollout.flags.publish), the lift of the kill switch included.
+    grounded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

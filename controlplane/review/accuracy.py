@@ -21,7 +21,7 @@ from controlplane.alerts import failure_classes
 from controlplane.alerts.service import AlertEvent
 from controlplane.catalog.service import runtimes
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.metrics.windows import window_start
+from controlplane.metrics.windows import boundary_after, window_start
 from controlplane.models import ReviewItem, ReviewLabel, RouteAccuracyWindow, Task
 from controlplane.review.estimate import LabelledPair, RouteAccuracy, route_accuracy
 from controlplane.review.labels import consensus, votes
@@ -175,16 +175,48 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
     review = runtime.config.review
     seconds, lateness = review.route_acc_window_seconds, review.route_acc_lateness_seconds
 
-    def closed(start: datetime) -> bool:
-        return start + timedelta(seconds=seconds + lateness) <= now
-
     config = runtime.config
     judged = judged_buckets(config.length_buckets, config.max_input_tokens)
     since = _open_since(session, task.id)
     items, labels = _items(session, task.id, since)
+    # Windows made before `route_acc_window_seconds` changed keep their spans, as result
+    # windows do (metrics.windows.placed): an item goes to the window holding its time, else
+    # to a new one of the current length cut where a made one begins; none to a closed one.
+    made = [
+        (row.window_start, row.window_end, row.closed_at is not None)
+        for row in session.scalars(
+            select(RouteAccuracyWindow)
+            .where(RouteAccuracyWindow.task_id == task.id)
+            .where(RouteAccuracyWindow.window_end > min((i.result_ts for i in items), default=now))
+            .order_by(RouteAccuracyWindow.window_start)
+        )
+    ]
+    ends: dict[datetime, datetime] = {start: end for start, end, _ in made}
     by_window: dict[datetime, list[Drawn]] = defaultdict(list)
     for item in items:
-        by_window[window_start(item.result_ts, seconds)].append(item)
+        at = item.result_ts
+        holding = next(((s, c) for s, e, c in made if s <= at < e), None)
+        if holding is not None:
+            if not holding[1]:  # a closed window's figures never change
+                by_window[holding[0]].append(item)
+            continue
+        start = max([window_start(at, seconds), *(e for _, e, _ in made if e <= at)])
+        end = min([boundary_after(start, seconds), *(s for s, _, _ in made if s > at)])
+        ends.setdefault(start, end)
+        by_window[start].append(item)
+
+    def closed(start: datetime) -> bool:
+        end = ends.get(start)
+        if end is None:  # an alert's window, made before this pass's (read once)
+            end = session.scalar(
+                select(RouteAccuracyWindow.window_end).where(
+                    RouteAccuracyWindow.task_id == task.id,
+                    RouteAccuracyWindow.window_start == start,
+                )
+            ) or boundary_after(start, seconds)
+            ends[start] = end
+        return end + timedelta(seconds=lateness) <= now
+
     stored = {
         row.window_start: row
         for row in session.scalars(
@@ -194,6 +226,8 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
             )
         )
     }
+    for start, open_row in stored.items():
+        ends.setdefault(start, open_row.window_end)
     known = _known_classes(session, task.id)
     events: list[AlertEvent] = []
     # Before this pass's windows: an alert opened for a window that closes in this very
@@ -205,9 +239,8 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
         accuracy = window_accuracy(by_window.get(start, []), labels, judged)
         row = stored.get(start)
         if row is None:
-            row = RouteAccuracyWindow(task_id=task.id, window_start=start)
+            row = RouteAccuracyWindow(task_id=task.id, window_start=start, window_end=ends[start])
             session.add(row)
-        row.window_end = start + timedelta(seconds=seconds)
         row.n_labels, row.n_unclear = accuracy.n_labels, accuracy.n_unclear
         row.estimate, row.n_effective = accuracy.estimate, accuracy.n_effective
         row.low, row.high = accuracy.low, accuracy.high

@@ -341,14 +341,21 @@ def unblock(
 
 def left_on_the_cloud(decision: dict[str, Any]) -> str | None:
     """What a lift left killed, as a sentence (None when it left nothing)."""
-    names = decision.get("evidence", {}).get("left_killed") or []
-    if not names:
-        return None
-    return (
-        f"still on the cloud: {', '.join(names)} (the stored config does not parse, so "
-        "nothing says what the stage routes); apply a valid config (shadowplane tasks "
-        "apply) and the flag follows the stage again"
-    )
+    evidence = decision.get("evidence", {})
+    said = []
+    if names := evidence.get("left_killed"):
+        said.append(
+            f"still on the cloud: {', '.join(names)} (the stored config does not parse, so "
+            "nothing says what the stage routes); apply a valid config (shadowplane tasks "
+            "apply) and the flag follows the stage again"
+        )
+    if names := evidence.get("left_failing"):
+        said.append(
+            f"still on the cloud: {', '.join(names)} (every rollout evaluation has failed "
+            "for 15 minutes: the workers' logs say why); the flag follows the stage again "
+            "at the first evaluation that works"
+        )
+    return "; ".join(said) or None
 
 
 def ground_unparsed(session: Session) -> list[str]:
@@ -391,12 +398,23 @@ def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -
     task = session.get(Task, task_id, with_for_update=True)
     if task is None:
         return False
-    failing = session.get(FailingEvaluation, task_id)
+    failing = session.get(FailingEvaluation, task_id, with_for_update=True)
     if failing is None:
-        session.add(FailingEvaluation(task_id=task_id, since=now))
+        session.add(FailingEvaluation(task_id=task_id, since=now, last_at=now))
         return False
-    if task.stage not in ON_THE_EDGE or now - failing.since < EVALUATION_GRACE:
+    if failing.grounded_at is None and now - failing.last_at > _run_gap(session, task):
+        # Failures far apart (a restart, then days with no window closed): not one run of
+        # failures, so the count starts again.
+        failing.since = now
+    failing.last_at = max(failing.last_at, now)
+    if (
+        failing.grounded_at is not None
+        or task.stage not in ON_THE_EDGE
+        or now - failing.since < EVALUATION_GRACE
+    ):
         return False
+    failing.grounded_at = now
+    session.flush()
     reason = (
         f"to the cloud: every rollout evaluation since {failing.since.isoformat()} failed: {why}"
     )
@@ -404,6 +422,14 @@ def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -
         return False
     log.error("task %s: %s", task.name, reason)
     return True
+
+
+def _run_gap(session: Session, task: Task) -> timedelta:
+    """The longest gap between two failures of one run: evaluations come at each closed
+    window, so three of the task's windows (at least EVALUATION_GRACE)."""
+    config = config_now(session, task)
+    seconds = config.window_seconds if config is not None else 0
+    return max(EVALUATION_GRACE, timedelta(seconds=3 * seconds))
 
 
 def evaluation_works(session: Session, task_id: int) -> bool:
@@ -418,6 +444,7 @@ def evaluation_works(session: Session, task_id: int) -> bool:
     if task is None or failing is None:
         return False
     session.delete(failing)
+    session.flush()  # before the publish below reads whether the task is grounded
     config = config_now(session, task)
     if config is None:
         return False
@@ -443,11 +470,14 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     session.flush()
     action = "kill" if killed else "lift"
     tasks = repository.tasks_in_order(session, for_update=True)
-    left_killed = []
+    left_killed, left_failing = [], []
     for task in tasks:
         config = config_now(session, task)
         if config is not None:
             flags.publish(session, task, config, f"{action}: {reason}")
+            failing = session.get(FailingEvaluation, task.id)
+            if not killed and failing is not None and failing.grounded_at is not None:
+                left_failing.append(task.name)  # publish kept it on the cloud
         elif killed:
             flags.publish_killed(session, task, f"{action}: {reason}")
         else:
@@ -455,6 +485,8 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     evidence: dict[str, Any] = {"tasks": len(tasks)}
     if left_killed:
         evidence["left_killed"] = left_killed
+    if left_failing:
+        evidence["left_failing"] = left_failing
     decision = Decision(task_id=None, action=action, actor=actor, reason=reason, evidence=evidence)
     session.add(decision)
     session.flush()

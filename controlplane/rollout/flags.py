@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.models import Flag, FlagHistory, FlagState, Task
+from controlplane.models import FailingEvaluation, Flag, FlagHistory, FlagState, Task
 from controlplane.models.base import utcnow
 from controlplane.rollout import flagbus
 
@@ -83,7 +83,11 @@ def publish(session: Session, task: Task, config: TaskConfig, reason: str) -> Fl
     """Store the task's flag if its routing fields changed; returns the new flag, or None."""
     state = lock_state(session)
     flag = session.get(Flag, task.id, with_for_update=True)
-    fields = derive(task.stage, task.canary_step, config, state.killed)
+    # A task a failing evaluation grounded stays on the cloud whoever publishes (a lift, a
+    # config applied, a promotion) until an evaluation works (actions.evaluation_works).
+    failing = session.get(FailingEvaluation, task.id)
+    grounded = failing is not None and failing.grounded_at is not None
+    fields = derive(task.stage, task.canary_step, config, state.killed or grounded)
     return _store(session, task, flag, state, fields, reason)
 
 

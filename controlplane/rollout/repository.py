@@ -86,6 +86,7 @@ def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> Lab
     query = (
         select(
             RouteAccuracyWindow.window_start,
+            RouteAccuracyWindow.window_end,
             RouteAccuracyWindow.estimate,
             RouteAccuracyWindow.n_effective,
             RouteAccuracyWindow.failure_classes,
@@ -98,12 +99,14 @@ def stage_label_windows(session: Session, task: Task, config: TaskConfig) -> Lab
         query = query.where(RouteAccuracyWindow.window_start >= task.stage_changed_at)
     seconds = config.review.route_acc_window_seconds
     rows = sorted(session.execute(query).all(), key=lambda row: row[0])
+    # Only windows of the current length on its boundaries, as stage_windows.
+    rows = [row for row in rows if of_length(row[0], row[1], seconds)]
     return [
         (
             int(start.timestamp()) // seconds,
             {"estimate": estimate, "n_effective": size, "failure_classes": classes or {}},
         )
-        for start, estimate, size, classes in rows
+        for start, _, estimate, size, classes in rows
     ]
 
 

@@ -2,8 +2,8 @@
 keeps failing goes to the cloud), grounding a task whose config does not parse (c4a8cdf,
 a405d56) and the rules reading only windows of the current length (364f2aa), as an SRE
 woken at night and a routing-service author changing a config, on real PostgreSQL through
-the API and the scheduler's functions. Each defect is a strict xfail: the test states what
-should hold and fails today.
+the API and the scheduler's functions. Each defect was a strict xfail; all but the
+announcement (a grounding writes no decision, audit entry or webhook) are fixed.
 
 A failing evaluation is injected as the project's own test does (scheduler.evaluate_rollout
 raising: 'a rule that raises, whatever the cause')."""
@@ -85,8 +85,10 @@ def _grounded(api: Api, monkeypatch: pytest.MonkeyPatch) -> int:
     (checked), and the evaluation goes on failing (still patched)."""
     task_id = _task_id(api.engine)
     _broken(monkeypatch)
-    scheduler.after_window(api.engine, task_id, T, veto=0.7)
-    assert _flag(api)["killed"] is False  # within the grace
+    # Failing at every window close (5 minutes; a pass retries it sooner), then past the grace.
+    for minutes in (0, 5, 10):
+        scheduler.after_window(api.engine, task_id, T + timedelta(minutes=minutes), veto=0.7)
+        assert _flag(api)["killed"] is False  # within the grace
     scheduler.after_window(
         api.engine, task_id, T + EVALUATION_GRACE + timedelta(minutes=1), veto=0.7
     )
@@ -98,13 +100,6 @@ def _grounded(api: Api, monkeypatch: pytest.MonkeyPatch) -> int:
 # --- 1. lifting the kill switch un-grounds a task whose evaluation still fails ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="set_killed(killed=False) republishes every parsable task's flag from its stage "
-    "(flags.publish), ignoring failing_evaluations: a canary grounded because every rollout "
-    "evaluation fails goes back to 50% edge at the lift, with no rule judging it, and the "
-    "lift's decision (left_killed) does not name it",
-)
 def test_a_lift_leaves_a_task_whose_evaluation_still_fails_on_the_cloud(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,17 +113,13 @@ def test_a_lift_leaves_a_task_whose_evaluation_still_fails_on_the_cloud(
     flag = _flag(api)
     # Nothing has judged the canary since: it should still be on the cloud.
     assert (flag["killed"], flag["edge_percent"]) == (True, 0), flag
+    # And the lift says so (the CLI prints it and exits 1).
+    assert lifted.json()["evidence"].get("left_failing") == [NAME], lifted.json()
 
 
 # --- 2. any publish (a config apply that fixes nothing) un-grounds it --------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="catalog apply publishes the stage's flag (flags.publish) whatever "
-    "failing_evaluations says: a config change that fixes nothing (shadow_rate) sends a "
-    "grounded canary back to 50% edge until the next window's evaluation fails again",
-)
 def test_an_unrelated_config_change_leaves_a_grounded_task_on_the_cloud(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,14 +168,6 @@ def test_grounding_a_failing_canary_is_announced(
 # --- 4. a failure row left from long ago grounds at the first blip ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="failing_evaluations.since is never cleared unless an evaluation works: one "
-    "failure (a database restart), then no window for two days (traffic stopped at night), "
-    "then one more transient failure grounds the canary at once, its reason saying every "
-    "evaluation failed for two days; the 15-minute grace the commit promises for a restart "
-    "does not hold",
-)
 def test_two_isolated_blips_days_apart_leave_routing_alone(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,13 +220,6 @@ def _acc(seconds: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="refresh_route_accuracy buckets the open window's items by start // the new "
-    "route_acc_window_seconds: 03:10 falls in 02:00, the closed window's start, which it "
-    "inserts again -> IntegrityError (task_id, window_start) at every pass from then on: "
-    "route accuracy and new_failure_class alerts stop for the task",
-)
 def test_route_accuracy_goes_on_after_its_window_length_changes(labelled: Engine) -> None:
     with session_scope(labelled) as session:
         apply_config(session, _acc(7200), actor="test")
@@ -251,13 +227,6 @@ def test_route_accuracy_goes_on_after_its_window_length_changes(labelled: Engine
     refresh(labelled, HOUR + timedelta(days=1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stage_label_windows numbers closed route-accuracy windows by start // the "
-    "current route_acc_window_seconds (the defect 364f2aa fixed for result windows only): "
-    "after 3600 -> 7200 s, the windows of 02:00 and 03:00 are both one window, so a label "
-    "rule reads two windows as one",
-)
 def test_label_windows_are_numbered_once_after_a_length_change(labelled: Engine) -> None:
     with session_scope(labelled) as session:
         session.execute(
@@ -266,10 +235,15 @@ def test_label_windows_are_numbered_once_after_a_length_change(labelled: Engine)
     refresh(labelled, HOUR + timedelta(hours=2, seconds=LATENESS))  # 03:00 closes too
     with session_scope(labelled) as session:
         apply_config(session, _acc(7200), actor="test")
+    # A two-hour window of the new length (04:00-06:00) gets a label and closes.
+    add_item(labelled, [("ann", "edge_correct", None)], at=HOUR + timedelta(hours=2, minutes=10))
+    refresh(labelled, HOUR + timedelta(hours=4, seconds=LATENESS))
     with session_scope(labelled) as session:
         task = session.scalars(select(Task).where(Task.name == "acc")).one()
         config = config_now(session, task)
         assert config is not None and config.review.route_acc_window_seconds == 7200
         numbers = [n for n, _ in repository.stage_label_windows(session, task, config)]
-    assert len(numbers) >= 2
-    assert len(set(numbers)) == len(numbers), numbers
+    # The hourly windows (02:00 and 03:00 were both number 249445 by start // 7200) are not
+    # read after the change, as result windows are not (metrics.windows.of_length): the
+    # rules read the new length's windows, each numbered once.
+    assert numbers == [int((HOUR + timedelta(hours=2)).timestamp()) // 7200], numbers

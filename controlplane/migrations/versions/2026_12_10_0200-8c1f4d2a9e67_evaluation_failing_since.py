@@ -28,6 +28,8 @@ def upgrade() -> None:
         "failing_evaluations",
         sa.Column("task_id", sa.Integer(), nullable=False),
         sa.Column("since", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("grounded_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["task_id"],
             ["tasks.id"],
