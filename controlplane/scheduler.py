@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from controlplane.alerts.service import AlertEvent, evaluate
 from controlplane.db import in_transaction, session_scope
@@ -70,6 +71,14 @@ def ground(engine: Engine) -> list[str]:
         return []
 
 
+def _evaluate(session: Session, *, task_id: int, now: datetime, veto: float) -> Any:
+    """The task's rollout evaluation and, in the same transaction, that it works (a task a
+    failing evaluation had grounded gets its stage's flag back)."""
+    outcome = evaluate_rollout(session, task_id=task_id, now=now, veto=veto)
+    evaluation_works(session, task_id)
+    return outcome
+
+
 def _noting(engine: Engine, note: Any, task_id: int, **kw: Any) -> None:
     """Record whether the task's rollout evaluation works (rollout.actions); a failure to
     record it is logged and the next evaluation tries again."""
@@ -111,9 +120,7 @@ def after_window(
         done.failed.append(TaskFailure(label, "route_accuracy", _why(exc)))
         done.errors.append(exc)
     try:
-        outcome = in_transaction(
-            engine, partial(evaluate_rollout, task_id=task_id, now=now, veto=veto)
-        )
+        outcome = in_transaction(engine, partial(_evaluate, task_id=task_id, now=now, veto=veto))
     except Exception as exc:
         log.exception("task %s: rollout evaluation failed", label)
         done.failed.append(TaskFailure(label, "rollout", _why(exc)))
@@ -122,7 +129,6 @@ def after_window(
         _noting(engine, evaluation_failed, task_id, now=now, why=_why(exc))
     else:
         done.decisions, done.notices = outcome.decisions, outcome.notices
-        _noting(engine, evaluation_works, task_id)
     for event in done.alerts:
         log.warning("alert %s %s on %s: %s", event.change, event.kind, event.task, event.message)
     for decision in done.decisions:
