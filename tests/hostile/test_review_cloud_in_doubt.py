@@ -27,6 +27,7 @@ from controlplane.rollout.actions import EVALUATION_GRACE
 from controlplane.rollout.configs import apply_config
 from controlplane.rollout.stages import config_now
 from tests.conftest import Api, make_api
+from tests.hostile.test_review_upgrade_configs import canary_app, label_config
 from tests.review.test_route_accuracy_windows import LATENESS, add_item, refresh
 
 pytestmark = pytest.mark.integration
@@ -36,27 +37,13 @@ T = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def _config(**extra: Any) -> dict[str, Any]:
-    return {
-        "task": NAME,
-        "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
-        "promotion": {"canary_steps": [50]},
-        **extra,
-    }
+    return label_config(NAME, **extra)
 
 
 @pytest.fixture
 def canary(pg_url: str) -> Iterator[Api]:
     """An app whose `doubt_task` is in canary at 50%."""
-    for api in make_api(pg_url):
-        with session_scope(api.engine) as session:
-            apply_config(session, _config(), actor="test")
-        promoted = api.client.post(
-            f"/v1/tasks/{NAME}/promote",
-            json={"reason": "test canary", "force": True},
-            headers=api.headers(),
-        )
-        assert promoted.status_code == 200, promoted.text
-        yield api
+    yield from canary_app(pg_url, NAME)
 
 
 def _flag(api: Api) -> dict[str, Any]:

@@ -30,28 +30,38 @@ pytestmark = pytest.mark.integration
 NAME = "fragile_task"
 
 
-def _config(**extra: Any) -> dict[str, Any]:
+def label_config(name: str, **extra: Any) -> dict[str, Any]:
+    """A label task that goes to canary at 50% in one step."""
     return {
-        "task": NAME,
+        "task": name,
         "comparator": {"kind": "label", "labels": ["refund", "exchange"]},
         "promotion": {"canary_steps": [50]},
         **extra,
     }
 
 
-@pytest.fixture
-def canary(pg_url: str) -> Iterator[Api]:
-    """An app whose `fragile_task` is in canary at 50%."""
+def _config(**extra: Any) -> dict[str, Any]:
+    return label_config(NAME, **extra)
+
+
+def canary_app(pg_url: str, name: str) -> Iterator[Api]:
+    """An app whose task `name` (label_config) is in canary at 50%."""
     for api in make_api(pg_url):
         with session_scope(api.engine) as session:
-            apply_config(session, _config(), actor="test")
+            apply_config(session, label_config(name), actor="test")
         promoted = api.client.post(
-            f"/v1/tasks/{NAME}/promote",
+            f"/v1/tasks/{name}/promote",
             json={"reason": "test canary", "force": True},
             headers=api.headers(),
         )
         assert promoted.status_code == 200, promoted.text
         yield api
+
+
+@pytest.fixture
+def canary(pg_url: str) -> Iterator[Api]:
+    """An app whose `fragile_task` is in canary at 50%."""
+    yield from canary_app(pg_url, NAME)
 
 
 def _store_unparsable(engine: Engine) -> int:
