@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from controlplane.metrics import lengths
 from controlplane.metrics.fields import ALL
 from controlplane.metrics.repository import epoch_seconds
+from controlplane.metrics.windows import of_length_epoch
 from controlplane.models import Task, TaskGrade, Window, WindowMetrics
 
 
@@ -137,8 +138,8 @@ def span_windows(
             over,
         )
         for start, end, n, edge, cloud, base, hist, over in session.connection().execute(query)
-        # Windows of the current length on its boundaries only (windows.of_length).
-        if end - start == seconds and start % seconds == 0
+        # Windows of the current length on its boundaries only.
+        if of_length_epoch(start, end, seconds)
     ]
 
 

@@ -77,7 +77,26 @@ def placed(
     return sorted(set(starts))
 
 
+def span_for(
+    at: datetime, seconds: int, existing: Sequence[tuple[datetime, datetime]]
+) -> tuple[datetime, datetime]:
+    """The window a time falls in: the existing window (start, end) holding it, else a new
+    one of `seconds` on its boundaries, cut where an existing window ends before it or
+    begins after it (the windows `placed` makes). `existing`: sorted, not overlapping."""
+    for start, end in existing:
+        if start <= at < end:
+            return start, end
+    start = max([window_start(at, seconds), *(e for _, e in existing if e <= at)])
+    end = min([boundary_after(start, seconds), *(s for s, _ in existing if s > at)])
+    return start, end
+
+
 def of_length(start: datetime, end: datetime, seconds: int) -> bool:
     """Whether a window is one of `seconds`, on its boundaries: what the rules number by
     start // seconds (a window made before the length changed is not)."""
-    return end - start == timedelta(seconds=seconds) and window_start(start, seconds) == start
+    return of_length_epoch(int(start.timestamp()), int(end.timestamp()), seconds)
+
+
+def of_length_epoch(start: int, end: int, seconds: int) -> bool:
+    """of_length, the times as whole seconds since the epoch."""
+    return end - start == seconds and start % seconds == 0

@@ -21,7 +21,7 @@ from controlplane.alerts import failure_classes
 from controlplane.alerts.service import AlertEvent
 from controlplane.catalog.service import runtimes
 from controlplane.ingest.buckets import bucket_labels
-from controlplane.metrics.windows import boundary_after, window_start
+from controlplane.metrics.windows import boundary_after, span_for
 from controlplane.models import ReviewItem, ReviewLabel, RouteAccuracyWindow, Task
 from controlplane.review.estimate import LabelledPair, RouteAccuracy, route_accuracy
 from controlplane.review.labels import consensus, votes
@@ -182,26 +182,22 @@ def refresh_route_accuracy(session: Session, task_id: int, now: datetime) -> lis
     # Windows made before `route_acc_window_seconds` changed keep their spans, as result
     # windows do (metrics.windows.placed): an item goes to the window holding its time, else
     # to a new one of the current length cut where a made one begins; none to a closed one.
-    made = [
-        (row.window_start, row.window_end, row.closed_at is not None)
+    made = {
+        (row.window_start, row.window_end): row.closed_at is not None
         for row in session.scalars(
             select(RouteAccuracyWindow)
             .where(RouteAccuracyWindow.task_id == task.id)
             .where(RouteAccuracyWindow.window_end > min((i.result_ts for i in items), default=now))
             .order_by(RouteAccuracyWindow.window_start)
         )
-    ]
-    ends: dict[datetime, datetime] = {start: end for start, end, _ in made}
+    }
+    spans = list(made)
+    ends: dict[datetime, datetime] = dict(spans)
     by_window: dict[datetime, list[Drawn]] = defaultdict(list)
     for item in items:
-        at = item.result_ts
-        holding = next(((s, c) for s, e, c in made if s <= at < e), None)
-        if holding is not None:
-            if not holding[1]:  # a closed window's figures never change
-                by_window[holding[0]].append(item)
-            continue
-        start = max([window_start(at, seconds), *(e for _, e, _ in made if e <= at)])
-        end = min([boundary_after(start, seconds), *(s for s, _, _ in made if s > at)])
+        start, end = span_for(item.result_ts, seconds, spans)
+        if made.get((start, end)):
+            continue  # a closed window's figures never change
         ends.setdefault(start, end)
         by_window[start].append(item)
 
