@@ -378,8 +378,38 @@ def ground_unparsed(session: Session) -> list[str]:
         reason = f"to the cloud: {why}"[:REASON_MAX_CHARS]
         if flags.publish_killed(session, current, reason) is not None:
             log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
+            _announce_flag(
+                session,
+                current,
+                action="flag.grounded",
+                explanation=f"{task.name}: its flag now routes to the cloud: the stored "
+                f"config does not parse ({why}); apply a valid config and it follows its "
+                "stage again",
+                details={"cause": "config_unparsed", "stage": current.stage, "why": why},
+            )
             grounded.append(task.name)
     return grounded
+
+
+def _announce_flag(
+    session: Session, task: Task, *, action: str, explanation: str, details: dict[str, Any]
+) -> None:
+    """A flag moved by the policy with no stage change (a task sent to the cloud, or back
+    to its stage): recorded in the audit log and announced as a `change` event, in this
+    transaction, so the team's webhook hears its edge stopped (or started again)."""
+    record(session, actor="policy", action=action, task=task.name, details=details)
+    add_event(
+        session,
+        kind="change",
+        task=task.name,
+        document=change_document(
+            action=action,
+            task=task.name,
+            actor="policy",
+            explanation=explanation,
+            details=details,
+        ),
+    )
 
 
 # How long a task's rollout evaluations may all fail before its flag goes to the cloud:
@@ -421,6 +451,20 @@ def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -
     if flags.publish_killed(session, task, reason[:REASON_MAX_CHARS]) is None:
         return False
     log.error("task %s: %s", task.name, reason)
+    _announce_flag(
+        session,
+        task,
+        action="flag.grounded",
+        explanation=f"{task.name}: its flag now routes to the cloud: every rollout "
+        f"evaluation since {failing.since.isoformat()} failed ({why}); it follows its stage "
+        "again at the first evaluation that works",
+        details={
+            "cause": "evaluation_failing",
+            "stage": task.stage,
+            "since": failing.since.isoformat(),
+            "why": why,
+        },
+    )
     return True
 
 
@@ -443,6 +487,7 @@ def evaluation_works(session: Session, task_id: int) -> bool:
     failing = session.get(FailingEvaluation, task_id, with_for_update=True)
     if task is None or failing is None:
         return False
+    grounded_at = failing.grounded_at
     session.delete(failing)
     session.flush()  # before the publish below reads whether the task is grounded
     config = config_now(session, task)
@@ -452,6 +497,20 @@ def evaluation_works(session: Session, task_id: int) -> bool:
     if changed is not None:
         log.warning(
             "task %s: rollout evaluation works again; its flag follows its stage", task.name
+        )
+    if grounded_at is not None:
+        _announce_flag(
+            session,
+            task,
+            action="flag.ungrounded",
+            explanation=f"{task.name}: a rollout evaluation works again; its flag follows "
+            f"its stage ({shown_stage(task, config.promotion.canary_steps)}) again, unless "
+            "the kill switch holds it",
+            details={
+                "cause": "evaluation_works",
+                "stage": task.stage,
+                "grounded_at": grounded_at.isoformat(),
+            },
         )
     return changed is not None
 
@@ -471,6 +530,7 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     action = "kill" if killed else "lift"
     tasks = repository.tasks_in_order(session, for_update=True)
     left_killed, left_failing = [], []
+    unparsed: dict[int, tuple[Task, str]] | None = None
     for task in tasks:
         config = config_now(session, task)
         if config is not None:
@@ -481,6 +541,12 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
         elif killed:
             flags.publish_killed(session, task, f"{action}: {reason}")
         else:
+            # Its flag stays killed; it says so, and why, instead of the lifted kill's reason.
+            if unparsed is None:
+                unparsed = load_runtimes(session)[1]
+            why = unparsed[task.id][1] if task.id in unparsed else "its config does not parse"
+            left = f"{action}: {reason}; left on the cloud: {why}"[:REASON_MAX_CHARS]
+            flags.publish_killed(session, task, left, restate=True)
             left_killed.append(task.name)
     evidence: dict[str, Any] = {"tasks": len(tasks)}
     if left_killed:

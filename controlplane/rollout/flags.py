@@ -91,9 +91,13 @@ def publish(session: Session, task: Task, config: TaskConfig, reason: str) -> Fl
     return _store(session, task, flag, state, fields, reason)
 
 
-def publish_killed(session: Session, task: Task, reason: str) -> Flag | None:
+def publish_killed(
+    session: Session, task: Task, reason: str, *, restate: bool = False
+) -> Flag | None:
     """Throw the kill switch on a task whose stored config does not parse: its flag keeps
-    its other fields and routes everything to the cloud. A kill reaches every flag."""
+    its other fields and routes everything to the cloud. A kill reaches every flag. With
+    `restate`, a new version is stored even when its routing is unchanged (its reason is
+    new: a lift that leaves the task killed says why)."""
     state = lock_state(session)
     flag = session.get(Flag, task.id, with_for_update=True)
     if flag is None:  # no flag: routers send the task to the cloud already
@@ -106,7 +110,7 @@ def publish_killed(session: Session, task: Task, reason: str) -> Flag | None:
     fields.update(
         stage=task.stage, edge_percent=0, shadow_rate=0.0, killed=True, default_route="cloud"
     )
-    return _store(session, task, flag, state, fields, reason)
+    return _store(session, task, flag, state, fields, reason, restate=restate)
 
 
 def _store(
@@ -116,8 +120,11 @@ def _store(
     state: FlagState,
     fields: dict[str, Any],
     reason: str,
+    *,
+    restate: bool = False,
 ) -> Flag | None:
-    if flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields:
+    same = flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields
+    if same and not (restate and flag is not None and flag.document.get("reason") != reason):
         return None
     state.revision += 1
     now = utcnow()

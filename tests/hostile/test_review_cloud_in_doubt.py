@@ -2,8 +2,7 @@
 keeps failing goes to the cloud), grounding a task whose config does not parse (c4a8cdf,
 a405d56) and the rules reading only windows of the current length (364f2aa), as an SRE
 woken at night and a routing-service author changing a config, on real PostgreSQL through
-the API and the scheduler's functions. Each defect was a strict xfail; all but the
-announcement (a grounding writes no decision, audit entry or webhook) are fixed.
+the API and the scheduler's functions. Each defect was a strict xfail, and each is fixed.
 
 A failing evaluation is injected as the project's own test does (scheduler.evaluate_rollout
 raising: 'a rule that raises, whatever the cause')."""
@@ -15,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, select, update
 
 from controlplane import scheduler
 from controlplane.catalog import service as catalog
 from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
-from controlplane.models import Decision, OutboxEvent, RouteAccuracyWindow, Task
+from controlplane.models import OutboxEvent, RouteAccuracyWindow, Task
 from controlplane.rollout import repository
 from controlplane.rollout.actions import EVALUATION_GRACE
 from controlplane.rollout.configs import apply_config
@@ -118,38 +117,41 @@ def test_an_unrelated_config_change_leaves_a_grounded_task_on_the_cloud(
     assert (flag["killed"], flag["edge_percent"]) == (True, 0), flag
 
 
-# --- 3. the grounding is announced nowhere but the flag and the log ----------------------
+# --- 3. the grounding is announced, and so is its end ----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluation_failed grounds a canary with flags.publish_killed and log.error only: "
-    "no decision, no audit entry and no outbox event (webhook), unlike every other move of "
-    "a canary to the cloud; the team's webhook never hears that the canary stopped serving "
-    "the edge (nor that evaluation_works sent it back)",
-)
+def _announced(api: Api) -> list[tuple[str, str]]:
+    """The `change` events in the outbox for the task, as (action, explanation)."""
+    with session_scope(api.engine) as session:
+        documents = session.scalars(
+            select(OutboxEvent.document)
+            .where(OutboxEvent.task == NAME, OutboxEvent.kind == "change")
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [(d["action"], d["explanation"]) for d in documents]
+
+
 def test_grounding_a_failing_canary_is_announced(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = canary
-
-    def counts() -> tuple[int, int]:
-        with session_scope(api.engine) as session:
-            events = session.scalar(
-                select(func.count()).select_from(OutboxEvent).where(OutboxEvent.task == NAME)
-            )
-            decisions = session.scalar(
-                select(func.count())
-                .select_from(Decision)
-                .join(Task, Task.id == Decision.task_id)
-                .where(Task.name == NAME)
-            )
-        return int(events or 0), int(decisions or 0)
-
-    before = counts()
-    _grounded(api, monkeypatch)
-    events, decisions = counts()
-    assert events > before[0] or decisions > before[1], (before, (events, decisions))
+    before = _announced(api)
+    task_id = _grounded(api, monkeypatch)
+    announced = _announced(api)[len(before) :]
+    assert [action for action, _ in announced] == ["flag.grounded"], announced
+    assert "every rollout evaluation since" in announced[0][1], announced
+    audit = api.client.get(f"/v1/audit?task={NAME}", headers=api.headers())
+    assert audit.status_code == 200, audit.text
+    assert "flag.grounded" in [e["action"] for e in audit.json()["entries"]], audit.json()
+    # Failing on: no second announcement.
+    scheduler.after_window(api.engine, task_id, T + EVALUATION_GRACE * 2, veto=0.7)
+    assert len(_announced(api)) == len(before) + 1
+    # The evaluation works again: the flag is back on the edge, and that is announced too.
+    monkeypatch.undo()
+    scheduler.after_window(api.engine, task_id, T + EVALUATION_GRACE * 3, veto=0.7)
+    assert _flag(api)["killed"] is False
+    actions = [action for action, _ in _announced(api)[len(before) :]]
+    assert actions == ["flag.grounded", "flag.ungrounded"], actions
 
 
 # --- 4. a failure row left from long ago grounds at the first blip ----------------------

@@ -2,8 +2,7 @@
 stored config does not parse to the cloud (c4a8cdf) and the JSON Schema type check
 (`_converted`, changed in 400b6ee), as an SRE upgrading a running system and an operator
 applying configs, on real PostgreSQL through the API, the scheduler's functions and the
-database. Each defect was a strict xfail; the grounding race and the type check are fixed,
-the lift's reason (the last) stays one."""
+database. Each defect was a strict xfail, and each is fixed."""
 
 from __future__ import annotations
 
@@ -14,12 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from controlplane.catalog import service as catalog
 from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
+from controlplane.models import OutboxEvent
 from controlplane.rollout.configs import apply_config
 from controlplane.scheduler import ground, run_pass
 from tests.conftest import Api, make_api
@@ -153,12 +153,6 @@ def test_a_pass_just_after_a_fix_does_not_ground_the_fixed_task(canary: Api) -> 
 # --- 2. after a kill and a lift, the flag of a task left killed says the kill's reason ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="set_killed(killed=False) leaves a task whose config does not parse killed without "
-    "a new flag version, and ground_unparsed finds its fields unchanged: the flag's reason "
-    "(and its history) keeps 'kill: <reason>' of a kill that has been lifted",
-)
 def test_a_task_left_killed_by_a_lift_says_why(canary: Api) -> None:
     api = canary
     # The SRE throws the kill switch for the upgrade; the new release cannot parse the task's
@@ -174,6 +168,27 @@ def test_a_task_left_killed_by_a_lift_says_why(canary: Api) -> None:
     flag = _flag(api)
     assert flag["killed"] is True  # as documented: left on the cloud
     assert f"stored config version {version} does not parse" in flag["reason"], flag
+
+
+def test_grounding_a_task_whose_config_does_not_parse_is_announced(canary: Api) -> None:
+    api = canary
+    version = _store_unparsable(api.engine)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    run_pass(api.engine, datetime.now(UTC))  # grounded once: announced once
+    audit = api.client.get(f"/v1/audit?task={NAME}", headers=api.headers())
+    assert audit.status_code == 200, audit.text
+    grounded = [e for e in audit.json()["entries"] if e["action"] == "flag.grounded"]
+    assert [e["details"]["cause"] for e in grounded] == ["config_unparsed"], grounded
+    with session_scope(api.engine) as session:
+        said = session.scalars(
+            select(OutboxEvent.document).where(
+                OutboxEvent.task == NAME, OutboxEvent.kind == "change"
+            )
+        ).all()
+    explanations = [d["explanation"] for d in said if d["action"] == "flag.grounded"]
+    assert len(explanations) == 1, said
+    assert f"stored config version {version} does not parse" in explanations[0], explanations
 
 
 # --- 3. the JSON Schema type check passes over values of the wrong type -----------------
