@@ -231,7 +231,6 @@ SLOW_FIRST = (
     "tests/workers/test_after_window.py",
     "tests/drills/",
     "tests/dashboard/test_browser",
-    "tests/dashboard/test_console.py",
     "tests/review/test_blind_adversary.py",
     "tests/packaging/",
     "tests/rollout/test_rollback_e2e.py",

@@ -1,7 +1,13 @@
 """The dashboard in a real browser: `shadowplane dashboard` on a free port against the
-seeded PostgreSQL database, driven in headless Chromium through chromedriver — sign in
-through the password field, every page, one review label given with the keyboard — with a
-screenshot of each page in a folder whose path the test prints."""
+seeded PostgreSQL database with a graded task added, driven in headless Chromium through
+chromedriver — sign in through the password field, every page, one review label given with
+the keyboard — with a screenshot of each page in a folder whose path the test prints.
+
+Each page, once drawn, has written no warning or error to the browser console (Vega's
+"Infinite extent" and "Conflicting legend property" among them); every chart of the Task
+page has a legend; the difference chart marks the rollback and draws the cloud's noise
+floor where, and at the level, the stored counts give. One browser session visits each
+page once for all of it: each session and dashboard costs seconds to start."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from controlplane.audit.service import entries
+from controlplane.catalog.service import task_runtimes
 from controlplane.compare.comparators import compare
 from controlplane.db import session_scope
 from controlplane.evalsets.service import sets
@@ -27,11 +34,15 @@ from controlplane.rollout.taskview import span_evidence
 from controlplane.rollout.timeline import Filters, timeline
 from controlplane.sim.evalset_example import CONFIGS
 from shadowplane_dashboard.formats import money
+from shadowplane_dashboard.task import evidence
 from tests.dashboard.browser import (
     PAGE_SECONDS,
     as_shown,
     body_text,
+    chart_labels,
     choose,
+    console_problems,
+    idle,
     nav_links,
     open_page,
     press_until,
@@ -40,19 +51,23 @@ from tests.dashboard.browser import (
     wait_for_text,
 )
 from tests.dashboard.conftest import Seeded
+from tests.dashboard.graded import PER_BUCKET, seed_graded
 from tests.review.queuedata import add_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-# The seed's tasks: one rolled back by the policy, one still in shadow.
-ROLLED_BACK, OTHER_TASK = "ticket_classify", "invoice_extract"
+# The seed's tasks: one rolled back by the policy, one still in shadow (graded from windows
+# stored for the test).
+ROLLED_BACK, GRADED = "ticket_classify", "invoice_extract"
+CHARTS = "[data-testid='stVegaLiteChart']"
 
 
 def test_every_page_in_chromium(
     seeded: Seeded, dashboard: str, browser: WebDriver, screenshots: Path
 ) -> None:
-    # Before anything is read: its task is one more on the pages and in the audit log.
+    # Before anything is read: their tasks are on the pages and in the audit log.
     seed_rewrite(seeded)
+    found = seed_graded(seeded.engine, GRADED)
     # What the pages must show, read from the services they are built on.
     with session_scope(seeded.engine) as session:
         rollback = next(
@@ -71,13 +86,14 @@ def test_every_page_in_chromium(
         dashboard, browser, seeded.keys["read"], ROLLED_BACK
     )
     # An SRE (the admin key): Overview, then the rolled-back task's page, then Audit.
+    assert console_problems(browser) == [], "the sign-in page and the linked task page"
     sign_in(browser, dashboard, seeded.keys["admin"])
     assert list(nav_links(browser)) == ["Overview", "Task", "Review", "Eval sets", "Audit"]
+    assert console_problems(browser) == [], "the sign-in page"
     open_page(browser, "Overview")
     # Its row names the rollback; the decision's sentence is on the Task page.
-    wait_for_text(
-        browser, "Overview", OTHER_TASK, ROLLED_BACK, "rollback by policy", what="Overview"
-    )
+    wait_for_text(browser, "Overview", GRADED, ROLLED_BACK, "rollback by policy", what="Overview")
+    assert drawn(browser) == [], "the Overview"
     screenshot(browser, screenshots, "overview")
 
     open_page(browser, "Task")
@@ -92,7 +108,19 @@ def test_every_page_in_chromium(
         "The input-shift alert opens at an index of 0.10",
         what="the Task page",
     )
+    assert drawn(browser) == [], f"the Task page of {ROLLED_BACK}"
+    assert charts_without_a_legend(browser) == []
+    # The rollback is marked on the difference chart, in its legend of events.
+    marked = chart_labels(browser, evidence.DIFFERENCE.title)
+    assert any(label.startswith("Symbol legend titled 'event'") for label in marked), marked
     screenshot(browser, screenshots, "task")
+
+    choose(browser, "Task", GRADED)
+    tier = f"grade: {found.grade['tier']} ({found.grade['score']:.2f})"
+    wait_for_text(browser, f"{GRADED} is in", tier, "Config versions", what="the graded task")
+    assert drawn(browser) == [], f"the Task page of {GRADED}"
+    assert charts_without_a_legend(browser) == []
+    the_noise_floor_is_drawn_against_the_threshold(seeded, browser, found.buckets)
 
     open_page(browser, "Audit")
     wait_for_text(
@@ -101,6 +129,7 @@ def test_every_page_in_chromium(
         as_shown(events[0].what),
         what="the Audit page",
     )
+    assert drawn(browser) == [], "the Audit page"
     screenshot(browser, screenshots, "audit")
 
     # A reviewer (a review key, in a new session): Review and Eval sets only.
@@ -108,6 +137,7 @@ def test_every_page_in_chromium(
     assert list(nav_links(browser)) == ["Review", "Eval sets"]
     open_page(browser, "Eval sets")
     wait_for_text(browser, "Eval sets", manifest, what="the Eval sets page")
+    assert drawn(browser) == [], "the Eval sets page"
     screenshot(browser, screenshots, "eval_sets")
 
     open_page(browser, "Review")
@@ -117,6 +147,7 @@ def test_every_page_in_chromium(
     item = int(found.group(1))
     # Blind: nothing on the reviewer's screen names a side.
     assert not re.search(r"\b(edge|cloud)\b", shown, re.IGNORECASE), shown
+    assert drawn(browser) == [], "the Review page"
     screenshot(browser, screenshots, "review")
     assert not _has_label(seeded, item, "review")
     # The first verdict's key ("A is right" for a pair, "Right" for a single answer), sent
@@ -131,6 +162,74 @@ def test_every_page_in_chromium(
         [(item, "correct")],
     ), labels
     a_rewrite_is_shown_with_its_differences_marked_in_both_answers(browser, screenshots)
+
+
+def drawn(driver: WebDriver) -> list[dict[str, Any]]:
+    """Once the page's run has finished and Vega has drawn each of its charts: the
+    console's warnings and errors since the last look."""
+    assert idle(driver, PAGE_SECONDS), "the page is still running"
+    try:
+        WebDriverWait(
+            driver,
+            PAGE_SECONDS,
+            poll_frequency=0.5,
+            ignored_exceptions=(StaleElementReferenceException,),
+        ).until(
+            lambda d: d.execute_script(
+                "return [...document.querySelectorAll(arguments[0])]"
+                ".every(c => c.querySelector('svg.marks'))",
+                CHARTS,
+            )
+        )
+    except TimeoutException:
+        raise AssertionError("a chart was never drawn") from None
+    return console_problems(driver)
+
+
+def charts_without_a_legend(driver: WebDriver) -> list[str]:
+    """The titles (first texts) of the page's charts whose SVG holds no legend."""
+    return list(
+        driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0] + ' svg.marks')]"
+            ".filter(svg => !svg.querySelector(\"[aria-label*=' legend titled ']\"))"
+            ".map(svg => (svg.querySelector('text') || {}).textContent || '(untitled)')",
+            CHARTS,
+        )
+    )
+
+
+def the_noise_floor_is_drawn_against_the_threshold(
+    seeded: Seeded, driver: WebDriver, buckets: list[str]
+) -> None:
+    """The graded task's difference chart, as Vega draws it: a dashed `cloud vs itself`
+    line, in the legend, for each bucket with repeat pairs (and `all`), at the cloud's
+    agreement with itself less the agreement rule's threshold, from the stored counts
+    (graded.PER_BUCKET, every window alike); none for a bucket without; the edge's points
+    at its agreement less the same threshold."""
+    with session_scope(seeded.engine) as session:
+        rules = task_runtimes(session, {GRADED})[GRADED].config.rollback.rules
+    threshold = next(r.threshold for r in rules if r.metric == "agreement" and r.mode != "off")
+    shown = chart_labels(driver, evidence.DIFFERENCE.title)
+    legend = f"Symbol legend titled 'series' for strokeDash with 2 values: {evidence.EDGE}, "
+    assert any(label.startswith(legend + evidence.FLOOR) for label in shown), shown
+    # Vega describes each mark (a point, a line by its first point): its fields as written.
+    drawn: dict[str, dict[str, set[float]]] = {evidence.EDGE: {}, evidence.FLOOR: {}}
+    for label in shown:
+        fields = dict(part.split(": ", 1) for part in label.split("; ") if ": " in part)
+        if "difference" in fields and fields.get("series") in drawn:
+            value = float(fields["difference"].replace("−", "-").rstrip("%")) / 100
+            drawn[fields["series"]].setdefault(fields["bucket"], set()).add(value)
+    every = {k: sum(n[k] for n in PER_BUCKET) for k in range(4)}
+    edge = {b: n[1] / n[0] for b, n in zip(buckets, PER_BUCKET, strict=True)}
+    edge["all"] = every[1] / every[0]
+    floor = {b: n[3] / n[2] for b, n in zip(buckets, PER_BUCKET, strict=True) if n[2]}
+    floor["all"] = every[3] / every[2]
+    for series, expected in ((evidence.EDGE, edge), (evidence.FLOOR, floor)):
+        assert set(drawn[series]) == set(expected), (series, drawn[series])
+        for bucket, values in drawn[series].items():
+            # One level per bucket (every window holds the same counts), to the 0.1% shown.
+            [value] = values
+            assert abs(value - (expected[bucket] - threshold)) <= 0.0005, (series, bucket)
 
 
 def _labels_by(seeded: Seeded, reviewer: str) -> list[dict[str, Any]]:
