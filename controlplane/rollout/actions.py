@@ -62,10 +62,9 @@ def check_reason(reason: str) -> str:
 
 
 def _locked_task(session: Session, name: str) -> tuple[Task, TaskConfig]:
-    """The flag state, then the named task, locked; its current config. 404 when unknown."""
-    flags.lock_state(session)
-    task = task_or_404(session, name, for_update=True)
-    config = config_now(session, task)
+    """The flag state, then the named task, locked; its current config. 404 when unknown;
+    409 when its stored config does not parse."""
+    task, config = _locked_task_as_stored(session, name)
     if config is None:
         raise ActionError(
             409,
@@ -73,6 +72,14 @@ def _locked_task(session: Session, name: str) -> tuple[Task, TaskConfig]:
             "parse; apply a valid config first",
         )
     return task, config
+
+
+def _locked_task_as_stored(session: Session, name: str) -> tuple[Task, TaskConfig | None]:
+    """The flag state, then the named task, locked; its current config, None when it does
+    not parse. 404 when unknown."""
+    flags.lock_state(session)
+    task = task_or_404(session, name, for_update=True)
+    return task, config_now(session, task)
 
 
 def _expect(task: Task, config: TaskConfig, expected: str | None) -> None:
@@ -229,13 +236,16 @@ def _move(
     said: str,
     may_leave: Callable[[str], bool],
     otherwise: str,
+    unparsed: bool = False,
 ) -> dict[str, Any]:
     """A person's stage change the gate does not guard (it serves the edge less): to stage
-    `to` when `may_leave` allows the task's stage, else 409 saying `otherwise`."""
+    `to` when `may_leave` allows the task's stage, else 409 saying `otherwise`. With
+    `unparsed`, also for a task whose stored config does not parse (its flag stays on the
+    cloud, under the new stage); else 409 for one."""
     check_reason(reason)
 
     def work(session: Session) -> dict[str, Any]:
-        found, config = _locked_task(session, task)
+        found, config = (_locked_task_as_stored if unparsed else _locked_task)(session, task)
         if not may_leave(found.stage):
             raise ActionError(409, f"stage: {task} is in {found.stage}; {otherwise}")
         decision = change_stage(
@@ -258,6 +268,9 @@ def rollback(engine: Engine, task: str, *, actor: str, reason: str) -> dict[str,
         said="rolled back by hand",
         may_leave=lambda stage: stage not in ("cloud", "rolled_back"),
         otherwise="nothing to roll back",
+        # A canary whose config an upgrade cannot read is on the cloud already (grounded),
+        # but applying a fix would put it back on the edge: it is rolled back first.
+        unparsed=True,
     )
 
 

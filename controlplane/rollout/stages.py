@@ -46,7 +46,7 @@ def announce(session: Session, decision: Decision, task: str | None) -> dict[str
 def change_stage(
     session: Session,
     task: Task,
-    config: TaskConfig,
+    config: TaskConfig | None,
     *,
     stage: str,
     action: str,
@@ -60,7 +60,9 @@ def change_stage(
     at: datetime | None = None,
 ) -> Decision:
     """Move the task to `stage` with its flag, decision and audit entry, in this
-    transaction. The caller holds the flag state and the task (in that order).
+    transaction. The caller holds the flag state and the task (in that order). A task whose
+    stored config does not parse (`config` None) keeps its flag on the cloud, under the new
+    stage.
 
     `at` is the clock of the pass that decided (a person's action: now); windows that
     start from then on are the new stage's evidence."""
@@ -70,14 +72,17 @@ def change_stage(
     now = at or utcnow()
     task.stage_changed_at = now
     task.updated_at = now
-    if stage_before == "shadow" and stage in ("canary", "full"):
+    if config is not None and stage_before == "shadow" and stage in ("canary", "full"):
         # Leaving shadow: the input lengths it was graded and promoted on become the
         # baseline the input-shift rule and alert compare with (docs/evidence.md).
         kept = promotion_baseline(session, task, config, evidence or {}, now, stage_began)
         task.input_baseline = kept.document() if kept is not None else None
         evidence = {**(evidence or {}), "input_baseline": task.input_baseline}
     session.flush()
-    flags.publish(session, task, config, reason)
+    if config is None:
+        flags.publish_killed(session, task, reason)
+    else:
+        flags.publish(session, task, config, reason)
     return record_decision(
         session,
         task,

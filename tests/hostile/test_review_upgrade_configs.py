@@ -191,6 +191,47 @@ def test_grounding_a_task_whose_config_does_not_parse_is_announced(canary: Api) 
     assert f"stored config version {version} does not parse" in explanations[0], explanations
 
 
+def test_a_canary_whose_config_does_not_parse_is_rolled_back_before_its_fix(
+    canary: Api,
+) -> None:
+    """The SRE rolls the canary back first: applying the fix would publish the canary's
+    flag again (the edge serving) before a rollback could follow it."""
+    api = canary
+    _store_unparsable(api.engine)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    rolled = api.client.post(
+        f"/v1/tasks/{NAME}/rollback", json={"reason": "upgrade broke it"}, headers=api.headers()
+    )
+    assert rolled.status_code == 200, rolled.text
+    assert (rolled.json()["stage_before"], rolled.json()["stage_after"]) == (
+        "canary",
+        "rolled_back",
+    )
+    flag = _flag(api)
+    assert (flag["stage"], flag["killed"], flag["edge_percent"]) == ("rolled_back", True, 0)
+    run_pass(api.engine, datetime.now(UTC))
+    assert _flag(api)["version"] == flag["version"]  # the pass leaves it as it is
+    # Rolled back once: a second is refused as for any task.
+    again = api.client.post(
+        f"/v1/tasks/{NAME}/rollback", json={"reason": "again"}, headers=api.headers()
+    )
+    assert again.status_code == 409, again.text
+    # The fix applied: the flag follows the stage, which keeps the edge out.
+    fixed = api.client.post("/v1/tasks", json=_config(shadow_rate=0.2), headers=api.headers())
+    assert fixed.status_code in (200, 201), fixed.text
+    flag = _flag(api)
+    assert (flag["stage"], flag["killed"], flag["edge_percent"]) == ("rolled_back", False, 0)
+    # Any other move still needs a config that parses.
+    broken = _store_unparsable(api.engine)
+    catalog._runtimes.clear()
+    rearm = api.client.post(
+        f"/v1/tasks/{NAME}/rearm", json={"reason": "try again"}, headers=api.headers()
+    )
+    assert rearm.status_code == 409, rearm.text
+    assert f"stored config version {broken} of {NAME} does not parse" in rearm.text, rearm.text
+
+
 # --- 3. the JSON Schema type check passes over values of the wrong type -----------------
 
 
