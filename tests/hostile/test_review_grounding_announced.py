@@ -1,0 +1,249 @@
+"""Hostile review of announcing a flag the policy sends to the cloud with its stage kept
+(6be2f9a: `flag.grounded` / `flag.ungrounded` audit entries and `change` events, and a lift
+that leaves a task killed storing a flag version that says why), as an SRE woken at night
+and a webhook receiver, on real PostgreSQL through the API and the scheduler's functions.
+Each defect is a strict xfail.
+
+A failing evaluation is injected as the project's own tests do (scheduler.evaluate_rollout
+raising)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from controlplane import scheduler
+from controlplane.catalog import service as catalog
+from controlplane.db import session_scope
+from controlplane.models import OutboxEvent, Task
+from controlplane.rollout.actions import EVALUATION_GRACE
+from controlplane.rollout.schemas import REASON_MAX_CHARS
+from controlplane.scheduler import run_pass
+from tests.conftest import Api
+from tests.hostile.test_review_upgrade_configs import canary_app, label_config
+from tests.test_isolation import store_broken_config
+
+pytestmark = pytest.mark.integration
+
+NAME = "grounding_task"
+T = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def canary(pg_url: str) -> Iterator[Api]:
+    """An app whose `grounding_task` is in canary at 50%."""
+    yield from canary_app(pg_url, NAME)
+
+
+def _flag(api: Api) -> dict[str, Any]:
+    answer = api.client.get(f"/v1/flags/{NAME}", headers=api.headers("flags:read"))
+    assert answer.status_code == 200, answer.text
+    flag: dict[str, Any] = answer.json()
+    return flag
+
+
+def _task_id(engine: Engine) -> int:
+    with session_scope(engine) as session:
+        found = session.scalar(select(Task.id).where(Task.name == NAME))
+    assert found is not None
+    return int(found)
+
+
+def _announced(api: Api) -> list[dict[str, Any]]:
+    """The task's `flag.*` change events in the outbox, oldest first."""
+    with session_scope(api.engine) as session:
+        documents = session.scalars(
+            select(OutboxEvent.document)
+            .where(OutboxEvent.task == NAME, OutboxEvent.kind == "change")
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [dict(d) for d in documents if str(d["action"]).startswith("flag.")]
+
+
+def _break_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a rule that cannot be judged")
+
+    monkeypatch.setattr(scheduler, "evaluate_rollout", broken)
+
+
+def _fail_past_the_grace(api: Api, task_id: int) -> None:
+    """Evaluations failing at each window close from T, then past the grace."""
+    for minutes in (0, 5, 10):
+        scheduler.after_window(api.engine, task_id, T + timedelta(minutes=minutes), veto=0.7)
+    scheduler.after_window(
+        api.engine, task_id, T + EVALUATION_GRACE + timedelta(minutes=1), veto=0.7
+    )
+
+
+def _post(api: Api, path: str, reason: str) -> dict[str, Any]:
+    answer = api.client.post(path, json={"reason": reason}, headers=api.headers())
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+# --- 1. grounded while the kill switch is on: never announced, and the lift's flag says
+#        the lifted kill's reason --------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="evaluation_failed sets grounded_at but returns before _announce_flag when "
+    "publish_killed finds the flag already killed (the kill switch is on): no flag.grounded "
+    "is ever written, yet the lift leaves the task on the cloud (left_failing) and the first "
+    "evaluation that works announces a flag.ungrounded with no flag.grounded before it",
+)
+def test_a_task_grounded_under_the_kill_switch_is_announced(
+    canary: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = canary
+    task_id = _task_id(api.engine)
+    _post(api, "/v1/kill", "incident")
+    _break_evaluation(monkeypatch)
+    _fail_past_the_grace(api, task_id)
+    lifted = _post(api, "/v1/kill/lift", "resolved")
+    assert lifted["evidence"].get("left_failing") == [NAME], lifted  # grounded: on the cloud
+    assert _flag(api)["killed"] is True
+    monkeypatch.undo()
+    scheduler.after_window(api.engine, task_id, T + EVALUATION_GRACE * 2, veto=0.7)
+    assert _flag(api)["killed"] is False
+    actions = [d["action"] for d in _announced(api)]
+    assert actions == ["flag.grounded", "flag.ungrounded"], actions
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a task grounded by failing evaluations while the kill switch was on keeps the "
+    "kill's flag version (publish_killed finds its fields unchanged), and the lift's publish "
+    "finds them unchanged too: the flag left on the cloud says 'kill: incident', a kill that "
+    "has been lifted, not the failing evaluations (docs/operations.md: the flag's reason "
+    "names the error) — the defect 6be2f9a fixed for a config that does not parse",
+)
+def test_a_task_left_on_the_cloud_by_failing_evaluations_after_a_lift_says_why(
+    canary: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = canary
+    task_id = _task_id(api.engine)
+    _post(api, "/v1/kill", "incident")
+    _break_evaluation(monkeypatch)
+    _fail_past_the_grace(api, task_id)
+    _post(api, "/v1/kill/lift", "resolved")
+    run_pass(api.engine, datetime.now(UTC))
+    flag = _flag(api)
+    assert flag["killed"] is True
+    assert "rollout evaluation" in flag["reason"], flag
+
+
+# --- 2. flag.ungrounded announced while the flag stays killed -----------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="evaluation_works announces flag.ungrounded whenever the failing row had "
+    "grounded_at, even when publish stored nothing (the kill switch holds the flag): a "
+    "change event with no flag change, and the flag's real return to the edge at the lift "
+    "is announced as nothing of the kind",
+)
+def test_flag_ungrounded_is_announced_with_a_flag_change(
+    canary: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = canary
+    task_id = _task_id(api.engine)
+    _break_evaluation(monkeypatch)
+    _fail_past_the_grace(api, task_id)
+    assert [d["action"] for d in _announced(api)] == ["flag.grounded"]
+    _post(api, "/v1/kill", "incident")
+    before = _flag(api)
+    monkeypatch.undo()
+    scheduler.after_window(api.engine, task_id, T + EVALUATION_GRACE * 2, veto=0.7)
+    after = _flag(api)
+    ungrounded = [d for d in _announced(api) if d["action"] == "flag.ungrounded"]
+    # Either no announcement yet (the flag has not moved), or one with a new flag version
+    # that is off the cloud.
+    if ungrounded:
+        assert after["version"] != before["version"] and after["killed"] is False, (
+            before,
+            after,
+            ungrounded,
+        )
+
+
+# --- 3. a lift with a long reason: the flag no longer says why it is left killed ----------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="set_killed cuts f'lift: {reason}; left on the cloud: {why}' at REASON_MAX_CHARS "
+    "from the front: a lift reason check_reason accepts (2000 characters) pushes "
+    "'left on the cloud: stored config version N does not parse' off the end, so the new "
+    "flag version says only the lift's reason (docs/operations.md promises the why)",
+)
+def test_a_long_lift_reason_keeps_why_the_task_is_left_killed(canary: Api) -> None:
+    api = canary
+    _post(api, "/v1/kill", "upgrade")
+    version = store_broken_config(api.engine, NAME)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    lifted = _post(api, "/v1/kill/lift", "x" * REASON_MAX_CHARS)
+    assert lifted["evidence"].get("left_killed") == [NAME], lifted
+    flag = _flag(api)
+    assert flag["killed"] is True
+    assert len(flag["reason"]) <= REASON_MAX_CHARS
+    assert f"stored config version {version} does not parse" in flag["reason"], flag["reason"][
+        -200:
+    ]
+
+
+# --- 4. kill, lift, kill: the flag of the task left killed says 'lift' under a kill -------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="after a lift restates the left-killed flag as 'lift: ...; left on the cloud', a "
+    "second kill's publish_killed (no restate) finds its fields unchanged: while the kill "
+    "switch is on again, that task's flag (alone of all flags) says 'lift: upgraded', a lift "
+    "that has been undone",
+)
+def test_a_second_kill_does_not_leave_a_flag_saying_lift(canary: Api) -> None:
+    api = canary
+    _post(api, "/v1/kill", "upgrade")
+    store_broken_config(api.engine, NAME)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    _post(api, "/v1/kill/lift", "upgraded")
+    _post(api, "/v1/kill", "second incident")
+    run_pass(api.engine, datetime.now(UTC))
+    flag = _flag(api)
+    assert flag["killed"] is True
+    assert not flag["reason"].startswith("lift:"), flag
+
+
+# --- 5. docs/http-api.md: flag.grounded 'and back (flag.ungrounded)' for either cause ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="docs/http-api.md says a flag sent to the cloud by the policy (flag.grounded: its "
+    "stored config does not parse, or its evaluations failed) is announced 'and back "
+    "(flag.ungrounded)'; for config_unparsed the return (a valid config applied) writes "
+    "only task.config: a receiver pairing the two keeps the task grounded forever",
+)
+def test_a_config_fixed_after_grounding_announces_the_return(canary: Api) -> None:
+    api = canary
+    store_broken_config(api.engine, NAME)
+    catalog._runtimes.clear()
+    run_pass(api.engine, datetime.now(UTC))
+    assert _flag(api)["killed"] is True
+    fixed = api.client.post(
+        "/v1/tasks", json=label_config(NAME, shadow_rate=0.2), headers=api.headers()
+    )
+    assert fixed.status_code in (200, 201), fixed.text
+    run_pass(api.engine, datetime.now(UTC))
+    assert _flag(api)["killed"] is False
+    actions = [d["action"] for d in _announced(api)]
+    assert actions == ["flag.grounded", "flag.ungrounded"], actions
