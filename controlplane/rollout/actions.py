@@ -391,38 +391,22 @@ def ground_unparsed(session: Session) -> list[str]:
         reason = f"to the cloud: {why}"[:REASON_MAX_CHARS]
         if flags.publish_killed(session, current, reason) is not None:
             log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
-            _announce_flag(
+            flags.announce_hold(
                 session,
                 current,
                 action="flag.grounded",
                 explanation=f"{task.name}: its flag now routes to the cloud: the stored "
-                f"config does not parse ({why}); apply a valid config and it follows its "
+                f"config does not parse ({why[:REASON_MAX_CHARS]}); apply a valid config and it "
+                "follows its "
                 "stage again",
-                details={"cause": "config_unparsed", "stage": current.stage, "why": why},
+                details={
+                    "cause": "config_unparsed",
+                    "stage": current.stage,
+                    "why": why[:REASON_MAX_CHARS],
+                },
             )
             grounded.append(task.name)
     return grounded
-
-
-def _announce_flag(
-    session: Session, task: Task, *, action: str, explanation: str, details: dict[str, Any]
-) -> None:
-    """A flag moved by the policy with no stage change (a task sent to the cloud, or back
-    to its stage): recorded in the audit log and announced as a `change` event, in this
-    transaction, so the team's webhook hears its edge stopped (or started again)."""
-    record(session, actor="policy", action=action, task=task.name, details=details)
-    add_event(
-        session,
-        kind="change",
-        task=task.name,
-        document=change_document(
-            action=action,
-            task=task.name,
-            actor="policy",
-            explanation=explanation,
-            details=details,
-        ),
-    )
 
 
 # How long a task's rollout evaluations may all fail before its flag goes to the cloud:
@@ -461,24 +445,26 @@ def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -
     reason = (
         f"to the cloud: every rollout evaluation since {failing.since.isoformat()} failed: {why}"
     )
-    if flags.publish_killed(session, task, reason[:REASON_MAX_CHARS]) is None:
-        return False
+    changed = flags.publish_killed(session, task, reason[:REASON_MAX_CHARS]) is not None
     log.error("task %s: %s", task.name, reason)
-    _announce_flag(
+    # Announced whether or not the flag moved now: under the kill switch it is on the cloud
+    # already, and the failing evaluations hold it there once the switch is lifted.
+    flags.announce_hold(
         session,
         task,
         action="flag.grounded",
         explanation=f"{task.name}: its flag now routes to the cloud: every rollout "
-        f"evaluation since {failing.since.isoformat()} failed ({why}); it follows its stage "
+        f"evaluation since {failing.since.isoformat()} failed ({why[:REASON_MAX_CHARS]}); it "
+        "follows its stage "
         "again at the first evaluation that works",
         details={
             "cause": "evaluation_failing",
             "stage": task.stage,
             "since": failing.since.isoformat(),
-            "why": why,
+            "why": why[:REASON_MAX_CHARS],
         },
     )
-    return True
+    return changed
 
 
 def _run_gap(session: Session, task: Task) -> timedelta:
@@ -512,13 +498,19 @@ def evaluation_works(session: Session, task_id: int) -> bool:
             "task %s: rollout evaluation works again; its flag follows its stage", task.name
         )
     if grounded_at is not None:
-        _announce_flag(
+        held = flags.lock_state(session).killed
+        flags.announce_hold(
             session,
             task,
             action="flag.ungrounded",
-            explanation=f"{task.name}: a rollout evaluation works again; its flag follows "
-            f"its stage ({shown_stage(task, config.promotion.canary_steps)}) again, unless "
-            "the kill switch holds it",
+            explanation=f"{task.name}: a rollout evaluation works again; "
+            + (
+                "the kill switch still holds its flag on the cloud, and the lift returns it "
+                "to its stage"
+                if held
+                else "its flag follows its stage "
+                f"({shown_stage(task, config.promotion.canary_steps)}) again"
+            ),
             details={
                 "cause": "evaluation_works",
                 "stage": task.stage,
@@ -544,23 +536,49 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     tasks = repository.tasks_in_order(session, for_update=True)
     left_killed, left_failing = [], []
     unparsed: dict[int, tuple[Task, str]] | None = None
+    said = f"{action}: {reason}"
     for task in tasks:
+        # A flag this action leaves as it was (on the cloud already: its config does not
+        # parse, or failing evaluations hold it) gets a new version all the same, saying
+        # the kill, or why a lift left it on the cloud, never an earlier action's reason.
         config = config_now(session, task)
         if config is not None:
-            flags.publish(session, task, config, f"{action}: {reason}")
+            changed = flags.publish(session, task, config, said)
             failing = session.get(FailingEvaluation, task.id)
-            if not killed and failing is not None and failing.grounded_at is not None:
-                left_failing.append(task.name)  # publish kept it on the cloud
+            if failing is None or failing.grounded_at is None or changed is not None:
+                continue
+            if killed:
+                flags.publish_killed(session, task, said, restate=True)
+            else:
+                left_failing.append(task.name)
+                why = (
+                    f"every rollout evaluation since {failing.since.isoformat()} failed "
+                    "(the workers' logs say why)"
+                )
+                flags.publish_killed(
+                    session, task, flags.left_on_the_cloud(said, why), restate=True
+                )
         elif killed:
-            flags.publish_killed(session, task, f"{action}: {reason}")
+            flags.publish_killed(session, task, said, restate=True)
         else:
-            # Its flag stays killed; it says so, and why, instead of the lifted kill's reason.
             if unparsed is None:
                 unparsed = load_runtimes(session)[1]
             why = unparsed[task.id][1] if task.id in unparsed else "its config does not parse"
-            left = f"{action}: {reason}; left on the cloud: {why}"[:REASON_MAX_CHARS]
-            flags.publish_killed(session, task, left, restate=True)
+            flags.publish_killed(session, task, flags.left_on_the_cloud(said, why), restate=True)
             left_killed.append(task.name)
+            # From now on its config, not the kill switch, holds it on the cloud.
+            flags.announce_hold(
+                session,
+                task,
+                action="flag.grounded",
+                explanation=f"{task.name}: the lift left its flag on the cloud: "
+                f"{why[:REASON_MAX_CHARS]}; apply a valid config and it follows its stage again",
+                details={
+                    "cause": "config_unparsed",
+                    "stage": task.stage,
+                    "why": why[:REASON_MAX_CHARS],
+                },
+            )
     evidence: dict[str, Any] = {"tasks": len(tasks)}
     if left_killed:
         evidence["left_killed"] = left_killed

