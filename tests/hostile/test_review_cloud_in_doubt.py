@@ -20,13 +20,18 @@ from controlplane import scheduler
 from controlplane.catalog import service as catalog
 from controlplane.catalog.service import RuntimeCache
 from controlplane.db import session_scope
-from controlplane.models import OutboxEvent, RouteAccuracyWindow, Task
+from controlplane.models import RouteAccuracyWindow, Task
 from controlplane.rollout import repository
 from controlplane.rollout.actions import EVALUATION_GRACE
 from controlplane.rollout.configs import apply_config
 from controlplane.rollout.stages import config_now
 from tests.conftest import Api, make_api
-from tests.hostile.test_review_upgrade_configs import canary_app, label_config
+from tests.hostile.test_review_upgrade_configs import (
+    canary_app,
+    flag_announcements,
+    flag_of,
+    label_config,
+)
 from tests.review.test_route_accuracy_windows import LATENESS, add_item, refresh
 
 pytestmark = pytest.mark.integration
@@ -46,10 +51,7 @@ def canary(pg_url: str) -> Iterator[Api]:
 
 
 def _flag(api: Api) -> dict[str, Any]:
-    answer = api.client.get(f"/v1/flags/{NAME}", headers=api.headers("flags:read"))
-    assert answer.status_code == 200, answer.text
-    flag: dict[str, Any] = answer.json()
-    return flag
+    return flag_of(api, NAME)
 
 
 def _task_id(engine: Engine, name: str = NAME) -> int:
@@ -121,14 +123,8 @@ def test_an_unrelated_config_change_leaves_a_grounded_task_on_the_cloud(
 
 
 def _announced(api: Api) -> list[tuple[str, str]]:
-    """The `change` events in the outbox for the task, as (action, explanation)."""
-    with session_scope(api.engine) as session:
-        documents = session.scalars(
-            select(OutboxEvent.document)
-            .where(OutboxEvent.task == NAME, OutboxEvent.kind == "change")
-            .order_by(OutboxEvent.id)
-        ).all()
-    return [(d["action"], d["explanation"]) for d in documents]
+    """The task's flag.* change events, as (action, explanation)."""
+    return [(d["action"], d["explanation"]) for d in flag_announcements(api, NAME)]
 
 
 def test_grounding_a_failing_canary_is_announced(

@@ -21,12 +21,17 @@ from sqlalchemy import Engine, select
 from controlplane import scheduler
 from controlplane.catalog import service as catalog
 from controlplane.db import session_scope
-from controlplane.models import OutboxEvent, Task
+from controlplane.models import Task
 from controlplane.rollout.actions import EVALUATION_GRACE
 from controlplane.rollout.schemas import REASON_MAX_CHARS
 from controlplane.scheduler import run_pass
 from tests.conftest import Api
-from tests.hostile.test_review_upgrade_configs import canary_app, label_config
+from tests.hostile.test_review_upgrade_configs import (
+    canary_app,
+    flag_announcements,
+    flag_of,
+    label_config,
+)
 from tests.test_isolation import store_broken_config
 
 pytestmark = pytest.mark.integration
@@ -42,10 +47,7 @@ def canary(pg_url: str) -> Iterator[Api]:
 
 
 def _flag(api: Api) -> dict[str, Any]:
-    answer = api.client.get(f"/v1/flags/{NAME}", headers=api.headers("flags:read"))
-    assert answer.status_code == 200, answer.text
-    flag: dict[str, Any] = answer.json()
-    return flag
+    return flag_of(api, NAME)
 
 
 def _task_id(engine: Engine) -> int:
@@ -56,14 +58,7 @@ def _task_id(engine: Engine) -> int:
 
 
 def _announced(api: Api) -> list[dict[str, Any]]:
-    """The task's `flag.*` change events in the outbox, oldest first."""
-    with session_scope(api.engine) as session:
-        documents = session.scalars(
-            select(OutboxEvent.document)
-            .where(OutboxEvent.task == NAME, OutboxEvent.kind == "change")
-            .order_by(OutboxEvent.id)
-        ).all()
-    return [dict(d) for d in documents if str(d["action"]).startswith("flag.")]
+    return flag_announcements(api, NAME)
 
 
 def _break_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:

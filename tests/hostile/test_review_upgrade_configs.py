@@ -69,11 +69,28 @@ def _store_unparsable(engine: Engine) -> int:
     return store_broken_config(engine, NAME)
 
 
-def _flag(api: Api) -> dict[str, Any]:
-    answer = api.client.get(f"/v1/flags/{NAME}", headers=api.headers("flags:read"))
+def flag_of(api: Api, name: str) -> dict[str, Any]:
+    """The task's flag, as a router reads it."""
+    answer = api.client.get(f"/v1/flags/{name}", headers=api.headers("flags:read"))
     assert answer.status_code == 200, answer.text
     flag: dict[str, Any] = answer.json()
     return flag
+
+
+def flag_announcements(api: Api, name: str) -> list[dict[str, Any]]:
+    """The task's `flag.*` change events in the outbox (flag.grounded, flag.ungrounded),
+    oldest first."""
+    with session_scope(api.engine) as session:
+        documents = session.scalars(
+            select(OutboxEvent.document)
+            .where(OutboxEvent.task == name, OutboxEvent.kind == "change")
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [dict(d) for d in documents if str(d["action"]).startswith("flag.")]
+
+
+def _flag(api: Api) -> dict[str, Any]:
+    return flag_of(api, NAME)
 
 
 def _wait_for_a_lock_wait(engine: Engine) -> None:
@@ -180,12 +197,7 @@ def test_grounding_a_task_whose_config_does_not_parse_is_announced(canary: Api) 
     assert audit.status_code == 200, audit.text
     grounded = [e for e in audit.json()["entries"] if e["action"] == "flag.grounded"]
     assert [e["details"]["cause"] for e in grounded] == ["config_unparsed"], grounded
-    with session_scope(api.engine) as session:
-        said = session.scalars(
-            select(OutboxEvent.document).where(
-                OutboxEvent.task == NAME, OutboxEvent.kind == "change"
-            )
-        ).all()
+    said = flag_announcements(api, NAME)
     explanations = [d["explanation"] for d in said if d["action"] == "flag.grounded"]
     assert len(explanations) == 1, said
     assert f"stored config version {version} does not parse" in explanations[0], explanations
