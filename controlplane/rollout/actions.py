@@ -31,7 +31,13 @@ from controlplane.rollout import flags, repository
 from controlplane.rollout import gate as gates
 from controlplane.rollout.schemas import REASON_MAX_CHARS
 from controlplane.rollout.service import gate
-from controlplane.rollout.stages import announce, change_stage, config_now, promote_next
+from controlplane.rollout.stages import (
+    announce,
+    change_stage,
+    config_now,
+    promote_next,
+    unparsed_why,
+)
 from controlplane.rollout.taskview import shown_stage
 
 # C0 control characters (and DEL) other than tab and line feed.
@@ -391,21 +397,9 @@ def ground_unparsed(session: Session) -> list[str]:
         reason = f"to the cloud: {why}"[:REASON_MAX_CHARS]
         if flags.publish_killed(session, current, reason) is not None:
             log.error("task %s: %s; its flag now routes to the cloud", task.name, why)
-            flags.announce_hold(
-                session,
-                current,
-                action="flag.grounded",
-                explanation=f"{task.name}: its flag now routes to the cloud: the stored "
-                f"config does not parse ({why[:REASON_MAX_CHARS]}); apply a valid config and it "
-                "follows its "
-                "stage again",
-                details={
-                    "cause": "config_unparsed",
-                    "stage": current.stage,
-                    "why": why[:REASON_MAX_CHARS],
-                },
-            )
             grounded.append(task.name)
+        # Announced once, even when its flag was on the cloud already (the kill switch).
+        flags.hold_for_config(session, current, why, said="its flag routes to the cloud")
     return grounded
 
 
@@ -535,7 +529,6 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
     action = "kill" if killed else "lift"
     tasks = repository.tasks_in_order(session, for_update=True)
     left_killed, left_failing = [], []
-    unparsed: dict[int, tuple[Task, str]] | None = None
     said = f"{action}: {reason}"
     for task in tasks:
         # A flag this action leaves as it was (on the cloud already: its config does not
@@ -561,24 +554,10 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
         elif killed:
             flags.publish_killed(session, task, said, restate=True)
         else:
-            if unparsed is None:
-                unparsed = load_runtimes(session)[1]
-            why = unparsed[task.id][1] if task.id in unparsed else "its config does not parse"
+            why = unparsed_why(session, task)
             flags.publish_killed(session, task, flags.left_on_the_cloud(said, why), restate=True)
             left_killed.append(task.name)
-            # From now on its config, not the kill switch, holds it on the cloud.
-            flags.announce_hold(
-                session,
-                task,
-                action="flag.grounded",
-                explanation=f"{task.name}: the lift left its flag on the cloud: "
-                f"{why[:REASON_MAX_CHARS]}; apply a valid config and it follows its stage again",
-                details={
-                    "cause": "config_unparsed",
-                    "stage": task.stage,
-                    "why": why[:REASON_MAX_CHARS],
-                },
-            )
+            flags.hold_for_config(session, task, why, said="the lift left its flag on the cloud")
     evidence: dict[str, Any] = {"tasks": len(tasks)}
     if left_killed:
         evidence["left_killed"] = left_killed

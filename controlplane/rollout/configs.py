@@ -33,26 +33,14 @@ def apply_config(session: Session, raw: Any, *, actor: str) -> Applied:
             if applied.created
             else f"config version {applied.version}"
         )
-        before = session.get(Flag, task.id)
-        held = before is not None and before.document.get("killed") is True
         published = flags.publish(
             session, task, applied.parsed or parse_config(applied.config), reason
         )
-        if held and published is not None and published.document.get("killed") is False:
-            # Only a config that did not parse holds a flag on the cloud that an apply can
-            # free (the kill switch and failing evaluations hold it through publish).
-            flags.announce_hold(
-                session,
-                task,
-                action="flag.ungrounded",
-                explanation=f"{task.name}: config version {applied.version} parses; its flag "
-                f"follows its stage ({task.stage}) again",
-                details={
-                    "cause": "config_applied",
-                    "stage": task.stage,
-                    "version": applied.version,
-                },
-            )
+        if not applied.created:
+            # A hold a config that did not parse put on the flag (announced) ends here.
+            flag = published or session.get(Flag, task.id)
+            killed = flag is not None and flag.document.get("killed") is True
+            flags.release_config_hold(session, task, applied.version, killed)
     return applied
 
 

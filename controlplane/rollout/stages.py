@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.audit.service import decision_view, record_decision
 from controlplane.catalog import repository as catalog_repository
-from controlplane.catalog.schemas import TaskConfig, parse_config
+from controlplane.catalog.schemas import ConfigError, TaskConfig, parse_config
 from controlplane.metrics import shift
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
@@ -34,6 +34,19 @@ def config_now(session: Session, task: Task) -> TaskConfig | None:
         return parse_config(stored.config, stored=True)
     except Exception:  # a ConfigError, or whatever an odd stored document raises
         return None
+
+
+def unparsed_why(session: Session, task: Task) -> str:
+    """Why the task's stored config does not parse, as the pass logs it."""
+    stored = catalog_repository.config_version(session, task.id, task.config_version)
+    if stored is None:
+        return f"stored config version {task.config_version} is missing"
+    try:
+        parse_config(stored.config, stored=True)
+    except Exception as exc:  # a ConfigError, or whatever an odd stored document raises
+        why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
+        return f"stored config version {task.config_version} does not parse: {'; '.join(why)}"
+    return f"stored config version {task.config_version} parses"
 
 
 def announce(session: Session, decision: Decision, task: str | None) -> dict[str, Any]:
@@ -80,7 +93,9 @@ def change_stage(
         evidence = {**(evidence or {}), "input_baseline": task.input_baseline}
     session.flush()
     if config is None:
-        flags.publish_killed(session, task, reason)
+        why = unparsed_why(session, task)
+        flags.publish_killed(session, task, flags.left_on_the_cloud(reason, why))
+        flags.hold_for_config(session, task, why, said=f"{action}: its flag stays on the cloud")
     else:
         flags.publish(session, task, config, reason)
     return record_decision(

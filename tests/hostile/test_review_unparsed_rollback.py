@@ -5,7 +5,9 @@ under rolled_back) and of announcing `flag.ungrounded` when a valid config frees
 PostgreSQL through the API and the scheduler's functions.
 
 The announcements follow the policy's hold on a flag, "so a start is always paired with
-its end" (tests/hostile/test_review_grounding_announced.py; docs/http-api.md)."""
+its end" (tests/hostile/test_review_grounding_announced.py; docs/http-api.md). Each defect
+was a strict xfail, and each is fixed: the hold of a config that does not parse is
+announced once by whichever path finds it first, and ended by the apply that fixes it."""
 
 from __future__ import annotations
 
@@ -69,12 +71,6 @@ def _fix(api: Api) -> None:
 # --- 1. rolled back before a pass grounds it: flag.ungrounded alone at the fix ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rollback of an unparsed task before any pass grounds it kills its flag without "
-    "flag.grounded (the pass then finds it killed and announces nothing), yet the fix "
-    "announces flag.ungrounded: an end with no start",
-)
 def test_a_rollback_before_the_pass_grounds_it_pairs_the_announcements(canary: Api) -> None:
     api = canary
     _break(api)
@@ -96,12 +92,6 @@ def test_a_rollback_before_the_pass_grounds_it_pairs_the_announcements(canary: A
 # --- 2. grounded, then the kill switch, then the fix: the end is never announced --------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="configs.apply_config announces flag.ungrounded only when the published flag is "
-    "not killed: a fix applied under the kill switch ends the config's hold unannounced, and "
-    "the lift announces nothing either; flag.grounded (config_unparsed) is never paired",
-)
 def test_a_config_fixed_under_the_kill_switch_announces_the_end_of_the_hold(
     canary: Api,
 ) -> None:
@@ -122,12 +112,6 @@ def test_a_config_fixed_under_the_kill_switch_announces_the_end_of_the_hold(
 # --- 3. the rollback overwrites why the flag is killed -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rollback of a task whose config does not parse stores a killed rolled_back flag "
-    "whose reason is only 'rolled back by hand: ...': nothing on the flag says why it is "
-    "killed (a lift says '...; left on the cloud: stored config version N does not parse')",
-)
 def test_the_rollback_flag_of_an_unparsed_task_says_why_it_is_killed(canary: Api) -> None:
     api = canary
     version = _break(api)
@@ -139,3 +123,17 @@ def test_the_rollback_flag_of_an_unparsed_task_says_why_it_is_killed(canary: Api
     # edge in shadow): a router author or an SRE reading it must see why.
     assert (flag["stage"], flag["killed"]) == ("rolled_back", True), flag
     assert f"stored config version {version} does not parse" in flag["reason"], flag["reason"]
+
+
+def test_a_config_broken_and_fixed_before_any_pass_announces_nothing(canary: Api) -> None:
+    """Nothing held the flag (no pass saw the broken version): no start, so no end."""
+    api = canary
+    store_broken_config(api.engine, NAME)
+    catalog._runtimes.clear()
+    fixed = api.client.post(
+        "/v1/tasks", json=label_config(NAME, shadow_rate=0.2), headers=api.headers()
+    )
+    assert fixed.status_code in (200, 201), fixed.text
+    run_pass(api.engine, datetime.now(UTC))
+    assert flag_announcements(api, NAME) == []
+    assert _flag(api)["killed"] is False
