@@ -99,8 +99,14 @@ def standing(url: str, task: str) -> Shown:
     if config is None:
         st.error(
             f"The stored config version {state['config_version']} of {formats.line(task)} "
-            "does not parse, so nothing is computed for it. Apply a valid config "
-            "(`shadowplane tasks apply -f FILE`)."
+            "does not parse, so nothing is computed for it, and the policy sends its flag to "
+            "the cloud. Apply a valid config (`shadowplane tasks apply -f FILE`)"
+            + (
+                ": its flag then follows its stage again, so roll it back first if it should "
+                "not serve the edge (the Overview's Roll back, or `shadowplane rollback`)."
+                if state.get("stage") in ("canary", "full")
+                else "."
+            )
         )
         st.stop()
     shown = Shown(

@@ -415,3 +415,26 @@ def test_a_link_back_from_another_page_opens_its_task(seeded: Seeded) -> None:
     assert not at.exception, at.exception
     assert at.selectbox(key="task_pick").value == IN_SHADOW
     assert f"**{IN_SHADOW}** is in" in page_text(at)
+
+
+@pytest.mark.parametrize(("stage", "advice"), [("canary", True), ("shadow", False)])
+def test_a_task_whose_config_does_not_parse_says_to_roll_a_canary_back_first(
+    seeded: Seeded, stage: str, advice: bool
+) -> None:
+    """Applying the fix publishes the stage's flag again: a canary goes back on the edge, so
+    the page says to roll it back first (which works on such a task); a task in shadow is
+    only told to apply a valid config."""
+    from sqlalchemy import update
+
+    from controlplane.models import Task
+    from tests.test_isolation import store_broken_config
+
+    with session_scope(seeded.engine) as session:
+        session.execute(update(Task).where(Task.name == IN_SHADOW).values(stage=stage))
+    version = store_broken_config(seeded.engine, IN_SHADOW)
+    at = open_page(seeded, "read", TASK_PAGE, task=IN_SHADOW)
+    assert not at.exception, at.exception
+    said = " ".join(e.value for e in at.error).replace("\\_", "_")
+    assert f"The stored config version {version} of {IN_SHADOW} does not parse" in said, said
+    assert "the policy sends its flag to the cloud" in said
+    assert ("roll it back first" in said) is advice, said
