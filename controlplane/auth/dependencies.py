@@ -28,6 +28,28 @@ def _bearer(request: Request) -> str | None:
     return bearer_token(headers.get("authorization"), headers.get("x-api-key"))
 
 
+def still_allowed(request: Request, scope: str) -> Callable[[], Awaitable[bool]]:
+    """For a response that outlives its request (the flag stream): whether the request's key
+    is still a key holding `scope`, as this process's snapshot of keys says now (read again
+    in a worker thread when due). A revoked key stops within the snapshot's age, as a poll
+    does; while the database cannot be read, the last snapshot answers."""
+    key = _bearer(request)
+    cache: KeyCache = request.app.state.keys
+
+    async def allowed() -> bool:
+        if key is None:
+            return False
+        principal = cache.known(key)
+        if principal is None:
+            try:
+                principal = await run_in_threadpool(cache.authenticate, key)
+            except SQLAlchemyError:
+                return False  # not in the last snapshot, and the database cannot say more
+        return principal is not None and grants(principal.scopes, scope)
+
+    return allowed
+
+
 def _too_many(refusal: Refusal) -> HTTPException:
     return HTTPException(429, refusal.detail, headers={"Retry-After": str(refusal.retry_after)})
 

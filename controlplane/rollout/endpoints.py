@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine
 
-from controlplane.auth.dependencies import require
+from controlplane.auth.dependencies import require, still_allowed
 from controlplane.auth.service import Principal
 from controlplane.catalog import service as catalog
 from controlplane.catalog.schemas import ConfigError, read_documents
@@ -178,6 +178,9 @@ async def flag_stream(
         request.headers.get("last-event-id"),
         heartbeat=settings.flag_stream_heartbeat_seconds,
         release=lambda: slots.release(key),
+        # A revoked key's stream ends within the key cache's age, as its polls stop.
+        allowed=still_allowed(request, "flags:read"),
+        recheck_seconds=max(settings.key_cache_seconds, 0.1),
     )
 
 

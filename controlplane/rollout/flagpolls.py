@@ -53,9 +53,9 @@ class Poll:
 
 def read_poll(scope: Scope) -> Poll | None:
     """The poll `scope` asks for, or None when it is anything the route must see: another
-    method or path, a query string, a body (or a header announcing one), no key, no
-    If-None-Match, or FastAPI's OpenTelemetry watching the request (it names the matched
-    route in its spans and metrics: the route is matched for it). Header values are read as
+    method or path, a query string, a body (or a header announcing one, or its coding), no
+    key, no If-None-Match, or FastAPI's OpenTelemetry watching the request (it names the
+    matched route in its spans and metrics: the route is matched for it). Header values are read as
     Starlette reads them: the first of each name, as latin-1."""
     if (
         scope["method"] != "GET"
@@ -87,7 +87,7 @@ def read_poll(scope: Scope) -> Poll | None:
         elif name == b"content-length":
             if value != b"0":
                 return None
-        elif name in (b"transfer-encoding", b"content-type"):
+        elif name in (b"transfer-encoding", b"content-type", b"content-encoding"):
             # What the body guard reads: the route's path keeps its answers to them.
             return None
     if if_none_match is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -45,10 +45,18 @@ def _heartbeats(copy: FlagCopy) -> Callable[[], ServerSentEvent]:
 
 
 async def events(
-    copy: FlagCopy, first: FlagSnapshot, last_event_id: str | None, stopping: anyio.Event
+    copy: FlagCopy,
+    first: FlagSnapshot,
+    last_event_id: str | None,
+    stopping: anyio.Event,
+    allowed: Callable[[], Awaitable[bool]] | None = None,
+    recheck_seconds: float = WAIT_SLICE_SECONDS,
 ) -> AsyncIterator[bytes]:
     """The document now (unless the client has it), then one event per new revision, until
-    the server shuts down (`stopping`): then the stream ends with a complete response."""
+    the server shuts down (`stopping`): then the stream ends with a complete response. With
+    `allowed`, the stream's key is checked again before each event and at least every
+    `recheck_seconds`: once it is revoked, the stream ends (its router reconnects, and is
+    refused as its polls are)."""
     current = first
     if last_event_id is None or last_event_id.strip() != str(current.revision):
         yield event(current)
@@ -58,17 +66,22 @@ async def events(
     # One task per stream, for its whole life; a change wakes it through the copy's shared
     # future, so a rollback fanned out to many streams creates no task per stream.
     shutdown = asyncio.ensure_future(stopping.wait())
+    wait = min(WAIT_SLICE_SECONDS, recheck_seconds)
     try:
         while not copy.closed and not stopping.is_set():
             change = copy.next_change()
             latest = copy.snapshot()
             if latest.revision != current.revision:
+                if allowed is not None and not await allowed():
+                    return
                 yield event(latest)
                 current = latest
                 continue
             await asyncio.wait(
-                (change, shutdown), timeout=WAIT_SLICE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                (change, shutdown), timeout=wait, return_when=asyncio.FIRST_COMPLETED
             )
+            if allowed is not None and not change.done() and not await allowed():
+                return
     finally:
         shutdown.cancel()
 
@@ -114,10 +127,12 @@ class FlagStream(EventSourceResponse):
         *,
         heartbeat: float,
         release: Callable[[], None],
+        allowed: Callable[[], Awaitable[bool]] | None = None,
+        recheck_seconds: float = WAIT_SLICE_SECONDS,
     ) -> None:
         stopping = anyio.Event()
         super().__init__(
-            events(copy, first, last_event_id, stopping),
+            events(copy, first, last_event_id, stopping, allowed, recheck_seconds),
             ping=heartbeat,
             ping_message_factory=_heartbeats(copy),
             sep="\n",

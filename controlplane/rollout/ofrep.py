@@ -62,7 +62,7 @@ class EvaluationSuccess(BaseModel):
         description="edge: the edge serves; shadow: the cloud serves and the edge runs beside "
         "it at the flag's shadow_rate; cloud: the cloud serves and nothing runs beside it."
     )
-    reason: Literal["STATIC", "TARGETING_MATCH", "SPLIT", "DISABLED", "ERROR"]
+    reason: Literal["STATIC", "TARGETING_MATCH", "SPLIT", "DISABLED", "STALE", "ERROR"]
     metadata: dict[str, MetadataValue] = Field(
         description="The flag's fields (version, stage, edge_percent, sticky_by, "
         "max_input_tokens when capped, shadow_rate, killed, default_route, repeat_rate (absent "
@@ -336,9 +336,27 @@ def metadata(flag: Mapping[str, Any]) -> dict[str, MetadataValue]:
     return out
 
 
-def evaluate_flag(task: str, flag: Mapping[str, Any], context: Context) -> dict[str, Any]:
+# How old this process's copy of the flags may be (storage unreachable) before OFREP
+# answers cloud: the Python client's own bound (FlagClient's max_staleness). OFREP providers
+# do not read X-Shadowplane-Stale, so the bound is kept here for them.
+MAX_STALE_SECONDS = 600.0
+
+
+def evaluate_flag(
+    task: str, flag: Mapping[str, Any], context: Context, stale_seconds: float | None = None
+) -> dict[str, Any]:
     """One flag for one context: an evaluation, or TARGETING_KEY_MISSING for a canary
-    that needs a sticky key the context does not hold."""
+    that needs a sticky key the context does not hold. From a copy older than
+    MAX_STALE_SECONDS, cloud (reason STALE): a rollback or kill made since may not be in it."""
+    if stale_seconds is not None and stale_seconds > MAX_STALE_SECONDS:
+        return {
+            "key": task,
+            "value": "cloud",
+            "variant": "cloud",
+            "reason": "STALE",
+            "metadata": metadata(flag),
+            "cacheable": False,
+        }
     result = evaluate(
         flag,
         task,
@@ -451,7 +469,7 @@ async def evaluate_one(
         return _json(
             {"key": key, "errorCode": "FLAG_NOT_FOUND", "errorDetails": details}, 404, headers
         )
-    answer = evaluate_flag(key, flag, context)
+    answer = evaluate_flag(key, flag, context, snapshot.stale_seconds)
     return _json(answer, 400 if "errorCode" in answer else 200, headers)
 
 
@@ -495,5 +513,8 @@ async def evaluate_all(
 def evaluate_every_flag(snapshot: FlagSnapshot, context: Context) -> bytes:
     """The canonical bulk answer: the same flags and context give the same bytes (and so
     the same ETag) on every replica."""
-    flags = [evaluate_flag(task, snapshot.flags[task], context) for task in sorted(snapshot.flags)]
+    stale = snapshot.stale_seconds
+    flags = [
+        evaluate_flag(task, snapshot.flags[task], context, stale) for task in sorted(snapshot.flags)
+    ]
     return dumps({"flags": flags}, sort_keys=True)
