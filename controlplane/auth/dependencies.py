@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from controlplane.auth.ratelimit import RateLimiter, Refusal
 from controlplane.auth.scopes import grants
-from controlplane.auth.service import KeyCache, Principal
+from controlplane.auth.service import MISS_REFRESH_SECONDS, KeyCache, Principal
 
 # The bucket of endpoints open to any valid key (/metrics): the read rate.
 ANY_KEY_BUCKET = "read"
@@ -31,8 +31,9 @@ def _bearer(request: Request) -> str | None:
 def still_allowed(request: Request, scope: str) -> Callable[[], Awaitable[bool]]:
     """For a response that outlives its request (the flag stream): whether the request's key
     is still a key holding `scope`, as this process's snapshot of keys says now (read again
-    in a worker thread when due). A revoked key stops within the snapshot's age, as a poll
-    does; while the database cannot be read, the last snapshot answers."""
+    in a worker thread when due). Checked when the snapshot is due (`key_check_due`), a
+    revoked key stops within the snapshot's age, as a poll does; while the database cannot
+    be read, the last snapshot answers."""
     key = _bearer(request)
     cache: KeyCache = request.app.state.keys
 
@@ -48,6 +49,25 @@ def still_allowed(request: Request, scope: str) -> Callable[[], Awaitable[bool]]
         return principal is not None and grants(principal.scopes, scope)
 
     return allowed
+
+
+# How long after the key snapshot is due a stream checks its key: the read a check then
+# makes (or another request's) has landed.
+KEY_CHECK_SLACK_SECONDS = 0.05
+
+
+def key_check_due(request: Request) -> Callable[[], float]:
+    """Seconds until a long response should check its key again: when this process's key
+    snapshot is next read (a revocation made before that read is then seen); while the
+    snapshot is overdue (a read under way, or failing: the database is down), a second,
+    as a request's own miss waits."""
+    cache: KeyCache = request.app.state.keys
+
+    def due() -> float:
+        left = cache.due_in()
+        return (left if left > 0 else MISS_REFRESH_SECONDS) + KEY_CHECK_SLACK_SECONDS
+
+    return due
 
 
 def _too_many(refusal: Refusal) -> HTTPException:

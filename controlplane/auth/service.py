@@ -106,6 +106,11 @@ class KeyCache:
             raise
         return principal if read is None else read.get(digest)
 
+    def due_in(self) -> float:
+        """Seconds until the snapshot is read again (0 when it is due now): a check of a key
+        made then sees every revocation made before the last read."""
+        return max(0.0, self._ttl - (self._clock() - self._snapshot[1]))
+
     def known(self, key: str) -> Principal | None:
         """The key's principal when the current snapshot holds it, without any query (None:
         unknown to the snapshot, or the snapshot is due to be read again)."""

@@ -10,7 +10,7 @@ from controlplane.models.results import Payload, Result, ResultKey
 from controlplane.models.review import ReviewItem, ReviewLabel, ReviewSkip, RouteAccuracyWindow
 from controlplane.models.rollout import BlockedModel, Decision, Flag, FlagHistory, FlagState
 from controlplane.models.secrets import ServerSecret
-from controlplane.models.tasks import FailingEvaluation, Task, TaskConfigVersion
+from controlplane.models.tasks import ConfigHold, FailingEvaluation, Task, TaskConfigVersion
 
 __all__ = [
     "Alert",
@@ -22,6 +22,7 @@ __all__ = [
     "Decision",
     "EvalItem",
     "EvalRun",
+    "ConfigHold",
     "FailingEvaluation",
     "Flag",
     "FlagHistory",

@@ -53,6 +53,20 @@ class TaskConfigVersion(Base):
     created_by: Mapped[str] = mapped_column(String(200))
 
 
+class ConfigHold(Base):
+    """A task whose flag is held on the cloud because its stored config `version` did not
+    parse, announced (flag.grounded) since `since`; the apply that fixes it deletes the row
+    and announces the end (flag.ungrounded)."""
+
+    __tablename__ = "config_holds"
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    since: Mapped[datetime] = mapped_column(UTCDateTime)
+    version: Mapped[int] = mapped_column(Integer)
+
+
 class FailingEvaluation(Base):
     """A task whose every rollout evaluation has failed since `since` (no row while they
     succeed): past rollout.actions.EVALUATION_GRACE its flag goes to the cloud."""

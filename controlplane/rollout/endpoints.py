@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine
 
-from controlplane.auth.dependencies import require, still_allowed
+from controlplane.auth.dependencies import key_check_due, require, still_allowed
 from controlplane.auth.service import Principal
 from controlplane.catalog import service as catalog
 from controlplane.catalog.schemas import ConfigError, read_documents
@@ -180,7 +180,7 @@ async def flag_stream(
         release=lambda: slots.release(key),
         # A revoked key's stream ends within the key cache's age, as its polls stop.
         allowed=still_allowed(request, "flags:read"),
-        recheck_seconds=max(settings.key_cache_seconds, 0.1),
+        check_due=key_check_due(request),
     )
 
 

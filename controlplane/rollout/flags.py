@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.audit.service import record
 from controlplane.catalog.schemas import TaskConfig
-from controlplane.models import AuditEntry, FailingEvaluation, Flag, FlagHistory, FlagState, Task
+from controlplane.models import ConfigHold, FailingEvaluation, Flag, FlagHistory, FlagState, Task
 from controlplane.models.base import utcnow
 from controlplane.notify.documents import change_document
 from controlplane.notify.outbox import add_event
@@ -137,34 +137,14 @@ def announce_hold(
     )
 
 
-# The announcements of the hold a config that does not parse puts on a flag, and of its end.
-HOLD_ACTIONS = ("flag.grounded", "flag.ungrounded")
-_CONFIG_CAUSES = ("config_unparsed", "config_applied")
-
-
-def config_hold_announced(session: Session, task: Task) -> bool:
-    """Whether the hold a stored config that does not parse puts on the task's flag has been
-    announced (flag.grounded, cause config_unparsed) and not yet its end (config_applied):
-    read from the audit log, the task's latest such entry."""
-    rows = session.execute(
-        select(AuditEntry.details)
-        .where(AuditEntry.task == task.name, AuditEntry.action.in_(HOLD_ACTIONS))
-        .order_by(AuditEntry.created_at.desc(), AuditEntry.id.desc())
-        .limit(100)
-    ).scalars()
-    for details in rows:
-        cause = (details or {}).get("cause")
-        if cause in _CONFIG_CAUSES:
-            return bool(cause == "config_unparsed")
-    return False
-
-
 def hold_for_config(session: Session, task: Task, why: str, *, said: str) -> None:
     """Announce, once, that the task's flag is held on the cloud because its stored config
     does not parse (`why`; `said`: what just happened, first in the sentence), whichever
-    path finds it first (a pass, a lift, a rollback); a no-op while announced."""
-    if config_hold_announced(session, task):
+    path finds it first (a pass, a lift, a rollback); a no-op while announced (its
+    `config_holds` row)."""
+    if session.get(ConfigHold, task.id) is not None:
         return
+    session.add(ConfigHold(task_id=task.id, since=utcnow(), version=task.config_version))
     why = why[:REASON_MAX_CHARS]
     announce_hold(
         session,
@@ -180,8 +160,10 @@ def release_config_hold(session: Session, task: Task, version: int, killed: bool
     """Announce the end of an announced config hold: config `version` parses (`killed`:
     whether the flag just published is still on the cloud, by the kill switch or failing
     evaluations)."""
-    if not config_hold_announced(session, task):
+    held = session.get(ConfigHold, task.id)
+    if held is None:
         return
+    session.delete(held)
     still = (
         "the kill switch or failing evaluations still hold its flag on the cloud"
         if killed

@@ -50,13 +50,13 @@ async def events(
     last_event_id: str | None,
     stopping: anyio.Event,
     allowed: Callable[[], Awaitable[bool]] | None = None,
-    recheck_seconds: float = WAIT_SLICE_SECONDS,
+    check_due: Callable[[], float] | None = None,
 ) -> AsyncIterator[bytes]:
     """The document now (unless the client has it), then one event per new revision, until
     the server shuts down (`stopping`): then the stream ends with a complete response. With
-    `allowed`, the stream's key is checked again before each event and at least every
-    `recheck_seconds`: once it is revoked, the stream ends (its router reconnects, and is
-    refused as its polls are)."""
+    `allowed`, the stream's key is checked again before each event and whenever
+    `check_due` (seconds from now) says: once it is revoked, the stream ends (its router
+    reconnects, and is refused as its polls are)."""
     current = first
     if last_event_id is None or last_event_id.strip() != str(current.revision):
         yield event(current)
@@ -66,7 +66,6 @@ async def events(
     # One task per stream, for its whole life; a change wakes it through the copy's shared
     # future, so a rollback fanned out to many streams creates no task per stream.
     shutdown = asyncio.ensure_future(stopping.wait())
-    wait = min(WAIT_SLICE_SECONDS, recheck_seconds)
     try:
         while not copy.closed and not stopping.is_set():
             change = copy.next_change()
@@ -77,6 +76,9 @@ async def events(
                 yield event(latest)
                 current = latest
                 continue
+            wait = WAIT_SLICE_SECONDS
+            if check_due is not None:
+                wait = min(wait, check_due())
             await asyncio.wait(
                 (change, shutdown), timeout=wait, return_when=asyncio.FIRST_COMPLETED
             )
@@ -128,11 +130,11 @@ class FlagStream(EventSourceResponse):
         heartbeat: float,
         release: Callable[[], None],
         allowed: Callable[[], Awaitable[bool]] | None = None,
-        recheck_seconds: float = WAIT_SLICE_SECONDS,
+        check_due: Callable[[], float] | None = None,
     ) -> None:
         stopping = anyio.Event()
         super().__init__(
-            events(copy, first, last_event_id, stopping, allowed, recheck_seconds),
+            events(copy, first, last_event_id, stopping, allowed, check_due),
             ping=heartbeat,
             ping_message_factory=_heartbeats(copy),
             sep="\n",

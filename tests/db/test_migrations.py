@@ -24,6 +24,7 @@ TABLES = {
     "eval_items",
     "eval_runs",
     "failing_evaluations",
+    "config_holds",
     "flag_history",
     "flag_state",
     "flags",
