@@ -78,12 +78,19 @@ SETTINGS = {
 @pytest.fixture
 def server(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[ApiServer, str]]:
     """A server whose key snapshot is read again every 0.2 s, and a flags:read key."""
+    yield from doomed_key_server(sqlite_url, tmp_path, SETTINGS)
+
+
+def doomed_key_server(
+    sqlite_url: str, tmp_path: Path, settings: dict[str, str]
+) -> Iterator[tuple[ApiServer, str]]:
+    """A live API with `settings`, and a flags:read key named doomed-router (to revoke)."""
     keys = seed(sqlite_url)
     with session_scope(get_engine(sqlite_url)) as session:
         keys["doomed"] = create_key(
             session, name="doomed-router", scopes=["flags:read"], actor="test"
         )[1]
-    api = ApiServer(sqlite_url, tmp_path / "api.log", keys, SETTINGS).start()
+    api = ApiServer(sqlite_url, tmp_path / "api.log", keys, settings).start()
     try:
         yield api, keys["doomed"]
     finally:

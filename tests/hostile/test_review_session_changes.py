@@ -47,10 +47,11 @@ from sqlalchemy import event, text
 
 from controlplane.client.tls import default_tls
 from controlplane.db import get_engine, session_scope
-from controlplane.keys.service import create_key, revoke_key
+from controlplane.keys.service import revoke_key
 from tests.conftest import Api
+from tests.hostile.test_review_flag_serving import doomed_key_server
 from tests.hostile.test_review_upgrade_configs import canary_app, label_config
-from tests.liveapi import ApiServer, EventReader, seed
+from tests.liveapi import ApiServer, EventReader
 
 pytestmark = pytest.mark.integration
 
@@ -66,16 +67,7 @@ SETTINGS = {
 @pytest.fixture
 def server(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[ApiServer, str]]:
     """A server whose key snapshot is trusted for 3 s, and a flags:read key."""
-    keys = seed(sqlite_url)
-    with session_scope(get_engine(sqlite_url)) as session:
-        keys["doomed"] = create_key(
-            session, name="doomed-router", scopes=["flags:read"], actor="test"
-        )[1]
-    api = ApiServer(sqlite_url, tmp_path / "api.log", keys, SETTINGS).start()
-    try:
-        yield api, keys["doomed"]
-    finally:
-        api.stop()
+    yield from doomed_key_server(sqlite_url, tmp_path, SETTINGS)
 
 
 def test_a_revoked_keys_stream_ends_within_the_key_caches_age(
