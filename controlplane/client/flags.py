@@ -335,6 +335,12 @@ class FlagClient:
                 if code in (401, 403):
                     self._halt(code, FLAGS_PATH, _detail(response))
                 if code == 304:
+                    if self._revision is None:
+                        # Nothing held to be "not modified" (a cache in between answering
+                        # for someone else?): no flags, so nothing is confirmed.
+                        return self._failed(
+                            f"GET {FLAGS_PATH}: HTTP 304 to a poll holding no flags"
+                        )
                     self._confirm(_stale_seconds(response))
                     return self._next_poll()
                 if code == 200:

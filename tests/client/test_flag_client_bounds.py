@@ -270,3 +270,21 @@ def test_a_server_age_that_cannot_be_read_confirms_nothing(header: str) -> None:
             assert (status.state, status.revision) == ("starting", 5)
             assert "X-Shadowplane-Stale" in (status.error or "")
             assert _route(flags) == ("cloud", None, "STALE")
+
+
+def test_a_304_to_a_client_holding_no_flags_is_not_counted_as_current() -> None:
+    """A server (or a cache in front of it) answering 304 to a poll that named no copy: the
+    client holds nothing, so it is not `ok`; every task goes to the cloud, and status()
+    says why."""
+
+    def app(ex: Exchange) -> None:
+        ex.reply(304, headers={"X-Shadowplane-Stale": "0", "ETag": '"x"'})
+
+    with FakeServer(app) as server:
+        options: dict[str, Any] = {"stream": False, "poll_interval": 0.1, "max_backoff": 0.2}
+        with FlagClient(server.base, "k", **options) as flags:
+            wait_until(lambda: len(server.requests("/v1/flags")) >= 2, "two polls")
+            status = flags.status()
+            assert status.state == "starting", status
+            assert "304 to a poll holding no flags" in (status.error or ""), status
+            assert flags.route("t", session_id="s-1", input_tokens=10).served == "cloud"
