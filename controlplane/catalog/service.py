@@ -46,6 +46,13 @@ class Applied:
     parsed: TaskConfig | None = None
 
 
+def unparsable(version: int, exc: Exception) -> str:
+    """Why stored config `version` does not parse: a ConfigError's errors, or whatever else
+    an odd stored document raised."""
+    why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
+    return f"stored config version {version} does not parse: {'; '.join(why)}"
+
+
 class TaskConflict(RuntimeError):
     """Two writers created the same task at once; the caller may retry."""
 
@@ -211,10 +218,7 @@ class RuntimeCache:
                     try:
                         config = parse_config(document, stored=True)
                     except Exception as exc:
-                        why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
-                        self._broken[key] = (
-                            f"stored config version {key[1]} does not parse: {'; '.join(why)}"
-                        )
+                        self._broken[key] = unparsable(key[1], exc)
                         log.exception(
                             "task %s: %s; skipped until a valid config is applied",
                             names_by_key[key],

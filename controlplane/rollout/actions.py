@@ -443,20 +443,16 @@ def evaluation_failed(session: Session, task_id: int, now: datetime, why: str) -
     log.error("task %s: %s", task.name, reason)
     # Announced whether or not the flag moved now: under the kill switch it is on the cloud
     # already, and the failing evaluations hold it there once the switch is lifted.
+    why = why[:REASON_MAX_CHARS]
+    since = failing.since.isoformat()
     flags.announce_hold(
         session,
         task,
         action="flag.grounded",
         explanation=f"{task.name}: its flag now routes to the cloud: every rollout "
-        f"evaluation since {failing.since.isoformat()} failed ({why[:REASON_MAX_CHARS]}); it "
-        "follows its stage "
-        "again at the first evaluation that works",
-        details={
-            "cause": "evaluation_failing",
-            "stage": task.stage,
-            "since": failing.since.isoformat(),
-            "why": why[:REASON_MAX_CHARS],
-        },
+        f"evaluation since {since} failed ({why}); it follows its stage again at the first "
+        "evaluation that works",
+        details={"cause": "evaluation_failing", "stage": task.stage, "since": since, "why": why},
     )
     return changed
 
@@ -536,21 +532,18 @@ def set_killed(session: Session, *, killed: bool, actor: str, reason: str) -> De
         # the kill, or why a lift left it on the cloud, never an earlier action's reason.
         config = config_now(session, task)
         if config is not None:
-            changed = flags.publish(session, task, config, said)
             failing = session.get(FailingEvaluation, task.id)
-            if failing is None or failing.grounded_at is None or changed is not None:
-                continue
-            if killed:
-                flags.publish_killed(session, task, said, restate=True)
-            else:
-                left_failing.append(task.name)
-                why = (
-                    f"every rollout evaluation since {failing.since.isoformat()} failed "
-                    "(the workers' logs say why)"
+            since = failing.since if failing is not None and failing.grounded_at else None
+            says = said
+            if since is not None and not killed:
+                left_failing.append(task.name)  # publish keeps it on the cloud
+                says = flags.left_on_the_cloud(
+                    said,
+                    f"every rollout evaluation since {since.isoformat()} failed (the workers' "
+                    "logs say why)",
                 )
-                flags.publish_killed(
-                    session, task, flags.left_on_the_cloud(said, why), restate=True
-                )
+            if flags.publish(session, task, config, says) is None and since is not None:
+                flags.publish_killed(session, task, says, restate=True)
         elif killed:
             flags.publish_killed(session, task, said, restate=True)
         else:

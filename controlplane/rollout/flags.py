@@ -195,9 +195,9 @@ def _store(
     *,
     restate: bool = False,
 ) -> Flag | None:
-    same = flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields
-    if same and not (restate and flag is not None and flag.document.get("reason") != reason):
-        return None
+    if flag is not None and {k: flag.document.get(k) for k in ROUTING_FIELDS} == fields:
+        if not restate or flag.document.get("reason") == reason:
+            return None
     state.revision += 1
     now = utcnow()
     version = (flag.version if flag is not None else 0) + 1

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from controlplane.audit.service import decision_view, record_decision
 from controlplane.catalog import repository as catalog_repository
-from controlplane.catalog.schemas import ConfigError, TaskConfig, parse_config
+from controlplane.catalog.schemas import TaskConfig, parse_config
+from controlplane.catalog.service import unparsable
 from controlplane.metrics import shift
 from controlplane.models import Decision, Task
 from controlplane.models.base import utcnow
@@ -27,26 +28,27 @@ def config_now(session: Session, task: Task) -> TaskConfig | None:
     """The task's current config, read and parsed now (not through the per-process cache,
     which may lag a config applied a moment ago): what a flag must be derived from. None
     when the stored config does not parse."""
-    stored = catalog_repository.config_version(session, task.id, task.config_version)
-    if stored is None:
-        return None
-    try:
-        return parse_config(stored.config, stored=True)
-    except Exception:  # a ConfigError, or whatever an odd stored document raises
-        return None
+    stored = stored_config(session, task)
+    return stored if isinstance(stored, TaskConfig) else None
 
 
 def unparsed_why(session: Session, task: Task) -> str:
     """Why the task's stored config does not parse, as the pass logs it."""
+    stored = stored_config(session, task)
+    if isinstance(stored, TaskConfig):
+        return f"stored config version {task.config_version} parses"
+    return stored
+
+
+def stored_config(session: Session, task: Task) -> TaskConfig | str:
+    """The task's current stored config parsed now, or why it cannot be."""
     stored = catalog_repository.config_version(session, task.id, task.config_version)
     if stored is None:
         return f"stored config version {task.config_version} is missing"
     try:
-        parse_config(stored.config, stored=True)
+        return parse_config(stored.config, stored=True)
     except Exception as exc:  # a ConfigError, or whatever an odd stored document raises
-        why = exc.errors if isinstance(exc, ConfigError) else [repr(exc)]
-        return f"stored config version {task.config_version} does not parse: {'; '.join(why)}"
-    return f"stored config version {task.config_version} parses"
+        return unparsable(task.config_version, exc)
 
 
 def announce(session: Session, decision: Decision, task: str | None) -> dict[str, Any]:
