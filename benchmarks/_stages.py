@@ -42,6 +42,7 @@ STAGES: list[tuple[str, ModuleType, str]] = [
     ("payload shaping and masking", service, "stored_form"),
     ("row building", service, "score"),
     ("batch bookkeeping (task lookup, dedup, report)", service, "ingest"),
+    ("batch bookkeeping (task lookup, dedup, report)", service, "store"),
     ("free repeat pairs (one read per task)", service, "free_repeats"),
     ("database write (keys, COPY)", repository, "insert_results"),
     ("transaction (session, commit)", db, "in_transaction"),

@@ -39,7 +39,9 @@ bookkeeping, free repeat pairs, the database write, the transaction; and the tim
 garbage collector), and through HTTP the wall time per result with the CPU the API's
 processes and PostgreSQL spent per result; beside it, in the same run, binary `COPY` of the
 same label rows into `results` and into a slim table (the same columns, only the
-`(task_id, request_id)` unique key).
+`(task_id, request_id)` unique key), and the floor: the server's write alone
+(`service.store`) of label results scored beforehand, from as many threads as senders, a
+transaction a batch: what label through HTTP could reach with an API that cost nothing.
 
 Prints figures; asserts nothing about time.
 """
@@ -535,6 +537,43 @@ def in_process(url: str, bodies: list[bytes], context: IngestContext) -> float:
     return time.perf_counter() - started
 
 
+def write_floor(url: str, bodies: list[bytes], context: IngestContext, writers: int) -> float:
+    """Seconds the server's write alone takes over these bodies: every item decoded and scored
+    beforehand, untimed, as the endpoint does; then timed, `writers` threads (the senders'
+    concurrency) each storing its share of the batches, one transaction a batch
+    (`service.store`: keys claimed, free repeat pairs, rows and kept payloads copied,
+    commit). No API could store these results faster with this schema on this machine."""
+    engine = get_engine(url)
+    received_at = utcnow()
+    with session_scope(engine) as session:
+        items = [validation.validate_body(body, 1000)[0] for body in bodies]
+        runtimes = task_runtimes(session, {item["task"] for batch in items for _, item in batch})
+    tasks = {task.id: task for task in runtimes.values()}
+    batches = [
+        [
+            service.stored_form(score(item, runtimes[item["task"]], received_at, context))
+            for _, item in batch
+        ]
+        for batch in items
+    ]
+
+    def writer(share: list[list[Any]]) -> None:
+        for scored in share:
+            stored = in_transaction(
+                engine, lambda session, scored=scored: service.store(session, scored, tasks)
+            )
+            if stored != len(scored):
+                raise SystemExit(f"the write floor stored {stored} of {len(scored)} results")
+
+    threads = [threading.Thread(target=writer, args=(batches[i::writers],)) for i in range(writers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def tree_cpu_seconds(root: int) -> float:
     """CPU seconds (user + system) of process `root` and every process below it, the exited
     ones included (as their parents' reaped-children times)."""
@@ -583,6 +622,10 @@ def ceiling_slim(url: str, rows: list[list[Any]]) -> float:
             _copy(cur, "bench_slim", COLS, TYPES, rows)
         conn.commit()
         return len(rows) / (time.perf_counter() - started)
+
+
+# The label results' write alone (service.store, the results scored beforehand), a result.
+FLOOR = "floor: the server's write alone (scored before)"
 
 
 def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp: Path) -> None:
@@ -655,6 +698,10 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
             )
             if pg:
                 add(kind, "  CPU of PostgreSQL", (tree_cpu_seconds(pg) - pg_cpu) * 1e6 / n)
+        # What the schema itself allows: the label results' write alone.
+        settle(url)
+        floor = write_floor(url, bodies_of(results(n, f"pf{rep}")), context, writers=args.senders)
+        ceilings.setdefault(FLOOR, []).append(floor * 1e6 / n)
         # The ceilings: the label results' rows, as the server stores them.
         settle(url)
         copy_rate = ceiling_copy(url, db_rows(url, results(n, f"pc{rep}")))
@@ -674,7 +721,8 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
         ]
         print(f"  {row:<46} {' '.join(cells)}")
     for row, figures in ceilings.items():
-        print(f"  {row:<46} {statistics.median(figures):>9.1f}  (a row)")
+        unit = "(a result)" if row == FLOOR else "(a row)"
+        print(f"  {row:<46} {statistics.median(figures):>9.1f}  {unit}")
     http = {
         kind: statistics.median(per[kind]["through HTTP: wall per result (2 workers)"])
         for kind in per
@@ -688,6 +736,11 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
             f"\n  label through HTTP / COPY into the slim keyed table: "
             f"{slim / http['label']:.2f} (goal ≥ 0.25); / COPY into results: "
             f"{copy / http['label']:.2f}"
+        )
+        floor = statistics.median(ceilings[FLOOR])
+        print(
+            f"  the write alone / COPY into the slim keyed table: {slim / floor:.2f} (the most "
+            "label through HTTP could reach with this schema: an API that cost nothing)"
         )
     if len(http) == 2:
         print(

@@ -129,21 +129,26 @@ def ingest(
                 )
             )
         seen.add(key)  # a rejected item does not make a later one with its id a duplicate
-    tasks_by_id = {task.id: task for task in runtimes.values()}
-    stored = repository.insert_results(
-        session,
-        [s.row for s in scored],
-        _payloads_by_key(scored),
-        # Once the keys are claimed: only results that will be stored pair with each other,
-        # never a resend that is not (its answer exists nowhere).
-        before_write=lambda new: free_repeats(session, new, tasks_by_id),
-    )
+    stored = store(session, scored, {task.id: task for task in runtimes.values()})
     rejected.sort(key=lambda r: r.index)
     return IngestReport(
         accepted=stored,
         duplicates=in_batch_duplicates + len(scored) - stored,
         rejected=rejected,
         altered=altered,
+    )
+
+
+def store(session: Session, scored: list[Scored], tasks: dict[int, TaskRuntime]) -> int:
+    """The write of a request's scored items (keys claimed, free repeat pairs scored, rows
+    and kept payloads copied), in the caller's transaction; how many were new."""
+    return repository.insert_results(
+        session,
+        [s.row for s in scored],
+        _payloads_by_key(scored),
+        # Once the keys are claimed: only results that will be stored pair with each other,
+        # never a resend that is not (its answer exists nowhere).
+        before_write=lambda new: free_repeats(session, new, tasks),
     )
 
 
