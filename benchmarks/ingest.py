@@ -1,7 +1,7 @@
 """Ingest throughput and latency against PostgreSQL, with the ceilings measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--rows 100000] [--senders 4] [--reps 5]
-                                         [--text-rows 10000] [--only latency|throughput|repeats|text]
+                                         [--text-rows 10000] [--only latency|throughput|repeats|text|floor]
                                          [--profile]
 
 Starts its own PostgreSQL (default durability settings) and Redis via scripts/services,
@@ -30,6 +30,11 @@ medians:
   SHADOWPLANE_TEXT_READER=python, with the Python one, beside the `label` task's results/s
   on as many results in the same run (goal: the compiled reader's within 2× of label's).
 
+- floor (`--only floor`): the write alone, as in `--profile`, and what each part of it
+  costs: without kept payloads, without the key claim too, and without free repeats too
+  (what-ifs: the claim and the probe skipped, the input-hash index dropped from the
+  benchmark's own database), each beside the slim keyed table's `COPY` in the same run.
+
 With `--profile` (and `--kinds label,text`, `--cpu`), only the per-result cost table: for
 label and text results (`--text-rows` each run), the median microseconds per result of each
 stage of the server's own path run in this process (benchmarks/_stages.py samples it as it
@@ -49,6 +54,7 @@ Prints figures; asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import http.client
 import os
@@ -62,6 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import psycopg
@@ -85,7 +92,7 @@ from benchmarks._support import (  # noqa: E402
 from controlplane.catalog.examples import FOLDER as EXAMPLE_TASKS  # noqa: E402
 from controlplane.catalog.service import task_runtimes  # noqa: E402
 from controlplane.db import forget_engines, get_engine, in_transaction, session_scope  # noqa: E402
-from controlplane.ingest import service, validation  # noqa: E402
+from controlplane.ingest import repository, service, validation  # noqa: E402
 from controlplane.ingest.repository import (  # noqa: E402
     JSON_RESULT_COLUMNS,
     RESULT_COLUMNS,
@@ -537,7 +544,13 @@ def in_process(url: str, bodies: list[bytes], context: IngestContext) -> float:
     return time.perf_counter() - started
 
 
-def write_floor(url: str, bodies: list[bytes], context: IngestContext, writers: int) -> float:
+def write_floor(
+    url: str,
+    bodies: list[bytes],
+    context: IngestContext,
+    writers: int,
+    payloads: bool = True,
+) -> float:
     """Seconds the server's write alone takes over these bodies: every item decoded and scored
     beforehand, untimed, as the endpoint does; then timed, `writers` threads (the senders'
     concurrency) each storing its share of the batches, one transaction a batch
@@ -556,6 +569,10 @@ def write_floor(url: str, bodies: list[bytes], context: IngestContext, writers: 
         ]
         for batch in items
     ]
+    if not payloads:  # what-if: no result keeps a payload
+        for batch in batches:
+            for scored in batch:
+                scored.payload = None
 
     def writer(share: list[list[Any]]) -> None:
         for scored in share:
@@ -622,6 +639,66 @@ def ceiling_slim(url: str, rows: list[list[Any]]) -> float:
             _copy(cur, "bench_slim", COLS, TYPES, rows)
         conn.commit()
         return len(rows) / (time.perf_counter() - started)
+
+
+def measure_floor(args: argparse.Namespace, url: str) -> None:
+    """What each part of the write costs: the floor as stored, then without kept payloads,
+    without the key claim too, and without free repeats too (their probe skipped, the
+    input-hash index dropped from this benchmark's own database, last), each beside the
+    slim keyed table's COPY."""
+    settings = Settings()
+    with session_scope(get_engine(url)) as session:
+        hash_key = service.id_hash_key(session, settings.id_hash_secret)
+    context = IngestContext(id_hash_key=hash_key, max_backfill=settings.max_backfill)
+    n = args.text_rows
+
+    def bodies(tag: str) -> list[bytes]:
+        items = results(n, tag)
+        return [
+            orjson.dumps({"results": items[i : i + BATCH]}) for i in range(0, len(items), BATCH)
+        ]
+
+    def every_key_new(_session: Any, rows: list[dict[str, Any]], _pg: bool) -> set[Any]:
+        return {(row["task_id"], row["request_id"]) for row in rows}
+
+    print(
+        f"The write alone: {n:,} label results a run, scored beforehand, {args.senders} "
+        f"writers, a transaction a batch of {BATCH}; median of {args.reps} runs, µs a result"
+    )
+    figures: dict[str, list[float]] = {}
+    for rep in range(args.reps):
+        settle(url)
+        slim = 1e6 / ceiling_slim(url, db_rows(url, results(n, f"fs{rep}")))
+        figures.setdefault("ceiling: binary COPY into a slim keyed table", []).append(slim)
+        for what, kwargs, claims in (
+            ("as stored", {}, True),
+            ("no kept payloads", {"payloads": False}, True),
+            ("no kept payloads, no key claim", {"payloads": False}, False),
+        ):
+            settle(url)
+            with contextlib.ExitStack() as stack:
+                if not claims:  # what-if: every key new, result_keys not written
+                    stack.enter_context(mock.patch.object(repository, "_claim_keys", every_key_new))
+                seconds = write_floor(
+                    url, bodies(f"f{what[:6]}{rep}"), context, args.senders, **kwargs
+                )
+            figures.setdefault(what, []).append(seconds * 1e6 / n)
+    with psycopg.connect(pg_conninfo(url)) as conn:
+        conn.execute("DROP INDEX ix_results_input_hash_ts")  # this benchmark's database only
+    for rep in range(args.reps):
+        settle(url)
+        with (
+            mock.patch.object(repository, "_claim_keys", every_key_new),
+            mock.patch.object(service, "free_repeats", lambda *_: None),
+        ):
+            seconds = write_floor(url, bodies(f"fi{rep}"), context, args.senders, payloads=False)
+        figures.setdefault("… and no free repeats (their probe, the input-hash index)", []).append(
+            seconds * 1e6 / n
+        )
+    slim = statistics.median(figures["ceiling: binary COPY into a slim keyed table"])
+    for what, values in figures.items():
+        median = statistics.median(values)
+        print(f"  {what:<58} {median:>7.1f}  slim / it: {slim / median:.2f}")
 
 
 # The label results' write alone (service.store, the results scored beforehand), a result.
@@ -763,7 +840,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, help="the API's port (default: a free one)")
     parser.add_argument(
         "--only",
-        choices=["latency", "throughput", "text", "repeats"],
+        choices=["latency", "throughput", "text", "repeats", "floor"],
         help="run one part only",
     )
     parser.add_argument(
@@ -819,6 +896,9 @@ def main() -> None:
         # after a CHECKPOINT, so one run's dirty pages are not flushed during the next.
         if args.profile:
             measure_profile(args, api, key, url, tmp)
+            return
+        if args.only == "floor":
+            measure_floor(args, url)
             return
         if args.only in (None, "latency"):
             measure_latency(args, base, key, url)
