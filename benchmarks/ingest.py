@@ -45,8 +45,9 @@ garbage collector), and through HTTP the wall time per result with the CPU the A
 processes and PostgreSQL spent per result; beside it, in the same run, binary `COPY` of the
 same label rows into `results` and into a slim table (the same columns, only the
 `(task_id, request_id)` unique key), and the floor: the server's write alone
-(`service.store`) of label results scored beforehand, from as many threads as senders, a
-transaction a batch: what label through HTTP could reach with an API that cost nothing.
+(`service.store`) of label results scored beforehand, from as many processes as senders, a
+transaction a batch: about what label through HTTP could reach with an API that cost
+nothing.
 
 Prints figures; asserts nothing about time.
 """
@@ -57,6 +58,7 @@ import argparse
 import contextlib
 import gc
 import http.client
+import multiprocessing
 import os
 import statistics
 import sys
@@ -552,13 +554,13 @@ def write_floor(
     payloads: bool = True,
 ) -> float:
     """Seconds the server's write alone takes over these bodies: every item decoded and scored
-    beforehand, untimed, as the endpoint does; then timed, `writers` threads (the senders'
-    concurrency) each storing its share of the batches, one transaction a batch
-    (`service.store`: keys claimed, free repeat pairs, rows and kept payloads copied,
-    commit). No API could store these results faster with this schema on this machine."""
-    engine = get_engine(url)
+    beforehand, untimed, as the endpoint does; then timed, `writers` processes (the senders'
+    concurrency; processes, as the API's workers, so that no GIL is shared) each storing
+    its share of the batches, one transaction a batch (`service.store`: keys claimed, free
+    repeat pairs, rows and kept payloads copied, commit). An API that cost nothing would
+    still take about this long with this schema on this machine."""
     received_at = utcnow()
-    with session_scope(engine) as session:
+    with session_scope(get_engine(url)) as session:
         items = [validation.validate_body(body, 1000)[0] for body in bodies]
         runtimes = task_runtimes(session, {item["task"] for batch in items for _, item in batch})
     tasks = {task.id: task for task in runtimes.values()}
@@ -573,8 +575,14 @@ def write_floor(
         for batch in batches:
             for scored in batch:
                 scored.payload = None
+    forking = multiprocessing.get_context("fork")
+    start = forking.Barrier(writers + 1)
 
     def writer(share: list[list[Any]]) -> None:
+        forget_engines()  # the parent's pool is not this process's
+        engine = get_engine(url)
+        engine.connect().close()  # connected before the clock starts
+        start.wait()
         for scored in share:
             stored = in_transaction(
                 engine, lambda session, scored=scored: service.store(session, scored, tasks)
@@ -582,13 +590,17 @@ def write_floor(
             if stored != len(scored):
                 raise SystemExit(f"the write floor stored {stored} of {len(scored)} results")
 
-    threads = [threading.Thread(target=writer, args=(batches[i::writers],)) for i in range(writers)]
+    children = [forking.Process(target=writer, args=(batches[i::writers],)) for i in range(writers)]
+    for child in children:
+        child.start()
+    start.wait()
     started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - started
+    for child in children:
+        child.join()
+    seconds = time.perf_counter() - started
+    if any(child.exitcode for child in children):
+        raise SystemExit("a writer of the write floor failed (its error is above)")
+    return seconds
 
 
 def tree_cpu_seconds(root: int) -> float:
