@@ -828,7 +828,7 @@ def measure_profile(args: argparse.Namespace, api: Api, key: str, url: str, tmp:
         )
         floor = statistics.median(ceilings[FLOOR])
         print(
-            f"  the write alone / COPY into the slim keyed table: {slim / floor:.2f} (the most "
+            f"  the write alone / COPY into the slim keyed table: {slim / floor:.2f} (about the most "
             "label through HTTP could reach with this schema: an API that cost nothing)"
         )
     if len(http) == 2:
