@@ -141,8 +141,9 @@ def hold_for_config(session: Session, task: Task, why: str, *, said: str) -> Non
     """Announce, once, that the task's flag is held on the cloud because its stored config
     does not parse (`why`; `said`: what just happened, first in the sentence), whichever
     path finds it first (a pass, a lift, a rollback); a no-op while announced (its
-    `config_holds` row)."""
-    if session.get(ConfigHold, task.id) is not None:
+    `config_holds` row). A task in stage `cloud` is not announced: it routes nothing to
+    the edge and runs no shadow, so its hold changes nothing a team could act on."""
+    if task.stage == "cloud" or session.get(ConfigHold, task.id) is not None:
         return
     session.add(ConfigHold(task_id=task.id, since=utcnow(), version=task.config_version))
     why = why[:REASON_MAX_CHARS]

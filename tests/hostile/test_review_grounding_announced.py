@@ -23,9 +23,10 @@ from controlplane.catalog import service as catalog
 from controlplane.db import session_scope
 from controlplane.models import Task
 from controlplane.rollout.actions import EVALUATION_GRACE
+from controlplane.rollout.configs import apply_config
 from controlplane.rollout.schemas import REASON_MAX_CHARS
 from controlplane.scheduler import run_pass
-from tests.conftest import Api
+from tests.conftest import Api, make_api
 from tests.hostile.test_review_upgrade_configs import (
     canary_app,
     flag_announcements,
@@ -203,3 +204,24 @@ def test_a_config_fixed_after_grounding_announces_the_return(canary: Api) -> Non
     assert _flag(api)["killed"] is False
     actions = [d["action"] for d in _announced(api)]
     assert actions == ["flag.grounded", "flag.ungrounded"], actions
+
+
+def test_a_task_on_the_cloud_whose_config_breaks_is_not_announced(pg_url: str) -> None:
+    """A task in stage `cloud` routes nothing to the edge and runs no shadow: holding its
+    flag on the cloud changes nothing a team could act on, so no `flag.grounded` (and no
+    `flag.ungrounded` at its fix) reaches the webhook at night. Its flag is still held."""
+    for api in make_api(pg_url):
+        with session_scope(api.engine) as session:
+            apply_config(session, {**label_config(NAME), "stage": "cloud"}, actor="test")
+        assert _flag(api)["stage"] == "cloud"
+        store_broken_config(api.engine, NAME)
+        catalog._runtimes.clear()
+        run_pass(api.engine, datetime.now(UTC))
+        assert _flag(api)["killed"] is True
+        fixed = api.client.post(
+            "/v1/tasks", json={**label_config(NAME), "stage": "cloud"}, headers=api.headers()
+        )
+        assert fixed.status_code in (200, 201), fixed.text
+        run_pass(api.engine, datetime.now(UTC))
+        assert _flag(api)["killed"] is False
+        assert _announced(api) == []
