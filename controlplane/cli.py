@@ -841,7 +841,8 @@ def grade_table(documents: list[dict[str, Any]], width: int = 100) -> list[str]:
     rows = [("task", "tier", "score", "why")]
     for d in documents:
         why = (d["missing"] if d["tier"] == "insufficient" else d["reasons"]) or d["reasons"]
-        score = "-" if d["score"] is None else f"{d['score']:.2f}"
+        # As the API gives it (3 places): 2 would show 0.749, a shadow score, as 0.75.
+        score = "-" if d["score"] is None else f"{d['score']:.3f}"
         rows.append((d["task"], d["tier"], score, why[0] if why else "no danger signal"))
     if len(rows) == 1:
         return ["no tasks to grade"]

@@ -1285,7 +1285,7 @@ def _print_grades(grades: dict[str, dict[str, Any]], seconds: float) -> None:
         "`shadowplane grade` does (GET /v1/grades answers them): tier, score, first reason"
     )
     for task, grade in grades.items():
-        score = "-" if grade.get("score") is None else f"{grade['score']:.2f}"
+        score = "-" if grade.get("score") is None else f"{grade['score']:.3f}"
         first = _first_reason(grade)
         typer.echo(f"  {task:<18} {grade['tier']:<12} score {score:<5} {first}")
         noisy = grade.get("noisy") or []

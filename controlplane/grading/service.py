@@ -43,12 +43,12 @@ def read_traffic(
     spans = {}
     for task in tasks:
         since = span_since(
-            now, task.config.grading.span_seconds, starts.get(task.id), task.config.window_seconds
+            now,
+            task.config.grading.span_seconds,
+            starts.get(task.id),
+            task.config.window_seconds,
+            shifts.get(task.id),
         )
-        # After an input shift, only traffic since it grades the task (re-grade).
-        shifted = shifts.get(task.id)
-        if shifted is not None and shifted > since:
-            since = min(shifted, now)
         spans[task.id] = repository.Span(task.id, task.config_version, since, now)
     totals = repository.span_totals(session, list(spans.values()))
     out = {}

@@ -37,15 +37,24 @@ def recent_starts(
 
 
 def span_since(
-    now: datetime, span_seconds: int, version_started: datetime | None, seconds: int
+    now: datetime,
+    span_seconds: int,
+    version_started: datetime | None,
+    seconds: int,
+    shifted_at: datetime | None = None,
 ) -> datetime:
     """Where a span of `span_seconds` up to `now` starts when it reads only the windows of
-    the current config version (made at `version_started`): the later of now − span and
-    the start of the window the version was made in (that window is computed with it, and
-    a young task's first traffic is in it)."""
-    since = now - timedelta(seconds=span_seconds)
+    the current config version (made at `version_started`): the later of the start of the
+    window that holds now − span (a window straddling it is read whole, and the span is
+    that much longer: cut, a span as long as its windows read the last few minutes as a
+    day) and the start of the window the version was made in (that window is computed with
+    it, and a young task's first traffic is in it); and, after an input shift at
+    `shifted_at`, no earlier than it (only traffic since the shift grades the task)."""
+    since = window_start(now - timedelta(seconds=span_seconds), seconds)
     if version_started is not None and version_started > since:
         since = window_start(min(version_started, now), seconds)
+    if shifted_at is not None and shifted_at > since:
+        since = min(shifted_at, now)
     return since
 
 

@@ -2,7 +2,8 @@
 (docs/review.md, "Noisy fields").
 
 Read as a grade reads them: the `all` rows of the task's windows over its grading span
-(the last `grading.span` of its current config version), their per-field repeat
+(the last `grading.span` of its current config version, and after an input shift only
+since it), their per-field repeat
 differences summed, and a field the cloud changed on more than `grading.noisy_field_rate`
 of the repeat pairs is noisy (controlplane.metrics.noise.noisy_fields). Read from the
 window aggregates, not from a kept grade: review sits below grading.
@@ -28,11 +29,13 @@ def noisy_now(session: Session, task: TaskRuntime, now: datetime) -> list[dict[s
     now = as_utc(now)
     grading = task.config.grading
     started = repository.version_created(session, task.id, task.config_version)
+    shifted = repository.shifted_at(session, task.id)
     since = span_since(
         now,
         grading.span_seconds,
         None if started is None else as_utc(started),
         task.config.window_seconds,
+        None if shifted is None else as_utc(shifted),
     )
     diffs, pairs = repository.repeat_noise(session, task.id, task.config_version, since, now)
     return noisy_fields(diffs, pairs, grading.noisy_field_rate)

@@ -17,6 +17,7 @@ from controlplane.models import (
     ReviewItem,
     ReviewLabel,
     ReviewSkip,
+    Task,
     TaskConfigVersion,
     Window,
     WindowMetrics,
@@ -319,6 +320,11 @@ def version_created(session: Session, task_id: int, version: int) -> datetime | 
             TaskConfigVersion.task_id == task_id, TaskConfigVersion.version == version
         )
     )
+
+
+def shifted_at(session: Session, task_id: int) -> datetime | None:
+    """When the task's inputs last shifted (an input_shift rollback), if they did."""
+    return session.scalar(select(Task.shifted_at).where(Task.id == task_id))
 
 
 # --- Rollbacks waiting on their regression items (the blocks they left, the items they

@@ -63,7 +63,7 @@ def test_grade_prints_a_line_per_task_and_keeps_the_grades(sqlite_url: str) -> N
         name, tier, score, *_ = line.split()
         d = documents[name]
         assert tier == d["tier"]
-        assert score == ("-" if d["score"] is None else f"{d['score']:.2f}")
+        assert score == ("-" if d["score"] is None else f"{d['score']:.3f}")
         why = d["missing"] if d["tier"] == "insufficient" else d["reasons"]
         if why:
             assert why[0][:40] in line

@@ -246,13 +246,6 @@ def test_one_popular_input_decides_the_cloud_noise_floor_and_the_tier(pg_api: Ap
 # --- the span's edges ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the grade reads windows whose start lies in [now - span, now) but divides by "
-    "the whole span: the window straddling the span's start is dropped, so with daily "
-    "windows a 1d span graded at 00:15 (the daily job's hour) reads 15 minutes of "
-    "traffic as a day's",
-)
 def test_a_span_drops_the_window_at_its_start_and_still_divides_by_the_whole_span(
     pg_url: str,
 ) -> None:
@@ -301,11 +294,6 @@ def test_a_span_drops_the_window_at_its_start_and_still_divides_by_the_whole_spa
 # --- what the CLI shows ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`shadowplane grade` prints the score to 2 places: a score of 0.749 (tier "
-    "shadow, under the offload band at or above 0.75) is printed as 0.75 beside `shadow`",
-)
 def test_the_cli_never_prints_a_score_on_the_other_side_of_its_tier_band(pg_url: str) -> None:
     """A task graded on its error cost alone (the other weights 0, every minimum 0),
     error_cost 0.251: score 0.749, tier shadow (docs/grading.md: offload at or above
@@ -348,12 +336,6 @@ def test_the_cli_never_prints_a_score_on_the_other_side_of_its_tier_band(pg_url:
 # --- the review note reads other windows than the grade ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the review note's noisy fields are read 'as the grade reads them' "
-    "(docs/review.md), but noisy_now ignores the task's shifted_at: after an input shift "
-    "the grade reads only traffic since the shift, the note still the whole span",
-)
 def test_after_an_input_shift_the_review_note_names_the_noisy_fields_the_grade_names(
     pg_url: str,
 ) -> None:
