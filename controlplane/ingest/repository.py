@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from psycopg.types.json import set_json_dumps
@@ -250,66 +250,95 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
     }
 
 
-# The latest stored answers read per input hash: a popular input (a greeting sent all day)
-# must not make every batch read all its earlier answers; the latest before a result is
-# the one it is scored against.
-PRINTS_PER_INPUT = 4
+class Seeker(NamedTuple):
+    """A new result looking for an earlier answer to its input: its input hash, the span
+    the answer must lie in, and the comparator spec its cloud print was taken under."""
+
+    input_hash: str
+    since: datetime
+    until: datetime
+    spec: str
 
 
-def _latest_prints(input_hash: Any) -> Select[Any]:
-    """A task's latest cloud answers to one input (bound: task_id, since, until)."""
-    return (
-        select(Result.request_id, Result.ts, Result.cloud_print)
+def _latest_print(
+    input_hash: Any, since: Any, until: Any, spec: Any, *, outer: FromClause | None = None
+) -> Select[Any]:
+    """A task's latest cloud answer to one input in [since, until] whose print was taken
+    under `spec` (bound: task_id), among the latest SCAN_PER_SEEKER answers to it. A row
+    without a print (an output too long to compare, stored as SQL NULL or JSON null) or
+    under another spec has no `spec` to match, so it does not hide the answer a result is
+    scored against; the scan's bound keeps an input answered all day from making every
+    batch read all its answers. `outer`: the table of an enclosing statement the arguments
+    are columns of (PostgreSQL's lateral read of each seeker)."""
+    scan = (
+        select(Result.id, Result.request_id, Result.ts, Result.cloud_print)
         .where(
             Result.input_hash == input_hash,
             # `+ 0`: the (task_id, ts) index cannot serve this, so the planner never walks a
             # task's day backwards filtering on the hash (on a day not yet analysed it did:
             # 6 ms per hash, seconds per batch).
             Result.task_id + 0 == bindparam("task_id"),
-            Result.ts >= bindparam("since", type_=Result.ts.type),
-            Result.ts <= bindparam("until", type_=Result.ts.type),
-            # Answered by the cloud: the rows that hold a print (a missing one may be stored
-            # as SQL NULL or as JSON null, so the print is not what is filtered).
+            Result.ts >= since,
+            Result.ts <= until,
+            # Answered by the cloud (the index's rows are filtered, not a column's).
             Result.cloud_ran.is_(True),
             Result.cloud_error.is_(None),
         )
         .order_by(Result.ts.desc(), Result.id.desc())
-        .limit(PRINTS_PER_INPUT)
+        .limit(SCAN_PER_SEEKER)
+    )
+    latest = scan.subquery("latest") if outer is None else scan.correlate(outer).lateral("latest")
+    return (
+        select(latest.c.request_id, latest.c.ts, latest.c.cloud_print)
+        .where(latest.c.cloud_print["spec"].as_string() == spec)
+        .order_by(latest.c.ts.desc(), latest.c.id.desc())
+        .limit(1)
     )
 
 
-# The hashes go as one JSON array (a bound text[] costs the driver a Python call per
-# element); the statement is built once.
-_HASHES = (
-    func.jsonb_array_elements_text(cast(bindparam("hashes", type_=String), JSONB))
-    .table_valued("input_hash")
-    .render_derived(name="h")
+# The latest answers to one input a new result reads, at most: among them the latest with a
+# print under its spec is the one it is scored against.
+SCAN_PER_SEEKER = 16
+
+
+# The seekers go as one JSON array of [input hash, since, until, spec] (a bound array costs
+# the driver a Python call per element); the statement is built once.
+_SEEKERS = (
+    func.jsonb_array_elements(cast(bindparam("seekers", type_=String), JSONB))
+    .table_valued("value")
+    .render_derived(name="s")
 )
-_PER_HASH = _latest_prints(_HASHES.c.input_hash).lateral("r")
+_PER_SEEKER = _latest_print(
+    _SEEKERS.c.value.op("->>")(0),
+    cast(_SEEKERS.c.value.op("->>")(1), Result.ts.type),
+    cast(_SEEKERS.c.value.op("->>")(2), Result.ts.type),
+    _SEEKERS.c.value.op("->>")(3),
+    outer=_SEEKERS,
+).lateral("r")
 _EARLIER_PRINTS = (
-    select(_HASHES.c.input_hash, _PER_HASH.c.request_id, _PER_HASH.c.ts, _PER_HASH.c.cloud_print)
-    .select_from(_HASHES)
-    .join(_PER_HASH, true())
+    select(
+        _SEEKERS.c.value.op("->>")(0),
+        _PER_SEEKER.c.request_id,
+        _PER_SEEKER.c.ts,
+        _PER_SEEKER.c.cloud_print,
+    )
+    .select_from(_SEEKERS)
+    .join(_PER_SEEKER, true())
 )
 
 
 def earlier_prints(
-    session: Session,
-    task_id: int,
-    input_hashes: Collection[str],
-    since: datetime,
-    until: datetime,
+    session: Session, task_id: int, seekers: Collection[Seeker]
 ) -> list[tuple[str, str, datetime, dict[str, Any]]]:
-    """(input hash, request id, ts, cloud print) of a task's latest stored results (at most
-    PRINTS_PER_INPUT per hash) with one of these input hashes and `ts` in [since, until],
-    answered by the cloud. Each hash reads at most PRINTS_PER_INPUT rows, newest first, by
-    the index on (input_hash, ts): an input sent all day costs a batch no more than
-    one sent once on PostgreSQL (one statement, a lateral read per hash); SQLite ranks each
-    hash's answers in one read."""
-    hashes = sorted(input_hashes)
-    if not hashes:
+    """(input hash, request id, ts, cloud print) of a task's stored results that new results
+    may be scored against: for each seeker, the latest stored answer by the cloud to its
+    input in its span, with a print taken under its spec. One row at most per seeker, by
+    the index on (input_hash, ts): an input sent all day costs a batch no more than one
+    sent once (PostgreSQL: one statement, a lateral read per seeker; SQLite: a read per
+    seeker)."""
+    wanted = sorted(set(seekers))
+    if not wanted:
         return []
-
     found: list[tuple[str, str, datetime, Any]] = []
     if session.get_bind().dialect.name == "postgresql":
         # Through the index, always: on a day's partition not yet analysed the planner
@@ -326,10 +355,10 @@ def earlier_prints(
         rows = session.execute(
             _EARLIER_PRINTS,
             {
-                "hashes": orjson.dumps(hashes).decode(),
+                "seekers": orjson.dumps(
+                    [(w.input_hash, w.since, w.until, w.spec) for w in wanted]
+                ).decode(),
                 "task_id": task_id,
-                "since": since,
-                "until": until,
             },
         )
         found = [(r[0], r[1], r[2], r[3]) for r in rows]
@@ -337,36 +366,15 @@ def earlier_prints(
             text("SELECT set_config('enable_seqscan', :setting, true)"), {"setting": previous}
         )
     else:
-        # SQLite (embedded, one process): one read ranking each hash's answers.
-        rank = func.row_number().over(
-            partition_by=Result.input_hash, order_by=(Result.ts.desc(), Result.id.desc())
-        )
-        ranked = (
-            select(
-                Result.input_hash,
-                Result.request_id,
-                Result.ts,
-                Result.cloud_print,
-                rank.label("rank"),
-            )
-            .where(
-                Result.input_hash.in_(hashes),
-                Result.task_id == task_id,
-                Result.ts >= since,
-                Result.ts <= until,
-                Result.cloud_ran.is_(True),
-                Result.cloud_error.is_(None),
-            )
-            .subquery()
-        )
-        rows = session.execute(
-            select(
-                ranked.c.input_hash, ranked.c.request_id, ranked.c.ts, ranked.c.cloud_print
-            ).where(ranked.c.rank <= PRINTS_PER_INPUT)
-        )
-        found = [(r[0], r[1], r[2], r[3]) for r in rows]
-    # An output too long to compare has no print either.
-    return [r for r in found if r[3] is not None]
+        # SQLite (embedded, one process): a read per seeker.
+        for w in wanted:
+            row = session.execute(
+                _latest_print(w.input_hash, w.since, w.until, w.spec), {"task_id": task_id}
+            ).first()
+            if row is not None:
+                found.append((w.input_hash, row[0], row[1], row[2]))
+    # One answer found for several seekers is one answer.
+    return list({(r[0], r[1]): r for r in found}.values())
 
 
 def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:

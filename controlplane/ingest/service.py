@@ -171,15 +171,18 @@ def free_repeats(
             continue
         task = tasks[task_id]
         span = timedelta(seconds=task.config.grading.duplicate_seconds)
-        hashes = {row["input_hash"] for row in seekers}
         # Candidates by input hash: (ts, order, request id, print); stored ones first in order.
         earlier: dict[str, list[tuple[datetime, int, str, dict[str, Any]]]] = {}
         stored = repository.earlier_prints(
             session,
             task_id,
-            hashes,
-            min(r["ts"] for r in seekers) - span,
-            max(r["ts"] for r in seekers),
+            [
+                repository.Seeker(
+                    row["input_hash"], row["ts"] - span, row["ts"], row["cloud_print"]["spec"]
+                )
+                for row in seekers
+                if row["cloud_print"].get("spec") is not None
+            ],
         )
         for input_hash, request_id, ts, print_ in stored:
             earlier.setdefault(input_hash, []).append((ts, -1, request_id, print_))

@@ -53,13 +53,6 @@ def accepted(api: Api, results: list[dict[str, Any]]) -> int:
 # --- free repeats: pairs never counted ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="earlier_prints reads the latest 4 stored answers per input hash up to the "
-    "batch's LATEST ts: a batch that also holds a later result of the same input hides "
-    "the earlier answer within duplicate_seconds of its older result, which is then "
-    "never a free repeat",
-)
 def test_a_later_result_in_the_same_batch_hides_an_older_results_free_repeat(
     pg_api: Api,
 ) -> None:
@@ -91,12 +84,6 @@ def test_a_later_result_in_the_same_batch_hides_an_older_results_free_repeat(
     assert stored["a"] == ("duplicate", "agree"), stored
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 4 latest answers per input hash are read before rows without a print "
-    "(an output too long to compare) are dropped: four such answers hide an earlier "
-    "comparable one, and the new result gets no free repeat",
-)
 def test_answers_without_a_print_hide_the_answer_a_free_repeat_is_scored_against(
     pg_api: Api,
 ) -> None:
