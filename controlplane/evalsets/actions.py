@@ -88,7 +88,7 @@ def store_run(
             )
         except (service.NotFound, service.Refused) as exc:
             raise _refusal(exc) from None
-        view = service.run_view(run, task, run.set_hash)
+        view = service.run_view(run, task, run.set_hash, run.comparator)
         details = {
             "run": run.id,
             "layer": layer,

@@ -16,6 +16,7 @@ they are for `read` keys: a `review` key gets `review.progress.regression_counts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +75,12 @@ def next_model(model: str, seen: Iterable[str]) -> str:
     `seen` (the edge models of the task's traffic since the block), else the model itself."""
     later = [m for m in seen if succeeds(m, model)]
     return max(later, key=lambda m: version_of(m) or ("", 0), default=model)
+
+
+def _floor3(fraction: float) -> str:
+    """A failing score to 3 places, rounded down: 0.94975 is 0.949, never 0.950 beside a
+    threshold of 0.95 it missed."""
+    return f"{math.floor(fraction * 1000) / 1000:.3f}"
 
 
 def percent(fraction: float) -> str:
@@ -173,7 +180,8 @@ def standing(
         set_size = len(service.layer_items(session, task, LAYER))
         set_hash = service.layer_hash(session, task, LAYER)
     runs = _runs_of_line(session, task, model)
-    on_current = [r for r in runs if r.set_hash == set_hash and r.n_items > 0]
+    comparator = service.current_comparator(session, task)
+    on_current = [r for r in runs if service.is_current(r, set_hash, comparator) and r.n_items > 0]
     seen = (
         repository.edge_models_since(session, task.id, since, SEEN_RESULTS)
         if since is not None
@@ -215,7 +223,7 @@ def _facts(s: Standing, task: Task) -> str:
         return (
             f"the best run on the current regression eval set of {task.name} ("
             f"{_items(s.set_size)}), run {b.id} of {b.model}, scored {b.n_correct}/{b.n_items} "
-            f"= {b.accuracy or 0.0:.3f}, under promotion.regression_min_accuracy "
+            f"= {_floor3(b.accuracy or 0.0)}, under promotion.regression_min_accuracy "
             f"{s.threshold:g}"
         )
     if s.stale:
@@ -246,6 +254,10 @@ def check_unblock(session: Session, task: Task, config: TaskConfig, model: str) 
     rollbacks) are all in the regression layer and a stored run of the model, or of a later
     version of its line, on the current layer reaches the threshold; otherwise the sentence
     saying why the model may not be unblocked yet and what it still needs."""
+    # The set as the reviewers' labels stand now (a correction since the last pass).
+    service.follow_labels(
+        session, task, LAYER, service.comparator_spec_or_none(session, task), service.Backfilled()
+    )
     # The rollback behind the model's active block; without one (or without its decision)
     # every regression review item of the task counts.
     block = next(

@@ -34,9 +34,15 @@ SCHEMA_ID = "https://shadowplane.dev/evalsets/schema.json"
 
 def input_text(value: Any) -> str:
     """The text an item's identity is taken from: `input.text` when the input holds one
-    (what routers send), the string itself, else the input as canonical JSON."""
-    if isinstance(value, Mapping) and isinstance(value.get("text"), str):
-        return str(value["text"])
+    (what routers send), the string itself, else the input as canonical JSON. A `text` that
+    is empty or only whitespace is no text: such inputs are told apart by their other
+    fields (as ingest's input identity does), never all one input."""
+    if isinstance(value, Mapping):
+        text = value.get("text")
+        if isinstance(text, str):
+            if normalise(text):
+                return text
+            value = {k: v for k, v in value.items() if k != "text"}
     if isinstance(value, str):
         return value
     return canonical(value).decode()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert
@@ -86,6 +86,17 @@ def tasks_waiting_for_regression(session: Session) -> list[Task]:
     return list(session.scalars(select(Task).where(Task.id.in_(waiting)).order_by(Task.id)))
 
 
+def blocked_tasks(session: Session) -> list[Task]:
+    """The tasks with an active block, by id."""
+    blocked = (
+        select(BlockedModel.id)
+        .where(BlockedModel.task_id == Task.id, BlockedModel.lifted_at.is_(None))
+        .correlate(Task)
+        .exists()
+    )
+    return list(session.scalars(select(Task).where(blocked).order_by(Task.id)))
+
+
 def blocking_decision(session: Session, task_id: int, model: str) -> int | None:
     """The decision (rollback) behind the model's active block, when it names one."""
     return session.scalar(
@@ -131,6 +142,36 @@ def labels_of(session: Session, item_ids: Sequence[int]) -> dict[int, list[Revie
         ):
             out[label.item_id].append(label)
     return out
+
+
+def outdated_items(
+    session: Session, task_id: int, layer: str | None
+) -> list[tuple[EvalItem, ReviewItem]]:
+    """The task's eval items (of the layer) whose review item changed since they were made:
+    it is not done any more (a correction reopened it), or it has labels the item was not
+    made from (labels are never deleted: a count that differs is a label added since)."""
+    labels = (
+        select(func.count(ReviewLabel.id))
+        .where(ReviewLabel.item_id == ReviewItem.id)
+        .correlate(ReviewItem)
+        .scalar_subquery()
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        made_from = func.jsonb_array_length(EvalItem.provenance["labels"])
+    else:
+        made_from = func.json_array_length(EvalItem.provenance, "$.labels")
+    query = (
+        select(EvalItem, ReviewItem)
+        .join(ReviewItem, ReviewItem.id == EvalItem.review_item_id)
+        .where(
+            EvalItem.task_id == task_id,
+            or_(ReviewItem.state != "done", labels != func.coalesce(made_from, 0)),
+        )
+        .order_by(EvalItem.seq)
+    )
+    if layer is not None:
+        query = query.where(EvalItem.layer == layer)
+    return [(row[0], row[1]) for row in session.execute(query)]
 
 
 def existing_ids(session: Session, ids: Sequence[str], layer: str) -> set[str]:

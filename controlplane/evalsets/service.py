@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controlplane.catalog.service import no_task, runtimes, task_runtimes
+from controlplane.compare.fingerprint import spec_digest
 from controlplane.evalsets import items as evalitems
 from controlplane.evalsets import repository, scoring
 from controlplane.models import Task
@@ -59,6 +60,12 @@ class Backfilled:
     # Same normalised input as an eval item already in that layer of the task's sets (the
     # same input may sit in `boundary` and `regression`: the regression layer always runs).
     duplicates: int = 0
+    # Eval items whose review item's labels changed since they were made: made again from
+    # the labels that stand now (a correction) ...
+    remade: int = 0
+    # ... or taken out of their layer, their review item reopened (it waits for another
+    # reviewer) or left without a usable expected answer; a later backfill puts them back.
+    withdrawn: int = 0
 
     @property
     def count(self) -> int:
@@ -74,6 +81,8 @@ class Backfilled:
             "needs_correction": self.needs_correction,
             "invalid_expected": self.invalid_expected,
             "duplicates": self.duplicates,
+            "remade": self.remade,
+            "withdrawn": self.withdrawn,
         }
 
 
@@ -181,9 +190,39 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
     report = Backfilled()
     specs = _specs(session)
     for one in tasks:
+        follow_labels(session, one, layer, specs.get(one.id), report)
         candidates = repository.done_items_not_backfilled(session, one.id, layer)
         _add(session, one, candidates, specs.get(one.id), report)
     return report
+
+
+def follow_labels(
+    session: Session,
+    task: Task,
+    layer: str | None,
+    spec: Mapping[str, Any] | None,
+    report: Backfilled,
+) -> None:
+    """Eval items follow their review item's labels: an item whose review item was reopened
+    by a correction, or whose labels no longer give a usable expected answer, leaves its
+    layer; one whose labels give another answer now is made again from them. A set never
+    keeps an answer its reviewers took back (and its hash changes, so runs on it are old)."""
+    outdated = repository.outdated_items(session, task.id, layer)
+    if not outdated:
+        return
+    labels = repository.labels_of(session, [review.id for _, review in outdated])
+    for item, review in outdated:
+        values = (
+            eval_values(task, review, labels.get(review.id, [])) if review.state == "done" else None
+        )
+        if values is None or not matchable(spec, values["expected"]):
+            session.delete(item)
+            report.withdrawn += 1
+            continue
+        for column in ("expected", "failure_class", "tags", "provenance"):
+            setattr(item, column, values[column])
+        report.remade += 1
+    session.flush()
 
 
 def fill_regression(
@@ -197,11 +236,12 @@ def fill_regression(
     report = Backfilled()
     if item_ids is not None and not item_ids:
         return report
+    runtime = task_runtimes(session, {task.name}).get(task.name)
+    follow_labels(session, task, "regression", runtime.comparator_spec if runtime else None, report)
     candidates = repository.done_items_not_backfilled(
         session, task.id, "regression", item_ids, waited=waited
     )
     if candidates:
-        runtime = task_runtimes(session, {task.name}).get(task.name)
         spec = runtime.comparator_spec if runtime is not None else None
         _add(session, task, candidates, spec, report)
         # Those whose input the set now holds (their own eval item, or another item's with
@@ -218,8 +258,13 @@ def fill_waiting(session: Session) -> int:
     `regression` eval set (`fill_regression`), so that layer fills from reviewers' labels
     alone for the gate. An item whose input the set holds leaves the regression priority
     there, so the next passes read only items still waiting for a usable expected answer,
-    and only while a block of their task is active. Returns how many eval items it added."""
+    and only while a block of their task is active; and every blocked task's regression
+    items follow their labels (`follow_labels`: a correction reaches the set the gate
+    reads without a backfill by hand). Returns how many eval items it added."""
     added = 0
+    specs = _specs(session)
+    for task in repository.blocked_tasks(session):
+        follow_labels(session, task, "regression", specs.get(task.id), Backfilled())
     for task in repository.tasks_waiting_for_regression(session):
         report = fill_regression(session, task, waited=True)
         added += sum(len(ids) for layers in report.added.values() for ids in layers.values())
@@ -288,7 +333,12 @@ def pending_regression(session: Session, task: Task, since: int | None) -> Pendi
     `since` is None) and which of them the regression layer does not hold yet."""
     found = review_repository.rollback_items(session, task.id, since)
     held = repository.layer_ids(session, task.id, "regression")
-    waiting = [x for x in found if evalitems.item_id(task.name, x.input) not in held]
+    # An item is in the set when it is labelled (done) and the set holds its input: one
+    # reopened by a correction, or not labelled while another item with its input is,
+    # still waits (the review queue counts it alike).
+    waiting = [
+        x for x in found if x.state != "done" or evalitems.item_id(task.name, x.input) not in held
+    ]
     labels = repository.labels_of(session, [x.id for x in waiting])
     spec = _specs(session).get(task.id)
     done = needs = unanswered = 0
@@ -485,6 +535,12 @@ def export(
 # --- runs ------------------------------------------------------------------------------
 
 
+def comparator_spec_or_none(session: Session, task: Task) -> dict[str, Any] | None:
+    """The comparator spec of the task's current config, or None when it does not parse."""
+    found = runtimes(session).get(task.id)
+    return found[1].comparator_spec if found is not None else None
+
+
 def comparator_spec(session: Session, task: Task) -> dict[str, Any]:
     found = runtimes(session).get(task.id)
     if found is None:
@@ -541,9 +597,8 @@ def score_run(
         )
     except scoring.RunError as exc:
         raise Conflict(f"lines: {exc}") from None
-    result = scoring.score(
-        comparator_spec(session, task), scoring_items(found), scoring.Run(outputs, model)
-    )
+    spec = comparator_spec(session, task)
+    result = scoring.score(spec, scoring_items(found), scoring.Run(outputs, model))
     digest = evalitems.sha256(evalitems.jsonl(evalitems.line(x, task.name) for x in found))
     return repository.add_run(
         session,
@@ -552,6 +607,7 @@ def score_run(
             layer=layer,
             model=model,
             set_hash=digest,
+            comparator=spec_digest(spec),
             n_items=result.total.n,
             n_correct=result.total.correct,
             accuracy=result.total.accuracy,
@@ -562,14 +618,31 @@ def score_run(
     )
 
 
-def run_view(run: EvalRun, task: str, current_hash: str | None = None) -> dict[str, Any]:
+def current_comparator(session: Session, task: Task) -> str | None:
+    """The digest of the comparator spec a run must have been scored with to be current (of
+    the task's current config; None when it does not parse: no run is current)."""
+    spec = comparator_spec_or_none(session, task)
+    return spec_digest(spec) if spec is not None else None
+
+
+def is_current(run: EvalRun, set_hash: str, comparator: str | None) -> bool:
+    """Whether a run was scored on this set (its content hash) under this comparator."""
+    return run.set_hash == set_hash and comparator is not None and run.comparator == comparator
+
+
+def run_view(
+    run: EvalRun,
+    task: str,
+    current_hash: str | None = None,
+    comparator: str | None = None,
+) -> dict[str, Any]:
     return {
         "id": run.id,
         "task": task,
         "layer": run.layer,
         "model": run.model,
         "set_sha256": run.set_hash,
-        "current": None if current_hash is None else run.set_hash == current_hash,
+        "current": None if current_hash is None else is_current(run, current_hash, comparator),
         "n": run.n_items,
         "correct": run.n_correct,
         "accuracy": run.accuracy,
@@ -583,10 +656,11 @@ def run_view(run: EvalRun, task: str, current_hash: str | None = None) -> dict[s
 def list_runs(session: Session, task: Task, *, model: str | None = None) -> list[dict[str, Any]]:
     hashes: dict[str, str] = {}
     out = []
+    comparator = current_comparator(session, task)
     for run in repository.runs(session, task.id, model=model):
         if run.layer not in hashes:
             hashes[run.layer] = layer_hash(session, task, run.layer)
-        out.append(run_view(run, task.name, hashes[run.layer]))
+        out.append(run_view(run, task.name, hashes[run.layer], comparator))
     return out
 
 

@@ -59,6 +59,10 @@ class EvalRun(Base):
     # The content hash of the layer's export the run was scored on (manifest's hash), and
     # how many of its items the run answered.
     set_hash: Mapped[str] = mapped_column(String(64))
+    # The digest of the comparator spec the run was scored with (fingerprint.spec_digest): a
+    # run is current only under the comparator that scored it. Null for runs stored before
+    # it was kept: never current.
+    comparator: Mapped[str | None] = mapped_column(String(64))
     n_items: Mapped[int] = mapped_column(Integer)
     n_correct: Mapped[int] = mapped_column(Integer)
     accuracy: Mapped[float | None] = mapped_column(Float)

@@ -85,6 +85,8 @@ def test_backfill_takes_the_right_answer_or_the_correction_with_complete_provena
         "needs_correction": 2,
         "invalid_expected": 0,
         "duplicates": 0,
+        "remade": 0,
+        "withdrawn": 0,
     }
     got = {line["provenance"]["request_id"]: line for line in lines(api)}
     assert set(got) == {ids[0], ids[1], ids[2], ids[3], ids[6]}

@@ -51,6 +51,8 @@ def test_endpoints_backfill_list_page_and_serve_the_export(api: Api, tmp_path: P
         "needs_correction": 0,
         "invalid_expected": 0,
         "duplicates": 0,
+        "remade": 0,
+        "withdrawn": 0,
     }
     assert api.client.post("/v1/evalsets/backfill", headers=review).json()["added"] == 0
     bad = api.client.post("/v1/evalsets/backfill", json={"layer": "gold"}, headers=review)

@@ -160,12 +160,6 @@ def edge_side(view: dict[str, Any], api: Api) -> str:
 # --- labels changed after the item entered the set ---------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reviewer's correction after the item entered the regression set never reaches "
-    "it: the set keeps expecting the answer the reviewer now calls wrong, and a run that "
-    "repeats the blocked edge model's wrong answer lifts the block",
-)
 def test_a_label_corrected_after_the_set_took_it_still_lets_the_wrong_answer_pass(
     api: Api,
 ) -> None:
@@ -199,13 +193,6 @@ def test_a_label_corrected_after_the_set_took_it_still_lets_the_wrong_answer_pas
     assert unblock(api).status_code == 409
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a regression item reopened by a correction (its reviewers now disagree) after "
-    "it entered the set still counts as labelled and in the set: the gate reports "
-    "labelled 1 of 1 while the review queue reports 0 of 1, and unblock passes while the "
-    "item waits for its third reviewer",
-)
 def test_a_regression_item_reopened_after_the_set_took_it_is_not_waited_for(api2: Api) -> None:
     api = api2
     [rid] = post_tickets(api, 1, seed=32, conflict_every=1)
@@ -240,12 +227,6 @@ def test_a_regression_item_reopened_after_the_set_took_it_is_not_waited_for(api2
 # --- counts that differ between the gate and the review queue ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two regression items with the same input: once one is labelled, the gate counts "
-    "the other as labelled too (labelled 2 of 2) while the review queue says 1 of 2 and "
-    "still hands the unlabelled one out first",
-)
 def test_a_duplicate_input_regression_item_is_counted_labelled_by_the_gate(api: Api) -> None:
     text = "Ticket 77: order 1077 never arrived, refund please"
     body = [
@@ -273,11 +254,6 @@ def test_a_duplicate_input_regression_item_is_counted_labelled_by_the_gate(api: 
 # --- inputs that are not the same input ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inputs whose `text` is empty (or only whitespace) but which differ in every other "
-    "field get one eval item id: a reviewer's second labelled item is silently a duplicate",
-)
 def test_inputs_with_an_empty_text_are_not_one_input(api: Api) -> None:
     inputs = [
         {"text": "", "subject": "Refund for order 1001", "body": "It broke, money back."},
@@ -308,12 +284,6 @@ def test_inputs_with_an_empty_text_are_not_one_input(api: Api) -> None:
 # --- the gate's evidence and its numbers --------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run scored under the task's old comparator stays `current` after the comparator "
-    "changes (the set's hash covers the items only), so it lifts the block though the "
-    "current comparator scores the same answers 0/3",
-)
 def test_a_run_scored_under_an_old_comparator_still_lifts_the_block(invoice_api: Api) -> None:
     api = invoice_api
     body = [
@@ -361,11 +331,6 @@ def test_a_run_scored_under_an_old_comparator_still_lifts_the_block(invoice_api:
     assert unblock(api, task=INVOICE).status_code == 409
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the refusal prints a failing run's accuracy rounded to three places: a run of "
-    "189/199 = 0.94975 is shown as `= 0.950, under promotion.regression_min_accuracy 0.95`",
-)
 def test_the_refusal_never_shows_a_failing_score_at_the_threshold(api: Api) -> None:
     n = 199
     ids = post_tickets(api, n, seed=41, conflict_every=1000)
