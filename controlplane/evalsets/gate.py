@@ -177,8 +177,7 @@ def standing(
     `set_hash` and `set_size` of the task's current regression layer when the caller read
     them already (several blocks of one task)."""
     if set_hash is None or set_size is None:
-        set_size = len(service.layer_items(session, task, LAYER))
-        set_hash = service.layer_hash(session, task, LAYER)
+        set_hash, set_size = service.layer_digest(session, task, LAYER)
     runs = _runs_of_line(session, task, model)
     comparator = service.current_comparator(session, task)
     on_current = [r for r in runs if service.is_current(r, set_hash, comparator) and r.n_items > 0]
@@ -255,9 +254,7 @@ def check_unblock(session: Session, task: Task, config: TaskConfig, model: str) 
     version of its line, on the current layer reaches the threshold; otherwise the sentence
     saying why the model may not be unblocked yet and what it still needs."""
     # The set as the reviewers' labels stand now (a correction since the last pass).
-    service.follow_labels(
-        session, task, LAYER, service.comparator_spec_or_none(session, task), service.Backfilled()
-    )
+    service.follow_labels_of(session, task, LAYER, service.comparator_spec_or_none(session, task))
     # The rollback behind the model's active block; without one (or without its decision)
     # every regression review item of the task counts.
     block = next(
@@ -297,8 +294,7 @@ def regression_progress(session: Session, task: Task, config: TaskConfig) -> lis
     blocks = review_repository.active_blocks(session, task.id)
     if not blocks:
         return []
-    size = len(service.layer_items(session, task, LAYER))
-    digest = service.layer_hash(session, task, LAYER)
+    digest, size = service.layer_digest(session, task, LAYER)
     out = []
     for block in blocks:
         s = standing(

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from controlplane.db import dialect_insert
 from controlplane.models import Result, Task
-from controlplane.models.evalsets import EvalItem, EvalRun
+from controlplane.models.evalsets import EvalItem, EvalLayerDigest, EvalRun
 from controlplane.models.review import PRIORITY_OTHER, ReviewItem, ReviewLabel
 from controlplane.models.rollout import BlockedModel
 
@@ -241,6 +241,52 @@ def counts(session: Session) -> list[tuple[str, int, str, int]]:
         .order_by(Task.name, EvalItem.layer)
     ).all()
     return [(name, tid, layer, n) for name, tid, layer, n in rows]
+
+
+def lock_digest(session: Session, task_id: int, layer: str) -> None:
+    """Take the layer's digest row (made when missing) for this transaction: writers of one
+    layer take turns, and each reads the items the one before it committed."""
+    session.execute(
+        dialect_insert(session, EvalLayerDigest)
+        .values(task_id=task_id, layer=layer, sha256=None, n_items=0)
+        .on_conflict_do_nothing(index_elements=["task_id", "layer"])
+    )
+    session.execute(
+        select(EvalLayerDigest.task_id)
+        .where(EvalLayerDigest.task_id == task_id, EvalLayerDigest.layer == layer)
+        .with_for_update()
+    )
+
+
+def keep_digest(session: Session, task_id: int, layer: str, sha256: str, n_items: int) -> None:
+    """Store the layer's digest (its row locked by `lock_digest` in this transaction)."""
+    session.execute(
+        update(EvalLayerDigest)
+        .where(EvalLayerDigest.task_id == task_id, EvalLayerDigest.layer == layer)
+        .values(sha256=sha256, n_items=n_items)
+    )
+
+
+def offer_digest(session: Session, task_id: int, layer: str, sha256: str, n_items: int) -> None:
+    """Store a digest a reader computed, unless the layer has a row: a writer made one (and
+    keeps it), so this reader's items may be older than the layer's."""
+    session.execute(
+        dialect_insert(session, EvalLayerDigest)
+        .values(task_id=task_id, layer=layer, sha256=sha256, n_items=n_items)
+        .on_conflict_do_nothing(index_elements=["task_id", "layer"])
+    )
+
+
+def digest_of(session: Session, task_id: int, layer: str) -> tuple[str, int] | None:
+    """(sha256, item count) kept for the layer, or None (never kept, or being rewritten)."""
+    row = session.execute(
+        select(EvalLayerDigest.sha256, EvalLayerDigest.n_items).where(
+            EvalLayerDigest.task_id == task_id, EvalLayerDigest.layer == layer
+        )
+    ).first()
+    if row is None or row[0] is None:
+        return None
+    return str(row[0]), int(row[1])
 
 
 def add_run(session: Session, run: EvalRun) -> EvalRun:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -66,6 +67,11 @@ class Backfilled:
     # ... or taken out of their layer, their review item reopened (it waits for another
     # reviewer) or left without a usable expected answer; a later backfill puts them back.
     withdrawn: int = 0
+    # (task, layer) of every item added, remade or withdrawn: whose digest to keep again.
+    touched: set[tuple[str, str]] = field(default_factory=set)
+
+    def changed_layers(self, task: str) -> set[str]:
+        return {layer for name, layer in self.touched if name == task}
 
     @property
     def count(self) -> int:
@@ -189,10 +195,46 @@ def backfill(session: Session, *, task: str | None = None, layer: str | None = N
         raise NotFound(no_task(task))
     report = Backfilled()
     specs = _specs(session)
+    layers = [layer] if layer is not None else list(evalitems.LAYERS)
     for one in tasks:
-        follow_labels(session, one, layer, specs.get(one.id), report)
-        candidates = repository.done_items_not_backfilled(session, one.id, layer)
-        _add(session, one, candidates, specs.get(one.id), report)
+        with _writing(session, one, layers, report):
+            follow_labels(session, one, layer, specs.get(one.id), report)
+            candidates = repository.done_items_not_backfilled(session, one.id, layer)
+            _add(session, one, candidates, specs.get(one.id), report)
+    return report
+
+
+@contextmanager
+def _writing(
+    session: Session, task: Task, layers: Sequence[str], report: Backfilled
+) -> Iterator[None]:
+    """Around a change to the task's layers: their digest rows locked first (in one order,
+    so writers of one layer take turns and never deadlock), and after it the digest of each
+    layer it changed (or that has none yet) kept, in this transaction."""
+    layers = sorted(set(layers))
+    for layer in layers:
+        repository.lock_digest(session, task.id, layer)
+    before = report.changed_layers(task.name)
+    yield
+    changed = report.changed_layers(task.name) - before
+    for layer in layers:
+        if layer in changed or repository.digest_of(session, task.id, layer) is None:
+            found = layer_items(session, task, layer)
+            repository.keep_digest(session, task.id, layer, _digest(task.name, found), len(found))
+
+
+def _digest(task: str, found: Sequence[EvalItem]) -> str:
+    """sha256 of the layer's JSONL export (the manifest's hash of that file)."""
+    return evalitems.sha256(evalitems.jsonl(evalitems.line(x, task) for x in found))
+
+
+def follow_labels_of(
+    session: Session, task: Task, layer: str, spec: Mapping[str, Any] | None
+) -> Backfilled:
+    """`follow_labels` on one layer as a change of its own (its digest kept after it)."""
+    report = Backfilled()
+    with _writing(session, task, [layer], report):
+        follow_labels(session, task, layer, spec, report)
     return report
 
 
@@ -215,6 +257,7 @@ def follow_labels(
         values = (
             eval_values(task, review, labels.get(review.id, [])) if review.state == "done" else None
         )
+        report.touched.add((task.name, item.layer))
         if values is None or not matchable(spec, values["expected"]):
             session.delete(item)
             report.withdrawn += 1
@@ -237,13 +280,14 @@ def fill_regression(
     if item_ids is not None and not item_ids:
         return report
     runtime = task_runtimes(session, {task.name}).get(task.name)
-    follow_labels(session, task, "regression", runtime.comparator_spec if runtime else None, report)
-    candidates = repository.done_items_not_backfilled(
-        session, task.id, "regression", item_ids, waited=waited
-    )
-    if candidates:
-        spec = runtime.comparator_spec if runtime is not None else None
+    spec = runtime.comparator_spec if runtime is not None else None
+    with _writing(session, task, ["regression"], report):
+        follow_labels(session, task, "regression", spec, report)
+        candidates = repository.done_items_not_backfilled(
+            session, task.id, "regression", item_ids, waited=waited
+        )
         _add(session, task, candidates, spec, report)
+    if candidates:
         # Those whose input the set now holds (their own eval item, or another item's with
         # the same input: a duplicate can never be added) are waited on by no block: the
         # queue and the next passes treat them as any other item.
@@ -264,7 +308,7 @@ def fill_waiting(session: Session) -> int:
     added = 0
     specs = _specs(session)
     for task in repository.blocked_tasks(session):
-        follow_labels(session, task, "regression", specs.get(task.id), Backfilled())
+        follow_labels_of(session, task, "regression", specs.get(task.id))
     for task in repository.tasks_waiting_for_regression(session):
         report = fill_regression(session, task, waited=True)
         added += sum(len(ids) for layers in report.added.values() for ids in layers.values())
@@ -302,6 +346,7 @@ def _add(
             continue
         held.add(v["item_id"])
         report.added.setdefault(task.name, {}).setdefault(v["layer"], []).append(v["item_id"])
+        report.touched.add((task.name, v["layer"]))
 
 
 @dataclass(frozen=True)
@@ -421,9 +466,26 @@ def layer_csv(session: Session, task: Task, layer: str, *, blind: bool = False) 
     return evalitems.csv_bytes(layer_lines(session, task, layer, blind=blind), columns)
 
 
+def layer_digest(session: Session, task: Task, layer: str) -> tuple[str, int]:
+    """(sha256 of the layer's JSONL export, its item count): as kept by the last change to
+    the layer; else read from its items once and offered for keeping (a layer made before
+    digests were kept)."""
+    return _layer_digest(session, task.id, task.name, _layer(layer))
+
+
+def _layer_digest(session: Session, task_id: int, name: str, layer: str) -> tuple[str, int]:
+    kept = repository.digest_of(session, task_id, layer)
+    if kept is not None:
+        return kept
+    found = repository.items(session, task_id, layer)
+    digest = _digest(name, found)
+    repository.offer_digest(session, task_id, layer, digest, len(found))
+    return digest, len(found)
+
+
 def layer_hash(session: Session, task: Task, layer: str) -> str:
     """sha256 of the layer's JSONL export (the manifest's hash of that file)."""
-    return evalitems.sha256(layer_bytes(session, task, layer))
+    return layer_digest(session, task, layer)[0]
 
 
 def page(
@@ -443,11 +505,7 @@ def sets(session: Session) -> dict[str, Any]:
     rows = []
     files = []
     for name, task_id, layer, n in repository.counts(session):
-        digest = evalitems.sha256(
-            evalitems.jsonl(
-                evalitems.line(x, name) for x in repository.items(session, task_id, layer)
-            )
-        )
+        digest = _layer_digest(session, task_id, name, layer)[0]
         rows.append({"task": name, "layer": layer, "count": n, "sha256": digest})
         files.append((f"{name}/{layer}.jsonl", name, layer, "jsonl", n, digest))
     manifest = evalitems.manifest(files, evalitems.sha256(evalitems.schema_bytes()))
@@ -599,7 +657,7 @@ def score_run(
         raise Conflict(f"lines: {exc}") from None
     spec = comparator_spec(session, task)
     result = scoring.score(spec, scoring_items(found), scoring.Run(outputs, model))
-    digest = evalitems.sha256(evalitems.jsonl(evalitems.line(x, task.name) for x in found))
+    digest = _digest(task.name, found)
     return repository.add_run(
         session,
         EvalRun(

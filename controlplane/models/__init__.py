@@ -3,7 +3,7 @@
 from controlplane.models.audit import AuditEntry
 from controlplane.models.auth import ApiKey, DashboardSession
 from controlplane.models.base import Base
-from controlplane.models.evalsets import EvalItem, EvalRun
+from controlplane.models.evalsets import EvalItem, EvalLayerDigest, EvalRun
 from controlplane.models.metrics import Alert, ScanMark, TaskGrade, Window, WindowMetrics
 from controlplane.models.outbox import OutboxEvent, WebhookDelivery
 from controlplane.models.results import Payload, Result, ResultKey
@@ -21,6 +21,7 @@ __all__ = [
     "DashboardSession",
     "Decision",
     "EvalItem",
+    "EvalLayerDigest",
     "EvalRun",
     "ConfigHold",
     "FailingEvaluation",

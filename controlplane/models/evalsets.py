@@ -13,7 +13,8 @@ from controlplane.models.base import Base, BigIntPK, JSONType, UTCDateTime, utcn
 
 
 class EvalItem(Base):
-    """One eval item. Append-only; `item_id` = sha256(task + NFKC, whitespace-collapsed input),
+    """One eval item. Added by backfills, remade or withdrawn only when its review item's
+    labels change (service.follow_labels); `item_id` = sha256(task + NFKC, whitespace-collapsed input),
     so the same input enters each layer of a task's eval sets once (a rollback's input that
     was already a `boundary` item still enters `regression`, the layer that must always
     run); `seq` gives the stable export order."""
@@ -71,3 +72,18 @@ class EvalRun(Base):
     actor: Mapped[str] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EvalLayerDigest(Base):
+    """A layer's content hash (the sha256 of its JSONL export) and item count, kept in the
+    transaction that changes the layer (its row locked first, so writers of one layer take
+    turns), so listings and the gate read it instead of every item of the layer."""
+
+    __tablename__ = "eval_layer_digests"
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    layer: Mapped[str] = mapped_column(String(16), primary_key=True)
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    n_items: Mapped[int] = mapped_column(Integer, default=0)

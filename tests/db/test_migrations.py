@@ -22,6 +22,7 @@ TABLES = {
     "dashboard_sessions",
     "decisions",
     "eval_items",
+    "eval_layer_digests",
     "eval_runs",
     "failing_evaluations",
     "config_holds",
