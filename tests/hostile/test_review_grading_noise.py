@@ -1,10 +1,12 @@
 """Hostile review of grading every task from its own traffic and of the cloud's own noise
 floor (asked repeats, free repeats by input hash, the repeat columns, the windows and the
-grade that read them, the CLI that shows it), on real PostgreSQL. Each test holds one
-defect found by sending strange but valid traffic, as a routing service may: a free repeat
-pair never counted, a noise floor one popular input decides, a span that drops the window
-at its start, a score the CLI shows on the wrong side of its band, a review note that
-reads other windows than the grade it says it reads as."""
+grade that read them, the CLI that shows it), on real PostgreSQL. Each test held one
+defect found by sending strange but valid traffic, as a routing service may. Fixed, and
+plain tests now: a free repeat pair hidden by a later result of the batch or by answers
+too long to compare, a span that dropped the window at its start, a score the CLI showed
+on the wrong side of its band, a review note that read other windows than the grade.
+Still strict xfails (design, not yet changed): two answers to one input arriving out of
+order make no pair, and one popular input decides the noise floor."""
 
 from __future__ import annotations
 
