@@ -243,6 +243,14 @@ def counts(session: Session) -> list[tuple[str, int, str, int]]:
     return [(name, tid, layer, n) for name, tid, layer, n in rows]
 
 
+def share_task(session: Session, task_id: int) -> None:
+    """Hold the task's row against deletion or a change of its key for this transaction (FOR
+    KEY SHARE: it waits only for a writer holding it for update)."""
+    session.execute(
+        select(Task.id).where(Task.id == task_id).with_for_update(read=True, key_share=True)
+    )
+
+
 def lock_digest(session: Session, task_id: int, layer: str) -> None:
     """Take the layer's digest row (made when missing) for this transaction: writers of one
     layer take turns, and each reads the items the one before it committed."""

@@ -209,9 +209,13 @@ def _writing(
     session: Session, task: Task, layers: Sequence[str], report: Backfilled
 ) -> Iterator[None]:
     """Around a change to the task's layers: their digest rows locked first (in one order,
-    so writers of one layer take turns and never deadlock), and after it the digest of each
+    so writers of one layer take turns), and after it the digest of each
     layer it changed (or that has none yet) kept, in this transaction."""
     layers = sorted(set(layers))
+    # The task's row first, as every writer of the task takes it (an unblock or a rollback
+    # holds it for update, then reaches the digest): an eval item's insert takes it too
+    # (its foreign key), so taking it after a digest row deadlocked with them.
+    repository.share_task(session, task.id)
     for layer in layers:
         repository.lock_digest(session, task.id, layer)
     before = report.changed_layers(task.name)
@@ -261,6 +265,9 @@ def follow_labels(
         if values is None or not matchable(spec, values["expected"]):
             session.delete(item)
             report.withdrawn += 1
+            if item.layer == "regression":
+                # Out of the set again: a block waits on it, and each pass reads it.
+                review_repository.restore_priority(session, [review.id])
             continue
         for column in ("expected", "failure_class", "tags", "provenance"):
             setattr(item, column, values[column])
@@ -638,7 +645,9 @@ def score_run(
 ) -> EvalRun:
     """Score a run of `model` on the task's layer (it must answer exactly the layer's items,
     each once: `twice` names the lines given again) and store it with the layer's content
-    hash."""
+    hash. The layer follows its labels first: a correction since the last pass is what the
+    run is scored on."""
+    follow_labels_of(session, task, _layer(layer), comparator_spec_or_none(session, task))
     found = layer_items(session, task, layer)
     if not found:
         raise Conflict(

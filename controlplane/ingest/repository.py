@@ -264,33 +264,38 @@ def _latest_print(
     input_hash: Any, since: Any, until: Any, spec: Any, *, outer: FromClause | None = None
 ) -> Select[Any]:
     """A task's latest cloud answer to one input in [since, until] whose print was taken
-    under `spec` (bound: task_id), among the latest SCAN_PER_SEEKER answers to it. A row
-    without a print (an output too long to compare, stored as SQL NULL or JSON null) or
-    under another spec has no `spec` to match, so it does not hide the answer a result is
-    scored against; the scan's bound keeps an input answered all day from making every
-    batch read all its answers. `outer`: the table of an enclosing statement the arguments
-    are columns of (PostgreSQL's lateral read of each seeker)."""
+    under `spec` (bound: task_id), among the latest SCAN_PER_SEEKER answers to that input.
+    The bound is on the answers read, whatever they are (the edge's alone, another task's
+    to the same input, one without a print): an input answered all day costs a result no
+    more than one answered once. A row without a print (an output too long to compare,
+    stored as SQL NULL or JSON null) or under another spec has no `spec` to match. `outer`:
+    the table of an enclosing statement the arguments are columns of (PostgreSQL's lateral
+    read of each seeker)."""
     scan = (
-        select(Result.id, Result.request_id, Result.ts, Result.cloud_print)
-        .where(
-            Result.input_hash == input_hash,
-            # `+ 0`: the (task_id, ts) index cannot serve this, so the planner never walks a
-            # task's day backwards filtering on the hash (on a day not yet analysed it did:
-            # 6 ms per hash, seconds per batch).
-            Result.task_id + 0 == bindparam("task_id"),
-            Result.ts >= since,
-            Result.ts <= until,
-            # Answered by the cloud (the index's rows are filtered, not a column's).
-            Result.cloud_ran.is_(True),
-            Result.cloud_error.is_(None),
+        select(
+            Result.id,
+            Result.request_id,
+            Result.ts,
+            Result.task_id,
+            Result.cloud_ran,
+            Result.cloud_error,
+            Result.cloud_print,
         )
+        # Only the index's own columns here, so the LIMIT bounds the index entries read.
+        .where(Result.input_hash == input_hash, Result.ts >= since, Result.ts <= until)
         .order_by(Result.ts.desc(), Result.id.desc())
         .limit(SCAN_PER_SEEKER)
     )
     latest = scan.subquery("latest") if outer is None else scan.correlate(outer).lateral("latest")
     return (
         select(latest.c.request_id, latest.c.ts, latest.c.cloud_print)
-        .where(latest.c.cloud_print["spec"].as_string() == spec)
+        .where(
+            latest.c.task_id == bindparam("task_id"),
+            # Answered by the cloud.
+            latest.c.cloud_ran.is_(True),
+            latest.c.cloud_error.is_(None),
+            latest.c.cloud_print["spec"].as_string() == spec,
+        )
         .order_by(latest.c.ts.desc(), latest.c.id.desc())
         .limit(1)
     )

@@ -22,7 +22,7 @@ from controlplane.models import (
     Window,
     WindowMetrics,
 )
-from controlplane.models.review import PRIORITY_OTHER
+from controlplane.models.review import PRIORITY_OTHER, PRIORITY_REGRESSION
 
 # The order the queue hands items out in (the claim indexes' order): by priority
 # (models.review.PRIORITY_*), then oldest first.
@@ -396,6 +396,25 @@ def drop_priority(session: Session, item_ids: Sequence[int]) -> int:
     changed = 0
     for start in range(0, len(item_ids), 1000):
         changed += _lower(session, [ReviewItem.id.in_(list(item_ids[start : start + 1000]))])
+    return changed
+
+
+def restore_priority(session: Session, item_ids: Sequence[int]) -> int:
+    """Give regression items whose input left the regression set again (a correction
+    reopened them, or left them without a usable answer) the regression priority back: a
+    block waits on them again, and each pass reads them. How many changed."""
+    changed = 0
+    for start in range(0, len(item_ids), 1000):
+        result = session.execute(
+            update(ReviewItem)
+            .where(
+                ReviewItem.id.in_(list(item_ids[start : start + 1000])),
+                ReviewItem.layer == "regression",
+                ReviewItem.priority == PRIORITY_OTHER,
+            )
+            .values(priority=PRIORITY_REGRESSION)
+        )
+        changed += int(getattr(result, "rowcount", 0) or 0)
     return changed
 
 

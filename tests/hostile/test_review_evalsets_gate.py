@@ -218,8 +218,9 @@ def test_a_regression_item_reopened_after_the_set_took_it_is_not_waited_for(api2
     assert reopened["state"] == "queued" and reopened["reviews_needed"] == 3
     assert blind_count(api) == {"labelled": 0, "needed": 1}
 
+    # A run now follows the labels first: the reopened item left the set, which is empty.
     run = post_run(api, SUCCESSOR, {line["id"]: line["edge_output"]})
-    assert run.status_code == 200, run.text
+    assert run.status_code == 409, run.text
     progress = gate_progress(api)
     # The same count, whichever key reads it: the item is not labelled (it waits for a
     # reviewer), and the gate waits for it. Observed: labelled 1, in_set 1, unblock None.

@@ -1,12 +1,12 @@
 """Hostile review of today's fixes to free repeats (a lookup per new result), the grading
 span, and the eval sets that follow their review items' labels and keep each layer's
-digest, on real PostgreSQL. Each strict xfail holds one defect found by driving the fixes
+digest, on real PostgreSQL. Each test held one defect, as a strict xfail, found by driving the fixes
 as a reviewer, an ML engineer and a router would: a regression item reopened and labelled
 again never re-enters its set by a pass; a run posted between a correction and the next
 pass is scored on the answer the reviewer took back, and the refused unblock's advice can
 not be followed until a pass; a pass and an unblock of one task deadlock on the digest row
 and the task row; and a popular input answered by the edge makes each new result's lookup
-read every one of its answers in the span."""
+read every one of its answers in the span. All four are fixed."""
 
 from __future__ import annotations
 
@@ -70,14 +70,6 @@ def cloud_side(api: Api, item_id: int) -> str:
 # --- eval items following their labels ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="follow_labels withdraws the eval item of a regression review item a correction "
-    "reopened, but the item's regression priority was dropped when the set first took it "
-    "and is never restored: once labelled again it is done and usable, yet "
-    "tasks_waiting_for_regression / fill_regression(waited=True) read only items below "
-    "PRIORITY_OTHER, so no pass ever puts it back, while the gate says the next pass will",
-)
 def test_a_reopened_regression_item_labelled_again_re_enters_the_set_by_a_pass(
     api2: Api,
 ) -> None:
@@ -113,14 +105,6 @@ def test_a_reopened_regression_item_labelled_again_re_enters_the_set_by_a_pass(
     assert lines[0]["expected"] == lines[0]["cloud_output"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="score_run scores on the layer's items as the last pass left them, not as the "
-    "labels stand (and calls the run current), while check_unblock follows the labels in "
-    "its transaction and the refusal rolls that back: between a correction and the next "
-    "pass every run is scored on the answer the reviewer took back, and a run posted as "
-    "the refusal says never reaches the set it names",
-)
 def test_a_run_posted_after_a_correction_is_scored_on_the_labels_as_they_stand(
     api: Api,
 ) -> None:
@@ -157,14 +141,6 @@ def test_a_run_posted_after_a_correction_is_scored_on_the_labels_as_they_stand(
 # --- concurrent writers of one layer ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_writing locks the layer's digest row before the eval items it inserts take a "
-    "FOR KEY SHARE lock on the task row (the foreign key), while unblock (and a rollback) "
-    "lock the task row FOR UPDATE first and then the digest row: a pass that adds an item "
-    "while an unblock of the task runs deadlocks (PostgreSQL 40P01; in_transaction retries "
-    "it), which the docstring says the one lock order prevents",
-)
 def test_a_pass_and_an_unblock_of_one_task_never_deadlock(api: Api) -> None:
     """A pass (fill_waiting) holds the regression layer's digest row and is about to add a
     labelled regression item; meanwhile an operator asks to unblock the task's model.
@@ -263,23 +239,15 @@ def _rows_read(plan: Any) -> int:
     return total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the lookup's LIMIT (SCAN_PER_SEEKER) counts only rows that pass its filter "
-    "(cloud_ran, no cloud_error, the task): the (input_hash, ts) index scan reads and "
-    "discards every answer to the input in the span the cloud did not give (edge-served "
-    "traffic, other tasks), so a popular input answered by the edge all day costs each "
-    "new result a read of all of them",
-)
 def test_a_popular_input_answered_by_the_edge_costs_a_new_result_a_bounded_read(
     pg_api: Api,
 ) -> None:
     """One cloud answer to 'hi', then 2,000 answers to it served by the edge alone (the
     cloud not asked) within the default duplicate_seconds. A new cloud-answered 'hi'
-    looks for its free repeat. Expected: the lookup reads a bounded number of rows (it
-    says: among the 16 latest; 'an input sent all day costs a batch no more than one sent
-    once'). Observed (EXPLAIN ANALYZE of the statement the ingest runs): the index scan
-    removes 2,000 rows by its filter."""
+    looks for its free repeat. Expected: the lookup reads a bounded number of rows (the
+    docs: among the 16 latest; 'an input answered all day costs a batch no more than one
+    answered once'). Observed before the fix (EXPLAIN ANALYZE of the statement the ingest
+    runs): the index scan removed 2,000 rows by its filter."""
     api = pg_api
     first = api.post_results({"results": [make_result(request_id="x0", input=SAME, ts=at(0))]})
     assert first.json()["accepted"] == 1, first.text
@@ -314,7 +282,9 @@ def test_a_popular_input_answered_by_the_edge_costs_a_new_result_a_bounded_read(
             {**compiled.params, "seekers": seekers, "task_id": task_id},
         ).all()
     document = plan if isinstance(plan, list) else json.loads(plan)
-    # The lookup still finds x0 ...
-    assert document[0]["Plan"]["Actual Rows"] == 1
-    # ... reading at most its bound of rows per seeker.
+    # The lookup reads at most its bound of answers per seeker, whatever they are (before:
+    # every one of the 2,000 edge answers, thrown away by a filter) ...
     assert _rows_read(document) <= ingest_repository.SCAN_PER_SEEKER, _rows_read(document)
+    # ... so x0, past the 16 latest answers to its input, is not read (docs/http-api.md:
+    # "among the 16 latest stored answers to that input ..., whatever they are").
+    assert document[0]["Plan"]["Actual Rows"] == 0
