@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from psycopg.types.json import set_json_dumps
@@ -250,30 +250,19 @@ def result_view(session: Session, task: str, request_id: str) -> dict[str, Any] 
     }
 
 
-class Seeker(NamedTuple):
-    """A new result looking for an earlier answer to its input: its input hash, the span
-    the answer must lie in, and the comparator spec its cloud print was taken under."""
-
-    input_hash: str
-    since: datetime
-    until: datetime
-    spec: str
+# The latest stored answers to one input a batch reads, at most, whatever they are (the
+# edge's alone, another task's to the same input, one too long to compare): an input
+# answered all day costs a batch no more than one answered once. Among them each new result
+# finds the latest one the cloud answered under its comparator spec before it.
+SCAN_PER_INPUT = 16
 
 
-def _latest_print(
-    input_hash: Any, since: Any, until: Any, spec: Any, *, outer: FromClause | None = None
-) -> Select[Any]:
-    """A task's latest cloud answer to one input in [since, until] whose print was taken
-    under `spec` (bound: task_id), among the latest SCAN_PER_SEEKER answers to that input.
-    The bound is on the answers read, whatever they are (the edge's alone, another task's
-    to the same input, one without a print): an input answered all day costs a result no
-    more than one answered once. A row without a print (an output too long to compare,
-    stored as SQL NULL or JSON null) or under another spec has no `spec` to match. `outer`:
-    the table of an enclosing statement the arguments are columns of (PostgreSQL's lateral
-    read of each seeker)."""
+def _latest_answers(input_hash: Any, *, outer: FromClause | None = None) -> Select[Any]:
+    """A task's cloud answers (bound: task_id) among the latest SCAN_PER_INPUT stored answers
+    to one input in [since, until] (bound: since, until), newest first. `outer`: the table
+    of an enclosing statement `input_hash` is a column of (PostgreSQL's lateral read)."""
     scan = (
         select(
-            Result.id,
             Result.request_id,
             Result.ts,
             Result.task_id,
@@ -281,69 +270,56 @@ def _latest_print(
             Result.cloud_error,
             Result.cloud_print,
         )
-        # Only the index's own columns here, so the LIMIT bounds the index entries read.
-        .where(Result.input_hash == input_hash, Result.ts >= since, Result.ts <= until)
-        .order_by(Result.ts.desc(), Result.id.desc())
-        .limit(SCAN_PER_SEEKER)
+        # Only the index's own columns here, so the LIMIT bounds the index entries read,
+        # in the index's order (no sort an input).
+        .where(
+            Result.input_hash == input_hash,
+            Result.ts >= bindparam("since", type_=Result.ts.type),
+            Result.ts <= bindparam("until", type_=Result.ts.type),
+        )
+        .order_by(Result.ts.desc())
+        .limit(SCAN_PER_INPUT)
     )
     latest = scan.subquery("latest") if outer is None else scan.correlate(outer).lateral("latest")
-    return (
-        select(latest.c.request_id, latest.c.ts, latest.c.cloud_print)
-        .where(
-            latest.c.task_id == bindparam("task_id"),
-            # Answered by the cloud.
-            latest.c.cloud_ran.is_(True),
-            latest.c.cloud_error.is_(None),
-            latest.c.cloud_print["spec"].as_string() == spec,
-        )
-        .order_by(latest.c.ts.desc(), latest.c.id.desc())
-        .limit(1)
+    return select(latest.c.request_id, latest.c.ts, latest.c.cloud_print).where(
+        latest.c.task_id == bindparam("task_id"),
+        # Answered by the cloud (a missing print, SQL NULL or JSON null, is left out below).
+        latest.c.cloud_ran.is_(True),
+        latest.c.cloud_error.is_(None),
     )
 
 
-# The latest answers to one input a new result reads, at most: among them the latest with a
-# print under its spec is the one it is scored against.
-SCAN_PER_SEEKER = 16
-
-
-# The seekers go as one JSON array of [input hash, since, until, spec] (a bound array costs
-# the driver a Python call per element); the statement is built once.
-_SEEKERS = (
-    func.jsonb_array_elements(cast(bindparam("seekers", type_=String), JSONB))
-    .table_valued("value")
-    .render_derived(name="s")
+# The hashes go as one JSON array (a bound text[] costs the driver a Python call per
+# element); the statement is built once.
+_HASHES = (
+    func.jsonb_array_elements_text(cast(bindparam("hashes", type_=String), JSONB))
+    .table_valued("input_hash")
+    .render_derived(name="h")
 )
-_PER_SEEKER = _latest_print(
-    _SEEKERS.c.value.op("->>")(0),
-    cast(_SEEKERS.c.value.op("->>")(1), Result.ts.type),
-    cast(_SEEKERS.c.value.op("->>")(2), Result.ts.type),
-    _SEEKERS.c.value.op("->>")(3),
-    outer=_SEEKERS,
-).lateral("r")
+_PER_HASH = _latest_answers(_HASHES.c.input_hash, outer=_HASHES).lateral("r")
 _EARLIER_PRINTS = (
-    select(
-        _SEEKERS.c.value.op("->>")(0),
-        _PER_SEEKER.c.request_id,
-        _PER_SEEKER.c.ts,
-        _PER_SEEKER.c.cloud_print,
-    )
-    .select_from(_SEEKERS)
-    .join(_PER_SEEKER, true())
+    select(_HASHES.c.input_hash, _PER_HASH.c.request_id, _PER_HASH.c.ts, _PER_HASH.c.cloud_print)
+    .select_from(_HASHES)
+    .join(_PER_HASH, true())
 )
 
 
 def earlier_prints(
-    session: Session, task_id: int, seekers: Collection[Seeker]
+    session: Session,
+    task_id: int,
+    input_hashes: Collection[str],
+    since: datetime,
+    until: datetime,
 ) -> list[tuple[str, str, datetime, dict[str, Any]]]:
-    """(input hash, request id, ts, cloud print) of a task's stored results that new results
-    may be scored against: for each seeker, the latest stored answer by the cloud to its
-    input in its span, with a print taken under its spec. One row at most per seeker, by
-    the index on (input_hash, ts): an input sent all day costs a batch no more than one
-    sent once (PostgreSQL: one statement, a lateral read per seeker; SQLite: a read per
-    seeker)."""
-    wanted = sorted(set(seekers))
-    if not wanted:
+    """(input hash, request id, ts, cloud print) of a task's stored cloud answers with a
+    print, among the latest SCAN_PER_INPUT stored answers to each of these inputs with `ts`
+    in [since, until], newest first: what new results of a batch pair with (the caller picks,
+    for each, the latest before it under its spec). One statement on PostgreSQL (a lateral
+    read per input through the index on (input_hash, ts)); a read per input on SQLite."""
+    hashes = sorted(input_hashes)
+    if not hashes:
         return []
+    bounds = {"task_id": task_id, "since": since, "until": until}
     found: list[tuple[str, str, datetime, Any]] = []
     if session.get_bind().dialect.name == "postgresql":
         # Through the index, always: on a day's partition not yet analysed the planner
@@ -357,29 +333,18 @@ def earlier_prints(
                 "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
             )
         ).one()[0]
-        rows = session.execute(
-            _EARLIER_PRINTS,
-            {
-                "seekers": orjson.dumps(
-                    [(w.input_hash, w.since, w.until, w.spec) for w in wanted]
-                ).decode(),
-                "task_id": task_id,
-            },
-        )
+        rows = session.execute(_EARLIER_PRINTS, {"hashes": orjson.dumps(hashes).decode(), **bounds})
         found = [(r[0], r[1], r[2], r[3]) for r in rows]
         session.execute(
             text("SELECT set_config('enable_seqscan', :setting, true)"), {"setting": previous}
         )
     else:
-        # SQLite (embedded, one process): a read per seeker.
-        for w in wanted:
-            row = session.execute(
-                _latest_print(w.input_hash, w.since, w.until, w.spec), {"task_id": task_id}
-            ).first()
-            if row is not None:
-                found.append((w.input_hash, row[0], row[1], row[2]))
-    # One answer found for several seekers is one answer.
-    return list({(r[0], r[1]): r for r in found}.values())
+        # SQLite (embedded, one process): a read per input.
+        for input_hash in hashes:
+            rows = session.execute(_latest_answers(input_hash), bounds)
+            found.extend((input_hash, r[0], r[1], r[2]) for r in rows)
+    # An output too long to compare has no print either.
+    return [r for r in found if r[3] is not None]
 
 
 def conflict_ids(session: Session, task_id: int, *, limit: int) -> list[str]:

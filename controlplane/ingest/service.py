@@ -176,13 +176,9 @@ def free_repeats(
         stored = repository.earlier_prints(
             session,
             task_id,
-            [
-                repository.Seeker(
-                    row["input_hash"], row["ts"] - span, row["ts"], row["cloud_print"]["spec"]
-                )
-                for row in seekers
-                if row["cloud_print"].get("spec") is not None
-            ],
+            {row["input_hash"] for row in seekers},
+            min(r["ts"] for r in seekers) - span,
+            max(r["ts"] for r in seekers),
         )
         for input_hash, request_id, ts, print_ in stored:
             earlier.setdefault(input_hash, []).append((ts, -1, request_id, print_))

@@ -265,26 +265,30 @@ def test_a_popular_input_answered_by_the_edge_costs_a_new_result_a_bounded_read(
         answer = api.post_results({"results": body})
         assert answer.json()["accepted"] == 500, answer.text
     with api.engine.connect() as conn:
-        input_hash, spec, task_id = conn.execute(
+        input_hash, _spec, task_id = conn.execute(
             text(
                 "SELECT input_hash, cloud_print->>'spec', task_id FROM results "
                 "WHERE request_id = 'x0'"
             )
         ).one()
     compiled = ingest_repository._EARLIER_PRINTS.compile(dialect=postgresql.dialect())
-    seekers = json.dumps([[input_hash, at(3000 - 86_400), at(3000), spec]])
+    bounds = {
+        "hashes": json.dumps([input_hash]),
+        "since": datetime.fromisoformat(at(3000 - 86_400)),
+        "until": datetime.fromisoformat(at(3000)),
+        "task_id": task_id,
+    }
     with session_scope(api.engine) as session:
         conn = session.connection()
         # As earlier_prints runs it.
         conn.exec_driver_sql("SELECT set_config('enable_seqscan', 'off', true)")
         [[plan]] = conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + str(compiled),
-            {**compiled.params, "seekers": seekers, "task_id": task_id},
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + str(compiled), {**compiled.params, **bounds}
         ).all()
     document = plan if isinstance(plan, list) else json.loads(plan)
     # The lookup reads at most its bound of answers per seeker, whatever they are (before:
     # every one of the 2,000 edge answers, thrown away by a filter) ...
-    assert _rows_read(document) <= ingest_repository.SCAN_PER_SEEKER, _rows_read(document)
+    assert _rows_read(document) <= ingest_repository.SCAN_PER_INPUT, _rows_read(document)
     # ... so x0, past the 16 latest answers to its input, is not read (docs/http-api.md:
     # "among the 16 latest stored answers to that input ..., whatever they are").
     assert document[0]["Plan"]["Actual Rows"] == 0
