@@ -209,8 +209,8 @@ def _writing(
     session: Session, task: Task, layers: Sequence[str], report: Backfilled
 ) -> Iterator[None]:
     """Around a change to the task's layers: their digest rows locked first (in one order,
-    so writers of one layer take turns), and after it the digest of each
-    layer it changed (or that has none yet) kept, in this transaction."""
+    so writers of one layer take turns), and after it the digest of each layer it changed
+    (or that has none yet) kept, in this transaction."""
     layers = sorted(set(layers))
     # The task's row first, as every writer of the task takes it (an unblock or a rollback
     # holds it for update, then reaches the digest): an eval item's insert takes it too

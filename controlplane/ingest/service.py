@@ -195,7 +195,9 @@ def free_repeats(
                         and ts - span <= c[0] <= ts
                         and fingerprint.comparable(c[3], print_)
                     ),
-                    key=lambda c: (c[0], c[1]),
+                    # Ties in `ts` among stored answers by request id: the same pick
+                    # whatever order the store read them in.
+                    key=lambda c: (c[0], c[1], c[2]),
                     default=None,
                 )
                 if reference is not None:

@@ -3,9 +3,8 @@
 
 Read as a grade reads them: the `all` rows of the task's windows over its grading span
 (the last `grading.span` of its current config version, and after an input shift only
-since it), their per-field repeat
-differences summed, and a field the cloud changed on more than `grading.noisy_field_rate`
-of the repeat pairs is noisy (controlplane.metrics.noise.noisy_fields). Read from the
+since it), their per-field repeat differences summed, and a field the cloud changed on
+more than `grading.noisy_field_rate` of the repeat pairs is noisy (controlplane.metrics.noise.noisy_fields). Read from the
 window aggregates, not from a kept grade: review sits below grading.
 """
 
