@@ -49,11 +49,14 @@ def stored(pg: PgServer) -> tuple[int, int]:
 
 def body(prefix: str) -> dict[str, Any]:
     """N results whose sides disagree: the task keeps the payload of every conflict, so each
-    result is written as a row in `results` and one in `payloads`."""
+    result is written as a row in `results` and one in `payloads`. Timed now: the test
+    stores one itself under ingest's default bounds, whatever the date."""
+    now = utcnow().isoformat()
     return {
         "results": [
             make_result(
                 request_id=f"{prefix}-{i}",
+                ts=now,
                 edge={"output": "refund", "latency_ms": 41.0, "confidence": 0.9},
                 cloud={"output": "exchange", "latency_ms": 380.0},
             )
